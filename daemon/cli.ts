@@ -1,0 +1,111 @@
+// The command line: parses argv into one command, or a clear one-line error.
+import { parseArgs } from "node:util";
+import { homedir } from "node:os";
+import { join, resolve } from "node:path";
+
+export class UsageError extends Error {
+  constructor(message: string) {
+    super(message);
+    this.name = "UsageError";
+  }
+}
+
+export interface AgentOptions {
+  agent: string;
+  files?: string;
+  home?: string;
+}
+
+export type Command =
+  | { kind: "help" }
+  | { kind: "version" }
+  | { kind: "contract" }
+  | { kind: "configure"; agent: AgentOptions; file?: string }
+  | { kind: "state"; agent: AgentOptions; export: boolean }
+  | { kind: "serve"; agent: AgentOptions; socket?: string; agents?: string; blank?: string };
+
+export const USAGE = `usage:
+  lnk-link-harness contract                        print the Contract as JSON
+  lnk-link-harness configure [--agent DIR] [FILE]  validate settings (FILE or stdin) and write config.json
+  lnk-link-harness state [--agent DIR]             print the paths a move carries
+  lnk-link-harness [--agent DIR] [--files DIR] [--home DIR] [--socket PATH]
+                                                   serve ACP on stdio, or on a Unix socket (mode 0600)
+  lnk-link-harness --help | --version
+See man lnk-link-harness.`;
+
+/** The agent's folder when no --agent is given: $LNK_AGENT_DIR, else under $XDG_DATA_HOME. */
+export function defaultAgentDir(env: NodeJS.ProcessEnv = process.env): string {
+  if (env.LNK_AGENT_DIR) return resolve(env.LNK_AGENT_DIR);
+  const data = env.XDG_DATA_HOME || join(homedir(), ".local", "share");
+  return join(data, "lnk-link-harness", "agent");
+}
+
+export function parseCommandLine(argv: string[], env: NodeJS.ProcessEnv = process.env): Command {
+  let parsed;
+  try {
+    parsed = parseArgs({
+      args: argv,
+      allowPositionals: true,
+      strict: true,
+      options: {
+        help: { type: "boolean", short: "h" },
+        version: { type: "boolean", short: "V" },
+        agent: { type: "string" },
+        files: { type: "string" },
+        home: { type: "string" },
+        socket: { type: "string" },
+        agents: { type: "string" },
+        blank: { type: "string" },
+      },
+    });
+  } catch (e) {
+    throw new UsageError((e as Error).message.split("\n")[0] ?? "bad arguments");
+  }
+  const { values: v, positionals } = parsed;
+  if (v.help) return { kind: "help" };
+  if (v.version) return { kind: "version" };
+  for (const [name, value] of Object.entries(v)) {
+    if (typeof value === "string" && value.length === 0) throw new UsageError(`--${name} needs a value`);
+  }
+  const agent: AgentOptions = {
+    agent: v.agent ? resolve(v.agent) : defaultAgentDir(env),
+    ...(v.files ? { files: resolve(v.files) } : {}),
+    ...(v.home ? { home: resolve(v.home) } : {}),
+  };
+  const [verb, ...rest] = positionals;
+  const only = (allowed: string[], what: string) => {
+    for (const name of Object.keys(v)) {
+      if (!allowed.includes(name)) throw new UsageError(`${what} takes no --${name}`);
+    }
+  };
+  switch (verb) {
+    case undefined:
+      if (v.blank && (v.agent || v.agents)) throw new UsageError("--blank starts with no agent: it takes no --agent or --agents");
+      if (v.agents && v.agent) throw new UsageError("--agents names each agent's folders: it takes no --agent");
+      return {
+        kind: "serve",
+        agent,
+        ...(v.socket ? { socket: resolve(v.socket) } : {}),
+        ...(v.agents ? { agents: resolve(v.agents) } : {}),
+        ...(v.blank ? { blank: resolve(v.blank) } : {}),
+      };
+    case "contract":
+      only([], "contract");
+      if (rest.length > 0) throw new UsageError(`contract takes no argument, got ${JSON.stringify(rest[0])}`);
+      return { kind: "contract" };
+    case "configure":
+      only(["agent", "files", "home"], "configure");
+      if (rest.length > 1) throw new UsageError("configure takes at most one FILE");
+      return { kind: "configure", agent, ...(rest[0] !== undefined ? { file: resolve(rest[0]) } : {}) };
+    case "state": {
+      only(["agent", "files", "home"], "state");
+      const [sub, ...more] = rest;
+      if (more.length > 0 || (sub !== undefined && sub !== "export")) {
+        throw new UsageError(`state takes only "export", got ${JSON.stringify(sub === "export" ? more[0] : sub)}`);
+      }
+      return { kind: "state", agent, export: sub === "export" };
+    }
+    default:
+      throw new UsageError(`unknown command ${JSON.stringify(verb)} (see --help)`);
+  }
+}

@@ -1,0 +1,42 @@
+// The one-shot commands: configure and state.
+import { readFileSync } from "node:fs";
+import { SettingsError, parseSettings, paths, writeSettings, type AgentRef } from "../store/index.js";
+import { UsageError, type AgentOptions } from "./cli.js";
+
+export function agentRef(o: AgentOptions): AgentRef {
+  return { dir: o.agent, ...(o.files ? { files: o.files } : {}), ...(o.home ? { home: o.home } : {}) };
+}
+
+function readInput(file: string | undefined): string {
+  try {
+    return readFileSync(file ?? 0, "utf8");
+  } catch (e) {
+    throw new UsageError(`cannot read ${file ?? "stdin"}: ${(e as NodeJS.ErrnoException).code ?? (e as Error).message}`);
+  }
+}
+
+/** Validates settings and writes config.json through the store; nothing is written for bad input. */
+export async function configure(o: AgentOptions, file: string | undefined): Promise<void> {
+  const text = readInput(file);
+  let settings;
+  try {
+    settings = parseSettings(text);
+  } catch (e) {
+    if (e instanceof SettingsError) throw new UsageError(e.message);
+    throw e;
+  }
+  const agent = agentRef(o);
+  writeSettings(agent, settings);
+  process.stderr.write(`lnk-link-harness: settings written to ${paths(agent).config}\n`);
+}
+
+/** The paths a move carries: the agent's own folder's parts and its files folder. */
+export function statePaths(agent: AgentRef): { agent: string; files: string; paths: string[] } {
+  const p = paths(agent);
+  return { agent: p.dir, files: p.files, paths: [p.config, p.instructions, p.skills, p.memory, p.chats] };
+}
+
+export function printState(o: AgentOptions, asp: boolean): void {
+  if (asp) throw new UsageError("state export is not supported yet");
+  process.stdout.write(`${JSON.stringify(statePaths(agentRef(o)), null, 2)}\n`);
+}

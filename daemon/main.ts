@@ -1,0 +1,62 @@
+#!/usr/bin/env node
+// lnk-link-harness: the process. Loads only what the command needs, when it needs it.
+import { readFileSync } from "node:fs";
+import { z } from "zod";
+import { USAGE, UsageError, parseCommandLine, type Command } from "./cli.js";
+import { configure, printState } from "./commands.js";
+import { contract } from "./contract.js";
+import { log } from "./log.js";
+
+function version(): string {
+  const pkg = z.object({ version: z.string() }).loose();
+  return pkg.parse(JSON.parse(readFileSync(new URL("../../package.json", import.meta.url), "utf8"))).version;
+}
+
+/** Prints one line on stderr and exits non-zero: bad input never writes anything. */
+function fail(message: string, code: number): never {
+  process.stderr.write(`lnk-link-harness: ${message}\n`);
+  process.exit(code);
+}
+
+async function run(command: Command): Promise<void> {
+  switch (command.kind) {
+    case "help":
+      process.stdout.write(`${USAGE}\n`);
+      return;
+    case "version":
+      process.stdout.write(`lnk-link-harness ${version()}\n`);
+      return;
+    case "contract":
+      process.stdout.write(`${JSON.stringify(contract(), null, 2)}\n`);
+      return;
+    case "configure":
+      await configure(command.agent, command.file);
+      return;
+    case "state":
+      printState(command.agent, command.export);
+      return;
+    case "serve": {
+      const { serve } = await import("./serve.js");
+      await serve(command);
+      return;
+    }
+    default: {
+      const never: never = command;
+      throw new Error(`unhandled command ${String(never)}`);
+    }
+  }
+}
+
+let command: Command;
+try {
+  command = parseCommandLine(process.argv.slice(2));
+} catch (e) {
+  if (e instanceof UsageError) fail(e.message, 2);
+  throw e;
+}
+run(command).catch((e: unknown) => {
+  if (e instanceof UsageError) fail(e.message, 2);
+  if (e instanceof Error && "exitCode" in e && typeof e.exitCode === "number") fail(e.message, e.exitCode);
+  log.error("fatal", { error: e instanceof Error ? e.message : String(e) });
+  fail(e instanceof Error ? e.message : String(e), 1);
+});

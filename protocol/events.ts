@@ -1,0 +1,136 @@
+// Conversation events: one JSON object a file, written once (spec: decisions.txt, DESIGN.md "Events").
+import { z } from "zod";
+
+export const EVENT_VERSION = 1 as const;
+
+export const EVENT_KINDS = { message: "message", toolResult: "tool_result", command: "command", failure: "failure" } as const;
+
+/** Who a message is from; left out, the owner. */
+export const From = z.object({ id: z.string(), name: z.string().optional(), owner: z.boolean() }).strict();
+export type From = z.infer<typeof From>;
+
+/** An OpenAI content part kept with a user message (images and documents as data: URLs). */
+export const Part = z.union([
+  z.object({ type: z.literal("image_url"), image_url: z.object({ url: z.string() }).loose() }).loose(),
+  z.object({ type: z.literal("file"), file: z.object({ file_data: z.string().optional(), filename: z.string().optional() }).loose() }).loose(),
+  z.object({ type: z.literal("text"), text: z.string() }).loose(),
+]);
+export type Part = z.infer<typeof Part>;
+
+export const ToolCall = z.object({ id: z.string(), name: z.string(), arguments: z.string() }).strict();
+export type ToolCall = z.infer<typeof ToolCall>;
+
+export const Usage = z
+  .object({ in: z.number().int().nonnegative(), out: z.number().int().nonnegative(), cached: z.number().int().nonnegative() })
+  .strict();
+export type Usage = z.infer<typeof Usage>;
+
+/** A model's thinking, kept as the provider sent it so it can be sent back with its calls. */
+export const Thinking = z
+  .object({
+    reasoning_content: z.string().optional(),
+    reasoning: z.string().optional(),
+    reasoning_details: z.array(z.unknown()).optional(),
+  })
+  .strict();
+export type Thinking = z.infer<typeof Thinking>;
+
+export const STOP_REASONS = ["end_turn", "max_turn_requests", "cancelled", "refusal", "max_tokens", "tool_calls"] as const;
+export const StopReason = z.enum(STOP_REASONS);
+export type StopReason = z.infer<typeof StopReason>;
+
+const base = { v: z.literal(EVENT_VERSION), time: z.iso.datetime({ offset: true }) };
+
+export const UserMessage = z
+  .object({
+    ...base,
+    kind: z.literal(EVENT_KINDS.message),
+    role: z.literal("user"),
+    text: z.string(),
+    parts: z.array(Part).optional(),
+    from: From.optional(),
+    channel: z.string().optional(),
+    /** The line that heads the message for the model: date, time, channel, speaker. Kept so it reads the same at every turn. */
+    header: z.string(),
+  })
+  .strict();
+
+export const AssistantMessage = z
+  .object({
+    ...base,
+    kind: z.literal(EVENT_KINDS.message),
+    role: z.literal("assistant"),
+    text: z.string(),
+    model: z.string(),
+    provider: z.string(),
+    response_id: z.string().optional(),
+    usage: Usage.optional(),
+    latency_ms: z.number().nonnegative(),
+    /** Only when the provider reports it; never estimated. */
+    cost: z.number().nonnegative().optional(),
+    thinking: Thinking.optional(),
+    tool_calls: z.array(ToolCall).optional(),
+    stop: StopReason,
+  })
+  .strict();
+
+export const Message = z.discriminatedUnion("role", [UserMessage, AssistantMessage]);
+
+export const ToolResult = z
+  .object({
+    ...base,
+    kind: z.literal(EVENT_KINDS.toolResult),
+    call_id: z.string(),
+    /** The name offered to the model: <tool>__<call>. */
+    tool: z.string(),
+    text: z.string(),
+    error: z.boolean(),
+    /** The answer was cut at 32 KiB. */
+    truncated: z.boolean().optional(),
+  })
+  .strict();
+
+export const COMMAND_NAMES = ["/new", "/model:set", "/chat:create", "/chat:fork", "/chat:resume", "/stop"] as const;
+export const CommandName = z.enum(COMMAND_NAMES);
+
+export const Command = z
+  .object({
+    ...base,
+    kind: z.literal(EVENT_KINDS.command),
+    name: CommandName,
+    /** /model:set: the model's name; /chat:fork and /chat:resume: the thread and event they start from. */
+    model: z.string().optional(),
+    thread: z.string().optional(),
+    event: z.number().int().positive().optional(),
+    from: From.optional(),
+  })
+  .strict();
+
+export const FAILURE_REASONS = ["context_too_long", "model_error", "network", "tool_error", "internal"] as const;
+
+/** A turn that failed: why, and what was sent. */
+export const Failure = z
+  .object({
+    ...base,
+    kind: z.literal(EVENT_KINDS.failure),
+    reason: z.enum(FAILURE_REASONS),
+    message: z.string(),
+    /** What the turn sent: rough tokens of the prompt and how many messages. */
+    sent: z.object({ messages: z.number().int().nonnegative(), tokens: z.number().int().nonnegative() }).strict().optional(),
+    status: z.number().int().optional(),
+  })
+  .strict();
+
+export const Event = z.union([Message, ToolResult, Command, Failure]);
+export type Event = z.infer<typeof Event>;
+export type UserMessage = z.infer<typeof UserMessage>;
+export type AssistantMessage = z.infer<typeof AssistantMessage>;
+export type ToolResult = z.infer<typeof ToolResult>;
+export type Command = z.infer<typeof Command>;
+export type Failure = z.infer<typeof Failure>;
+
+/** An event with the number its file is named by. */
+export interface Numbered<E = Event> {
+  n: number;
+  event: E;
+}

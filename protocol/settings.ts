@@ -1,0 +1,90 @@
+// Settings: the agent's config.json, as `configure` takes them (spec: contract.txt, decisions.txt).
+import { z } from "zod";
+
+const tokens = z.number().int().positive();
+
+export const ModelSettings = z
+  .object({
+    provider: z.string().min(1),
+    /** Sent to the endpoint as it is. */
+    name: z.string().min(1),
+    base_url: z.url({ protocol: /^https?$/ }),
+    /** The key; left out, Link's proxy adds it and a placeholder is sent. Never echoed or logged. */
+    key: z.string().optional(),
+    /** The answer's share of the window ([model] answer). */
+    answer: tokens.optional(),
+    /** The model's window, when the settings know it (overrides facts, not [window] max). */
+    window: tokens.optional(),
+    /** Extra fields sent with each request as given (temperature, reasoning_effort, …). */
+    params: z.record(z.string(), z.unknown()).optional(),
+  })
+  .strict();
+
+/** The spec's [window], in tokens. */
+export const WindowSettings = z
+  .object({
+    /** The window you set: always wins, whatever is known of the model. */
+    max: tokens.optional(),
+    /** The answer's share when the model names none. */
+    answer: tokens.optional(),
+    margin: z.number().int().nonnegative().optional(),
+    /** The window of a model nobody described. */
+    unknown: tokens.optional(),
+    /** Whether a trained window a runtime (Ollama) reports counts beyond the runtime's default. */
+    trained: z.boolean().optional(),
+  })
+  .strict();
+
+export const SECTION_NAMES = ["base", "model", "tools", "environment", "skills", "standing", "notes"] as const;
+export const SectionName = z.enum(SECTION_NAMES);
+export type SectionName = z.infer<typeof SectionName>;
+
+/** One section of the instructions: replaced by `text`, and held to `max` characters. */
+export const SectionSettings = z
+  .object({
+    text: z.string().optional(),
+    max: z.number().int().nonnegative().optional(),
+    owner: z.string().optional(),
+  })
+  .strict();
+
+export const InstructionsSettings = z.partialRecord(SectionName, SectionSettings);
+
+export const Identity = z
+  .object({
+    persona: z.string().optional(),
+    owner: z.string().optional(),
+    standing: z.string().optional(),
+    skills: z.array(z.string()).optional(),
+  })
+  .strict();
+
+export const Note = z.object({ path: z.string().min(1), text: z.string(), source: z.string().min(1) }).strict();
+export type Note = z.infer<typeof Note>;
+
+/** A tool the settings name: an http(s) URL (Streamable HTTP) or a command line (stdio). */
+export const ToolSource = z.string().min(1);
+
+export const VERBOSITIES = ["off", "new", "all", "verbose"] as const;
+export const Verbosity = z.enum(VERBOSITIES);
+export type Verbosity = z.infer<typeof Verbosity>;
+
+export const Settings = z
+  .object({
+    model: ModelSettings,
+    window: WindowSettings.optional(),
+    instructions: InstructionsSettings.optional(),
+    identity: Identity.optional(),
+    remembered: z.array(Note).optional(),
+    /** Tools by name, beside those Link's bridge names in the environment. */
+    tools: z.record(z.string().regex(/^[a-z0-9][a-z0-9_-]*$/), ToolSource).optional(),
+    /** The environment as Link resolved it at its start: the files folder and channels. */
+    environment: z
+      .object({ files: z.string().optional(), channels: z.array(z.string()).optional() })
+      .strict()
+      .optional(),
+    /** The chat's verbosity when a message names none (spec [connections] activity). */
+    verbosity: Verbosity.optional(),
+  })
+  .strict();
+export type Settings = z.infer<typeof Settings>;

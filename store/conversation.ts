@@ -1,0 +1,92 @@
+// A conversation's derived files: the transcript (copy for people and memory), window.json, tools.json.
+import { closeSync, constants, fstatSync, openSync, readSync, writeSync } from "node:fs";
+import { ToolsList, WindowMark, StoreError, describeIssues } from "../protocol/index.js";
+import { isErrno, readText, replaceFile } from "./files.js";
+import { ensureConversation } from "./events.js";
+import type { ConversationPaths } from "./paths.js";
+
+/** The last `bytes` of the transcript, or undefined when there is none. */
+export function transcriptTail(conv: ConversationPaths, bytes = 256): string | undefined {
+  let fd: number;
+  try {
+    fd = openSync(conv.transcript, constants.O_RDONLY | constants.O_NOFOLLOW);
+  } catch (e) {
+    if (isErrno(e, "ENOENT")) return undefined;
+    if (isErrno(e, "ELOOP")) throw new StoreError(`refused: ${conv.transcript} is a symbolic link`, conv.transcript);
+    throw e;
+  }
+  try {
+    const size = fstatSync(fd).size;
+    const len = Math.min(size, bytes);
+    const buf = Buffer.alloc(len);
+    readSync(fd, buf, 0, len, size - len);
+    return buf.toString("utf8");
+  } finally {
+    closeSync(fd);
+  }
+}
+
+export function readTranscript(conv: ConversationPaths): string | undefined {
+  return readText(conv.transcript);
+}
+
+/** Adds to the copy's end (it only grows, and only when the agent answers). */
+export function appendTranscript(conv: ConversationPaths, text: string): void {
+  ensureConversation(conv);
+  const fd = openSync(conv.transcript, constants.O_WRONLY | constants.O_APPEND | constants.O_CREAT | constants.O_NOFOLLOW, 0o644);
+  try {
+    writeSync(fd, text);
+  } finally {
+    closeSync(fd);
+  }
+}
+
+/** Makes the copy again, whole. */
+export function replaceTranscript(conv: ConversationPaths, text: string): void {
+  ensureConversation(conv);
+  replaceFile(conv.transcript, text);
+}
+
+/** The window's mark; a missing or unreadable one is undefined (it is derived, and made again). */
+export function readMark(conv: ConversationPaths): WindowMark | undefined {
+  const text = readText(conv.window);
+  if (text === undefined) return undefined;
+  try {
+    const parsed = WindowMark.safeParse(JSON.parse(text));
+    return parsed.success ? parsed.data : undefined;
+  } catch {
+    return undefined;
+  }
+}
+
+export function writeMark(conv: ConversationPaths, mark: WindowMark): void {
+  ensureConversation(conv);
+  replaceFile(conv.window, `${JSON.stringify(WindowMark.parse(mark))}\n`);
+}
+
+/** A subagent's tool list, or undefined when the conversation has all its agent's tools. */
+export function readToolsList(conv: ConversationPaths): string[] | undefined {
+  const text = readText(conv.tools);
+  if (text === undefined) return undefined;
+  let raw: unknown;
+  try {
+    raw = JSON.parse(text);
+  } catch (e) {
+    throw new StoreError(`${conv.tools} is not JSON: ${(e as Error).message}`, conv.tools);
+  }
+  const parsed = ToolsList.safeParse(raw);
+  if (!parsed.success) throw new StoreError(`${conv.tools} fails its schema: ${describeIssues(parsed.error)}`, conv.tools);
+  return parsed.data.tools;
+}
+
+/**
+ * Keeps a subagent's list: the first list is kept as given; a later list narrows it (only names
+ * in both stay) and never widens it. Returns the list now in force.
+ */
+export function narrowToolsList(conv: ConversationPaths, tools: readonly string[]): string[] {
+  const before = readToolsList(conv);
+  const now = before === undefined ? [...new Set(tools)] : before.filter((t) => tools.includes(t));
+  ensureConversation(conv);
+  replaceFile(conv.tools, `${JSON.stringify({ v: 1, tools: now })}\n`);
+  return now;
+}

@@ -1,0 +1,6 @@
+export * from "./paths.js";
+export * from "./files.js";
+export * from "./events.js";
+export * from "./lock.js";
+export * from "./settings.js";
+export * from "./conversation.js";

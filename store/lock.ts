@@ -1,0 +1,80 @@
+// One turn at a time per conversation: an async mutex inside the process, a lock file across processes.
+import lockfile from "proper-lockfile";
+import { ensureConversation } from "./events.js";
+import type { ConversationPaths } from "./paths.js";
+
+export interface LockOptions {
+  /** A lock not refreshed for this long is taken over (ms, at least 2000). */
+  stale?: number;
+  /** Gives up waiting after this long (ms). */
+  wait?: number;
+  /** Called when the lock was lost while held (its file was removed or taken over). */
+  onCompromised?: (err: Error) => void;
+  signal?: AbortSignal;
+}
+
+export class LockTimeoutError extends Error {
+  constructor(thread: string) {
+    super(`conversation ${thread} is busy: another turn holds its lock`);
+    this.name = "LockTimeoutError";
+  }
+}
+
+const inProcess = new Map<string, Promise<void>>();
+
+/** Runs fn alone in this process for this key: each caller waits for the one before it. */
+async function mutex<T>(key: string, fn: () => Promise<T>): Promise<T> {
+  const before = inProcess.get(key) ?? Promise.resolve();
+  let release!: () => void;
+  const mine = new Promise<void>((r) => (release = r));
+  const chain = before.then(() => mine);
+  inProcess.set(key, chain);
+  await before;
+  try {
+    return await fn();
+  } finally {
+    release();
+    if (inProcess.get(key) === chain) inProcess.delete(key);
+  }
+}
+
+/** Whether a turn of this process holds or waits for the conversation. */
+export function isBusy(conv: ConversationPaths): boolean {
+  return inProcess.has(conv.dir);
+}
+
+const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
+
+/** Runs fn holding the conversation's lock, in this process and across processes. */
+export async function withConversationLock<T>(conv: ConversationPaths, fn: () => Promise<T>, opts: LockOptions = {}): Promise<T> {
+  const stale = Math.max(2000, opts.stale ?? 10_000);
+  return mutex(conv.dir, async () => {
+    ensureConversation(conv);
+    const deadline = Date.now() + (opts.wait ?? 10 * 60_000);
+    let release: (() => Promise<void>) | undefined;
+    for (let delay = 20; ; delay = Math.min(delay * 2, 250)) {
+      try {
+        release = await lockfile.lock(conv.dir, {
+          lockfilePath: conv.lock,
+          stale,
+          realpath: false,
+          onCompromised: (err) => {
+            // The default throws, which would take the daemon down: report it to the turn instead.
+            opts.onCompromised?.(err);
+          },
+        });
+        break;
+      } catch (e) {
+        if ((e as { code?: string }).code !== "ELOCKED") throw e;
+        if (opts.signal?.aborted) throw opts.signal.reason ?? new Error("aborted");
+        if (Date.now() > deadline) throw new LockTimeoutError(conv.thread);
+        await sleep(delay);
+      }
+    }
+    try {
+      return await fn();
+    } finally {
+      await release().catch(() => undefined);
+    }
+  });
+}

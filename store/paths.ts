@@ -1,0 +1,94 @@
+// The one function that names every path of an agent (DESIGN.md "The agent's folders").
+import { join } from "node:path";
+import { Thread } from "../protocol/index.js";
+
+/** An agent as the store knows it: its own folder, its files folder (the workspace) and its Home. */
+export interface AgentRef {
+  /** The agent's own folder: settings, instructions, skills, notes, chats. */
+  readonly dir: string;
+  /** The agent's files folder, where its tools work; left out, everything is in `dir`. */
+  readonly files?: string;
+  /** The agent's Home. */
+  readonly home?: string;
+}
+
+export interface ConversationPaths {
+  readonly thread: string;
+  readonly dir: string;
+  readonly transcript: string;
+  readonly window: string;
+  readonly tools: string;
+  readonly lock: string;
+  event(n: number): string;
+}
+
+export interface AgentPaths {
+  readonly dir: string;
+  readonly files: string;
+  readonly home: string;
+  readonly config: string;
+  readonly instructions: string;
+  readonly instruction: string;
+  readonly skills: string;
+  readonly memory: string;
+  readonly notes: string;
+  readonly chats: string;
+  skill(name: string): string;
+  conversation(thread: string): ConversationPaths;
+}
+
+export const EVENT_DIGITS = 12;
+const EVENT_NAME = /^\d{12}\.json$/;
+
+export function eventName(n: number): string {
+  return `${String(n).padStart(EVENT_DIGITS, "0")}.json`;
+}
+
+/** The number of an event file's name, or undefined for any other file. */
+export function eventNumber(name: string): number | undefined {
+  return EVENT_NAME.test(name) ? Number(name.slice(0, EVENT_DIGITS)) : undefined;
+}
+
+export class InvalidNameError extends Error {
+  constructor(kind: string, name: string, why: string) {
+    super(`invalid ${kind} ${JSON.stringify(name.slice(0, 80))}: ${why}`);
+    this.name = "InvalidNameError";
+  }
+}
+
+/** Checks a thread (or skill) name before it becomes a path. */
+export function checkThread(thread: string, kind = "thread name"): string {
+  const parsed = Thread.safeParse(thread);
+  if (!parsed.success) throw new InvalidNameError(kind, thread, parsed.error.issues[0]?.message ?? "invalid");
+  return parsed.data;
+}
+
+export function paths(agent: AgentRef): AgentPaths {
+  const dir = agent.dir;
+  const chats = join(dir, "chats");
+  return {
+    dir,
+    files: agent.files ?? dir,
+    home: agent.home ?? agent.files ?? dir,
+    config: join(dir, "config.json"),
+    instructions: join(dir, "instructions"),
+    instruction: join(dir, "instructions", "instruction.md"),
+    skills: join(dir, "skills"),
+    memory: join(dir, "memory"),
+    notes: join(dir, "memory", "notes.md"),
+    chats,
+    skill: (name) => join(dir, "skills", checkThread(name, "skill name"), "SKILL.md"),
+    conversation(thread) {
+      const cdir = join(chats, checkThread(thread));
+      return {
+        thread,
+        dir: cdir,
+        transcript: join(cdir, "transcript.md"),
+        window: join(cdir, "window.json"),
+        tools: join(cdir, "tools.json"),
+        lock: join(cdir, ".lock"),
+        event: (n) => join(cdir, eventName(n)),
+      };
+    },
+  };
+}

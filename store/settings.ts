@@ -1,0 +1,106 @@
+// The agent's settings, instructions, skills and notes: read at each turn, written through the store.
+import { readdirSync } from "node:fs";
+import { Settings, StoreError, describeIssues, type Settings as SettingsT } from "../protocol/index.js";
+import { checkNoLinks, isErrno, readText, replaceFile } from "./files.js";
+import { checkThread, paths, type AgentRef } from "./paths.js";
+
+export class SettingsError extends Error {
+  constructor(message: string) {
+    super(message);
+    this.name = "SettingsError";
+  }
+}
+
+/** Parses settings from JSON text; the error names each wrong key, never a value. */
+export function parseSettings(text: string): SettingsT {
+  let raw: unknown;
+  try {
+    raw = JSON.parse(text);
+  } catch (e) {
+    throw new SettingsError(`settings are not JSON: ${(e as Error).message.replace(/\s+/g, " ")}`);
+  }
+  const parsed = Settings.safeParse(raw);
+  if (!parsed.success) throw new SettingsError(`invalid settings: ${describeIssues(parsed.error)}`);
+  return parsed.data;
+}
+
+/** The agent's settings, or undefined when it has none yet. */
+export function readSettings(agent: AgentRef): SettingsT | undefined {
+  const p = paths(agent);
+  checkNoLinks(p.dir, p.config);
+  const text = readText(p.config);
+  if (text === undefined) return undefined;
+  try {
+    return parseSettings(text);
+  } catch (e) {
+    throw new StoreError(`${p.config}: ${(e as Error).message}`, p.config);
+  }
+}
+
+/** Writes config.json whole (mode 0600: it may hold the key). */
+export function writeSettings(agent: AgentRef, settings: SettingsT): void {
+  const checked = Settings.safeParse(settings);
+  if (!checked.success) throw new SettingsError(`invalid settings: ${describeIssues(checked.error)}`);
+  const p = paths(agent);
+  checkNoLinks(p.dir, p.config);
+  replaceFile(p.config, `${JSON.stringify(checked.data, null, 2)}\n`, 0o600);
+}
+
+/** Your standing instructions, read at each turn. */
+export function readStanding(agent: AgentRef): string | undefined {
+  const p = paths(agent);
+  checkNoLinks(p.dir, p.instruction);
+  return readText(p.instruction);
+}
+
+/** What the agent remembered (memory/notes.md). */
+export function readNotes(agent: AgentRef): string | undefined {
+  const p = paths(agent);
+  checkNoLinks(p.dir, p.notes);
+  return readText(p.notes);
+}
+
+export interface Skill {
+  name: string;
+  description: string;
+  path: string;
+}
+
+/** The agent's skills: each folder of skills/ with a SKILL.md (Agent Skills format). */
+export function listSkills(agent: AgentRef): Skill[] {
+  const p = paths(agent);
+  let names: string[];
+  try {
+    names = readdirSync(p.skills, { withFileTypes: true })
+      .filter((d) => d.isDirectory() && !d.isSymbolicLink())
+      .map((d) => d.name)
+      .sort();
+  } catch (e) {
+    if (isErrno(e, "ENOENT")) return [];
+    throw e;
+  }
+  const skills: Skill[] = [];
+  for (const name of names) {
+    try {
+      checkThread(name, "skill name");
+    } catch {
+      continue;
+    }
+    const path = p.skill(name);
+    const text = readText(path);
+    if (text === undefined) continue;
+    skills.push({ name: frontmatter(text, "name") ?? name, description: frontmatter(text, "description") ?? "", path });
+  }
+  return skills;
+}
+
+/** One key of a SKILL.md's YAML front matter (plain `key: value` lines). */
+function frontmatter(text: string, key: string): string | undefined {
+  const m = /^---\r?\n([\s\S]*?)\r?\n---/.exec(text);
+  if (!m?.[1]) return undefined;
+  for (const line of m[1].split(/\r?\n/)) {
+    const kv = /^([A-Za-z_-]+):\s*(.*)$/.exec(line);
+    if (kv?.[1] === key) return kv[2]?.replace(/^["']|["']$/g, "").trim();
+  }
+  return undefined;
+}
