@@ -1,0 +1,59 @@
+// What a turn takes and what it reports: plain data, no ACP (the ACP layer maps these to session/update).
+import type { From, Part, StopReason, Usage, Event, Settings } from "../protocol/index.js";
+import type { AgentRef } from "../store/index.js";
+import type { ToolHost } from "./tools.js";
+
+/** A message the turn answers (or a message that steers a running turn). */
+export interface IncomingMessage {
+  text: string;
+  parts?: Part[];
+  /** Left out, the owner. */
+  from?: From;
+  channel?: string;
+  /** When it was sent; left out, now. */
+  time?: Date;
+}
+
+export interface TurnInput {
+  agent: AgentRef;
+  thread: string;
+  message: IncomingMessage;
+  /** The tools of this turn: the process's tool host, with the conversation's own MCP servers. */
+  tools?: ToolHost;
+  /** Aborting it is /stop: the turn ends cleanly, events written so far stay, stop reason `cancelled`. */
+  signal?: AbortSignal;
+  /**
+   * Messages that arrived while the turn runs: the turn takes each (writing it as an event) before
+   * its next request to the model, and answers it even past the last round of calls.
+   */
+  steering?: SteerQueue;
+  /** Settings as last read (the turn reads config.json itself when left out). */
+  settings?: Settings;
+  /** Environment for tool discovery (LNK_TOOL_*, LNK_MEMORY); left out, process.env. */
+  env?: NodeJS.ProcessEnv;
+}
+
+/** A queue the ACP layer pushes steering messages into while a turn runs. */
+export interface SteerQueue {
+  take(): IncomingMessage[];
+}
+
+/** What a turn reports as it happens. */
+export type TurnEvent =
+  | { type: "event"; n: number; event: Event }
+  | { type: "text"; delta: string }
+  | { type: "tool_call"; id: string; name: string; arguments: unknown }
+  | { type: "tool_result"; id: string; name: string; status: "completed" | "failed"; text: string }
+  | { type: "usage"; usage: Usage };
+
+export interface TurnOutcome {
+  stop: StopReason;
+  /** Summed over the turn's requests, from the provider's own counts. */
+  usage?: Usage;
+  /** Set when the turn failed: why, in words a person can act on. */
+  failure?: { reason: string; message: string };
+  /** The number of the last answer written, if any. */
+  answer?: number;
+}
+
+export type TurnListener = (event: TurnEvent) => void;
