@@ -13,6 +13,8 @@ export const WindowMark = z
     tokens_before: z.number().int().nonnegative(),
     /** The conversation's share the mark was made for. */
     budget: z.number().int().positive(),
+    /** The conversation's model as its last /model:set before that event chose it. */
+    model: z.string().optional(),
   })
   .strict();
 export type WindowMark = z.infer<typeof WindowMark>;
@@ -23,11 +25,15 @@ export type ToolsList = z.infer<typeof ToolsList>;
 
 /** A thread name: a conversation's folder. No `/`, `..`, NUL or leading dot; bounded length. */
 export const THREAD_MAX = 128;
+/** A folder's name is at most 255 bytes on the usual file systems (NAME_MAX). */
+export const THREAD_MAX_BYTES = 255;
 export const Thread = z
   .string()
   .min(1)
   .max(THREAD_MAX)
+  .refine((s) => new TextEncoder().encode(s).length <= THREAD_MAX_BYTES, `must be at most ${THREAD_MAX_BYTES} bytes in UTF-8`)
   .refine((s) => !s.startsWith("."), "must not start with a dot")
   .refine((s) => !/[/\\\0]/.test(s), "must not hold '/', '\\' or NUL")
   .refine((s) => !s.includes(".."), "must not hold '..'")
-  .refine((s) => !/[\p{Cc}]/u.test(s), "must not hold control characters");
+  // A lone surrogate has no UTF-8 form: two such names would become one folder.
+  .refine((s) => !/[\p{Cc}\p{Cs}]/u.test(s), "must not hold control characters or lone surrogates");

@@ -13,8 +13,6 @@ export const ModelSettings = z
     key: z.string().optional(),
     /** The answer's share of the window ([model] answer). */
     answer: tokens.optional(),
-    /** The model's window, when the settings know it (overrides facts, not [window] max). */
-    window: tokens.optional(),
     /** Extra fields sent with each request as given (temperature, reasoning_effort, …). */
     params: z.record(z.string(), z.unknown()).optional(),
   })

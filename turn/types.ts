@@ -1,7 +1,7 @@
 // What a turn takes and what it reports: plain data, no ACP (the ACP layer maps these to session/update).
 import type { From, Part, StopReason, Usage, Event, Settings } from "../protocol/index.js";
 import type { AgentRef } from "../store/index.js";
-import type { ToolHost } from "./tools.js";
+import type { ToolHost, ToolServer } from "./tools.js";
 
 /** A message the turn answers (or a message that steers a running turn). */
 export interface IncomingMessage {
@@ -20,6 +20,8 @@ export interface TurnInput {
   message: IncomingMessage;
   /** The tools of this turn: the process's tool host, with the conversation's own MCP servers. */
   tools?: ToolHost;
+  /** The tools (MCP servers) this conversation reaches: the agent's and its session's own. */
+  toolServers?: readonly ToolServer[];
   /** Aborting it is /stop: the turn ends cleanly, events written so far stay, stop reason `cancelled`. */
   signal?: AbortSignal;
   /**

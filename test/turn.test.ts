@@ -1,0 +1,230 @@
+// The turn against the scripted model server: the prompt's bytes, the window, thinking, failures.
+import { mkdtempSync, rmSync, writeFileSync, mkdirSync, readdirSync, readFileSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
+import { Event, type Settings } from "../protocol/index.js";
+import { appendEvent, eventName, forgetEvents, paths, readEventsFrom, readStats, writeSettings, type AgentRef } from "../store/index.js";
+import { runTurn } from "../turn/turn.js";
+import type { TurnEvent } from "../turn/types.js";
+import { McpToolHost } from "../daemon/tools/host.js";
+import { startModelServer, type ModelServer, type RecordedRequest } from "./model-server.js";
+
+const EVERYTHING = join(process.cwd(), "node_modules/@modelcontextprotocol/server-everything/dist/index.js");
+let server: ModelServer;
+const dirs: string[] = [];
+
+beforeAll(async () => {
+  server = await startModelServer();
+});
+afterAll(async () => {
+  await server.close();
+  for (const d of dirs) rmSync(d, { recursive: true, force: true });
+});
+afterEach(() => {
+  server.requests.length = 0;
+});
+
+function agentWith(settings: Partial<Settings> = {}): AgentRef {
+  const dir = mkdtempSync(join(tmpdir(), "lh-turn-"));
+  dirs.push(dir);
+  const agent = { dir };
+  writeSettings(agent, { model: { provider: "test", name: "scripted-1", base_url: server.url }, ...settings });
+  return agent;
+}
+
+async function turn(agent: AgentRef, thread: string, text: string) {
+  const seen: TurnEvent[] = [];
+  const outcome = await runTurn({ agent, thread, message: { text } }, (e) => seen.push(e));
+  return { outcome, seen };
+}
+
+function chats(r: RecordedRequest): { role: string; content?: unknown }[] {
+  return (r.body as { messages: { role: string; content?: unknown }[] }).messages;
+}
+
+describe("the prompt stays byte-stable", () => {
+  it("over 50 turns each request starts with the previous one until a drop, whose start is a turn", async () => {
+    // A small window so the conversation crosses drop points: each turn is ~60 tokens.
+    const agent = agentWith({ window: { max: 2_000, answer: 200, margin: 100 } });
+    server.fallback = (req) => ({ text: `answer ${chats(req).length} ${"lorem ipsum ".repeat(10)}` });
+    const requests: RecordedRequest[] = [];
+    for (let i = 0; i < 50; i++) {
+      await turn(agent, "stable", `question ${i} ${"dolor sit amet ".repeat(8)}`);
+      requests.push(server.requests.at(-1)!);
+    }
+    let drops = 0;
+    const system = JSON.stringify(chats(requests[0]!)[0]);
+    for (let i = 1; i < requests.length; i++) {
+      const before = chats(requests[i - 1]!);
+      const now = chats(requests[i]!);
+      expect(JSON.stringify(now[0])).toBe(system);
+      const prefix = JSON.stringify(now.slice(0, before.length));
+      if (prefix === JSON.stringify(before)) continue;
+      drops++;
+      // A drop: the window now starts with a user message that the previous request also held.
+      expect(now[1]!.role).toBe("user");
+      const start = JSON.stringify(now[1]);
+      const at = before.findIndex((m) => JSON.stringify(m) === start);
+      expect(at).toBeGreaterThan(1);
+      // About half the window went: what stays of the previous request is a contiguous tail of it.
+      expect(JSON.stringify(now.slice(1, 1 + before.length - at))).toBe(JSON.stringify(before.slice(at)));
+      const dropped = before.slice(1, at).reduce((s, m) => s + JSON.stringify(m).length, 0);
+      const kept = before.slice(at).reduce((s, m) => s + JSON.stringify(m).length, 0);
+      expect(dropped / (dropped + kept)).toBeGreaterThan(0.3);
+      expect(dropped / (dropped + kept)).toBeLessThan(0.75);
+    }
+    expect(drops).toBeGreaterThanOrEqual(2);
+    // Many turns between drops: the cache holds for most requests.
+    expect(drops).toBeLessThan(15);
+  });
+
+  it("heads each user message with its time, channel and speaker, kept so it reads the same later", async () => {
+    const agent = agentWith();
+    server.fallback = () => ({ text: "ok" });
+    await runTurn({ agent, thread: "head", message: { text: "hi", channel: "telegram", from: { id: "u1", name: "Ann", owner: true }, time: new Date("2026-01-02T03:04:05Z") } }, () => {});
+    await turn(agent, "head", "again");
+    const first = chats(server.requests[0]!);
+    const second = chats(server.requests[1]!);
+    expect(first[1]!.content).toBe("[2026-01-02 03:04 UTC · telegram · Ann (your owner)]\nhi");
+    expect(second[1]).toEqual(first[1]);
+    expect(first[0]).toEqual(second[0]);
+  });
+});
+
+describe("the window", () => {
+  function fill(agent: AgentRef, thread: string, count: number): void {
+    // Written directly, as an earlier process would have: one event a file.
+    const conv = paths(agent).conversation(thread);
+    mkdirSync(conv.dir, { recursive: true });
+    const t = new Date("2026-01-01T00:00:00Z").getTime();
+    for (let n = 1; n <= count; n++) {
+      const time = new Date(t + n * 1000).toISOString();
+      const event =
+        n % 2 === 1
+          ? { v: 1, kind: "message", role: "user", time, text: `message ${n} ${"x".repeat(200)}`, header: `[h ${n}]` }
+          : { v: 1, kind: "message", role: "assistant", time, text: `answer ${n} ${"y".repeat(200)}`, model: "m", provider: "p", latency_ms: 1, stop: "end_turn" };
+      writeFileSync(join(conv.dir, eventName(n)), JSON.stringify(Event.parse(event)));
+    }
+  }
+
+  it("reads no more event files for 5,000 events than for 500 with the same window", async () => {
+    const reads: number[] = [];
+    for (const size of [500, 5_000]) {
+      const agent = agentWith({ window: { max: 8_000, answer: 500, margin: 200 } });
+      fill(agent, "long", size);
+      server.fallback = () => ({ text: "fine" });
+      await turn(agent, "long", "first"); // no mark yet: reads every message once, and marks
+      forgetEvents(); // as a fresh process would
+      readStats.files = 0;
+      await turn(agent, "long", "second");
+      reads.push(readStats.files);
+      const sent = chats(server.requests.at(-1)!);
+      expect(sent.length).toBeLessThan(200);
+    }
+    // Each holds between half a window and a window of ~70-token events, whatever the conversation's length.
+    for (const r of reads) expect(r).toBeGreaterThan(10);
+    for (const r of reads) expect(r).toBeLessThan(8_000 / 60);
+    expect(reads[1]! / reads[0]!).toBeLessThan(2);
+  });
+
+  it("starts anew after /new, keeping what came before on disk", async () => {
+    const agent = agentWith();
+    server.fallback = () => ({ text: "ok" });
+    await turn(agent, "fresh", "remember the word apple");
+    appendEvent(paths(agent).conversation("fresh"), { v: 1, kind: "command", name: "/new", time: new Date().toISOString() });
+    await turn(agent, "fresh", "what word?");
+    const sent = chats(server.requests.at(-1)!);
+    expect(sent).toHaveLength(2);
+    expect(JSON.stringify(sent)).not.toContain("apple");
+    const all = readEventsFrom(paths(agent).conversation("fresh"), 1);
+    expect(all.some((e) => e.event.kind === "message" && e.event.text.includes("apple"))).toBe(true);
+  });
+});
+
+describe("the model call", () => {
+  it("keeps a model's thinking with its answer and sends it back with its tool-call message", async () => {
+    const agent = agentWith();
+    const host = new McpToolHost();
+    const servers = [{ name: "everything", source: { type: "stdio" as const, command: process.execPath, args: [EVERYTHING, "stdio"] } }];
+    server.script(
+      { reasoning_content: "I should call the tool.", tool_calls: [{ id: "call_1", name: "everything__echo", arguments: { message: "hi" } }] },
+      { reasoning_content: "Now answer.", text: "Done." },
+    );
+    const seen: TurnEvent[] = [];
+    const outcome = await runTurn({ agent, thread: "think", message: { text: "go" }, tools: host, toolServers: servers }, (e) => seen.push(e));
+    await host.close();
+    expect(outcome.stop).toBe("end_turn");
+    // Thinking is never shown.
+    expect(seen.filter((e) => e.type === "text").map((e) => (e as { delta: string }).delta).join("")).toBe("Done.");
+    const second = chats(server.requests[1]!);
+    const withCalls = second.find((m) => m.role === "assistant") as Record<string, unknown>;
+    expect(withCalls.reasoning_content).toBe("I should call the tool.");
+    expect(withCalls.tool_calls).toHaveLength(1);
+    const answer = second.find((m) => m.role === "tool") as { content: string };
+    expect(answer.content).toContain("hi");
+    const events = readEventsFrom(paths(agent).conversation("think"), 1).map((e) => e.event);
+    const last = events.at(-1)!;
+    expect(last.kind === "message" && last.role === "assistant" && last.thinking?.reasoning_content).toBe("Now answer.");
+    // Thinking of a plain answer isn't sent back at the next turn.
+    await turn(agent, "think", "more");
+    expect(JSON.stringify(chats(server.requests[2]!))).not.toContain("Now answer.");
+  });
+
+  it("keeps usage, latency, response id, and cost only when reported", async () => {
+    const agent = agentWith();
+    server.script({ text: "a", usage: { prompt_tokens: 100, completion_tokens: 5, cached_tokens: 64, cost: 0.0012 } }, { text: "b", usage: { prompt_tokens: 10, completion_tokens: 2 } });
+    await turn(agent, "usage", "one");
+    await turn(agent, "usage", "two");
+    const answers = readEventsFrom(paths(agent).conversation("usage"), 1)
+      .map((e) => e.event)
+      .filter((e) => e.kind === "message" && e.role === "assistant");
+    expect(answers[0]).toMatchObject({ usage: { in: 100, out: 5, cached: 64 }, cost: 0.0012, model: "scripted-1", provider: "test" });
+    expect(answers[0]).toHaveProperty("response_id");
+    expect(answers[1]).not.toHaveProperty("cost");
+  });
+
+  it("stores and reports a prompt refused as too long, saying what was sent", async () => {
+    const agent = agentWith();
+    server.script({ error: { status: 400, code: "context_length_exceeded", message: "This model's maximum context length is 8192 tokens." } });
+    const { outcome } = await turn(agent, "long", "hello");
+    expect(outcome.failure?.reason).toBe("context_too_long");
+    expect(outcome.failure?.message).toMatch(/too long: sent 2 messages, about \d+ tokens/);
+    const last = readEventsFrom(paths(agent).conversation("long"), 1).at(-1)!.event;
+    expect(last).toMatchObject({ kind: "failure", reason: "context_too_long", sent: { messages: 2 } });
+  });
+
+  it("retries a 5xx a bounded number of times, then reports the turn's failure", async () => {
+    const agent = agentWith();
+    const before = server.requests.length;
+    server.script(...Array.from({ length: 5 }, () => ({ error: { status: 503, message: "overloaded" } })));
+    const { outcome } = await turn(agent, "down", "hello");
+    expect(outcome.failure?.reason).toBe("model_error");
+    expect(server.requests.length - before).toBe(3);
+    server.fallback = () => ({ text: "back" });
+    server.script();
+  });
+});
+
+describe("the transcript", () => {
+  it("holds only the owner's messages and the agent's answers, up to the last answer", async () => {
+    const agent = agentWith();
+    server.script({ tool_calls: [{ id: "c1", name: "x__y", arguments: {} }] }, { text: "the answer" });
+    await turn(agent, "copy", "the question");
+    const conv = paths(agent).conversation("copy");
+    const copy = readFileSync(conv.transcript, "utf8");
+    expect(copy).toContain("the question");
+    expect(copy).toContain("the answer");
+    expect(copy).not.toContain("x__y");
+    expect(copy).not.toContain("there is no tool");
+    // Cut short: made again from every message.
+    writeFileSync(conv.transcript, copy.slice(0, 20));
+    server.fallback = () => ({ text: "second answer" });
+    await turn(agent, "copy", "next question");
+    const again = readFileSync(conv.transcript, "utf8");
+    expect(again.match(/the question/g)).toHaveLength(1);
+    expect(again).toContain("next question");
+    expect(again.trimEnd().endsWith(`-->`)).toBe(true);
+    expect(readdirSync(conv.dir).filter((f) => f.startsWith(".tmp"))).toHaveLength(0);
+  });
+});

@@ -1,0 +1,75 @@
+// Running one round of tool calls: all at once, each answer kept up to 32 KiB and written as it comes.
+import type { ToolCall, ToolResult } from "../protocol/index.js";
+import type { ToolBox } from "./tools.js";
+
+export const ANSWER_MAX_BYTES = 32 * 1024;
+
+/** Cuts an answer to 32 KiB of UTF-8, saying so where it's cut. */
+export function cutAnswer(text: string): { text: string; truncated: boolean } {
+  const bytes = Buffer.byteLength(text, "utf8");
+  if (bytes <= ANSWER_MAX_BYTES) return { text, truncated: false };
+  const note = `\n[cut: the answer was ${bytes} bytes; only the first 32 KiB are kept]`;
+  const buf = Buffer.from(text, "utf8").subarray(0, ANSWER_MAX_BYTES - Buffer.byteLength(note));
+  // Drop a character split by the cut.
+  const kept = buf.toString("utf8").replace(/\uFFFD$/, "");
+  return { text: kept + note, truncated: true };
+}
+
+function parseArguments(raw: string): Record<string, unknown> | string {
+  try {
+    const value: unknown = JSON.parse(raw || "{}");
+    if (value && typeof value === "object" && !Array.isArray(value)) return value as Record<string, unknown>;
+    return "the call's arguments must be a JSON object";
+  } catch (e) {
+    return `the call's arguments are not valid JSON: ${(e as Error).message}`;
+  }
+}
+
+export interface CallAnswer {
+  call: ToolCall;
+  result: ToolResult;
+}
+
+/**
+ * Runs the calls of one round at once. Each answer is handed to `onAnswer` as soon as it comes, in
+ * the order they finish, so it's written as it happens. Never throws for a tool's failure.
+ */
+export async function runCalls(
+  calls: readonly ToolCall[],
+  box: ToolBox | undefined,
+  signal: AbortSignal | undefined,
+  onAnswer: (answer: CallAnswer) => void,
+): Promise<void> {
+  await Promise.all(
+    calls.map(async (call) => {
+      const args = parseArguments(call.arguments);
+      let text: string;
+      let error: boolean;
+      if (typeof args === "string") [text, error] = [args, true];
+      else if (!box) [text, error] = [`there is no tool ${call.name}`, true];
+      else {
+        try {
+          const answer = await box.call(call.name, args, signal);
+          [text, error] = [answer.text, answer.error];
+        } catch (e) {
+          [text, error] = [`the call failed: ${(e as Error).message}`, true];
+        }
+      }
+      if (signal?.aborted) [text, error] = ["cancelled: the turn was stopped before the tool answered", true];
+      const cut = cutAnswer(text);
+      onAnswer({
+        call,
+        result: {
+          v: 1,
+          kind: "tool_result",
+          time: new Date().toISOString(),
+          call_id: call.id,
+          tool: call.name,
+          text: cut.text,
+          error,
+          ...(cut.truncated ? { truncated: true } : {}),
+        },
+      });
+    }),
+  );
+}

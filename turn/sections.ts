@@ -1,0 +1,122 @@
+// The instructions: sections in the order of how often each changes, least first, so a provider's
+// cache holds. Spec: "Where does Link Harness take its instructions from?" (decisions.txt).
+import { SECTION_NAMES, type SectionName, type Settings } from "../protocol/index.js";
+import { listSkills, paths, readNotes, readStanding, type AgentRef } from "../store/index.js";
+import type { OfferedCall } from "./tools.js";
+
+export interface Section {
+  name: SectionName;
+  /** Who owns the text: who may replace it. */
+  owner: string;
+  text: string;
+}
+
+/** Each section's owner and its most, in characters, unless the settings' [instructions] say otherwise. */
+export const SECTION_DEFAULTS: Record<SectionName, { owner: string; max: number }> = {
+  base: { owner: "link", max: 8_000 },
+  model: { owner: "link", max: 4_000 },
+  tools: { owner: "link", max: 4_000 },
+  environment: { owner: "link", max: 2_000 },
+  skills: { owner: "agent", max: 8_000 },
+  standing: { owner: "owner", max: 16_000 },
+  notes: { owner: "agent", max: 16_000 },
+};
+
+const BASE = `You are a personal AI agent run by Link. You answer your owner and the people your owner lets you talk with, in the chats Link carries.
+Each message you get starts with a line in brackets saying when it was sent, on which channel and who is speaking; answer the message, not that line.
+Be direct and accurate. When you don't know, say so. Use your tools when they help, and say what you did.`;
+
+function identityText(settings: Settings): string {
+  const id = settings.identity;
+  if (!id) return "";
+  const parts: string[] = [];
+  if (id.persona) parts.push(`## Who you are\n${id.persona.trim()}`);
+  if (id.owner) parts.push(`## Your owner\n${id.owner.trim()}`);
+  return parts.join("\n\n");
+}
+
+function toolsText(calls: readonly OfferedCall[]): string {
+  if (calls.length === 0) return "";
+  const tools = [...new Set(calls.map((c) => c.tool))];
+  const lines = [
+    `You have tools: ${tools.join(", ")}. Each call is named <tool>__<call>.`,
+    "A tool's answer is cut at 32 KiB; a call may fail or be unavailable: say so rather than guess.",
+  ];
+  if (tools.includes("memory")) {
+    lines.push("memory searches what was said in your past conversations (memory__search): use it when asked about something said before that you don't see here.");
+  }
+  return lines.join("\n");
+}
+
+function environmentText(agent: AgentRef, settings: Settings): string {
+  const p = paths(agent);
+  const lines = [`Your files folder (where your tools work): ${settings.environment?.files ?? p.files}`];
+  const channels = settings.environment?.channels;
+  if (channels?.length) lines.push(`Your channels: ${channels.join(", ")}`);
+  return lines.join("\n");
+}
+
+function skillsText(agent: AgentRef): string {
+  const skills = listSkills(agent);
+  if (skills.length === 0) return "";
+  return [
+    "Skills you have (read a skill's SKILL.md before you use it):",
+    ...skills.map((s) => `- ${s.name}: ${s.description} (${s.path})`),
+  ].join("\n");
+}
+
+function notesText(agent: AgentRef, settings: Settings): string {
+  const parts: string[] = [];
+  const notes = readNotes(agent)?.trim();
+  if (notes) parts.push(notes);
+  // What a switch left of what the agent remembered on other harnesses; Link's own notes are in notes.md.
+  for (const note of settings.remembered ?? []) {
+    if (note.source !== "link" || !notes) parts.push(`(${note.source}: ${note.path})\n${note.text.trim()}`);
+  }
+  return parts.length ? `What you remember:\n${parts.join("\n\n")}` : "";
+}
+
+/** Holds a section to its most, saying what was cut. */
+export function cut(text: string, max: number): string {
+  if (text.length <= max) return text;
+  const marker = `\n[cut: ${text.length - max} more characters]`;
+  return text.slice(0, Math.max(0, max - marker.length)) + marker;
+}
+
+/** The sections of the system prompt, each read at this turn through the store. */
+export function composeSections(agent: AgentRef, settings: Settings, calls: readonly OfferedCall[]): Section[] {
+  const made: Record<SectionName, () => string> = {
+    base: () => [BASE, identityText(settings)].filter(Boolean).join("\n\n"),
+    model: () => "",
+    tools: () => toolsText(calls),
+    environment: () => environmentText(agent, settings),
+    skills: () => skillsText(agent),
+    standing: () => {
+      const text = readStanding(agent) ?? settings.identity?.standing;
+      return text?.trim() ? `## Standing instructions\n${text.trim()}` : "";
+    },
+    notes: () => notesText(agent, settings),
+  };
+  const out: Section[] = [];
+  for (const name of SECTION_NAMES) {
+    const own = settings.instructions?.[name];
+    const defaults = SECTION_DEFAULTS[name];
+    // Every section can be replaced, the base included.
+    const text = own?.text ?? made[name]();
+    if (!text) continue;
+    out.push({ name, owner: own?.owner ?? defaults.owner, text: cut(text, own?.max ?? defaults.max) });
+  }
+  return out;
+}
+
+export function systemPrompt(sections: readonly Section[]): string {
+  return sections.map((s) => s.text).join("\n\n");
+}
+
+/** The line that heads a user message: date, time, channel and speaker, kept with it. */
+export function messageHeader(time: Date, channel: string | undefined, from: { id: string; name?: string; owner: boolean } | undefined): string {
+  const iso = time.toISOString();
+  const when = `${iso.slice(0, 10)} ${iso.slice(11, 16)} UTC`;
+  const who = !from ? "your owner" : from.owner ? `${from.name ?? from.id} (your owner)` : `${from.name ? `${from.name} ` : ""}(${from.id})`;
+  return `[${when} · ${channel ?? "direct"} · ${who}]`;
+}

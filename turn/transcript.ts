@@ -1,0 +1,61 @@
+// The copy for people and memory: the owner's messages and the agent's answers, up to the last answer.
+// Spec: "What does a conversation's copy hold?" and "Why is the copy added to rather than made again?".
+import type { Event, Numbered } from "../protocol/index.js";
+import { appendTranscript, readEventsFrom, replaceTranscript, transcriptTail, type ConversationPaths } from "../store/index.js";
+
+const TRAILER = /<!-- answer (\d+) -->\s*$/;
+
+/** The last answer the copy ends with, or undefined when it has none or was cut short. */
+export function transcriptEnd(conv: ConversationPaths): number | undefined {
+  const tail = transcriptTail(conv);
+  if (tail === undefined) return 0;
+  const m = TRAILER.exec(tail);
+  return m ? Number(m[1]) : undefined;
+}
+
+function when(time: string): string {
+  return `${time.slice(0, 10)} ${time.slice(11, 16)} UTC`;
+}
+
+/** Whether an event is an answer of the agent the copy holds: an assistant message with text. */
+export function isAnswer(event: Event): boolean {
+  return event.kind === "message" && event.role === "assistant" && event.text.trim().length > 0;
+}
+
+/** What the copy holds of events after its end, up to and including the answer numbered `upTo`. */
+function entries(events: readonly Numbered[], after: number, upTo: number): string {
+  let out = "";
+  for (const { n, event } of events) {
+    if (n <= after || n > upTo || event.kind !== "message") continue;
+    if (event.role === "user") {
+      // Only the owner's messages: a tool's call or answer, or anyone else's words, never.
+      if (event.from && !event.from.owner) continue;
+      const who = event.from?.name ?? "Owner";
+      out += `**${who}** · ${when(event.time)}${event.channel ? ` · ${event.channel}` : ""}\n${event.text.trim()}\n\n`;
+    } else if (isAnswer(event)) {
+      out += `**Agent** · ${when(event.time)}\n${event.text.trim()}\n<!-- answer ${n} -->\n\n`;
+    }
+  }
+  return out;
+}
+
+/**
+ * Brings the copy up to the last answer in `events` (which hold every event after the copy's end,
+ * when it has one). When the copy doesn't end with an answer the events know, it's made again from
+ * every message.
+ */
+export function updateTranscript(conv: ConversationPaths, events: readonly Numbered[]): void {
+  const last = [...events].reverse().find((e) => isAnswer(e.event));
+  if (!last) return;
+  const end = transcriptEnd(conv);
+  const first = events[0]?.n ?? Number.POSITIVE_INFINITY;
+  if (end === last.n) return;
+  if (end !== undefined && end < last.n && (end === 0 ? first === 1 : end + 1 >= first)) {
+    appendTranscript(conv, entries(events, end, last.n));
+    return;
+  }
+  // Cut short, written elsewhere or ahead of these events: made again from every message.
+  const all = readEventsFrom(conv, 1);
+  const lastOfAll = [...all].reverse().find((e) => isAnswer(e.event));
+  replaceTranscript(conv, entries(all, 0, lastOfAll?.n ?? 0));
+}

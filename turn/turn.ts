@@ -1,0 +1,229 @@
+// One turn, stateless: reads what it needs through the store, asks the model, runs tools in rounds,
+// and writes every event as it happens. It reports through a callback of plain events, never ACP.
+import type { AssistantMessage, Event, Failure, Settings, StopReason, Usage, UserMessage } from "../protocol/index.js";
+import { appendEvent, paths, readSettings, readToolsList, withConversationLock, type ConversationPaths } from "../store/index.js";
+import { runCalls } from "./calls.js";
+import { modelWindow, type ModelWindow } from "./facts.js";
+import { History } from "./history.js";
+import { askModel, ModelError, type ModelAnswer } from "./model.js";
+import { eventsToMessages, type ChatMessage } from "./prompt.js";
+import { composeSections, messageHeader, systemPrompt } from "./sections.js";
+import type { ToolBox } from "./tools.js";
+import { updateTranscript } from "./transcript.js";
+import type { IncomingMessage, TurnInput, TurnListener, TurnOutcome } from "./types.js";
+import { roughTokens } from "./window.js";
+
+/** At most eight rounds of calls; then the model is asked once more and told to call nothing. */
+export const MAX_ROUNDS = 8;
+
+/** The margin when the settings' [window] names none: what the rough count may be off by. */
+export function defaultMargin(window: number): number {
+  return Math.max(256, Math.ceil(window * 0.05));
+}
+
+export function userEvent(message: IncomingMessage): UserMessage {
+  const time = message.time ?? new Date();
+  return {
+    v: 1,
+    kind: "message",
+    role: "user",
+    time: time.toISOString(),
+    text: message.text,
+    ...(message.parts?.length ? { parts: message.parts } : {}),
+    ...(message.from ? { from: message.from } : {}),
+    ...(message.channel ? { channel: message.channel } : {}),
+    header: messageHeader(time, message.channel, message.from),
+  };
+}
+
+class Turn {
+  readonly conv: ConversationPaths;
+  readonly usage: Usage = { in: 0, out: 0, cached: 0 };
+  private sawUsage = false;
+  private lastAnswer: number | undefined;
+
+  constructor(
+    readonly input: TurnInput,
+    readonly listener: TurnListener,
+    readonly signal: AbortSignal,
+  ) {
+    this.conv = paths(input.agent).conversation(input.thread);
+  }
+
+  write(event: Event, history?: History): number {
+    const n = appendEvent(this.conv, event);
+    history?.push(n, event);
+    this.listener({ type: "event", n, event });
+    return n;
+  }
+
+  outcome(stop: StopReason, failure?: TurnOutcome["failure"]): TurnOutcome {
+    return {
+      stop,
+      ...(this.sawUsage ? { usage: this.usage } : {}),
+      ...(failure ? { failure } : {}),
+      ...(this.lastAnswer !== undefined ? { answer: this.lastAnswer } : {}),
+    };
+  }
+
+  fail(reason: Failure["reason"], message: string, history?: History, extra: Partial<Failure> = {}): TurnOutcome {
+    this.write({ v: 1, kind: "failure", time: new Date().toISOString(), reason, message, ...extra }, history);
+    return this.outcome("end_turn", { reason, message });
+  }
+
+  async run(): Promise<TurnOutcome> {
+    let settings: Settings | undefined;
+    try {
+      settings = this.input.settings ?? readSettings(this.input.agent);
+    } catch (e) {
+      this.write(userEvent(this.input.message));
+      return this.fail("internal", (e as Error).message);
+    }
+    if (!settings) {
+      this.write(userEvent(this.input.message));
+      return this.fail("internal", `the agent has no settings: run lnk-link-harness configure --agent ${this.input.agent.dir}`);
+    }
+    let box: ToolBox | undefined;
+    try {
+      if (this.input.tools && this.input.toolServers?.length) {
+        const allowed = readToolsList(this.conv);
+        box = await this.input.tools.open(this.input.toolServers, { ...(allowed ? { allowed } : {}), signal: this.signal });
+      }
+      return await this.rounds(settings, box);
+    } finally {
+      await box?.close().catch(() => undefined);
+    }
+  }
+
+  private async rounds(settings: Settings, box: ToolBox | undefined): Promise<TurnOutcome> {
+    const calls = box?.offered ?? [];
+    const system = systemPrompt(composeSections(this.input.agent, settings, calls));
+    const fixed = roughTokens(system) + (calls.length ? roughTokens(JSON.stringify(calls.map((c) => [c.name, c.description, c.parameters]))) : 0);
+    let mw: ModelWindow | undefined;
+    // The conversation's share: the window less the answer's, the instructions and tools, and the margin.
+    const history = await History.load(this.conv, async (chosen) => {
+      mw = await modelWindow(settings, chosen ?? settings.model.name);
+      return Math.max(1, mw.window - mw.answer - fixed - (settings.window?.margin ?? defaultMargin(mw.window)));
+    });
+    const model = history.model ?? settings.model.name;
+    const window = mw ?? (await modelWindow(settings, model));
+    const budget = history.budget;
+    this.write(userEvent(this.input.message), history);
+
+    let round = 0;
+    let lastText = "";
+    for (;;) {
+      for (const m of [...this.pendingSteer.splice(0), ...(this.input.steering?.take() ?? [])]) this.write(userEvent(m), history);
+      const callNothing = round >= MAX_ROUNDS;
+      const messages: ChatMessage[] = [{ role: "system", content: system }, ...eventsToMessages(history.window(), { tools: calls.length > 0 })];
+      let answer: ModelAnswer;
+      try {
+        answer = await askModel({
+          settings,
+          model,
+          messages,
+          calls,
+          callNothing,
+          signal: this.signal,
+          onText: (delta) => this.listener({ type: "text", delta }),
+        });
+      } catch (e) {
+        if (!(e instanceof ModelError)) throw e;
+        const sent = { messages: messages.length, tokens: messages.reduce((s, m) => s + roughTokens(JSON.stringify(m)), 0) };
+        const message =
+          e.reason === "context_too_long"
+            ? `the model refused the prompt as too long: sent ${sent.messages} messages, about ${sent.tokens} tokens (window ${window.window} from ${window.source}, conversation's share ${budget}): ${e.message}`
+            : e.message;
+        const outcome = this.fail(e.reason, message, history, { sent, ...(e.status ? { status: e.status } : {}) });
+        this.finish(history);
+        return outcome;
+      }
+      if (answer.usage) {
+        this.sawUsage = true;
+        this.usage.in += answer.usage.in;
+        this.usage.out += answer.usage.out;
+        this.usage.cached += answer.usage.cached;
+        this.listener({ type: "usage", usage: answer.usage });
+      }
+      // Past the last round, calls the model makes anyway are not run.
+      const toolCalls = callNothing ? [] : answer.toolCalls;
+      const stop: StopReason = answer.aborted ? "cancelled" : toolCalls.length ? "tool_calls" : answer.finishReason === "length" ? "max_tokens" : answer.finishReason === "content_filter" ? "refusal" : "end_turn";
+      if (!answer.aborted || answer.text || toolCalls.length) {
+        const event: AssistantMessage = {
+          v: 1,
+          kind: "message",
+          role: "assistant",
+          time: new Date().toISOString(),
+          text: answer.text,
+          model,
+          provider: settings.model.provider,
+          ...(answer.responseId ? { response_id: answer.responseId } : {}),
+          ...(answer.usage ? { usage: answer.usage } : {}),
+          latency_ms: answer.latencyMs,
+          ...(answer.cost !== undefined ? { cost: answer.cost } : {}),
+          ...(answer.thinking ? { thinking: answer.thinking } : {}),
+          ...(toolCalls.length ? { tool_calls: toolCalls } : {}),
+          stop,
+        };
+        const n = this.write(event, history);
+        if (answer.text.trim()) this.lastAnswer = n;
+      }
+      if (answer.aborted) {
+        this.finish(history);
+        return this.outcome("cancelled");
+      }
+      lastText = answer.text;
+      if (toolCalls.length) {
+        for (const c of toolCalls) {
+          let args: unknown = c.arguments;
+          try {
+            args = JSON.parse(c.arguments);
+          } catch {
+            // Shown as the model sent it.
+          }
+          this.listener({ type: "tool_call", id: c.id, name: c.name, arguments: args });
+        }
+        await runCalls(toolCalls, box, this.signal, ({ call, result }) => {
+          this.write(result, history);
+          this.listener({ type: "tool_result", id: call.id, name: call.name, status: result.error ? "failed" : "completed", text: result.text });
+        });
+        round++;
+        if (this.signal.aborted) {
+          this.finish(history);
+          return this.outcome("cancelled");
+        }
+        continue;
+      }
+      // A message that steers a running turn is answered, even past the last round of calls.
+      if (this.input.steering && this.peekSteering()) continue;
+      this.finish(history);
+      if (callNothing && !lastText.trim()) return this.outcome("max_turn_requests");
+      return this.outcome(stop === "tool_calls" ? "end_turn" : stop);
+    }
+  }
+
+  private pendingSteer: IncomingMessage[] = [];
+  private peekSteering(): boolean {
+    const more = this.input.steering?.take() ?? [];
+    this.pendingSteer.push(...more);
+    return this.pendingSteer.length > 0;
+  }
+
+  /** The copy and the mark: derived, brought up to date at the end of the turn. */
+  private finish(history: History): void {
+    updateTranscript(this.conv, history.events);
+    history.saveMark();
+  }
+}
+
+/** Runs one turn of a conversation, holding its lock (one turn at a time per conversation). */
+export async function runTurn(input: TurnInput, listener: TurnListener): Promise<TurnOutcome> {
+  const conv = paths(input.agent).conversation(input.thread);
+  const lost = new AbortController();
+  const signal = input.signal ? AbortSignal.any([input.signal, lost.signal]) : lost.signal;
+  return withConversationLock(conv, () => new Turn(input, listener, signal).run(), {
+    ...(input.signal ? { signal: input.signal } : {}),
+    // Another process took the conversation over: stop writing to it.
+    onCompromised: (err) => lost.abort(err),
+  });
+}

@@ -1,0 +1,130 @@
+// The window: how much of a conversation the model sees, found without reading every message.
+// Spec: "How much of a conversation does the model see?" and "How does a turn find the window…" (decisions.txt).
+import type { Event, Numbered, WindowMark } from "../protocol/index.js";
+
+/** Rough tokens: four ASCII characters a token, one for any other character. */
+export function roughTokens(text: string): number {
+  let ascii = 0;
+  let other = 0;
+  for (let i = 0; i < text.length; i++) {
+    const c = text.charCodeAt(i);
+    if (c < 0x80) ascii++;
+    else if (c >= 0xd800 && c <= 0xdbff) {
+      // A surrogate pair is one character.
+      other++;
+      i++;
+    } else other++;
+  }
+  return Math.ceil(ascii / 4) + other;
+}
+
+/** What an image or a document costs in the rough count, whatever its size. */
+export const PART_TOKENS = 1_000;
+
+/** An event's rough tokens as sent to the model; never changes once the event is written. */
+export function eventTokens(event: Event): number {
+  switch (event.kind) {
+    case "message":
+      if (event.role === "user") return roughTokens(event.header) + 1 + roughTokens(event.text) + (event.parts?.length ?? 0) * PART_TOKENS;
+      return (
+        roughTokens(event.text) +
+        (event.tool_calls ?? []).reduce((sum, c) => sum + roughTokens(c.name) + roughTokens(c.arguments), 0) +
+        (event.tool_calls?.length ? roughTokens(event.thinking?.reasoning_content ?? event.thinking?.reasoning ?? "") : 0)
+      );
+    case "tool_result":
+      return roughTokens(event.text);
+    case "command":
+    case "failure":
+      return 0;
+    default: {
+      const never: never = event;
+      return never;
+    }
+  }
+}
+
+/** A turn starts at a user message: the window always begins with someone speaking. */
+export function isTurnStart(event: Event): boolean {
+  return event.kind === "message" && event.role === "user";
+}
+
+export function isNew(event: Event): boolean {
+  return event.kind === "command" && event.name === "/new";
+}
+
+/**
+ * The window's state as the count goes on: where it starts, and the tokens of the conversation
+ * (since its last /new) before that start and in all.
+ */
+export interface WindowCount {
+  /** The first event of the window; undefined until a message starts it. */
+  start: number | undefined;
+  startTime: string | undefined;
+  tokensBefore: number;
+  total: number;
+  /** Turn starts inside the window, with the tokens before each: the candidate drop points. */
+  points: { n: number; time: string; before: number }[];
+}
+
+export function emptyCount(): WindowCount {
+  return { start: undefined, startTime: undefined, tokensBefore: 0, total: 0, points: [] };
+}
+
+export function countFromMark(mark: WindowMark): WindowCount {
+  return { start: mark.event, startTime: mark.time, tokensBefore: mark.tokens_before, total: mark.tokens_before, points: [] };
+}
+
+/**
+ * Counts one more event. When the window outgrows the budget, its oldest turns drop half the
+ * budget at a time, at turn starts: a pure function of the events and the budget, so going on
+ * from any earlier mark finds the same start, and the prompt's start stays the same between drops.
+ */
+export function countEvent(count: WindowCount, n: number, event: Event, budget: number): void {
+  if (isNew(event)) {
+    // /new starts the window anew; what came before stays on disk.
+    count.start = undefined;
+    count.startTime = undefined;
+    count.tokensBefore = 0;
+    count.total = 0;
+    count.points = [];
+    return;
+  }
+  if (isTurnStart(event)) {
+    if (count.start === undefined) {
+      count.start = n;
+      count.startTime = event.time;
+      count.tokensBefore = count.total;
+    }
+    count.points.push({ n, time: event.time, before: count.total });
+  }
+  count.total += eventTokens(event);
+  while (count.start !== undefined && count.total - count.tokensBefore > budget) {
+    const half = count.tokensBefore + Math.ceil(budget / 2);
+    // The first turn start past the start that drops at least half the budget; else the latest one.
+    const later = count.points.filter((p) => p.n > (count.start ?? 0));
+    if (later.length === 0) break;
+    const point = later.find((p) => p.before >= half) ?? later[later.length - 1];
+    if (!point) break;
+    count.start = point.n;
+    count.startTime = point.time;
+    count.tokensBefore = point.before;
+    count.points = count.points.filter((p) => p.n >= point.n);
+  }
+}
+
+export function markOf(count: WindowCount, budget: number): WindowMark | undefined {
+  if (count.start === undefined || count.startTime === undefined) return undefined;
+  return { v: 1, event: count.start, time: count.startTime, tokens_before: count.tokensBefore, budget };
+}
+
+/** Whether a mark still belongs to these events and this budget. */
+export function markHolds(mark: WindowMark | undefined, budget: number, eventAtMark: Event | undefined): mark is WindowMark {
+  return mark !== undefined && mark.budget === budget && eventAtMark !== undefined && isTurnStart(eventAtMark) && eventAtMark.time === mark.time;
+}
+
+/** The events of the window: from its start on (those before it have dropped). */
+export function windowEvents(events: readonly Numbered[], count: WindowCount): Numbered[] {
+  if (count.start === undefined) return [];
+  const start = count.start;
+  return events.filter((e) => e.n >= start);
+}
