@@ -1,5 +1,9 @@
 // One turn at a time per conversation: an async mutex inside the process, a lock file across processes.
+import { readFileSync, renameSync, rmSync, writeFileSync } from "node:fs";
+import { hostname } from "node:os";
+import { join } from "node:path";
 import lockfile from "proper-lockfile";
+import { z } from "zod";
 import { ensureConversation } from "./events.js";
 import type { ConversationPaths } from "./paths.js";
 
@@ -45,6 +49,40 @@ export function isBusy(conv: ConversationPaths): boolean {
 
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 
+const OWNER = "owner";
+const Owner = z.object({ pid: z.number().int(), host: z.string() });
+
+function alive(pid: number): boolean {
+  try {
+    process.kill(pid, 0);
+    return true;
+  } catch (e) {
+    return (e as NodeJS.ErrnoException).code === "EPERM";
+  }
+}
+
+/**
+ * Takes over a lock whose holder was a process of this machine that is gone (a crash, a SIGKILL),
+ * so the next turn needn't wait for the lock to go stale. Another machine's lock waits for staleness.
+ */
+function takeOverDead(lock: string): boolean {
+  let owner;
+  try {
+    owner = Owner.safeParse(JSON.parse(readFileSync(join(lock, OWNER), "utf8")));
+  } catch {
+    return false;
+  }
+  if (!owner.success || owner.data.host !== hostname() || owner.data.pid === process.pid || alive(owner.data.pid)) return false;
+  const aside = `${lock}.dead-${process.pid}-${Date.now()}`;
+  try {
+    renameSync(lock, aside);
+  } catch {
+    return false;
+  }
+  rmSync(aside, { recursive: true, force: true });
+  return true;
+}
+
 /** Runs fn holding the conversation's lock, in this process and across processes. */
 export async function withConversationLock<T>(conv: ConversationPaths, fn: () => Promise<T>, opts: LockOptions = {}): Promise<T> {
   const stale = Math.max(2000, opts.stale ?? 10_000);
@@ -63,9 +101,15 @@ export async function withConversationLock<T>(conv: ConversationPaths, fn: () =>
             opts.onCompromised?.(err);
           },
         });
+        try {
+          writeFileSync(join(conv.lock, OWNER), JSON.stringify({ pid: process.pid, host: hostname() }));
+        } catch {
+          // Without it, a crash leaves a lock that waits to go stale: slower, still safe.
+        }
         break;
       } catch (e) {
         if ((e as { code?: string }).code !== "ELOCKED") throw e;
+        if (takeOverDead(conv.lock)) continue;
         if (opts.signal?.aborted) throw opts.signal.reason ?? new Error("aborted");
         if (Date.now() > deadline) throw new LockTimeoutError(conv.thread);
         await sleep(delay);

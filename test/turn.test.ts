@@ -7,6 +7,8 @@ import { Event, type Settings } from "../protocol/index.js";
 import { appendEvent, eventName, forgetEvents, paths, readEventsFrom, readStats, writeSettings, type AgentRef } from "../store/index.js";
 import { runTurn } from "../turn/turn.js";
 import type { TurnEvent } from "../turn/types.js";
+import { assertBuilt, ROOT } from "./fixtures/built.js";
+import { Child } from "./fixtures/child.js";
 import { McpToolHost } from "../daemon/tools/host.js";
 import { startModelServer, type ModelServer, type RecordedRequest } from "./model-server.js";
 
@@ -226,5 +228,31 @@ describe("the transcript", () => {
     expect(again).toContain("next question");
     expect(again.trimEnd().endsWith(`-->`)).toBe(true);
     expect(readdirSync(conv.dir).filter((f) => f.startsWith(".tmp"))).toHaveLength(0);
+  });
+});
+
+describe("a turn killed mid-answer", () => {
+  it("leaves every event file whole, and the next turn proceeds (from any process)", async () => {
+    assertBuilt(["dist/test/fixtures/turn-worker.js", "dist/turn/turn.js"], ["turn", "store", "protocol", "test/fixtures/turn-worker.ts"]);
+    const agent = agentWith();
+    server.script({ text: "a long answer that never ends ".repeat(40), chunks: 40, chunkDelayMs: 50 });
+    const worker = new Child(process.execPath, [join(ROOT, "dist/test/fixtures/turn-worker.js"), agent.dir, "cut", "tell me a story"]);
+    await worker.line((l) => l.includes('"text"'));
+    worker.proc.kill("SIGKILL");
+    expect((await worker.exit()).signal).toBe("SIGKILL");
+    const conv = paths(agent).conversation("cut");
+    // Every event file parses whole; the question is on disk.
+    const names = readdirSync(conv.dir).filter((f) => /^\d{12}\.json$/.test(f));
+    for (const name of names) Event.parse(JSON.parse(readFileSync(join(conv.dir, name), "utf8")));
+    forgetEvents();
+    const before = readEventsFrom(conv, 1);
+    expect(before[0]?.event).toMatchObject({ role: "user", text: "tell me a story" });
+    // The lock the killed process held doesn't stop the next turn.
+    server.fallback = () => ({ text: "here it is" });
+    const { outcome } = await turn(agent, "cut", "are you there?");
+    expect(outcome.stop).toBe("end_turn");
+    const sent = chats(server.requests.at(-1)!);
+    expect(sent.filter((m) => m.role === "user").map((m) => m.content)).toEqual([expect.stringContaining("tell me a story"), expect.stringContaining("are you there?")]);
+    expect(readFileSync(conv.transcript, "utf8")).toContain("here it is");
   });
 });

@@ -41,6 +41,7 @@ class Turn {
   readonly usage: Usage = { in: 0, out: 0, cached: 0 };
   private sawUsage = false;
   private lastAnswer: number | undefined;
+  private modelMs = 0;
 
   constructor(
     readonly input: TurnInput,
@@ -60,6 +61,7 @@ class Turn {
   outcome(stop: StopReason, failure?: TurnOutcome["failure"]): TurnOutcome {
     return {
       stop,
+      modelMs: this.modelMs,
       ...(this.sawUsage ? { usage: this.usage } : {}),
       ...(failure ? { failure } : {}),
       ...(this.lastAnswer !== undefined ? { answer: this.lastAnswer } : {}),
@@ -117,6 +119,7 @@ class Turn {
       const callNothing = round >= MAX_ROUNDS;
       const messages: ChatMessage[] = [{ role: "system", content: system }, ...eventsToMessages(history.window(), { tools: calls.length > 0 })];
       let answer: ModelAnswer;
+      const asked = performance.now();
       try {
         answer = await askModel({
           settings,
@@ -128,6 +131,7 @@ class Turn {
           onText: (delta) => this.listener({ type: "text", delta }),
         });
       } catch (e) {
+        this.modelMs += performance.now() - asked;
         if (!(e instanceof ModelError)) throw e;
         const sent = { messages: messages.length, tokens: messages.reduce((s, m) => s + roughTokens(JSON.stringify(m)), 0) };
         const message =
@@ -138,6 +142,7 @@ class Turn {
         this.finish(history);
         return outcome;
       }
+      this.modelMs += performance.now() - asked;
       if (answer.usage) {
         this.sawUsage = true;
         this.usage.in += answer.usage.in;

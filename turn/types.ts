@@ -54,6 +54,8 @@ export interface TurnOutcome {
   usage?: Usage;
   /** Set when the turn failed: why, in words a person can act on. */
   failure?: { reason: string; message: string };
+  /** Time spent waiting on the model, summed over the turn's requests (ms): the rest is the turn's own. */
+  modelMs: number;
   /** The number of the last answer written, if any. */
   answer?: number;
 }
