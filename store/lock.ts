@@ -1,4 +1,5 @@
 // One turn at a time per conversation: an async mutex inside the process, a lock file across processes.
+import * as fs from "node:fs";
 import { readFileSync, renameSync, rmSync, writeFileSync } from "node:fs";
 import { hostname } from "node:os";
 import { join } from "node:path";
@@ -50,6 +51,16 @@ export function isBusy(conv: ConversationPaths): boolean {
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 
 const OWNER = "owner";
+
+/**
+ * The lock folder holds its owner's pid, so proper-lockfile's removals (on release, and of a stale
+ * lock) must remove a folder that isn't empty.
+ */
+const lockFs = {
+  ...fs,
+  rmdir: (path: string, cb: (err: NodeJS.ErrnoException | null) => void) => fs.rm(path, { recursive: true, force: true }, cb),
+  rmdirSync: (path: string) => fs.rmSync(path, { recursive: true, force: true }),
+};
 const Owner = z.object({ pid: z.number().int(), host: z.string() });
 
 function alive(pid: number): boolean {
@@ -94,6 +105,7 @@ export async function withConversationLock<T>(conv: ConversationPaths, fn: () =>
       try {
         release = await lockfile.lock(conv.dir, {
           lockfilePath: conv.lock,
+          fs: lockFs,
           stale,
           realpath: false,
           onCompromised: (err) => {
