@@ -1,0 +1,394 @@
+// A scripted OpenAI-compatible chat-completions server on loopback: the only stand-in
+// for the paid model API in tests, the benchmark and the demo, so it speaks the real
+// wire format (SSE chunks, tool-call deltas, usage, error bodies) and records every
+// request so a test can assert what the model was sent.
+import { randomBytes } from "node:crypto";
+import { readFileSync } from "node:fs";
+import { createServer, type IncomingHttpHeaders, type IncomingMessage, type ServerResponse } from "node:http";
+import type { AddressInfo, Socket } from "node:net";
+import { setTimeout as sleep } from "node:timers/promises";
+import { pathToFileURL } from "node:url";
+import { z } from "zod";
+
+const ToolCallSchema = z.strictObject({
+  id: z.string().optional(),
+  name: z.string(),
+  arguments: z.union([z.string(), z.record(z.string(), z.unknown())]),
+});
+
+const UsageSchema = z.strictObject({
+  prompt_tokens: z.number().int().nonnegative(),
+  completion_tokens: z.number().int().nonnegative(),
+  cached_tokens: z.number().int().nonnegative().optional(),
+  cost: z.number().optional(),
+});
+
+export const AnswerReplySchema = z.strictObject({
+  text: z.string().optional(),
+  reasoning_content: z.string().optional(),
+  reasoning: z.string().optional(),
+  reasoning_details: z.array(z.unknown()).optional(),
+  tool_calls: z.array(ToolCallSchema).optional(),
+  usage: UsageSchema.optional(),
+  /** Split `text` into this many content deltas. */
+  chunks: z.number().int().positive().optional(),
+  /** Wait this long before the first byte. */
+  delayMs: z.number().nonnegative().optional(),
+  /** Wait this long between streamed chunks. */
+  chunkDelayMs: z.number().nonnegative().optional(),
+  finish_reason: z.string().optional(),
+  /** Send headers and a first chunk, then never finish (kill and cancel tests). */
+  hang: z.boolean().optional(),
+});
+
+export const ErrorReplySchema = z.strictObject({
+  error: z.strictObject({
+    status: z.number().int().min(400).max(599),
+    message: z.string(),
+    code: z.string().optional(),
+    type: z.string().optional(),
+  }),
+});
+
+export const ReplySchema = z.union([ErrorReplySchema, AnswerReplySchema]);
+export type AnswerReply = z.infer<typeof AnswerReplySchema>;
+export type ErrorReply = z.infer<typeof ErrorReplySchema>;
+export type Reply = z.infer<typeof ReplySchema>;
+
+// Loose on purpose: only the fields the server reads are checked, the rest pass through
+// so a test can assert anything the client sent.
+const ContentPartSchema = z.looseObject({ type: z.string(), text: z.string().optional() });
+const MessageSchema = z.looseObject({
+  role: z.string(),
+  content: z.union([z.string(), z.array(ContentPartSchema), z.null()]).optional(),
+});
+export const ChatRequestSchema = z.looseObject({
+  model: z.string().optional(),
+  messages: z.array(MessageSchema).optional(),
+  stream: z.boolean().nullish(),
+  stream_options: z.looseObject({ include_usage: z.boolean().nullish() }).nullish(),
+});
+export type ChatRequest = z.infer<typeof ChatRequestSchema>;
+export type ChatMessage = z.infer<typeof MessageSchema>;
+
+export interface RecordedRequest {
+  method: string;
+  path: string;
+  headers: IncomingHttpHeaders;
+  /** The parsed JSON body; `{}` for a request without one. */
+  body: ChatRequest;
+  /** Date.now() when the body had been read. */
+  time: number;
+  /** Set when the client hung up before the answer was complete. */
+  aborted: boolean;
+}
+
+export type ReplyFn = (request: RecordedRequest) => Reply | Promise<Reply>;
+export type ScriptStep = Reply | ReplyFn;
+
+export interface ModelServerOptions {
+  /** 0 (the default) picks a free port. */
+  port?: number;
+  /** Used when the script queue is empty; defaults to `echoReply`. */
+  fallback?: ReplyFn;
+  /** The model id listed by GET /v1/models. */
+  model?: string;
+  /** Serve Ollama's POST /api/show with this trained window. */
+  ollama?: { contextLength: number; arch?: string };
+}
+
+export interface ModelServer {
+  /** Base URL ending in `/v1`, as the `openai` client's `baseURL`. */
+  readonly url: string;
+  /** Every request received, in order. */
+  readonly requests: RecordedRequest[];
+  /** Scripted replies not yet used. */
+  readonly pending: number;
+  fallback: ReplyFn;
+  /** Append replies; each chat-completions request takes the next one. */
+  script(...replies: ScriptStep[]): void;
+  /** Resolves with the `count`-th request (1-based) once it has arrived. */
+  waitForRequest(count?: number): Promise<RecordedRequest>;
+  close(): Promise<void>;
+}
+
+/** The last user message's text. */
+export function lastUserText(request: RecordedRequest): string {
+  const user = [...(request.body.messages ?? [])].reverse().find((m) => m.role === "user");
+  return user ? contentText(user.content) : "";
+}
+
+export const echoReply: ReplyFn = (request) => ({ text: `echo: ${lastUserText(request)}` });
+
+function contentText(content: ChatMessage["content"]): string {
+  if (typeof content === "string") return content;
+  return (content ?? []).map((part) => part.text ?? "").join("");
+}
+
+const tokens = (chars: number): number => Math.ceil(chars / 4);
+
+/** Splits by code points into at most `n` nearly equal, non-empty pieces. */
+function pieces(text: string, n: number): string[] {
+  const chars = Array.from(text);
+  const count = Math.max(1, Math.min(n, chars.length));
+  const out: string[] = [];
+  for (let i = 0; i < count; i++) {
+    const piece = chars.slice(Math.floor((i * chars.length) / count), Math.floor(((i + 1) * chars.length) / count));
+    if (piece.length > 0) out.push(piece.join(""));
+  }
+  return out;
+}
+
+const newId = (prefix: string): string => `${prefix}${randomBytes(12).toString("hex")}`;
+
+interface Call {
+  id: string;
+  name: string;
+  arguments: string;
+}
+
+function calls(reply: AnswerReply): Call[] {
+  return (reply.tool_calls ?? []).map((call) => ({
+    id: call.id ?? newId("call_"),
+    name: call.name,
+    arguments: typeof call.arguments === "string" ? call.arguments : JSON.stringify(call.arguments),
+  }));
+}
+
+function usageOf(reply: AnswerReply, request: RecordedRequest, toolCalls: Call[]) {
+  const scripted = reply.usage;
+  const answerChars =
+    (reply.text ?? "").length +
+    (reply.reasoning_content ?? reply.reasoning ?? "").length +
+    toolCalls.reduce((sum, call) => sum + call.name.length + call.arguments.length, 0);
+  const prompt = scripted?.prompt_tokens ?? tokens(JSON.stringify(request.body.messages ?? []).length);
+  const completion = scripted?.completion_tokens ?? Math.max(1, tokens(answerChars));
+  return {
+    prompt_tokens: prompt,
+    completion_tokens: completion,
+    total_tokens: prompt + completion,
+    prompt_tokens_details: { cached_tokens: scripted?.cached_tokens ?? 0 },
+    ...(scripted?.cost !== undefined ? { cost: scripted.cost } : {}),
+  };
+}
+
+function sendJson(res: ServerResponse, status: number, body: unknown): void {
+  const text = JSON.stringify(body);
+  res.writeHead(status, { "content-type": "application/json", "content-length": Buffer.byteLength(text) });
+  res.end(text);
+}
+
+// The body OpenAI sends with an error status.
+function sendError(res: ServerResponse, error: ErrorReply["error"]): void {
+  const type = error.type ?? (error.status >= 500 ? "server_error" : "invalid_request_error");
+  sendJson(res, error.status, { error: { message: error.message, type, code: error.code ?? null, param: null } });
+}
+
+/** Sleeps unless the client hangs up first; false when it did. */
+async function wait(ms: number | undefined, gone: AbortSignal): Promise<boolean> {
+  if (ms !== undefined && ms > 0) await sleep(ms, undefined, { signal: gone }).catch(() => undefined);
+  return !gone.aborted;
+}
+
+async function answer(res: ServerResponse, request: RecordedRequest, reply: AnswerReply, gone: AbortSignal) {
+  const toolCalls = calls(reply);
+  const finish = reply.finish_reason ?? (toolCalls.length > 0 ? "tool_calls" : "stop");
+  const usage = usageOf(reply, request, toolCalls);
+  const head = { id: newId("chatcmpl-"), created: Math.floor(Date.now() / 1000), model: request.body.model ?? "scripted" };
+  if (!(await wait(reply.delayMs, gone))) return;
+
+  if (request.body.stream !== true) {
+    if (reply.hang) return void res.writeHead(200, { "content-type": "application/json" }).flushHeaders();
+    const message = {
+      role: "assistant",
+      content: reply.text ?? null,
+      refusal: null,
+      ...(reply.reasoning_content !== undefined ? { reasoning_content: reply.reasoning_content } : {}),
+      ...(reply.reasoning !== undefined ? { reasoning: reply.reasoning } : {}),
+      ...(reply.reasoning_details !== undefined ? { reasoning_details: reply.reasoning_details } : {}),
+      ...(toolCalls.length > 0
+        ? { tool_calls: toolCalls.map((c) => ({ id: c.id, type: "function", function: { name: c.name, arguments: c.arguments } })) }
+        : {}),
+    };
+    const choice = { index: 0, message, logprobs: null, finish_reason: finish };
+    return sendJson(res, 200, { ...head, object: "chat.completion", choices: [choice], usage });
+  }
+
+  const includeUsage = request.body.stream_options?.include_usage === true;
+  const chunk = (choices: unknown[], extra: object = {}) =>
+    ({ ...head, object: "chat.completion.chunk", system_fingerprint: null, choices, ...(includeUsage ? { usage: null } : {}), ...extra });
+  const delta = (d: object, finishReason: string | null = null) => chunk([{ index: 0, delta: d, logprobs: null, finish_reason: finishReason }]);
+
+  const rest: object[] = [];
+  for (const piece of pieces(reply.reasoning_content ?? "", 3)) rest.push(delta({ reasoning_content: piece }));
+  for (const piece of pieces(reply.reasoning ?? "", 3)) rest.push(delta({ reasoning: piece }));
+  if (reply.reasoning_details !== undefined) rest.push(delta({ reasoning_details: reply.reasoning_details }));
+  for (const piece of pieces(reply.text ?? "", reply.chunks ?? 3)) rest.push(delta({ content: piece }));
+  toolCalls.forEach((call, index) => {
+    rest.push(delta({ tool_calls: [{ index, id: call.id, type: "function", function: { name: call.name, arguments: "" } }] }));
+    for (const piece of pieces(call.arguments, 3)) rest.push(delta({ tool_calls: [{ index, function: { arguments: piece } }] }));
+  });
+  rest.push(delta({}, finish));
+  if (includeUsage) rest.push(chunk([], { usage }));
+
+  res.writeHead(200, { "content-type": "text/event-stream; charset=utf-8", "cache-control": "no-cache", "x-request-id": newId("req_") });
+  const send = (data: string) => res.write(`data: ${data}\n\n`);
+  send(JSON.stringify(delta({ role: "assistant", content: "" })));
+  if (reply.hang) return; // The response stays open until the client or close() ends the socket.
+  for (const data of rest) {
+    if (!(await wait(reply.chunkDelayMs, gone))) return;
+    send(JSON.stringify(data));
+  }
+  send("[DONE]");
+  res.end();
+}
+
+async function readBody(req: IncomingMessage): Promise<string> {
+  const parts: Buffer[] = [];
+  for await (const part of req) parts.push(Buffer.isBuffer(part) ? part : Buffer.from(String(part)));
+  return Buffer.concat(parts).toString("utf8");
+}
+
+export async function startModelServer(opts: ModelServerOptions = {}): Promise<ModelServer> {
+  const queue: ScriptStep[] = [];
+  const requests: RecordedRequest[] = [];
+  const waiters: { count: number; resolve: (r: RecordedRequest) => void }[] = [];
+  const sockets = new Set<Socket>();
+
+  const record = (request: RecordedRequest) => {
+    requests.push(request);
+    for (const waiter of waiters.filter((w) => w.count <= requests.length)) {
+      waiters.splice(waiters.indexOf(waiter), 1);
+      waiter.resolve(requests[waiter.count - 1] ?? request);
+    }
+  };
+
+  async function handle(req: IncomingMessage, res: ServerResponse, gone: AbortSignal): Promise<void> {
+    const path = new URL(req.url ?? "/", "http://127.0.0.1").pathname;
+    const text = await readBody(req);
+    let json: unknown = {};
+    try {
+      if (text.trim() !== "") json = JSON.parse(text);
+    } catch {
+      json = undefined;
+    }
+    const parsed = ChatRequestSchema.safeParse(json);
+    const request: RecordedRequest = {
+      method: req.method ?? "GET",
+      path,
+      headers: req.headers,
+      body: parsed.success ? parsed.data : {},
+      time: Date.now(),
+      aborted: false,
+    };
+    res.on("close", () => {
+      if (!res.writableFinished) request.aborted = true;
+    });
+    record(request);
+
+    if (req.method === "GET" && path === "/v1/models") {
+      const model = { id: opts.model ?? "scripted", object: "model", created: 0, owned_by: "model-server" };
+      return sendJson(res, 200, { object: "list", data: [model] });
+    }
+    if (req.method === "POST" && path === "/api/show") {
+      if (!opts.ollama) return sendJson(res, 404, { error: "not found" });
+      const arch = opts.ollama.arch ?? "llama";
+      return sendJson(res, 200, {
+        model_info: { "general.architecture": arch, [`${arch}.context_length`]: opts.ollama.contextLength },
+        details: { format: "gguf", family: arch, families: [arch], parameter_size: "8B", quantization_level: "Q4_K_M" },
+        capabilities: ["completion", "tools"],
+      });
+    }
+    if (req.method !== "POST" || path !== "/v1/chat/completions") {
+      return sendError(res, { status: 404, message: `Unknown request URL: ${req.method} ${path}`, code: "unknown_url" });
+    }
+    if (!parsed.success || request.body.messages === undefined) {
+      const message = parsed.success ? "Missing required parameter: 'messages'." : `Invalid body: ${parsed.error.message}`;
+      return sendError(res, { status: 400, message });
+    }
+
+    const step = queue.shift() ?? server.fallback;
+    const reply = typeof step === "function" ? await step(request) : step;
+    if ("error" in reply) return sendError(res, reply.error);
+    await answer(res, request, reply, gone);
+  }
+
+  const http = createServer((req, res) => {
+    const hangUp = new AbortController();
+    res.on("close", () => hangUp.abort());
+    // A client that hangs up mid-stream is expected (cancel tests), not a failure.
+    res.on("error", () => undefined);
+    handle(req, res, hangUp.signal).catch((error: unknown) => {
+      process.stderr.write(`model-server: ${error instanceof Error ? error.message : String(error)}\n`);
+      if (!res.headersSent) sendError(res, { status: 500, message: "model-server failed" });
+      else res.destroy();
+    });
+  });
+  http.on("connection", (socket) => {
+    sockets.add(socket);
+    socket.on("close", () => sockets.delete(socket));
+  });
+  await new Promise<void>((resolve, reject) => {
+    http.once("error", reject);
+    http.listen(opts.port ?? 0, "127.0.0.1", () => resolve());
+  });
+  const { port } = http.address() as AddressInfo;
+
+  const server: ModelServer = {
+    url: `http://127.0.0.1:${port}/v1`,
+    requests,
+    get pending() {
+      return queue.length;
+    },
+    fallback: opts.fallback ?? echoReply,
+    script: (...replies) => void queue.push(...replies),
+    waitForRequest: (count = requests.length + 1) => {
+      const got = requests[count - 1];
+      if (got) return Promise.resolve(got);
+      return new Promise((resolve) => waiters.push({ count, resolve }));
+    },
+    close: () =>
+      new Promise<void>((resolve) => {
+        http.close(() => resolve());
+        for (const socket of sockets) socket.destroy();
+      }),
+  };
+  return server;
+}
+
+// `node dist/test/model-server.js [--port N] [--echo] [--script FILE]`: prints its URL
+// as one line on stdout, plays the script's replies, then echoes the last user message.
+async function main(argv: string[]): Promise<void> {
+  let port = 0;
+  let scriptFile: string | undefined;
+  for (let i = 0; i < argv.length; i++) {
+    const arg = argv[i];
+    if (arg === "--port") port = Number(argv[++i]);
+    else if (arg === "--script") scriptFile = argv[++i];
+    else if (arg !== "--echo") throw new Error(`unknown argument ${String(arg)}`);
+  }
+  if (!Number.isInteger(port) || port < 0 || port > 65535) throw new Error("--port wants a port number");
+  const server = await startModelServer({ port });
+  if (scriptFile !== undefined) {
+    let json: unknown;
+    try {
+      json = JSON.parse(readFileSync(scriptFile, "utf8"));
+    } catch (error) {
+      throw new Error(`${scriptFile}: ${error instanceof Error ? error.message : String(error)}`, { cause: error });
+    }
+    const replies = z.array(ReplySchema).safeParse(json);
+    if (!replies.success) throw new Error(`${scriptFile}: not a list of replies: ${z.prettifyError(replies.error)}`);
+    server.script(...replies.data);
+  }
+  process.stdout.write(`${server.url}\n`);
+  const stop = () => void server.close().then(() => process.exit(0));
+  process.once("SIGINT", stop);
+  process.once("SIGTERM", stop);
+}
+
+if (process.argv[1] !== undefined && import.meta.url === pathToFileURL(process.argv[1]).href) {
+  main(process.argv.slice(2)).catch((error: unknown) => {
+    process.stderr.write(`model-server: ${error instanceof Error ? error.message : String(error)}\n`);
+    process.exit(2);
+  });
+}
