@@ -24,7 +24,7 @@ export class History {
   static async load(conv: ConversationPaths, budgetFor: (model: string | undefined) => Promise<number>): Promise<History> {
     const mark = readMark(conv);
     const belongs = markHolds(mark, mark?.budget ?? 0, mark ? readEvent(conv, mark.event) : undefined);
-    let events: Numbered[] = [];
+    let events: Numbered[];
     let model: string | undefined;
     if (belongs) {
       const end = transcriptEnd(conv);

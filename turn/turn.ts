@@ -1,6 +1,6 @@
 // One turn, stateless: reads what it needs through the store, asks the model, runs tools in rounds,
 // and writes every event as it happens. It reports through a callback of plain events, never ACP.
-import type { AssistantMessage, Event, Failure, Settings, StopReason, Usage, UserMessage } from "../protocol/index.js";
+import type { AssistantMessage, Event, Failure, Settings, StopReason, ToolCall, Usage, UserMessage } from "../protocol/index.js";
 import { appendEvent, paths, readSettings, readToolsList, withConversationLock, type ConversationPaths } from "../store/index.js";
 import { runCalls } from "./calls.js";
 import { modelWindow, type ModelWindow } from "./facts.js";
@@ -33,6 +33,35 @@ export function userEvent(message: IncomingMessage): UserMessage {
     ...(message.from ? { from: message.from } : {}),
     ...(message.channel ? { channel: message.channel } : {}),
     header: messageHeader(time, message.channel, message.from),
+  };
+}
+
+/** Why the model stopped, in the events' words. */
+function stopOf(answer: ModelAnswer, calls: boolean): StopReason {
+  if (answer.aborted) return "cancelled";
+  if (calls) return "tool_calls";
+  if (answer.finishReason === "length") return "max_tokens";
+  if (answer.finishReason === "content_filter") return "refusal";
+  return "end_turn";
+}
+
+/** The agent's answer as an event: the provider's own counts, and the cost only when reported. */
+function answerEvent(answer: ModelAnswer, o: { model: string; provider: string; toolCalls: ToolCall[]; stop: StopReason }): AssistantMessage {
+  return {
+    v: 1,
+    kind: "message",
+    role: "assistant",
+    time: new Date().toISOString(),
+    text: answer.text,
+    model: o.model,
+    provider: o.provider,
+    ...(answer.responseId ? { response_id: answer.responseId } : {}),
+    ...(answer.usage ? { usage: answer.usage } : {}),
+    latency_ms: answer.latencyMs,
+    ...(answer.cost !== undefined ? { cost: answer.cost } : {}),
+    ...(answer.thinking ? { thinking: answer.thinking } : {}),
+    ...(o.toolCalls.length ? { tool_calls: o.toolCalls } : {}),
+    stop: o.stop,
   };
 }
 
@@ -113,7 +142,7 @@ class Turn {
     this.write(userEvent(this.input.message), history);
 
     let round = 0;
-    let lastText = "";
+    let lastText: string;
     for (;;) {
       for (const m of [...this.pendingSteer.splice(0), ...(this.input.steering?.take() ?? [])]) this.write(userEvent(m), history);
       const callNothing = round >= MAX_ROUNDS;
@@ -152,24 +181,9 @@ class Turn {
       }
       // Past the last round, calls the model makes anyway are not run.
       const toolCalls = callNothing ? [] : answer.toolCalls;
-      const stop: StopReason = answer.aborted ? "cancelled" : toolCalls.length ? "tool_calls" : answer.finishReason === "length" ? "max_tokens" : answer.finishReason === "content_filter" ? "refusal" : "end_turn";
+      const stop = stopOf(answer, toolCalls.length > 0);
       if (!answer.aborted || answer.text || toolCalls.length) {
-        const event: AssistantMessage = {
-          v: 1,
-          kind: "message",
-          role: "assistant",
-          time: new Date().toISOString(),
-          text: answer.text,
-          model,
-          provider: settings.model.provider,
-          ...(answer.responseId ? { response_id: answer.responseId } : {}),
-          ...(answer.usage ? { usage: answer.usage } : {}),
-          latency_ms: answer.latencyMs,
-          ...(answer.cost !== undefined ? { cost: answer.cost } : {}),
-          ...(answer.thinking ? { thinking: answer.thinking } : {}),
-          ...(toolCalls.length ? { tool_calls: toolCalls } : {}),
-          stop,
-        };
+        const event = answerEvent(answer, { model, provider: settings.model.provider, toolCalls, stop });
         const n = this.write(event, history);
         if (answer.text.trim()) this.lastAnswer = n;
       }
