@@ -1,0 +1,250 @@
+// One MCP session with one tool: start it (stdio child or Streamable HTTP), list its calls, call
+// one, end it. The MCP SDK is loaded on first use so the daemon answers `initialize` fast.
+import type { Client } from "@modelcontextprotocol/sdk/client/index.js";
+import type { StdioClientTransport } from "@modelcontextprotocol/sdk/client/stdio.js";
+import type { StreamableHTTPClientTransport } from "@modelcontextprotocol/sdk/client/streamableHttp.js";
+import type { CallToolResult, Tool } from "@modelcontextprotocol/sdk/types.js";
+import type { ToolAnswer, ToolServer } from "../../turn/tools.js";
+import { log } from "../log.js";
+
+const CLIENT_INFO = { name: "lnk-link-harness", version: "0.1.0" };
+/** Bounds on ending a session: the SDK's own stdio close escalates stdin end → SIGTERM → SIGKILL, 2 s apart. */
+const TERMINATE_MS = 2_000;
+const EXIT_MS = 6_000;
+const MAX_LIST_PAGES = 100;
+const STDERR_KEPT = 2_000;
+
+async function importSdk() {
+  const [client, stdio, http, types] = await Promise.all([
+    import("@modelcontextprotocol/sdk/client/index.js"),
+    import("@modelcontextprotocol/sdk/client/stdio.js"),
+    import("@modelcontextprotocol/sdk/client/streamableHttp.js"),
+    import("@modelcontextprotocol/sdk/types.js"),
+  ]);
+  return {
+    Client: client.Client,
+    StdioClientTransport: stdio.StdioClientTransport,
+    getDefaultEnvironment: stdio.getDefaultEnvironment,
+    StreamableHTTPClientTransport: http.StreamableHTTPClientTransport,
+    CallToolResultSchema: types.CallToolResultSchema,
+    McpError: types.McpError,
+    ErrorCode: types.ErrorCode,
+  };
+}
+type Sdk = Awaited<ReturnType<typeof importSdk>>;
+let sdkLoad: Promise<Sdk> | undefined;
+function loadSdk(): Promise<Sdk> {
+  sdkLoad ??= importSdk();
+  return sdkLoad;
+}
+
+/** A call a tool lists, as the MCP server names it. */
+export interface ListedCall {
+  call: string;
+  description: string;
+  parameters: Record<string, unknown>;
+}
+
+export interface CallOptions {
+  signal?: AbortSignal;
+  timeoutMs: number;
+}
+
+/** Thrown by `call` when the session can't be used again (it closed, or the call timed out). */
+export class SessionLost extends Error {}
+
+export class ToolSession {
+  /** Set once the connection is gone: the next call needs a new session. */
+  lost = false;
+  private ending: Promise<void> | undefined;
+  private stderrTail = "";
+
+  private constructor(
+    readonly tool: string,
+    private readonly sdk: Sdk,
+    private readonly client: Client,
+    private readonly transport: StdioClientTransport | StreamableHTTPClientTransport,
+    private readonly exited: Promise<void>,
+  ) {}
+
+  /** Starts a session; throws with a reason a person can read. Never leaves a child behind. */
+  static async start(server: ToolServer, timeoutMs: number, signal?: AbortSignal): Promise<ToolSession> {
+    const sdk = await loadSdk();
+    const source = server.source;
+    const transport =
+      source.type === "stdio"
+        ? new sdk.StdioClientTransport({
+            command: source.command,
+            args: source.args,
+            env: { ...sdk.getDefaultEnvironment(), ...source.env },
+            stderr: "pipe",
+          })
+        : new sdk.StreamableHTTPClientTransport(new URL(source.url), { requestInit: { headers: source.headers ?? {} } });
+    // Set before connect so the Client chains it: for stdio it fires when the child has exited.
+    const exited = new Promise<void>((resolve) => {
+      transport.onclose = () => resolve();
+    });
+    const client = new sdk.Client(CLIENT_INFO, { capabilities: {} });
+    const session = new ToolSession(server.name, sdk, client, transport, exited);
+    if ("stderr" in transport) {
+      // Drained always: an unread pipe would stall a chatty child.
+      transport.stderr?.on("data", (chunk: Buffer) => session.keepStderr(chunk.toString("utf8")));
+    }
+    client.onclose = () => {
+      session.lost = true;
+    };
+    client.onerror = (error) => log.debug("tool session error", { tool: server.name, error: error.message });
+    try {
+      await client.connect(transport, { timeout: timeoutMs, ...(signal ? { signal } : {}) });
+    } catch (e) {
+      await session.close();
+      throw new Error(session.describe(e), { cause: e });
+    }
+    return session;
+  }
+
+  /** The child's pid, for stdio tools. */
+  get pid(): number | undefined {
+    return "pid" in this.transport ? (this.transport.pid ?? undefined) : undefined;
+  }
+
+  /** Every call the tool lists, in its order; calls that need MCP tasks are left out (tools/call can't run them). */
+  async list(timeoutMs: number, signal?: AbortSignal): Promise<ListedCall[]> {
+    const calls: ListedCall[] = [];
+    let cursor: string | undefined;
+    for (let page = 0; page < MAX_LIST_PAGES; page++) {
+      const result = await this.client.listTools(cursor === undefined ? {} : { cursor }, {
+        timeout: timeoutMs,
+        ...(signal ? { signal } : {}),
+      });
+      for (const tool of result.tools) {
+        if (tool.execution?.taskSupport === "required") continue;
+        calls.push(listed(tool));
+      }
+      cursor = result.nextCursor;
+      if (cursor === undefined) break;
+    }
+    return calls;
+  }
+
+  /**
+   * One call. An `isError` result is an answer; a thrown MCP error (the server died, a timeout) is
+   * SessionLost, any other thrown error an answer, and an aborted signal `cancelled`.
+   */
+  async call(name: string, call: string, args: Record<string, unknown>, opts: CallOptions): Promise<ToolAnswer> {
+    try {
+      const result = await this.client.request(
+        { method: "tools/call", params: { name: call, arguments: args } },
+        this.sdk.CallToolResultSchema,
+        {
+          timeout: opts.timeoutMs,
+          // A tool that reports progress is still working: its timeout starts again.
+          resetTimeoutOnProgress: true,
+          onprogress: () => {},
+          ...(opts.signal ? { signal: opts.signal } : {}),
+        },
+      );
+      return { text: answerText(result), error: result.isError === true };
+    } catch (e) {
+      if (opts.signal?.aborted) return { text: `${name} was cancelled`, error: true };
+      const why = this.describe(e);
+      if (this.lost || this.isSessionError(e)) {
+        this.lost = true;
+        throw new SessionLost(`${name} failed: ${why}`);
+      }
+      return { text: `${name} failed: ${why}`, error: true };
+    }
+  }
+
+  /** Ends the session and waits for its child to exit. Safe to call more than once. */
+  close(): Promise<void> {
+    this.ending ??= this.end();
+    return this.ending;
+  }
+
+  private async end(): Promise<void> {
+    this.lost = true;
+    if ("terminateSession" in this.transport && this.transport.sessionId !== undefined) {
+      // Ends the server's side of an HTTP session, so it keeps nothing of this one.
+      await within(this.transport.terminateSession(), TERMINATE_MS).catch(() => {});
+    }
+    await this.client.close().catch(() => {});
+    await within(this.exited, EXIT_MS).catch(() => {});
+  }
+
+  private isSessionError(e: unknown): boolean {
+    const { McpError, ErrorCode } = this.sdk;
+    if (e instanceof McpError) return e.code === ErrorCode.ConnectionClosed || e.code === ErrorCode.RequestTimeout;
+    // Not an answer from the server: the transport failed ("Not connected", a fetch that failed).
+    return true;
+  }
+
+  private keepStderr(text: string): void {
+    this.stderrTail = (this.stderrTail + text).slice(-STDERR_KEPT);
+    log.debug("tool stderr", { tool: this.tool, text: text.trimEnd() });
+  }
+
+  /** An error, with the last line the tool wrote on stderr when there is one. */
+  describe(e: unknown): string {
+    const message = e instanceof Error ? e.message : String(e);
+    const last = this.stderrTail
+      .split("\n")
+      .map((l) => l.trim())
+      .filter((l) => l !== "")
+      .pop();
+    return last === undefined ? message : `${message} (stderr: ${last})`;
+  }
+}
+
+function listed(tool: Tool): ListedCall {
+  // `$schema` is left out: some providers refuse it in a function's parameters.
+  const { $schema: _schema, ...parameters } = tool.inputSchema;
+  return { call: tool.name, description: tool.description ?? tool.title ?? "", parameters };
+}
+
+/** A result as text: text items as they are, other content described, structured content when there is no text. */
+export function answerText(result: CallToolResult): string {
+  const parts: string[] = [];
+  let hasText = false;
+  for (const item of result.content) {
+    switch (item.type) {
+      case "text":
+        hasText = true;
+        parts.push(item.text);
+        break;
+      case "image":
+      case "audio":
+        parts.push(`[${item.type} ${item.mimeType}, ${Buffer.byteLength(item.data, "base64")} bytes]`);
+        break;
+      case "resource": {
+        const r = item.resource;
+        if ("text" in r && typeof r.text === "string") {
+          hasText = true;
+          parts.push(`[resource ${r.uri}]\n${r.text}`);
+        } else {
+          const size = "blob" in r && typeof r.blob === "string" ? `, ${Buffer.byteLength(r.blob, "base64")} bytes` : "";
+          parts.push(`[resource ${r.uri}${r.mimeType ? ` ${r.mimeType}` : ""}${size}]`);
+        }
+        break;
+      }
+      case "resource_link":
+        parts.push(`[resource_link ${item.uri}${item.name ? ` ${item.name}` : ""}${item.description ? `: ${item.description}` : ""}]`);
+        break;
+      default: {
+        const never: never = item;
+        parts.push(JSON.stringify(never));
+      }
+    }
+  }
+  if (!hasText && result.structuredContent !== undefined) parts.push(JSON.stringify(result.structuredContent));
+  return parts.join("\n");
+}
+
+/** Resolves or rejects as `p` does, or rejects after `ms`. */
+export function within<T>(p: Promise<T>, ms: number): Promise<T> {
+  let timer: NodeJS.Timeout | undefined;
+  const timeout = new Promise<never>((_, reject) => {
+    timer = setTimeout(() => reject(new Error(`no answer within ${ms} ms`)), ms);
+  });
+  return Promise.race([p, timeout]).finally(() => clearTimeout(timer));
+}
