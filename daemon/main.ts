@@ -5,7 +5,6 @@ import { z } from "zod";
 import { USAGE, UsageError, parseCommandLine, type Command } from "./cli.js";
 import { configure, printState } from "./commands.js";
 import { contract } from "./contract.js";
-import { log } from "./log.js";
 
 function version(): string {
   const pkg = z.object({ version: z.string() }).loose();
@@ -14,7 +13,7 @@ function version(): string {
 
 /** Prints one line on stderr and exits non-zero: bad input never writes anything. */
 function fail(message: string, code: number): never {
-  process.stderr.write(`lnk-link-harness: ${message}\n`);
+  process.stderr.write(`lnk-link-harness: ${message.replace(/\s*\n\s*/g, " ")}\n`);
   process.exit(code);
 }
 
@@ -57,6 +56,6 @@ try {
 run(command).catch((e: unknown) => {
   if (e instanceof UsageError) fail(e.message, 2);
   if (e instanceof Error && "exitCode" in e && typeof e.exitCode === "number") fail(e.message, e.exitCode);
-  log.error("fatal", { error: e instanceof Error ? e.message : String(e) });
+  // One line, as for bad input: the message alone says what failed.
   fail(e instanceof Error ? e.message : String(e), 1);
 });

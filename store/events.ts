@@ -1,7 +1,8 @@
 // A conversation's events: one file each, numbered, written once (temp file + link), never rewritten.
 import { existsSync, linkSync, lstatSync, mkdirSync, readdirSync } from "node:fs";
+import { dirname } from "node:path";
 import { Event, StoreError, describeIssues, type Numbered } from "../protocol/index.js";
-import { isErrno, readNoFollow, unlinkQuiet, writeTemp } from "./files.js";
+import { checkNoLinks, isErrno, readNoFollow, unlinkQuiet, writeTemp } from "./files.js";
 import { eventNumber, type ConversationPaths } from "./paths.js";
 
 /**
@@ -82,8 +83,18 @@ export function readEvent(conv: ConversationPaths, n: number): Event | undefined
   return event;
 }
 
+/**
+ * Refuses a conversation whose folder, or chats/ above it, is a symbolic link: an event file is
+ * opened without following a link, but only its last component is checked by that.
+ */
+function checkConversationLinks(conv: ConversationPaths): void {
+  // conv.dir is <agent>/chats/<thread>, and a thread name holds no separator.
+  checkNoLinks(dirname(dirname(conv.dir)), conv.event(1));
+}
+
 /** Events from number `from` on, in order, until the first number not yet written. */
 export function readEventsFrom(conv: ConversationPaths, from: number): Numbered[] {
+  checkConversationLinks(conv);
   const out: Numbered[] = [];
   for (let n = Math.max(1, from); ; n++) {
     const event = readEvent(conv, n);
@@ -123,6 +134,7 @@ export function lastEventNumber(conv: ConversationPaths, hint?: number): number 
 
 /** Makes the conversation's folder (refusing a link where it should be). */
 export function ensureConversation(conv: ConversationPaths): void {
+  checkConversationLinks(conv);
   mkdirSync(conv.dir, { recursive: true });
   if (lstatSync(conv.dir).isSymbolicLink()) throw new StoreError(`refused: ${conv.dir} is a symbolic link`, conv.dir);
 }

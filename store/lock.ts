@@ -76,18 +76,34 @@ function alive(pid: number): boolean {
  * Takes over a lock whose holder was a process of this machine that is gone (a crash, a SIGKILL),
  * so the next turn needn't wait for the lock to go stale. Another machine's lock waits for staleness.
  */
-function takeOverDead(lock: string): boolean {
-  let owner;
+function readOwner(lock: string): string | undefined {
   try {
-    owner = Owner.safeParse(JSON.parse(readFileSync(join(lock, OWNER), "utf8")));
+    const text = readFileSync(join(lock, OWNER), "utf8");
+    return Owner.safeParse(JSON.parse(text)).success ? text : undefined;
   } catch {
-    return false;
+    return undefined;
   }
-  if (!owner.success || owner.data.host !== hostname() || owner.data.pid === process.pid || alive(owner.data.pid)) return false;
+}
+
+function takeOverDead(lock: string): boolean {
+  const text = readOwner(lock);
+  if (text === undefined) return false;
+  const owner = Owner.parse(JSON.parse(text));
+  if (owner.host !== hostname() || owner.pid === process.pid || alive(owner.pid)) return false;
   const aside = `${lock}.dead-${process.pid}-${Date.now()}`;
   try {
     renameSync(lock, aside);
   } catch {
+    return false;
+  }
+  // Another process may have taken the dead lock over and locked again between the read and the
+  // rename: then what was moved is its live lock, and it goes back.
+  if (readOwner(aside) !== text) {
+    try {
+      renameSync(aside, lock);
+    } catch {
+      rmSync(aside, { recursive: true, force: true });
+    }
     return false;
   }
   rmSync(aside, { recursive: true, force: true });
@@ -114,7 +130,12 @@ export async function withConversationLock<T>(conv: ConversationPaths, fn: () =>
           },
         });
         try {
+          // Writing into the lock's folder moves its mtime, which proper-lockfile checks is still its
+          // own at each refresh: moved, the lock counts as compromised and is no longer refreshed, so
+          // it goes stale under a live holder. Put the mtime back.
+          const { mtime } = fs.statSync(conv.lock);
           writeFileSync(join(conv.lock, OWNER), JSON.stringify({ pid: process.pid, host: hostname() }));
+          fs.utimesSync(conv.lock, mtime, mtime);
         } catch {
           // Without it, a crash leaves a lock that waits to go stale: slower, still safe.
         }

@@ -11,13 +11,28 @@ export class SettingsError extends Error {
   }
 }
 
+/**
+ * What is wrong with text that is not JSON, by line and column, never quoting it: V8 quotes a
+ * stretch of the input in some of its messages, and settings may hold the key.
+ */
+function notJson(e: unknown, text: string): string {
+  const message = e instanceof Error ? e.message : String(e);
+  const at = /^([^"]*?)(?: in JSON)? at position (\d+)/.exec(message);
+  if (at?.[1] !== undefined && at[2] !== undefined) {
+    const before = text.slice(0, Number(at[2])).split("\n");
+    return `${at[1]} at line ${before.length}, column ${(before.at(-1)?.length ?? 0) + 1}`;
+  }
+  if (/^Unexpected end of JSON input$/.test(message)) return "it ends too soon";
+  return "an unexpected token, such as a word without quotes";
+}
+
 /** Parses settings from JSON text; the error names each wrong key, never a value. */
 export function parseSettings(text: string): SettingsT {
   let raw: unknown;
   try {
     raw = JSON.parse(text);
   } catch (e) {
-    throw new SettingsError(`settings are not JSON: ${(e as Error).message.replace(/\s+/g, " ")}`);
+    throw new SettingsError(`settings are not JSON: ${notJson(e, text)}`);
   }
   const parsed = Settings.safeParse(raw);
   if (!parsed.success) throw new SettingsError(`invalid settings: ${describeIssues(parsed.error)}`);

@@ -1,0 +1,260 @@
+// The built command line as a child process: what it prints, how it exits, and what it writes.
+import { chmodSync, mkdirSync, mkdtempSync, readFileSync, readdirSync, rmSync, statSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { z } from "zod";
+import { Contract, FEATURES, Settings } from "../protocol/index.js";
+import { writeSettings } from "../store/index.js";
+import { ROOT, assertBuilt } from "./fixtures/built.js";
+import { killAll, run, type Run } from "./fixtures/child.js";
+
+const MAIN = join(ROOT, "dist/daemon/main.js");
+const SECRET = "sk-SECRET-123";
+
+let home: string;
+beforeAll(() => {
+  assertBuilt(["dist/daemon/main.js", "dist/daemon/cli.js", "dist/daemon/commands.js", "dist/store/settings.js"], ["daemon", "store", "protocol"]);
+  home = mkdtempSync(join(tmpdir(), "lnk-cli-"));
+});
+// Every run waits for its process's exit (killing it when late); this is for a test that failed midway.
+afterAll(async () => {
+  await killAll();
+  rmSync(home, { recursive: true, force: true });
+});
+
+/** A folder of its own under the test's home. */
+function tempDir(): string {
+  return mkdtempSync(join(home, "agent-"));
+}
+
+/** The CLI with a clean environment: no LNK_* of the machine running the tests, a Home of its own. */
+function cli(args: string[], options: { input?: string; env?: Record<string, string> } = {}): Promise<Run> {
+  return run(process.execPath, [MAIN, ...args], {
+    input: options.input ?? "",
+    env: { PATH: process.env.PATH ?? "/usr/bin:/bin", HOME: home, XDG_DATA_HOME: join(home, "data"), ...options.env },
+    ms: 15_000,
+  });
+}
+
+/** Exactly one line on stderr, of the program's own form. */
+function expectOneLine(r: Run): void {
+  expect(r.stderr, r.stderr).toMatch(/^lnk-link-harness: [^\n]+\n$/);
+}
+
+const valid = { model: { provider: "openai", name: "gpt-test", base_url: "http://127.0.0.1:9/v1", key: "sk-VALID-456" } };
+
+describe.concurrent("contract, --version, --help", () => {
+  it("contract prints the Contract: version 2, every feature as the spec says", async () => {
+    const r = await cli(["contract"]);
+    expect(r.code, r.stderr).toBe(0);
+    expect(r.stderr).toBe("");
+    const contract = Contract.parse(JSON.parse(r.stdout));
+    expect(contract.version).toBe(2);
+    expect(contract.features).toEqual(Object.fromEntries(FEATURES.map((f) => [f, "spec"])));
+    // Asking for the contract writes nothing.
+    expect(readdirSync(home).filter((n) => !n.startsWith("agent-"))).toEqual([]);
+  });
+
+  it("--version and -V print the package's version, and exit 0", async () => {
+    const pkg = z.object({ version: z.string() }).loose().parse(JSON.parse(readFileSync(join(ROOT, "package.json"), "utf8")));
+    for (const flag of ["--version", "-V"]) {
+      const r = await cli([flag]);
+      expect(r.code, r.stderr).toBe(0);
+      expect(r.stdout).toBe(`lnk-link-harness ${pkg.version}\n`);
+      expect(r.stderr).toBe("");
+    }
+  });
+
+  it("--help and -h print the usage of each command, and exit 0", async () => {
+    for (const flag of ["--help", "-h"]) {
+      const r = await cli([flag]);
+      expect(r.code, r.stderr).toBe(0);
+      expect(r.stderr).toBe("");
+      for (const command of ["contract", "configure", "state", "--socket"]) expect(r.stdout).toContain(command);
+    }
+  });
+});
+
+describe.concurrent("bad input: one line on stderr, exit 2, nothing written", () => {
+  const invalid: [string, string][] = [
+    ["bad JSON (a bare word)", `{"model": {"provider": "p", "name": "m", "base_url": "http://x", "key": ${SECRET}}}`],
+    ["bad JSON (a trailing comma)", `{"model": {"provider": "p", "name": "m", "base_url": "http://x", "key": "${SECRET}",}}`],
+    ["bad JSON (cut short)", `{"model": {"provider": "p", "name": "m", "key": "${SECRET}"`],
+    ["bad JSON (text after it)", `{"model": {"key": "x"}} ${SECRET}`],
+    ["nothing at all", ""],
+    ["JSON that is not an object", JSON.stringify(SECRET)],
+    ["no model", JSON.stringify({ identity: { persona: SECRET } })],
+    ["a model without its name", JSON.stringify({ model: { provider: "p", base_url: "http://x", key: SECRET } })],
+    ["a wrong type", JSON.stringify({ model: { ...valid.model, name: 42, key: SECRET } })],
+    ["an unknown key", JSON.stringify({ model: { ...valid.model, key: SECRET }, colour: "blue" })],
+    ["an unknown key of the model", JSON.stringify({ model: { ...valid.model, key: SECRET, temperature: 0.2 } })],
+    ["the secret where a URL goes", JSON.stringify({ model: { ...valid.model, base_url: SECRET } })],
+    ["the secret where a choice goes", JSON.stringify({ ...valid, verbosity: SECRET })],
+    ["the secret as a key given a number", JSON.stringify({ model: { ...valid.model, key: 5 }, identity: { owner: SECRET, skills: "one" } })],
+  ];
+
+  /** An agent folder holding a valid config.json, and a check that nothing of it changed. */
+  function agentWithSettings(): { dir: string; unchanged: () => void } {
+    const dir = tempDir();
+    writeSettings({ dir }, Settings.parse(valid));
+    const config = join(dir, "config.json");
+    const before = { bytes: readFileSync(config), mode: statSync(config).mode, ino: statSync(config).ino, files: readdirSync(dir) };
+    return {
+      dir,
+      unchanged: () => {
+        expect(readFileSync(config).equals(before.bytes), "config.json's bytes").toBe(true);
+        expect(statSync(config).mode).toBe(before.mode);
+        expect(statSync(config).ino, "config.json was not replaced").toBe(before.ino);
+        expect(readdirSync(dir)).toEqual(before.files);
+      },
+    };
+  }
+
+  it.each(invalid)("configure with %s, from stdin", async (_, text) => {
+    const agent = agentWithSettings();
+    const r = await cli(["configure", "--agent", agent.dir], { input: text });
+    expect(r.code, r.stderr).toBe(2);
+    expectOneLine(r);
+    expect(r.stdout).toBe("");
+    expect(r.stderr).not.toContain("SECRET");
+    agent.unchanged();
+  });
+
+  it("configure with invalid settings from a FILE", async () => {
+    const agent = agentWithSettings();
+    const file = join(tempDir(), "settings.json");
+    writeFileSync(file, JSON.stringify({ model: { ...valid.model, key: SECRET, base_url: "ftp://x" } }));
+    const r = await cli(["configure", "--agent", agent.dir, file]);
+    expect(r.code, r.stderr).toBe(2);
+    expectOneLine(r);
+    expect(r.stderr).toContain("model.base_url");
+    expect(r.stdout + r.stderr).not.toContain("SECRET");
+    agent.unchanged();
+  });
+
+  it("a JSON error says where, never what", async () => {
+    const r = await cli(["configure", "--agent", tempDir()], { input: `{\n  "model": {\n    "key": "${SECRET}",\n  }\n}` });
+    expect(r.code).toBe(2);
+    expect(r.stderr).toMatch(/line 4, column 3/);
+    expect(r.stderr).not.toContain("SECRET");
+  });
+
+  const usage: [string, (agent: string) => string[]][] = [
+    ["an unknown flag", (a) => ["--bogus", "--agent", a]],
+    ["an unknown flag of configure", (a) => ["configure", "--agent", a, "--bogus"]],
+    ["an unknown command", (a) => ["frobnicate", "--agent", a]],
+    ["a flag configure doesn't take", (a) => ["configure", "--agent", a, "--socket", join(a, "socket")]],
+    ["two FILEs", (a) => ["configure", "--agent", a, join(a, "a.json"), join(a, "b.json")]],
+    ["a FILE that doesn't exist", (a) => ["configure", "--agent", a, join(a, "missing.json")]],
+    ["a FILE that is a folder", (a) => ["configure", "--agent", a, a]],
+    ["an argument to contract", () => ["contract", "extra"]],
+    ["a flag contract doesn't take", (a) => ["contract", "--agent", a]],
+    ["an unknown part of state", (a) => ["state", "bogus", "--agent", a]],
+    ["--agent without a value", () => ["configure", "--agent="]],
+  ];
+  it.each(usage)("%s", async (_, args) => {
+    const agent = agentWithSettings();
+    const r = await cli(args(agent.dir), { input: JSON.stringify(valid), env: { LNK_AGENT_DIR: agent.dir } });
+    expect(r.code, r.stderr).toBe(2);
+    expectOneLine(r);
+    expect(r.stdout).toBe("");
+    agent.unchanged();
+  });
+
+  // Root reads a file of mode 000 all the same.
+  it.skipIf(process.getuid?.() === 0)("a FILE that can't be read", async () => {
+    const agent = agentWithSettings();
+    const file = join(tempDir(), "settings.json");
+    writeFileSync(file, JSON.stringify(valid), { mode: 0o000 });
+    const r = await cli(["configure", "--agent", agent.dir, file]);
+    expect(r.code, r.stderr).toBe(2);
+    expectOneLine(r);
+    expect(r.stderr).toContain("EACCES");
+    agent.unchanged();
+  });
+
+  it("a folder that can't be made is a failure other than bad input: one line, exit 1", async () => {
+    const file = join(tempDir(), "a-file");
+    writeFileSync(file, "");
+    const r = await cli(["configure", "--agent", join(file, "agent")], { input: JSON.stringify(valid) });
+    expect(r.code, r.stderr).toBe(1);
+    expectOneLine(r);
+    expect(r.stdout).toBe("");
+  });
+});
+
+describe.concurrent("configure with valid settings", () => {
+  function expectWritten(dir: string): void {
+    const config = join(dir, "config.json");
+    expect(statSync(config).mode & 0o777).toBe(0o600);
+    expect(Settings.parse(JSON.parse(readFileSync(config, "utf8")))).toEqual(valid);
+    expect(readdirSync(dir)).toEqual(["config.json"]);
+  }
+
+  it("from a FILE writes config.json, mode 0600, making the agent's folder", async () => {
+    const dir = join(tempDir(), "new", "agent");
+    const file = join(tempDir(), "settings.json");
+    writeFileSync(file, JSON.stringify(valid));
+    const r = await cli(["configure", "--agent", dir, file]);
+    expect(r.code, r.stderr).toBe(0);
+    expect(r.stdout).toBe("");
+    expect(r.stderr).not.toContain("sk-VALID");
+    expectWritten(dir);
+  });
+
+  it("from stdin replaces config.json whole, mode 0600 even where it was 0644", async () => {
+    const dir = tempDir();
+    writeFileSync(join(dir, "config.json"), JSON.stringify({ model: { ...valid.model, name: "old" } }));
+    chmodSync(join(dir, "config.json"), 0o644);
+    const r = await cli(["configure", "--agent", dir], { input: JSON.stringify(valid) });
+    expect(r.code, r.stderr).toBe(0);
+    expect(r.stdout).toBe("");
+    expect(r.stderr).not.toContain("sk-VALID");
+    expectWritten(dir);
+  });
+
+  it("into $LNK_AGENT_DIR when no --agent is given", async () => {
+    const dir = tempDir();
+    const r = await cli(["configure"], { input: JSON.stringify(valid), env: { LNK_AGENT_DIR: dir } });
+    expect(r.code, r.stderr).toBe(0);
+    expectWritten(dir);
+  });
+});
+
+describe.concurrent("state", () => {
+  function expected(agent: string, files = agent) {
+    return { agent, files, paths: ["config.json", "instructions", "skills", "memory", "chats"].map((p) => join(agent, p)) };
+  }
+
+  it("state --agent DIR prints the paths a move carries, and writes nothing", async () => {
+    const dir = join(tempDir(), "agent");
+    const r = await cli(["state", "--agent", dir]);
+    expect(r.code, r.stderr).toBe(0);
+    expect(JSON.parse(r.stdout)).toEqual(expected(dir));
+    expect(r.stderr).toBe("");
+    expect(() => statSync(dir)).toThrow();
+  });
+
+  it("--files names the files folder", async () => {
+    const dir = tempDir();
+    const files = tempDir();
+    const r = await cli(["state", "--agent", dir, "--files", files]);
+    expect(r.code, r.stderr).toBe(0);
+    expect(JSON.parse(r.stdout)).toEqual(expected(dir, files));
+  });
+
+  it("the agent's folder is $LNK_AGENT_DIR, else under $XDG_DATA_HOME, else under ~/.local/share", async () => {
+    const dir = tempDir();
+    const byEnv = await cli(["state"], { env: { LNK_AGENT_DIR: dir } });
+    expect(JSON.parse(byEnv.stdout)).toEqual(expected(dir));
+
+    const data = tempDir();
+    const byXdg = await cli(["state"], { env: { XDG_DATA_HOME: data } });
+    expect(JSON.parse(byXdg.stdout)).toEqual(expected(join(data, "lnk-link-harness", "agent")));
+
+    mkdirSync(join(home, "other-home"), { recursive: true });
+    const byHome = await run(process.execPath, [MAIN, "state"], { env: { PATH: process.env.PATH ?? "", HOME: join(home, "other-home") }, ms: 15_000 });
+    expect(JSON.parse(byHome.stdout)).toEqual(expected(join(home, "other-home", ".local", "share", "lnk-link-harness", "agent")));
+  });
+});

@@ -1,0 +1,389 @@
+// The store on disk: numbered events under many writers, the conversation lock across processes,
+// names, files that fail their schema, links, and the derived files beside the events.
+import { existsSync, mkdirSync, mkdtempSync, readFileSync, readdirSync, rmSync, symlinkSync, utimesSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { dirname, join } from "node:path";
+import fc from "fast-check";
+import { afterEach, beforeAll, describe, expect, it } from "vitest";
+import { EVENT_VERSION, Event, StoreError, type WindowMark } from "../protocol/index.js";
+import {
+  InvalidNameError,
+  appendEvent,
+  appendTranscript,
+  ensureConversation,
+  eventName,
+  lastEventNumber,
+  narrowToolsList,
+  paths,
+  readEventsFrom,
+  readMark,
+  readNotes,
+  readSettings,
+  readStanding,
+  readToolsList,
+  readTranscript,
+  replaceTranscript,
+  transcriptTail,
+  writeMark,
+  writeSettings,
+} from "../store/index.js";
+import { ROOT, assertBuilt } from "./fixtures/built.js";
+import { Child, killAll } from "./fixtures/child.js";
+
+const WORKER = join(ROOT, "dist/test/fixtures/append-worker.js");
+
+const temps: string[] = [];
+function tempDir(): string {
+  const dir = mkdtempSync(join(tmpdir(), "lnk-store-"));
+  temps.push(dir);
+  return dir;
+}
+
+function worker(...args: string[]): Child {
+  return new Child(process.execPath, [WORKER, ...args]);
+}
+
+function userMessage(text: string): Event {
+  return { v: EVENT_VERSION, time: new Date().toISOString(), kind: "message", role: "user", text, header: "test" };
+}
+
+afterEach(async () => {
+  await killAll();
+  for (const dir of temps.splice(0)) rmSync(dir, { recursive: true, force: true });
+});
+
+describe("many processes on one conversation", () => {
+  beforeAll(() => assertBuilt(["dist/test/fixtures/append-worker.js", "dist/store/index.js"], ["store", "protocol", "test/fixtures/append-worker.ts"]));
+
+  it("8 processes appending 50 events each number them 1..400, each whole, none lost or doubled", async () => {
+    const dir = tempDir();
+    const conv = paths({ dir }).conversation("telegram-12345");
+    const workers = Array.from({ length: 8 }, (_, w) => worker("append", dir, conv.thread, `w${w}`, "50"));
+    await Promise.all(workers.map((w) => w.line((l) => l === "ready")));
+    for (const w of workers) w.send("go\n");
+    const exits = await Promise.all(workers.map((w) => w.exit(30_000)));
+    for (const [i, e] of exits.entries()) expect(e, workers[i]?.stderr).toEqual({ code: 0, signal: null });
+
+    const names = readdirSync(conv.dir).sort();
+    expect(names.filter((n) => n.startsWith(".tmp-")), "temp files left behind").toEqual([]);
+    const eventFiles = names.filter((n) => /^\d{12}\.json$/.test(n));
+    expect(eventFiles).toEqual(Array.from({ length: 400 }, (_, i) => eventName(i + 1)));
+
+    // Each file read raw and parsed whole, not through this process's cache.
+    const texts = eventFiles.map((n) => {
+      const parsed = Event.parse(JSON.parse(readFileSync(join(conv.dir, n), "utf8")));
+      if (parsed.kind !== "message") throw new Error(`${n} is a ${parsed.kind}`);
+      return parsed.text;
+    });
+    expect(new Set(texts).size).toBe(400);
+    for (let w = 0; w < 8; w++) {
+      // Every event of the worker, in the order it wrote them.
+      expect(texts.filter((t) => t.startsWith(`w${w}:`))).toEqual(Array.from({ length: 50 }, (_, i) => `w${w}:${i}`));
+    }
+    expect(readEventsFrom(conv, 1).map((e) => e.n)).toEqual(Array.from({ length: 400 }, (_, i) => i + 1));
+    expect(lastEventNumber(conv)).toBe(400);
+  });
+
+  it("two processes holding one conversation's lock never overlap", async () => {
+    const dir = tempDir();
+    const log = join(dir, "lock.log");
+    const conv = paths({ dir }).conversation("shared");
+    const workers = ["A", "B"].map((id) => worker("lock", dir, conv.thread, id, "20", log));
+    await Promise.all(workers.map((w) => w.line((l) => l === "ready")));
+    for (const w of workers) w.send("go\n");
+    const exits = await Promise.all(workers.map((w) => w.exit(30_000)));
+    for (const [i, e] of exits.entries()) expect(e, workers[i]?.stderr).toEqual({ code: 0, signal: null });
+
+    const lines = readFileSync(log, "utf8").trim().split("\n");
+    const held = lines.filter((l) => !l.startsWith("want "));
+    expect(held).toHaveLength(80);
+    // Inside the lock, strictly one at a time: each enter is followed by its own leave.
+    for (let i = 0; i < held.length; i += 2) {
+      const enter = held[i] ?? "";
+      expect(enter).toMatch(/^enter /);
+      expect(held[i + 1]).toBe(enter.replace(/^enter/, "leave"));
+    }
+    // And they did contend: one of them waited while the other held the lock.
+    const waited = lines.some((l, i) => {
+      const m = /^want (\S+) (\d+)$/.exec(l);
+      if (!m) return false;
+      const entered = lines.indexOf(`enter ${m[1]} ${m[2]}`, i);
+      return lines.slice(i, entered).some((between) => between.startsWith("leave ") && !between.startsWith(`leave ${m[1]} `));
+    });
+    expect(waited, lines.join("\n")).toBe(true);
+  });
+
+  it("a live holder keeps its lock past the stale period (2000 ms)", async () => {
+    const dir = tempDir();
+    const conv = paths({ dir }).conversation("held");
+    const holder = worker("hold", dir, conv.thread);
+    await holder.line((l) => l === "held");
+    // Twice the stale period: the holder refreshes its lock, so another process never gets it.
+    const other = worker("take", dir, conv.thread, "4000");
+    expect(await other.line((l) => l.startsWith("acquired ") || l === "busy")).toBe("busy");
+    expect((await other.exit()).code).toBe(3);
+    expect(holder.proc.exitCode, "the holder is still running").toBeNull();
+    holder.proc.kill("SIGKILL");
+    await holder.exit();
+  }, 20_000);
+
+  it("a lock left by a process killed while holding it is taken over, within the stale period", async () => {
+    const dir = tempDir();
+    const conv = paths({ dir }).conversation("killed");
+    const holder = worker("hold", dir, conv.thread);
+    await holder.line((l) => l === "held");
+    const blocked = worker("take", dir, conv.thread, "300");
+    expect(await blocked.line((l) => l.startsWith("acquired ") || l === "busy")).toBe("busy");
+    await blocked.exit();
+
+    holder.proc.kill("SIGKILL");
+    expect((await holder.exit()).signal).toBe("SIGKILL");
+    const killedAt = Date.now();
+    expect(existsSync(conv.lock), "the killed holder's lock is left behind").toBe(true);
+
+    const taker = worker("take", dir, conv.thread, "10000");
+    const line = await taker.line((l) => l.startsWith("acquired ") || l === "busy", 15_000);
+    expect(line).toMatch(/^acquired \d+$/);
+    // At once when its holder is known to be gone; at the latest once the lock is stale.
+    expect(Number(line.split(" ")[1]) - killedAt).toBeLessThan(2_000 + 3_000);
+    expect((await taker.exit()).code).toBe(0);
+    expect(existsSync(conv.lock), "released").toBe(false);
+  }, 20_000);
+
+  it("a lock whose holder can't be known (another machine's) is taken over only once it is stale", async () => {
+    const dir = tempDir();
+    const conv = paths({ dir }).conversation("elsewhere");
+    ensureConversation(conv);
+    // As another machine's process would leave it: the lock's folder, refreshed last now.
+    mkdirSync(conv.lock);
+    const refreshed = new Date();
+    utimesSync(conv.lock, refreshed, refreshed);
+    const taker = worker("take", dir, conv.thread, "10000");
+    const line = await taker.line((l) => l.startsWith("acquired ") || l === "busy", 15_000);
+    expect(line).toMatch(/^acquired \d+$/);
+    const after = Number(line.split(" ")[1]) - refreshed.getTime();
+    expect(after).toBeGreaterThanOrEqual(2_000);
+    expect(after).toBeLessThan(2_000 + 2_000);
+    expect((await taker.exit()).code).toBe(0);
+  }, 20_000);
+});
+
+describe("thread names", () => {
+  const refused = ["../x", "a/b", ".hidden", "a\0b", "..", "x".repeat(300), "", ".", "a\\b", "a..b", "a\nb", "a\uD800b", "日".repeat(100)];
+
+  it.each(refused.map((name) => [JSON.stringify(name).slice(0, 40), name]))("refuses %s", (_, name) => {
+    const dir = tempDir();
+    expect(() => paths({ dir }).conversation(name)).toThrow(InvalidNameError);
+  });
+
+  it.each([["telegram-12345"], ["whatsapp-120363042@g.us"], ["Über Café 日本語 🎉"], ["a".repeat(128)]])("takes %s as a folder of chats/", (name) => {
+    const dir = tempDir();
+    const conv = paths({ dir }).conversation(name);
+    ensureConversation(conv);
+    expect(dirname(conv.dir)).toBe(join(dir, "chats"));
+    expect(readdirSync(join(dir, "chats"))).toEqual([name]);
+  });
+
+  it("every name it takes is one folder of chats/, named exactly so", () => {
+    const dir = tempDir();
+    const chats = join(dir, "chats");
+    fc.assert(
+      // Short names, and names of every length up to the bound (in characters, of any plane).
+      fc.property(fc.oneof(fc.string({ unit: "binary" }), fc.string({ unit: "binary", minLength: 40, maxLength: 130, size: "max" })), (name) => {
+        let conv;
+        try {
+          conv = paths({ dir }).conversation(name);
+        } catch (e) {
+          if (e instanceof InvalidNameError) return;
+          throw e;
+        }
+        ensureConversation(conv);
+        expect(dirname(conv.dir)).toBe(chats);
+        expect(readdirSync(chats)).toContain(name);
+        rmSync(conv.dir, { recursive: true });
+      }),
+      { numRuns: 300 },
+    );
+  });
+});
+
+describe("an event file that fails its schema", () => {
+  const bad: [string, string][] = [
+    ["not JSON", "{\"v\": 1, \"kind\": "],
+    ["an empty file", ""],
+    ["a wrong-shaped object", JSON.stringify({ v: 1, kind: "message", role: "user" })],
+    ["another format version", JSON.stringify({ ...userMessage("hi"), v: 2 })],
+  ];
+  it.each(bad)("makes readEventsFrom throw, naming the file, for %s", (_, text) => {
+    const dir = tempDir();
+    const conv = paths({ dir }).conversation("t");
+    appendEvent(conv, userMessage("one"));
+    writeFileSync(conv.event(2), text);
+    writeFileSync(conv.event(3), `${JSON.stringify(userMessage("three"))}\n`);
+    let error: unknown;
+    try {
+      readEventsFrom(conv, 1);
+    } catch (e) {
+      error = e;
+    }
+    expect(error).toBeInstanceOf(StoreError);
+    expect((error as StoreError).message).toContain(conv.event(2));
+    expect((error as StoreError).path).toBe(conv.event(2));
+  });
+
+  it("is refused when written, too", () => {
+    const dir = tempDir();
+    const conv = paths({ dir }).conversation("t");
+    const wrong = { ...userMessage("x"), role: "owner" };
+    // @ts-expect-error a wrong-shaped event, as a caller's bug would pass it
+    expect(() => appendEvent(conv, wrong)).toThrow(StoreError);
+    expect(existsSync(conv.event(1))).toBe(false);
+  });
+});
+
+describe("links are refused, not followed", () => {
+  /** A valid event outside the agent's folder, which a followed link would read as the conversation's. */
+  function outsideEvent(): string {
+    const path = join(tempDir(), "planted.json");
+    writeFileSync(path, `${JSON.stringify(userMessage("planted"))}\n`);
+    return path;
+  }
+
+  it("an event file that is a link", () => {
+    const dir = tempDir();
+    const conv = paths({ dir }).conversation("t");
+    appendEvent(conv, userMessage("one"));
+    symlinkSync(outsideEvent(), conv.event(2));
+    expect(() => readEventsFrom(conv, 1)).toThrow(StoreError);
+    expect(() => readEventsFrom(conv, 1)).toThrow(conv.event(2));
+  });
+
+  it("a conversation folder, or chats/, that is a link", () => {
+    const outside = tempDir();
+    writeFileSync(join(outside, eventName(1)), `${JSON.stringify(userMessage("planted"))}\n`);
+    const dir = tempDir();
+    mkdirSync(join(dir, "chats"));
+    symlinkSync(outside, join(dir, "chats", "t"));
+    const conv = paths({ dir }).conversation("t");
+    expect(() => readEventsFrom(conv, 1)).toThrow(StoreError);
+    expect(() => appendEvent(conv, userMessage("x"))).toThrow(StoreError);
+
+    const dir2 = tempDir();
+    mkdirSync(join(outside, "t"));
+    writeFileSync(join(outside, "t", eventName(1)), `${JSON.stringify(userMessage("planted"))}\n`);
+    symlinkSync(outside, join(dir2, "chats"));
+    expect(() => readEventsFrom(paths({ dir: dir2 }).conversation("t"), 1)).toThrow(StoreError);
+    expect(() => appendEvent(paths({ dir: dir2 }).conversation("u"), userMessage("x"))).toThrow(StoreError);
+    // Nothing was written through either link.
+    expect(readdirSync(outside).sort()).toEqual([eventName(1), "t"]);
+    expect(readdirSync(join(outside, "t"))).toEqual([eventName(1)]);
+  });
+
+  it("instructions/instruction.md, or instructions/, that is a link", () => {
+    const secret = join(tempDir(), "secret.txt");
+    writeFileSync(secret, "the machine's own file\n");
+    const dir = tempDir();
+    const p = paths({ dir });
+    mkdirSync(p.instructions);
+    symlinkSync(secret, p.instruction);
+    expect(() => readStanding({ dir })).toThrow(StoreError);
+
+    const dir2 = tempDir();
+    const linkedFolder = tempDir();
+    writeFileSync(join(linkedFolder, "instruction.md"), "planted\n");
+    symlinkSync(linkedFolder, paths({ dir: dir2 }).instructions);
+    expect(() => readStanding({ dir: dir2 })).toThrow(StoreError);
+
+    // The same file, planted for real, is read.
+    const dir3 = tempDir();
+    mkdirSync(paths({ dir: dir3 }).instructions);
+    writeFileSync(paths({ dir: dir3 }).instruction, "be brief\n");
+    expect(readStanding({ dir: dir3 })).toBe("be brief\n");
+  });
+
+  it("notes, config.json and a conversation's derived files that are links", () => {
+    const target = join(tempDir(), "target.txt");
+    writeFileSync(target, "outside\n");
+    const dir = tempDir();
+    const p = paths({ dir });
+    mkdirSync(p.memory);
+    symlinkSync(target, p.notes);
+    expect(() => readNotes({ dir })).toThrow(StoreError);
+    symlinkSync(target, p.config);
+    expect(() => readSettings({ dir })).toThrow(StoreError);
+
+    const conv = p.conversation("t");
+    ensureConversation(conv);
+    symlinkSync(target, conv.transcript);
+    symlinkSync(target, conv.tools);
+    symlinkSync(target, conv.window);
+    expect(() => readTranscript(conv)).toThrow(StoreError);
+    expect(() => transcriptTail(conv)).toThrow(StoreError);
+    expect(() => readToolsList(conv)).toThrow(StoreError);
+    expect(() => readMark(conv)).toThrow(StoreError);
+    expect(() => appendTranscript(conv, "added\n")).toThrow();
+    expect(readFileSync(target, "utf8")).toBe("outside\n");
+  });
+
+  it("writing settings over a linked config.json replaces the link, leaving its target alone", () => {
+    const target = join(tempDir(), "target.json");
+    writeFileSync(target, "untouched\n");
+    const dir = tempDir();
+    symlinkSync(target, paths({ dir }).config);
+    writeSettings({ dir }, { model: { provider: "p", name: "m", base_url: "http://127.0.0.1:1/v1" } });
+    expect(readFileSync(target, "utf8")).toBe("untouched\n");
+    expect(readSettings({ dir })?.model.name).toBe("m");
+  });
+});
+
+describe("the derived files beside the events", () => {
+  it("the transcript is added to, read, tailed and made again", () => {
+    const conv = paths({ dir: tempDir() }).conversation("t");
+    expect(readTranscript(conv)).toBeUndefined();
+    expect(transcriptTail(conv)).toBeUndefined();
+    appendTranscript(conv, "**You:** hi\n\n");
+    appendTranscript(conv, "**Agent:** hello\n\n");
+    expect(readTranscript(conv)).toBe("**You:** hi\n\n**Agent:** hello\n\n");
+    expect(transcriptTail(conv, 9)).toBe("* hello\n\n");
+    replaceTranscript(conv, "again\n");
+    expect(readTranscript(conv)).toBe("again\n");
+  });
+
+  it("window.json: a mark reads back; a missing, garbage or wrong-shaped one is undefined", () => {
+    const conv = paths({ dir: tempDir() }).conversation("t");
+    expect(readMark(conv)).toBeUndefined();
+    const mark: WindowMark = { v: 1, event: 7, time: "2026-01-02T03:04:05.000Z", tokens_before: 1234, budget: 30_000 };
+    writeMark(conv, mark);
+    expect(readMark(conv)).toEqual(mark);
+    for (const garbage of ["", "{not json", "null", "[]", JSON.stringify({ ...mark, v: 2 }), JSON.stringify({ ...mark, event: 0 }), JSON.stringify({ ...mark, extra: 1 })]) {
+      writeFileSync(conv.window, garbage);
+      expect(readMark(conv), garbage).toBeUndefined();
+    }
+    // A mark that fails its schema is never written.
+    expect(() => writeMark(conv, { ...mark, tokens_before: -1 })).toThrow();
+    expect(readFileSync(conv.window, "utf8")).toBe(JSON.stringify({ ...mark, extra: 1 }));
+  });
+
+  it("tools.json: the first list is kept, a later one narrows it and never widens it", () => {
+    const conv = paths({ dir: tempDir() }).conversation("t");
+    expect(readToolsList(conv)).toBeUndefined();
+    expect(narrowToolsList(conv, ["memory__search", "memory__read", "fs", "memory__search"])).toEqual(["memory__search", "memory__read", "fs"]);
+    expect(narrowToolsList(conv, ["memory__search", "fs", "shell"])).toEqual(["memory__search", "fs"]);
+    expect(readToolsList(conv)).toEqual(["memory__search", "fs"]);
+    expect(narrowToolsList(conv, ["memory__search", "memory__read", "fs", "shell", "web"])).toEqual(["memory__search", "fs"]);
+    expect(narrowToolsList(conv, [])).toEqual([]);
+    expect(narrowToolsList(conv, ["memory__search", "fs"])).toEqual([]);
+    expect(readToolsList(conv)).toEqual([]);
+  });
+
+  it("tools.json that fails its schema is an error naming it (it is not derived: nothing to make it again from)", () => {
+    const conv = paths({ dir: tempDir() }).conversation("t");
+    ensureConversation(conv);
+    for (const garbage of ["{oops", JSON.stringify({ v: 1, tools: "memory" })]) {
+      writeFileSync(conv.tools, garbage);
+      expect(() => readToolsList(conv)).toThrow(conv.tools);
+      expect(() => narrowToolsList(conv, ["memory"])).toThrow(StoreError);
+      expect(readFileSync(conv.tools, "utf8")).toBe(garbage);
+    }
+  });
+});
