@@ -1,0 +1,232 @@
+// The ACP agent: one app a connection, every connection sharing the process's sessions and turns.
+import * as acp from "@agentclientprotocol/sdk";
+import type { McpServer, PromptResponse, StopReason as AcpStopReason } from "@agentclientprotocol/sdk";
+import type { Usage as AcpUsage } from "@agentclientprotocol/sdk/unstable";
+import { z } from "zod";
+import type { Settings, StopReason, Usage, Verbosity } from "../protocol/index.js";
+import { readSettings } from "../store/index.js";
+import type { IncomingMessage, TurnOutcome } from "../turn/types.js";
+import { promptContent } from "./content.js";
+import type { AcpDeps } from "./deps.js";
+import { toRequestError } from "./errors.js";
+import { INITIALIZE_META, NewSessionLink, OVERSIZED_METHOD, ParamsError, PromptLink, SessionLink, parseLink } from "./meta.js";
+import { configOptions, setModel } from "./model.js";
+import { replay } from "./replay.js";
+import { Sessions, type SessionState } from "./sessions.js";
+import type { Outbox } from "./outbox.js";
+import { Turns, type StartTurn } from "./turns.js";
+
+const Oversized = z.object({ bytes: z.number(), max: z.number() });
+
+/** What every connection shares: the agent's sessions and the turns running. */
+export class AcpState {
+  readonly sessions: Sessions;
+  readonly turns: Turns;
+
+  constructor(readonly deps: AcpDeps) {
+    this.sessions = new Sessions(deps.agent, deps.log);
+    this.turns = new Turns((key, e) => deps.log.error("turn loop failed", { thread: key, error: (e as Error).message }));
+  }
+
+  /** Settings as they are now; unreadable ones are left to the turn, which records why it can't run. */
+  settings(): Settings | undefined {
+    try {
+      return readSettings(this.deps.agent);
+    } catch (e) {
+      this.deps.log.warn("settings unreadable", { error: (e as Error).message });
+      return undefined;
+    }
+  }
+}
+
+function checkServers(servers: readonly McpServer[]): void {
+  for (const s of servers) {
+    if ("type" in s && s.type === "sse") throw new ParamsError(`mcpServers: ${s.name}: SSE is not supported (mcpCapabilities.http is)`);
+  }
+}
+
+function acpStop(stop: StopReason): AcpStopReason {
+  switch (stop) {
+    case "end_turn":
+    case "max_tokens":
+    case "max_turn_requests":
+    case "refusal":
+    case "cancelled":
+      return stop;
+    case "tool_calls":
+      return "end_turn";
+    default: {
+      const never: never = stop;
+      throw new Error(`unknown stop reason ${String(never)}`);
+    }
+  }
+}
+
+function acpUsage(u: Usage): AcpUsage {
+  return { inputTokens: u.in, outputTokens: u.out, cachedReadTokens: u.cached, totalTokens: u.in + u.out };
+}
+
+function promptResponse(outcome: TurnOutcome): PromptResponse {
+  // `usage` is unstable in ACP v1 and passes through the stable schema as it is.
+  const response: PromptResponse & { usage?: AcpUsage } = { stopReason: acpStop(outcome.stop) };
+  if (outcome.usage) response.usage = acpUsage(outcome.usage);
+  return response;
+}
+
+/** The app of one connection. */
+export function createAgentApp(state: AcpState, outbox: Outbox): acp.AgentApp {
+  const { deps, sessions, turns } = state;
+  const { log } = deps;
+
+  // Each handler's failure is answered with an error a person can act on.
+  const guard =
+    <C extends { method: string }, R>(handler: (ctx: C) => Promise<R> | R) =>
+    async (ctx: C): Promise<R> => {
+      try {
+        return await handler(ctx);
+      } catch (e) {
+        throw toRequestError(e, ctx.method, log);
+      }
+    };
+
+  const verbosityOf = (settings: Settings | undefined, asked?: Verbosity): Verbosity => asked ?? settings?.verbosity ?? "new";
+
+  const startTurn =
+    (session: SessionState, settings: Settings | undefined): StartTurn =>
+    async (message, steering, signal, listener) => {
+      const toolServers = deps.discoverTools?.(settings?.tools, session.mcpServers) ?? [];
+      let tools;
+      try {
+        if (toolServers.length > 0) tools = await deps.toolHost?.();
+      } catch (e) {
+        log.error("tool host unavailable: the turn runs without tools", { error: (e as Error).message });
+      }
+      log.info("turn", { thread: session.thread });
+      const outcome = await deps.runTurn(
+        {
+          agent: deps.agent,
+          thread: session.thread,
+          message,
+          steering,
+          signal,
+          ...(tools ? { tools, toolServers } : {}),
+          ...(settings ? { settings } : {}),
+        },
+        listener,
+      );
+      log.info("turn ended", { thread: session.thread, stop: outcome.stop, ...(outcome.failure ? { failure: outcome.failure.message } : {}) });
+      return outcome;
+    };
+
+  return acp
+    .agent({ name: "lnk-link-harness" })
+    .onRequest(
+      acp.methods.agent.initialize,
+      guard(() => ({
+        protocolVersion: acp.PROTOCOL_VERSION,
+        agentCapabilities: {
+          loadSession: true,
+          promptCapabilities: { image: true, audio: false, embeddedContext: true },
+          mcpCapabilities: { http: true, sse: false },
+          sessionCapabilities: { list: {}, resume: {}, close: {} },
+          _meta: INITIALIZE_META,
+        },
+        agentInfo: { name: "lnk-link-harness", title: "Link Harness", version: deps.version },
+        authMethods: [],
+      })),
+    )
+    .onRequest(
+      acp.methods.agent.session.new,
+      guard(({ params }) => {
+        const link = parseLink(NewSessionLink, params._meta);
+        checkServers(params.mcpServers);
+        const session = sessions.create(link, params.cwd, params.mcpServers);
+        return { sessionId: session.thread, configOptions: configOptions(sessions, session.thread, state.settings()) };
+      }),
+    )
+    .onRequest(
+      acp.methods.agent.session.load,
+      guard(async ({ params, client }) => {
+        parseLink(SessionLink, params._meta);
+        checkServers(params.mcpServers);
+        const session = sessions.attach(params.sessionId, params.cwd, params.mcpServers);
+        const settings = state.settings();
+        // session/load answers only once the whole conversation has been shown again.
+        for (const update of replay(sessions.events(session.thread), verbosityOf(settings))) outbox.send(client, session.thread, update);
+        await outbox.flushed();
+        return { configOptions: configOptions(sessions, session.thread, settings) };
+      }),
+    )
+    .onRequest(
+      acp.methods.agent.session.resume,
+      guard(({ params }) => {
+        parseLink(SessionLink, params._meta);
+        checkServers(params.mcpServers ?? []);
+        const session = sessions.attach(params.sessionId, params.cwd, params.mcpServers ?? []);
+        return { configOptions: configOptions(sessions, session.thread, state.settings()) };
+      }),
+    )
+    .onRequest(
+      acp.methods.agent.session.list,
+      guard(({ params }) => {
+        parseLink(SessionLink, params._meta);
+        return sessions.list(params.cursor);
+      }),
+    )
+    .onRequest(
+      acp.methods.agent.session.close,
+      guard(({ params }) => {
+        parseLink(SessionLink, params._meta);
+        sessions.close(params.sessionId);
+        // Closing a session ends its work: its running turn is stopped, as /stop would.
+        turns.cancel(sessions.conversation(params.sessionId).dir);
+        return {};
+      }),
+    )
+    .onRequest(
+      acp.methods.agent.session.setConfigOption,
+      guard(({ params }) => {
+        parseLink(SessionLink, params._meta);
+        const session = sessions.get(params.sessionId);
+        setModel(sessions, session.thread, params.configId, params.value);
+        return { configOptions: configOptions(sessions, session.thread, state.settings()) };
+      }),
+    )
+    .onRequest(
+      acp.methods.agent.session.prompt,
+      guard(async ({ params, client }) => {
+        const link = parseLink(PromptLink, params._meta);
+        const session = sessions.get(params.sessionId);
+        const content = promptContent(params.prompt);
+        const settings = state.settings();
+        const channel = link.channel ?? session.channel;
+        const message: IncomingMessage = {
+          text: content.text,
+          ...(content.parts.length ? { parts: content.parts } : {}),
+          ...(link.from ? { from: link.from } : {}),
+          ...(channel !== undefined ? { channel } : {}),
+          ...(link.time ? { time: new Date(link.time) } : {}),
+        };
+        const key = sessions.conversation(session.thread).dir;
+        const sub = outbox.subscriber(client, session.thread);
+        // The request's own signal is not the turn's: a client that goes away leaves its turn to finish and be kept.
+        try {
+          return promptResponse(await turns.prompt(key, message, verbosityOf(settings, link.verbosity), startTurn(session, settings), sub));
+        } finally {
+          // The turn's updates reach the client before its answer does, whatever the answer.
+          await outbox.flushed();
+        }
+      }),
+    )
+    .onNotification(acp.methods.agent.session.cancel, ({ params }) => {
+      if (!sessions.exists(params.sessionId)) return;
+      turns.cancel(sessions.conversation(params.sessionId).dir);
+    })
+    .onRequest(
+      OVERSIZED_METHOD,
+      Oversized,
+      guard(({ params }) => {
+        throw acp.RequestError.invalidRequest(params, `the message of ${params.bytes} bytes is over this agent's limit of ${params.max}`);
+      }),
+    );
+}

@@ -1,0 +1,25 @@
+// What the ACP layer is given by the process that serves it: the agent, the turn, the tools, a log.
+import type { McpServer } from "@agentclientprotocol/sdk";
+import type { AgentRef } from "../store/index.js";
+import type { ToolHost, ToolServer } from "../turn/tools.js";
+import type { TurnInput, TurnListener, TurnOutcome } from "../turn/types.js";
+
+type Fields = Record<string, unknown>;
+
+export interface Logger {
+  info(msg: string, fields?: Fields): void;
+  warn(msg: string, fields?: Fields): void;
+  error(msg: string, fields?: Fields): void;
+}
+
+export interface AcpDeps {
+  agent: AgentRef;
+  version: string;
+  log: Logger;
+  /** Runs one turn (loaded when the first prompt needs it, so `initialize` is answered fast). */
+  runTurn(input: TurnInput, listener: TurnListener): Promise<TurnOutcome>;
+  /** The process's one tool host, made when a turn first needs it. */
+  toolHost?(): Promise<ToolHost>;
+  /** The tools a conversation reaches: the environment's, the settings' and its session's own servers. */
+  discoverTools?(settingsTools: Record<string, string> | undefined, session: readonly McpServer[]): ToolServer[];
+}

@@ -1,0 +1,55 @@
+// `_meta.link`: Link's extensions on ACP requests and responses (DESIGN.md "ACP mapping").
+import { z } from "zod";
+import { CONTRACT_VERSION, From, Thread, Verbosity, describeIssues } from "../protocol/index.js";
+
+/** What `initialize` says under `agentCapabilities._meta`. */
+export const INITIALIZE_META = {
+  link: { contract: CONTRACT_VERSION, agentState: { export: [] as string[], import: [] as string[] } },
+} as const;
+
+/** Stands in for a message too large to read (daemon/lines.ts), so its request still gets an answer. */
+export const OVERSIZED_METHOD = "_link/oversized";
+
+const name = z.string().min(1).max(256);
+
+// Unknown keys are dropped rather than refused: a newer Link may send fields this harness doesn't know yet.
+
+/** session/new: which agent, and which conversation the session is. */
+export const NewSessionLink = z.object({
+  agent: name.optional(),
+  thread: Thread.optional(),
+  channel: name.optional(),
+  group: name.optional(),
+  /** A subagent's list (Link-Tools): narrows the conversation's tools, never widens them. */
+  tools: z.array(z.string().min(1)).optional(),
+});
+export type NewSessionLink = z.infer<typeof NewSessionLink>;
+
+/** session/load, session/resume and every other session request: only the agent may be named. */
+export const SessionLink = z.object({ agent: name.optional() });
+
+/** session/prompt: who the message is from (left out, the owner), where and when, and the chat's verbosity. */
+export const PromptLink = z.object({
+  agent: name.optional(),
+  from: From.optional(),
+  channel: name.optional(),
+  time: z.iso.datetime({ offset: true }).optional(),
+  verbosity: Verbosity.optional(),
+});
+export type PromptLink = z.infer<typeof PromptLink>;
+
+/** Params this agent refuses (a `_meta.link` that fails its schema, an option it hasn't): answered -32602. */
+export class ParamsError extends Error {
+  constructor(message: string) {
+    super(message);
+    this.name = "ParamsError";
+  }
+}
+
+/** Parses `_meta.link` of a request's params; absent is the same as `{}`. */
+export function parseLink<S extends z.ZodType>(schema: S, meta: Record<string, unknown> | null | undefined): z.infer<S> {
+  const raw = meta?.link ?? {};
+  const parsed = schema.safeParse(raw);
+  if (!parsed.success) throw new ParamsError(`_meta.link: ${describeIssues(parsed.error)}`);
+  return parsed.data;
+}

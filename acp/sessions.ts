@@ -1,0 +1,183 @@
+// ACP sessions ↔ conversations: a session id is its conversation's thread, so a session lives on disk
+// and any process (this one after a restart too) can take it up again.
+import { randomBytes } from "node:crypto";
+import { lstatSync, statSync } from "node:fs";
+import type { McpServer, SessionInfo } from "@agentclientprotocol/sdk";
+import { EVENT_KINDS, Thread, type Event, type Numbered } from "../protocol/index.js";
+import {
+  ensureConversation,
+  isErrno,
+  lastEventNumber,
+  listThreads,
+  narrowToolsList,
+  paths,
+  readEvent,
+  readEventsFrom,
+  readMark,
+  type AgentRef,
+  type ConversationPaths,
+} from "../store/index.js";
+import type { Logger } from "./deps.js";
+import { ParamsError, type NewSessionLink } from "./meta.js";
+
+/** A session id that names no conversation of the agent: answered -32002. */
+export class SessionNotFound extends Error {
+  constructor(readonly sessionId: string) {
+    super(`no session ${JSON.stringify(sessionId.slice(0, 80))}`);
+    this.name = "SessionNotFound";
+  }
+}
+
+/** What a session keeps beside its conversation, in this process only. */
+export interface SessionState {
+  readonly thread: string;
+  cwd?: string;
+  /** The client's own MCP servers, added to this conversation's tools. */
+  mcpServers: McpServer[];
+  /** The channel named at session/new: a prompt's channel when it names none. */
+  channel?: string;
+}
+
+const PAGE = 100;
+const TITLE_MAX = 80;
+/** How far into a conversation its title (the first user message) is looked for. */
+const TITLE_SEARCH = 8;
+
+/** A new thread: sortable by when it began, unique by its random tail. */
+function newThread(): string {
+  const t = new Date().toISOString().replace(/[-:]/g, "").replace("T", "-").slice(0, 15);
+  return `${t}-${randomBytes(4).toString("hex")}`;
+}
+
+export class Sessions {
+  private readonly open = new Map<string, SessionState>();
+
+  constructor(
+    readonly agent: AgentRef,
+    private readonly log: Logger,
+  ) {}
+
+  conversation(thread: string): ConversationPaths {
+    return paths(this.agent).conversation(thread);
+  }
+
+  /** Whether the thread is a conversation on disk (a folder, never a link). */
+  exists(thread: string): boolean {
+    if (!Thread.safeParse(thread).success) return false;
+    try {
+      const st = lstatSync(this.conversation(thread).dir);
+      return st.isDirectory();
+    } catch (e) {
+      if (isErrno(e, "ENOENT") || isErrno(e, "ENOTDIR")) return false;
+      throw e;
+    }
+  }
+
+  /** session/new: names the conversation (a group's is `<channel>-<group id>`), makes its folder. */
+  create(link: NewSessionLink, cwd: string, mcpServers: McpServer[]): SessionState {
+    let thread = link.thread;
+    if (link.group !== undefined) {
+      if (link.channel === undefined) throw new ParamsError("_meta.link: group: a group needs its channel");
+      const group = `${link.channel}-${link.group}`;
+      const checked = Thread.safeParse(group);
+      if (!checked.success) throw new ParamsError(`_meta.link: group: ${group.slice(0, 80)} is not a usable thread name`);
+      if (thread !== undefined && thread !== group) throw new ParamsError(`_meta.link: thread: a group's thread is ${group}`);
+      thread = group;
+    }
+    if (thread === undefined) {
+      do thread = newThread();
+      while (this.exists(thread));
+    }
+    const conv = this.conversation(thread);
+    ensureConversation(conv);
+    if (link.tools !== undefined) narrowToolsList(conv, link.tools);
+    return this.remember({ thread, cwd, mcpServers, ...(link.channel !== undefined ? { channel: link.channel } : {}) });
+  }
+
+  /** session/load and session/resume: the conversation must exist; the session takes the client's servers. */
+  attach(sessionId: string, cwd: string, mcpServers: McpServer[]): SessionState {
+    if (!this.exists(sessionId)) throw new SessionNotFound(sessionId);
+    const known = this.open.get(sessionId);
+    return this.remember({ ...known, thread: sessionId, cwd, mcpServers });
+  }
+
+  /** A session named by a prompt or a setting: opened here before, or a conversation on disk. */
+  get(sessionId: string): SessionState {
+    const known = this.open.get(sessionId);
+    if (known && this.exists(sessionId)) return known;
+    if (!this.exists(sessionId)) throw new SessionNotFound(sessionId);
+    return this.remember({ thread: sessionId, mcpServers: [] });
+  }
+
+  close(sessionId: string): void {
+    if (!this.exists(sessionId)) throw new SessionNotFound(sessionId);
+    this.open.delete(sessionId);
+  }
+
+  private remember(state: SessionState): SessionState {
+    this.open.set(state.thread, state);
+    return state;
+  }
+
+  /** Every event of the conversation, in order. */
+  events(thread: string): Numbered[] {
+    return readEventsFrom(this.conversation(thread), 1);
+  }
+
+  /**
+   * The conversation's model: its last /model:set, if any. Read from the newest event back to the
+   * window's mark, which says what was chosen before it when it still belongs to these events.
+   */
+  model(thread: string): string | undefined {
+    const conv = this.conversation(thread);
+    const mark = readMark(conv);
+    const holds = mark !== undefined && readEvent(conv, mark.event)?.time === mark.time;
+    const from = holds ? mark.event : 1;
+    for (let n = lastEventNumber(conv); n >= from; n--) {
+      const e = readEvent(conv, n);
+      if (e?.kind === EVENT_KINDS.command && e.name === "/model:set" && e.model) return e.model;
+    }
+    return holds ? mark.model : undefined;
+  }
+
+  /** session/list: the agent's conversations, the most recently updated first, a page at a time. */
+  list(cursor: string | null | undefined): { sessions: SessionInfo[]; nextCursor?: string } {
+    const start = cursor ? Number(cursor) : 0;
+    if (!Number.isSafeInteger(start) || start < 0) throw new ParamsError(`cursor: ${JSON.stringify(cursor)} is not a cursor this agent gave`);
+    const cwd = paths(this.agent).files;
+    const all = listThreads(paths(this.agent).chats)
+      .filter((t) => Thread.safeParse(t).success)
+      .map((thread) => this.info(thread, cwd))
+      .sort((a, b) => (b.updatedAt ?? "").localeCompare(a.updatedAt ?? ""));
+    const sessions = all.slice(start, start + PAGE);
+    return start + PAGE < all.length ? { sessions, nextCursor: String(start + PAGE) } : { sessions };
+  }
+
+  private info(thread: string, cwd: string): SessionInfo {
+    const conv = this.conversation(thread);
+    const info: SessionInfo = { sessionId: thread, cwd };
+    try {
+      const last = lastEventNumber(conv);
+      const newest = last > 0 ? readEvent(conv, last) : undefined;
+      info.updatedAt = newest ? new Date(newest.time).toISOString() : statSync(conv.dir).mtime.toISOString();
+      for (let n = 1; n <= Math.min(last, TITLE_SEARCH); n++) {
+        const title = titleOf(readEvent(conv, n));
+        if (title) {
+          info.title = title;
+          break;
+        }
+      }
+    } catch (e) {
+      // One broken conversation is reported, and the others are still listed.
+      this.log.warn("session/list: a conversation could not be read", { thread, error: (e as Error).message });
+    }
+    return info;
+  }
+}
+
+function titleOf(event: Event | undefined): string | undefined {
+  if (event?.kind !== EVENT_KINDS.message || event.role !== "user") return undefined;
+  const line = event.text.replace(/\s+/g, " ").trim();
+  if (line.length === 0) return undefined;
+  return line.length > TITLE_MAX ? `${line.slice(0, TITLE_MAX - 1)}…` : line;
+}

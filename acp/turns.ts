@@ -1,0 +1,152 @@
+// The turns this process runs: one at a time per conversation. A prompt that arrives while its
+// conversation's turn runs steers that turn (spec: "A message that steers a running turn is answered"),
+// and its answer is that turn's.
+import type { SessionUpdate } from "@agentclientprotocol/sdk";
+import type { Verbosity } from "../protocol/index.js";
+import type { IncomingMessage, SteerQueue, TurnListener, TurnOutcome } from "../turn/types.js";
+import { TurnUpdates } from "./updates.js";
+
+/** Where a turn's updates go: one connection's view of the session. */
+export interface Subscriber {
+  send(update: SessionUpdate): void;
+}
+
+/** Starts one turn of the conversation. */
+export type StartTurn = (message: IncomingMessage, steering: SteerQueue, signal: AbortSignal, listener: TurnListener) => Promise<TurnOutcome>;
+
+export class StoppingError extends Error {
+  constructor() {
+    super("the daemon is stopping and takes no new turns");
+    this.name = "StoppingError";
+  }
+}
+
+/** A turn that ended with a failure: its outcome, and why in words a person can act on. */
+export class TurnFailed extends Error {
+  constructor(readonly outcome: TurnOutcome | undefined, message: string) {
+    super(message);
+    this.name = "TurnFailed";
+  }
+}
+
+interface Waiting {
+  message: IncomingMessage;
+  verbosity: Verbosity;
+  resolve(outcome: TurnOutcome): void;
+  reject(error: unknown): void;
+}
+
+interface Running {
+  readonly controller: AbortController;
+  /** Messages that arrived while it ran and the turn hasn't taken yet. */
+  readonly queue: Waiting[];
+  readonly subscribers: Set<Subscriber>;
+  done?: Promise<void>;
+}
+
+/** The answer to a message that no turn took because the conversation was stopped. */
+const cancelled = (): TurnOutcome => ({ stop: "cancelled", modelMs: 0 });
+
+const message = (e: unknown) => (e instanceof Error ? e.message : String(e));
+
+export class Turns {
+  private readonly running = new Map<string, Running>();
+  private stopping = false;
+
+  constructor(private readonly onError: (key: string, error: unknown) => void = () => undefined) {}
+
+  isRunning(key: string): boolean {
+    return this.running.has(key);
+  }
+
+  get count(): number {
+    return this.running.size;
+  }
+
+  /**
+   * Answers the message: a new turn of the conversation `key`, or, while one runs, a message that
+   * steers it. Resolves with the outcome of the turn that answered it; rejects with TurnFailed.
+   */
+  prompt(key: string, msg: IncomingMessage, verbosity: Verbosity, start: StartTurn, subscriber: Subscriber): Promise<TurnOutcome> {
+    if (this.stopping) return Promise.reject(new StoppingError());
+    let waiting!: Waiting;
+    const answer = new Promise<TurnOutcome>((resolve, reject) => {
+      waiting = { message: msg, verbosity, resolve, reject };
+    });
+    const run = this.running.get(key);
+    if (run) {
+      run.subscribers.add(subscriber);
+      run.queue.push(waiting);
+      return answer;
+    }
+    const fresh: Running = { controller: new AbortController(), queue: [], subscribers: new Set([subscriber]) };
+    this.running.set(key, fresh);
+    fresh.done = this.drive(key, fresh, waiting, start).catch((e: unknown) => this.onError(key, e));
+    return answer;
+  }
+
+  /** /stop: aborts the conversation's running turn; false when none runs. */
+  cancel(key: string): boolean {
+    const run = this.running.get(key);
+    if (!run) return false;
+    run.controller.abort();
+    return true;
+  }
+
+  /** Takes no new turns; aborts the running ones when asked, and waits for every one to end. */
+  async stop(abort: boolean): Promise<void> {
+    this.stopping = true;
+    const runs = [...this.running.values()];
+    if (abort) for (const run of runs) run.controller.abort();
+    await Promise.all(runs.map((run) => run.done));
+  }
+
+  private async drive(key: string, run: Running, first: Waiting, start: StartTurn): Promise<void> {
+    let current = first;
+    for (;;) {
+      const answered = [current];
+      const steering: SteerQueue = {
+        take: () => {
+          const taken = run.queue.splice(0);
+          answered.push(...taken);
+          return taken.map((w) => w.message);
+        },
+      };
+      const updates = new TurnUpdates(current.verbosity);
+      const broadcast = (list: SessionUpdate[]) => {
+        for (const update of list) for (const sub of run.subscribers) sub.send(update);
+      };
+      let outcome: TurnOutcome | undefined;
+      let error: unknown;
+      try {
+        outcome = await start(current.message, steering, run.controller.signal, (report) => broadcast(updates.map(report)));
+      } catch (e) {
+        error = e;
+      }
+      const stopped = run.controller.signal.aborted || outcome?.stop === "cancelled";
+      const why = stopped
+        ? "cancelled before this call was answered"
+        : error !== undefined
+          ? message(error)
+          : (outcome?.failure?.message ?? "the turn ended before this call was answered");
+      broadcast(updates.finish(why));
+
+      for (const w of answered) {
+        if (outcome && (stopped || !outcome.failure)) w.resolve(outcome);
+        else if (stopped) w.resolve(cancelled());
+        else w.reject(new TurnFailed(outcome, outcome?.failure?.message ?? message(error)));
+      }
+      if (run.queue.length === 0) {
+        this.running.delete(key);
+        return;
+      }
+      if (stopped) {
+        for (const w of run.queue.splice(0)) w.resolve(cancelled());
+        this.running.delete(key);
+        return;
+      }
+      // Arrived after the turn's last look at its queue: answered by a turn of their own.
+      current = run.queue.shift() as Waiting;
+    }
+  }
+}

@@ -1,0 +1,84 @@
+// What a turn reports (TurnEvent) → the session/updates a client sees while it runs.
+import type { SessionUpdate } from "@agentclientprotocol/sdk";
+import { EVENT_KINDS, type Verbosity } from "../protocol/index.js";
+import type { TurnEvent } from "../turn/types.js";
+import { rawInput, textContent, toolKind, toolTitle } from "./tools.js";
+
+/** Each tool call carries its chat's verbosity, so the bridge shows or hides it as the chat chose. */
+export function verbosityMeta(verbosity: Verbosity): { link: { verbosity: Verbosity } } {
+  return { link: { verbosity } };
+}
+
+export function toolCallUpdate(id: string, name: string, args: unknown, verbosity: Verbosity): SessionUpdate {
+  return {
+    sessionUpdate: "tool_call",
+    toolCallId: id,
+    title: toolTitle(name),
+    name,
+    kind: toolKind(name),
+    status: "in_progress",
+    rawInput: rawInput(args),
+    _meta: verbosityMeta(verbosity),
+  };
+}
+
+export function toolResultUpdate(id: string, status: "completed" | "failed", text: string, verbosity: Verbosity): SessionUpdate {
+  return { sessionUpdate: "tool_call_update", toolCallId: id, status, content: textContent(text), _meta: verbosityMeta(verbosity) };
+}
+
+export function textUpdate(text: string, kind: "agent_message_chunk" | "user_message_chunk" = "agent_message_chunk"): SessionUpdate {
+  return { sessionUpdate: kind, content: { type: "text", text } };
+}
+
+/**
+ * Maps one turn's reports, keeping which tool calls are still open, so that however the turn ends
+ * (answered, failed, cancelled) no tool call is left without its final update.
+ */
+export class TurnUpdates {
+  private readonly open = new Map<string, string>();
+  /** Whether text was streamed since the last answer was written. */
+  private streamed = false;
+
+  constructor(private readonly verbosity: Verbosity) {}
+
+  map(report: TurnEvent): SessionUpdate[] {
+    switch (report.type) {
+      case "text":
+        if (report.delta.length === 0) return [];
+        this.streamed = true;
+        return [textUpdate(report.delta)];
+      case "tool_call":
+        this.open.set(report.id, report.name);
+        return [toolCallUpdate(report.id, report.name, report.arguments, this.verbosity)];
+      case "tool_result": {
+        const opened = this.open.delete(report.id);
+        const result = toolResultUpdate(report.id, report.status, report.text, this.verbosity);
+        // A result for a call never announced still shows as a call, then its result.
+        return opened ? [result] : [toolCallUpdate(report.id, report.name, undefined, this.verbosity), result];
+      }
+      case "event": {
+        const e = report.event;
+        if (e.kind !== EVENT_KINDS.message || e.role !== "assistant") return [];
+        // An answer that arrived whole (not streamed) is still shown.
+        const missed = !this.streamed && e.text.length > 0;
+        this.streamed = false;
+        return missed ? [textUpdate(e.text)] : [];
+      }
+      case "usage":
+        return [];
+      default: {
+        // A report this layer doesn't know yet is not shown; it must never break the turn that made it.
+        const never: never = report;
+        void never;
+        return [];
+      }
+    }
+  }
+
+  /** Closes every call still open as failed, saying why. */
+  finish(why: string): SessionUpdate[] {
+    const updates = [...this.open.keys()].map((id) => toolResultUpdate(id, "failed", why, this.verbosity));
+    this.open.clear();
+    return updates;
+  }
+}

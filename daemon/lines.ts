@@ -1,0 +1,99 @@
+// Bounds each incoming line: a message over the limit is dropped as it streams in (never held whole)
+// and stands in as a small request the agent refuses, so the connection lives on and the client's
+// request still gets an answer.
+import { OVERSIZED_METHOD } from "../acp/meta.js";
+
+/** How much of an oversized line is kept to find its request id. */
+const HEAD = 4096;
+const NEWLINE = 0x0a;
+
+function concat(parts: readonly Uint8Array[], length: number): Uint8Array {
+  const out = new Uint8Array(length);
+  let at = 0;
+  for (const p of parts) {
+    out.set(p, at);
+    at += p.length;
+  }
+  return out;
+}
+
+/** The `id` of a JSON-RPC message from the start of its text: only a key of the top-level object counts. */
+export function topLevelId(text: string): string | number | undefined {
+  let depth = 0;
+  for (let i = 0; i < text.length; ) {
+    const c = text[i];
+    if (c === '"') {
+      let j = i + 1;
+      while (j < text.length && text[j] !== '"') j += text[j] === "\\" ? 2 : 1;
+      if (j >= text.length) return undefined;
+      const key = text.slice(i + 1, j);
+      i = j + 1;
+      if (depth === 1 && key === "id") {
+        const m = /^\s*:\s*("(?:[^"\\]|\\.)*"|-?\d+)\s*[,}]/.exec(text.slice(i, i + 300));
+        if (m?.[1]) {
+          const id: unknown = JSON.parse(m[1]);
+          if (typeof id === "string" || typeof id === "number") return id;
+        }
+      }
+      continue;
+    }
+    if (c === "{" || c === "[") depth++;
+    else if (c === "}" || c === "]") depth--;
+    i++;
+  }
+  return undefined;
+}
+
+/** The line that stands in for one over the limit: a request the agent refuses, or (no id found) not a request at all. */
+export function oversizedLine(head: string, bytes: number, max: number): string {
+  const id = topLevelId(head);
+  const params = { bytes, max };
+  const stand = id !== undefined ? { jsonrpc: "2.0", id, method: OVERSIZED_METHOD, params } : `message of ${bytes} bytes is over the limit of ${max}`;
+  return `${JSON.stringify(stand)}\n`;
+}
+
+/** Passes newline-delimited messages through, each at most `max` bytes. */
+export function limitLines(max: number): TransformStream<Uint8Array, Uint8Array> {
+  const encoder = new TextEncoder();
+  const decoder = new TextDecoder();
+  let parts: Uint8Array[] = [];
+  let length = 0;
+  /** Set while the rest of an oversized line is dropped. */
+  let dropping: { head: string; bytes: number } | undefined;
+
+  return new TransformStream({
+    transform(chunk, controller) {
+      for (let start = 0; start < chunk.length; ) {
+        const nl = chunk.indexOf(NEWLINE, start);
+        const end = nl < 0 ? chunk.length : nl;
+        const piece = chunk.slice(start, end);
+        if (dropping) {
+          dropping.bytes += piece.length;
+        } else if (length + piece.length > max) {
+          const head = concat([...parts, piece.subarray(0, HEAD)], length + Math.min(piece.length, HEAD)).subarray(0, HEAD);
+          dropping = { head: decoder.decode(head), bytes: length + piece.length };
+          parts = [];
+          length = 0;
+        } else {
+          parts.push(piece);
+          length += piece.length;
+        }
+        if (nl < 0) break;
+        if (dropping) {
+          controller.enqueue(encoder.encode(oversizedLine(dropping.head, dropping.bytes, max)));
+          dropping = undefined;
+        } else {
+          parts.push(Uint8Array.of(NEWLINE));
+          controller.enqueue(concat(parts, length + 1));
+        }
+        parts = [];
+        length = 0;
+        start = nl + 1;
+      }
+    },
+    flush(controller) {
+      if (dropping) controller.enqueue(encoder.encode(oversizedLine(dropping.head, dropping.bytes, max)));
+      else if (length > 0) controller.enqueue(concat(parts, length));
+    },
+  });
+}

@@ -1,0 +1,145 @@
+// Drives the built daemon as a child process with the real ACP SDK client, over stdio or its socket.
+// Shared by the tests and the demo.
+import { spawn, spawnSync, type ChildProcess } from "node:child_process";
+import { mkdtempSync, rmSync } from "node:fs";
+import { connect as netConnect, type Socket } from "node:net";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { Duplex, Readable, Writable } from "node:stream";
+import { fileURLToPath } from "node:url";
+import * as acp from "@agentclientprotocol/sdk";
+import type { ClientContext, SessionNotification } from "@agentclientprotocol/sdk";
+
+/** The project's root (this file is test/acp-client.ts, built to dist/test/acp-client.js). */
+export const ROOT = fileURLToPath(new URL(import.meta.url.includes("/dist/") ? "../../" : "../", import.meta.url));
+export const MAIN = join(ROOT, "dist", "daemon", "main.js");
+
+export function tempDir(prefix = "lnk-acp-"): { path: string; remove(): void } {
+  const path = mkdtempSync(join(tmpdir(), prefix));
+  return { path, remove: () => rmSync(path, { recursive: true, force: true }) };
+}
+
+/** Writes the agent's settings through the daemon's own `configure`. */
+export function configure(agentDir: string, settings: unknown): void {
+  const run = spawnSync(process.execPath, [MAIN, "configure", "--agent", agentDir], { input: JSON.stringify(settings), encoding: "utf8" });
+  if (run.status !== 0) throw new Error(`configure failed: ${run.stderr}`);
+}
+
+/** Settings for an agent whose model is the scripted server at `url`. */
+export function scriptedSettings(url: string, extra: Record<string, unknown> = {}): Record<string, unknown> {
+  return { model: { provider: "scripted", name: "scripted-model", base_url: url }, ...extra };
+}
+
+export interface Exit {
+  code: number | null;
+  signal: NodeJS.Signals | null;
+}
+
+export interface Daemon {
+  readonly child: ChildProcess;
+  /** Everything it wrote on stderr so far. */
+  stderr(): string;
+  readonly exited: Promise<Exit>;
+  /** Resolves once a line on stderr matches. */
+  waitForLog(pattern: RegExp): Promise<string>;
+  /** Sends a signal (SIGTERM by default) and waits for the exit. */
+  stop(signal?: NodeJS.Signals): Promise<Exit>;
+}
+
+export function startDaemon(args: string[], env: NodeJS.ProcessEnv = {}): Daemon {
+  const child = spawn(process.execPath, [MAIN, ...args], { env: { ...process.env, ...env }, stdio: ["pipe", "pipe", "pipe"] });
+  let err = "";
+  const watchers: { pattern: RegExp; resolve: (line: string) => void }[] = [];
+  child.stderr?.setEncoding("utf8").on("data", (d: string) => {
+    err += d;
+    for (const w of [...watchers]) {
+      const line = err.split("\n").find((l) => w.pattern.test(l));
+      if (line !== undefined) {
+        watchers.splice(watchers.indexOf(w), 1);
+        w.resolve(line);
+      }
+    }
+  });
+  const exited = new Promise<Exit>((resolve) => child.once("exit", (code, signal) => resolve({ code, signal })));
+  return {
+    child,
+    stderr: () => err,
+    exited,
+    waitForLog: (pattern) => {
+      const line = err.split("\n").find((l) => pattern.test(l));
+      if (line !== undefined) return Promise.resolve(line);
+      return new Promise((resolve, reject) => {
+        watchers.push({ pattern, resolve });
+        void exited.then((e) => reject(new Error(`daemon exited (${e.code ?? e.signal}) before logging ${pattern}: ${err}`)));
+      });
+    },
+    stop: (signal = "SIGTERM") => {
+      if (child.exitCode === null && child.signalCode === null) child.kill(signal);
+      return exited;
+    },
+  };
+}
+
+export function stdioStream(child: ChildProcess): acp.Stream {
+  if (!child.stdin || !child.stdout) throw new Error("the daemon has no stdio pipes");
+  return acp.ndJsonStream(Writable.toWeb(child.stdin), Readable.toWeb(child.stdout) as ReadableStream<Uint8Array>);
+}
+
+export async function socketStream(path: string): Promise<{ stream: acp.Stream; socket: Socket }> {
+  const socket = netConnect(path);
+  await new Promise<void>((resolve, reject) => {
+    socket.once("connect", resolve);
+    socket.once("error", reject);
+  });
+  const { readable, writable } = Duplex.toWeb(socket);
+  return { stream: acp.ndJsonStream(writable, readable as ReadableStream<Uint8Array>), socket };
+}
+
+export interface Client {
+  readonly agent: ClientContext;
+  /** Every session/update received, in order. */
+  readonly updates: SessionNotification[];
+  /** Resolves once an update for which `pick` is true has arrived. */
+  waitForUpdate(pick: (n: SessionNotification) => boolean): Promise<SessionNotification>;
+  close(): void;
+  readonly closed: Promise<void>;
+}
+
+/** Connects the ACP SDK's client and initializes; `onUpdate` sees each update as it arrives. */
+export async function openClient(stream: acp.Stream, onUpdate?: (n: SessionNotification) => void): Promise<Client> {
+  const updates: SessionNotification[] = [];
+  const waiters: { pick: (n: SessionNotification) => boolean; resolve: (n: SessionNotification) => void }[] = [];
+  const connection = acp
+    .client({ name: "test-client" })
+    .onNotification(acp.methods.client.session.update, ({ params }) => {
+      updates.push(params);
+      onUpdate?.(params);
+      for (const w of [...waiters]) {
+        if (w.pick(params)) {
+          waiters.splice(waiters.indexOf(w), 1);
+          w.resolve(params);
+        }
+      }
+    })
+    .connect(stream);
+  await connection.agent.request(acp.methods.agent.initialize, { protocolVersion: acp.PROTOCOL_VERSION, clientCapabilities: {} });
+  return {
+    agent: connection.agent,
+    updates,
+    waitForUpdate: (pick) => {
+      const got = updates.find(pick);
+      if (got) return Promise.resolve(got);
+      return new Promise((resolve) => waiters.push({ pick, resolve }));
+    },
+    close: () => connection.close(),
+    closed: connection.closed,
+  };
+}
+
+/** The text of the agent_message_chunks among the updates. */
+export function answerText(updates: readonly SessionNotification[], sessionId?: string): string {
+  return updates
+    .filter((n) => sessionId === undefined || n.sessionId === sessionId)
+    .map((n) => (n.update.sessionUpdate === "agent_message_chunk" && n.update.content.type === "text" ? n.update.content.text : ""))
+    .join("");
+}

@@ -1,0 +1,372 @@
+// The ACP layer in process, against a stand-in turn: sessions, steering, cancel, tool calls always
+// closed, errors, replay, prompt content and oversized lines.
+import { mkdtempSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import * as acp from "@agentclientprotocol/sdk";
+import type { SessionNotification } from "@agentclientprotocol/sdk";
+import { afterEach, describe, expect, it } from "vitest";
+import { AcpState, createAgentApp } from "../acp/app.js";
+import { Outbox } from "../acp/outbox.js";
+import { promptContent } from "../acp/content.js";
+import type { AcpDeps } from "../acp/deps.js";
+import { replay } from "../acp/replay.js";
+import { limitLines, topLevelId } from "../daemon/lines.js";
+import type { Event, Numbered } from "../protocol/index.js";
+import { appendEvent, paths, readEventsFrom, readToolsList, writeMark, writeSettings, type AgentRef } from "../store/index.js";
+import type { TurnInput, TurnListener, TurnOutcome } from "../turn/types.js";
+
+const dirs: string[] = [];
+afterEach(() => {
+  for (const d of dirs.splice(0)) rmSync(d, { recursive: true, force: true });
+});
+
+function agentDir(): AgentRef {
+  const dir = mkdtempSync(join(tmpdir(), "lnk-acp-layer-"));
+  dirs.push(dir);
+  writeSettings({ dir }, { model: { provider: "test", name: "base-model", base_url: "http://127.0.0.1:9/v1" }, verbosity: "all" });
+  return { dir };
+}
+
+const quiet = { info: () => undefined, warn: () => undefined, error: () => undefined };
+type Run = (input: TurnInput, listener: TurnListener) => Promise<TurnOutcome>;
+
+/** A client connected in process to one app over the shared state. */
+async function connect(state: AcpState) {
+  const updates: SessionNotification[] = [];
+  const conn = acp
+    .client()
+    .onNotification(acp.methods.client.session.update, ({ params }) => void updates.push(params))
+    .connect(createAgentApp(state, new Outbox()));
+  await conn.agent.request(acp.methods.agent.initialize, { protocolVersion: 1, clientCapabilities: {} });
+  return { agent: conn.agent, updates, close: () => conn.close() };
+}
+
+function setup(runTurn: Run) {
+  const agent = agentDir();
+  const deps: AcpDeps = { agent, version: "0.0.0", log: quiet, runTurn };
+  return { agent, state: new AcpState(deps) };
+}
+
+const done = (extra: Partial<TurnOutcome> = {}): TurnOutcome => ({ stop: "end_turn", modelMs: 0, ...extra });
+
+function deferred<T = void>() {
+  let resolve!: (v: T) => void;
+  const promise = new Promise<T>((r) => (resolve = r));
+  return { promise, resolve };
+}
+
+async function rejection(p: Promise<unknown>): Promise<{ code: number; message: string }> {
+  try {
+    await p;
+  } catch (e) {
+    return e as { code: number; message: string };
+  }
+  throw new Error("expected the request to fail");
+}
+
+describe("initialize and sessions", () => {
+  it("advertises what is supported, with Link's contract under _meta", async () => {
+    const { state } = setup(async () => done());
+    const conn = acp.client().connect(createAgentApp(state, new Outbox()));
+    const init = await conn.agent.request(acp.methods.agent.initialize, { protocolVersion: 1, clientCapabilities: {} });
+    expect(init.agentCapabilities).toMatchObject({
+      loadSession: true,
+      promptCapabilities: { image: true, embeddedContext: true },
+      mcpCapabilities: { http: true },
+      sessionCapabilities: { list: {}, resume: {}, close: {} },
+      _meta: { link: { contract: 2, agentState: { export: [], import: [] } } },
+    });
+    conn.close();
+  });
+
+  it("names a group's conversation <channel>-<group>, narrows its tools, and offers the model", async () => {
+    const { agent, state } = setup(async () => done());
+    const c = await connect(state);
+    const s = await c.agent.request(acp.methods.agent.session.new, {
+      cwd: "/",
+      mcpServers: [],
+      _meta: { link: { channel: "telegram", group: "42", tools: ["memory", "everything"] } },
+    });
+    expect(s.sessionId).toBe("telegram-42");
+    expect(readToolsList(paths(agent).conversation("telegram-42"))).toEqual(["memory", "everything"]);
+    await c.agent.request(acp.methods.agent.session.new, { cwd: "/", mcpServers: [], _meta: { link: { channel: "telegram", group: "42", tools: ["memory", "web"] } } });
+    expect(readToolsList(paths(agent).conversation("telegram-42"))).toEqual(["memory"]);
+    expect(s.configOptions?.[0]).toMatchObject({ id: "model", category: "model", currentValue: "base-model" });
+
+    const set = await c.agent.request(acp.methods.agent.session.setConfigOption, { sessionId: s.sessionId, configId: "model", value: "other-model" });
+    expect(set.configOptions[0]).toMatchObject({ currentValue: "other-model" });
+    const events = readEventsFrom(paths(agent).conversation("telegram-42"), 1).map((e) => e.event);
+    expect(events).toMatchObject([{ kind: "command", name: "/model:set", model: "other-model" }]);
+    c.close();
+  });
+
+  it("answers bad params -32602 and an unknown session -32002", async () => {
+    const { state } = setup(async () => done());
+    const c = await connect(state);
+    const newWith = (link: unknown) => c.agent.request(acp.methods.agent.session.new, { cwd: "/", mcpServers: [], _meta: { link } });
+    expect((await rejection(newWith({ thread: "../escape" }))).code).toBe(-32602);
+    expect((await rejection(newWith({ group: "9" }))).code).toBe(-32602);
+    expect((await rejection(newWith({ tools: "memory" }))).code).toBe(-32602);
+    const s = await newWith({ thread: "t1" });
+    const prompt = (meta: unknown) =>
+      c.agent.request(acp.methods.agent.session.prompt, { sessionId: s.sessionId, prompt: [{ type: "text", text: "hi" }], _meta: { link: meta } });
+    const bad = await rejection(prompt({ from: { id: 7 } }));
+    expect(bad.code).toBe(-32602);
+    expect(bad.message).toMatch(/from/);
+    expect((await rejection(prompt({ verbosity: "loud" }))).code).toBe(-32602);
+    const empty = c.agent.request(acp.methods.agent.session.prompt, { sessionId: s.sessionId, prompt: [] });
+    expect((await rejection(empty)).code).toBe(-32602);
+    const setOther = c.agent.request(acp.methods.agent.session.setConfigOption, { sessionId: s.sessionId, configId: "mode", value: "x" });
+    expect((await rejection(setOther)).code).toBe(-32602);
+    const unknown = { sessionId: "nobody", prompt: [{ type: "text" as const, text: "hi" }] };
+    expect((await rejection(c.agent.request(acp.methods.agent.session.prompt, unknown))).code).toBe(-32002);
+    expect((await rejection(c.agent.request(acp.methods.agent.session.resume, { sessionId: "nobody", cwd: "/" }))).code).toBe(-32002);
+    expect((await rejection(c.agent.request(acp.methods.agent.session.load, { sessionId: "../x", cwd: "/", mcpServers: [] }))).code).toBe(-32002);
+    c.close();
+  });
+});
+
+describe("prompts", () => {
+  it("passes who, where and when to the turn and streams its reports with the chat's verbosity", async () => {
+    let seen: TurnInput | undefined;
+    const { state } = setup(async (input, listener) => {
+      seen = input;
+      listener({ type: "text", delta: "Hel" });
+      listener({ type: "tool_call", id: "c1", name: "everything__echo", arguments: { message: "x" } });
+      listener({ type: "tool_result", id: "c1", name: "everything__echo", status: "completed", text: "Echo: x" });
+      listener({ type: "text", delta: "lo" });
+      return done({ usage: { in: 10, out: 2, cached: 4 } });
+    });
+    const c = await connect(state);
+    const s = await c.agent.request(acp.methods.agent.session.new, { cwd: "/", mcpServers: [], _meta: { link: { channel: "signal" } } });
+    const from = { id: "u2", name: "Ann", owner: false };
+    const res = await c.agent.request(acp.methods.agent.session.prompt, {
+      sessionId: s.sessionId,
+      prompt: [{ type: "text", text: "hello" }],
+      _meta: { link: { from, time: "2026-01-02T03:04:05Z", verbosity: "verbose" } },
+    });
+    expect(res).toEqual({ stopReason: "end_turn", usage: { inputTokens: 10, outputTokens: 2, cachedReadTokens: 4, totalTokens: 12 } });
+    expect(seen?.message).toEqual({ text: "hello", from, channel: "signal", time: new Date("2026-01-02T03:04:05Z") });
+    const kinds = c.updates.map((u) => u.update.sessionUpdate);
+    expect(kinds).toEqual(["agent_message_chunk", "tool_call", "tool_call_update", "agent_message_chunk"]);
+    expect(c.updates[1]?.update).toMatchObject({ title: "everything: echo", status: "in_progress", rawInput: { message: "x" }, _meta: { link: { verbosity: "verbose" } } });
+    expect(c.updates[2]?.update).toMatchObject({ status: "completed", _meta: { link: { verbosity: "verbose" } } });
+    c.close();
+  });
+
+  it("closes every open tool call as failed when the turn throws, and answers -32603 without a stack", async () => {
+    const { state } = setup(async (_input, listener) => {
+      listener({ type: "tool_call", id: "c1", name: "x__run", arguments: {} });
+      throw new Error("the tool host fell over");
+    });
+    const c = await connect(state);
+    const s = await c.agent.request(acp.methods.agent.session.new, { cwd: "/", mcpServers: [] });
+    const err = await rejection(c.agent.request(acp.methods.agent.session.prompt, { sessionId: s.sessionId, prompt: [{ type: "text", text: "go" }] }));
+    expect(err.code).toBe(-32603);
+    expect(err.message).toBe("Internal error: the tool host fell over");
+    expect(c.updates.map((u) => u.update)).toMatchObject([
+      { sessionUpdate: "tool_call", toolCallId: "c1", _meta: { link: { verbosity: "all" } } },
+      { sessionUpdate: "tool_call_update", toolCallId: "c1", status: "failed" },
+    ]);
+    c.close();
+  });
+
+  it("a second prompt steers the running turn and gets that turn's stop reason; cancel stops both", async () => {
+    const gate = deferred();
+    const started = deferred();
+    let turns = 0;
+    let steered: string[] = [];
+    const { state } = setup(async (input) => {
+      turns++;
+      started.resolve();
+      await gate.promise;
+      steered = (input.steering?.take() ?? []).map((m) => m.text);
+      return done();
+    });
+    const c = await connect(state);
+    const s = await c.agent.request(acp.methods.agent.session.new, { cwd: "/", mcpServers: [] });
+    const prompt = (text: string) => c.agent.request(acp.methods.agent.session.prompt, { sessionId: s.sessionId, prompt: [{ type: "text", text }] });
+    const first = prompt("one");
+    await started.promise;
+    const second = prompt("two");
+    // Answered in order: once this is, the second prompt has reached the conversation's queue.
+    await c.agent.request(acp.methods.agent.session.list, {});
+    gate.resolve();
+    expect(await first).toMatchObject({ stopReason: "end_turn" });
+    expect(await second).toMatchObject({ stopReason: "end_turn" });
+    expect(turns).toBe(1);
+    expect(steered).toEqual(["two"]);
+    c.close();
+  });
+
+  it("a message that arrives after the turn's last look is answered by a turn of its own, never two at once", async () => {
+    const gate = deferred();
+    const started = deferred();
+    let running = 0;
+    let most = 0;
+    const texts: string[] = [];
+    const { state } = setup(async (input) => {
+      running++;
+      most = Math.max(most, running);
+      texts.push(input.message.text);
+      started.resolve();
+      await gate.promise;
+      running--;
+      return done();
+    });
+    const c = await connect(state);
+    const s = await c.agent.request(acp.methods.agent.session.new, { cwd: "/", mcpServers: [] });
+    const prompt = (text: string) => c.agent.request(acp.methods.agent.session.prompt, { sessionId: s.sessionId, prompt: [{ type: "text", text }] });
+    const first = prompt("one");
+    await started.promise;
+    const second = prompt("two");
+    await c.agent.request(acp.methods.agent.session.list, {});
+    gate.resolve();
+    await Promise.all([first, second]);
+    expect(texts).toEqual(["one", "two"]);
+    expect(most).toBe(1);
+    c.close();
+  });
+
+  it("session/cancel aborts the turn's signal; the answer is cancelled and open calls are closed", async () => {
+    const started = deferred();
+    const { state } = setup(
+      (input, listener) =>
+        new Promise((resolve) => {
+          listener({ type: "tool_call", id: "slow", name: "x__wait", arguments: {} });
+          started.resolve();
+          input.signal?.addEventListener("abort", () => resolve({ stop: "cancelled", modelMs: 0 }));
+        }),
+    );
+    const c = await connect(state);
+    const s = await c.agent.request(acp.methods.agent.session.new, { cwd: "/", mcpServers: [] });
+    const answer = c.agent.request(acp.methods.agent.session.prompt, { sessionId: s.sessionId, prompt: [{ type: "text", text: "wait" }] });
+    await started.promise;
+    await c.agent.notify(acp.methods.agent.session.cancel, { sessionId: s.sessionId });
+    expect(await answer).toMatchObject({ stopReason: "cancelled" });
+    expect(c.updates.at(-1)?.update).toMatchObject({ sessionUpdate: "tool_call_update", toolCallId: "slow", status: "failed" });
+    c.close();
+  });
+});
+
+describe("session/load replays the conversation", () => {
+  const t = "2026-01-01T00:00:00.000Z";
+  const user = (text: string): Event => ({ v: 1, kind: "message", role: "user", time: t, text, header: "" });
+  const answer = (text: string, calls: { id: string; name: string }[] = []): Event => ({
+    v: 1,
+    kind: "message",
+    role: "assistant",
+    time: t,
+    text,
+    model: "m",
+    provider: "p",
+    latency_ms: 1,
+    stop: calls.length ? "tool_calls" : "end_turn",
+    ...(calls.length ? { tool_calls: calls.map((c) => ({ ...c, arguments: '{"a":1}' })) } : {}),
+  });
+  const result = (id: string, text: string, error = false): Event => ({ v: 1, kind: "tool_result", time: t, call_id: id, tool: "x__y", text, error });
+
+  it("shows each message and each call with its final status; a call never answered is failed", () => {
+    const events: Numbered[] = [
+      user("first"),
+      answer("", [{ id: "call_0", name: "everything__echo" }, { id: "call_1", name: "everything__get-sum" }]),
+      result("call_0", "Echo: hi"),
+      result("call_1", "bad arguments", true),
+      answer("done"),
+      { v: 1, kind: "command", time: t, name: "/model:set", model: "m2" } as Event,
+      user("second"),
+      answer("", [{ id: "call_0", name: "memory__search" }]),
+      result("call_0", "found"),
+      answer("", [{ id: "call_9", name: "x__lost" }]),
+    ].map((event, i) => ({ n: i + 1, event }));
+    const updates = replay(events, "new");
+    expect(updates.map((u) => [u.sessionUpdate, "status" in u ? u.status : undefined, "toolCallId" in u ? u.toolCallId : undefined])).toEqual([
+      ["user_message_chunk", undefined, undefined],
+      ["tool_call", "completed", "call_0"],
+      ["tool_call_update", "completed", "call_0"],
+      ["tool_call", "failed", "call_1"],
+      ["tool_call_update", "failed", "call_1"],
+      ["agent_message_chunk", undefined, undefined],
+      ["user_message_chunk", undefined, undefined],
+      ["tool_call", "completed", "call_0#2"],
+      ["tool_call_update", "completed", "call_0#2"],
+      ["tool_call", "failed", "call_9"],
+      ["tool_call_update", "failed", "call_9"],
+    ]);
+    expect(updates[2]).toMatchObject({ content: [{ type: "content", content: { type: "text", text: "Echo: hi" } }], _meta: { link: { verbosity: "new" } } });
+    expect(updates[8]).toMatchObject({ content: [{ content: { text: "found" } }] });
+  });
+
+  it("the model is the conversation's last /model:set, or what the window's mark says came before it", async () => {
+    const { agent, state } = setup(async () => done());
+    const conv = paths(agent).conversation("marked");
+    appendEvent(conv, { v: 1, kind: "command", time: t, name: "/model:set", model: "early-model" });
+    appendEvent(conv, user("q"));
+    appendEvent(conv, answer("a"));
+    const c = await connect(state);
+    const resume = () => c.agent.request(acp.methods.agent.session.resume, { sessionId: "marked", cwd: "/" });
+    expect((await resume()).configOptions?.[0]).toMatchObject({ currentValue: "early-model" });
+    writeMark(conv, { v: 1, event: 2, time: t, tokens_before: 0, budget: 100, model: "marked-model" });
+    expect((await resume()).configOptions?.[0]).toMatchObject({ currentValue: "marked-model" });
+    appendEvent(conv, { v: 1, kind: "command", time: t, name: "/model:set", model: "late-model" });
+    expect((await resume()).configOptions?.[0]).toMatchObject({ currentValue: "late-model", options: [{ value: "late-model" }, { value: "base-model" }] });
+    c.close();
+  });
+
+  it("over ACP, before it answers", async () => {
+    const { agent, state } = setup(async () => done());
+    const conv = paths(agent).conversation("old");
+    for (const e of [user("q"), answer("a")]) appendEvent(conv, e);
+    const c = await connect(state);
+    const loaded = await c.agent.request(acp.methods.agent.session.load, { sessionId: "old", cwd: "/", mcpServers: [] });
+    expect(loaded.configOptions?.[0]).toMatchObject({ currentValue: "base-model" });
+    expect(c.updates.map((u) => u.update)).toMatchObject([
+      { sessionUpdate: "user_message_chunk", content: { text: "q" } },
+      { sessionUpdate: "agent_message_chunk", content: { text: "a" } },
+    ]);
+    const list = await c.agent.request(acp.methods.agent.session.list, {});
+    expect(list.sessions).toMatchObject([{ sessionId: "old", title: "q", updatedAt: t }]);
+    c.close();
+  });
+});
+
+describe("prompt content", () => {
+  it("joins text, appends embedded text resources and makes images parts", () => {
+    const got = promptContent([
+      { type: "text", text: "look at" },
+      { type: "image", mimeType: "image/png", data: "AAAA" },
+      { type: "resource", resource: { uri: "file:///a.txt", text: "contents" } },
+      { type: "resource_link", uri: "file:///b.md", name: "b.md" },
+    ]);
+    expect(got.text).toBe("look at\nfile:///b.md\n\nfile:///a.txt\n```\ncontents\n```");
+    expect(got.parts).toEqual([{ type: "image_url", image_url: { url: "data:image/png;base64,AAAA" } }]);
+    expect(() => promptContent([{ type: "audio", mimeType: "audio/wav", data: "AA" }])).toThrow(/audio/);
+  });
+});
+
+describe("oversized lines", () => {
+  it("finds only the top-level id", () => {
+    expect(topLevelId('{"jsonrpc":"2.0","id":7,"method":"x"')).toBe(7);
+    expect(topLevelId('{"params":{"id":1},"id":"abc","method"')).toBe("abc");
+    expect(topLevelId('{"method":"id","params":{"id":3}')).toBeUndefined();
+  });
+
+  it("passes lines under the limit and stands a small refusal in for one over it", async () => {
+    const input = new TextEncoder().encode(`{"a":1}\n{"jsonrpc":"2.0","id":5,"method":"m","params":"${"x".repeat(200)}"}\n{"b":2}\n`);
+    const chunks = [input.slice(0, 30), input.slice(30, 120), input.slice(120)];
+    const stream = new ReadableStream<Uint8Array>({
+      start(c) {
+        for (const ch of chunks) c.enqueue(ch);
+        c.close();
+      },
+    }).pipeThrough(limitLines(100));
+    let out = "";
+    const reader = stream.getReader();
+    for (let r = await reader.read(); !r.done; r = await reader.read()) out += new TextDecoder().decode(r.value);
+    const lines = out.trim().split("\n");
+    expect(lines[0]).toBe('{"a":1}');
+    expect(JSON.parse(lines[1] ?? "")).toEqual({ jsonrpc: "2.0", id: 5, method: "_link/oversized", params: { bytes: 249, max: 100 } });
+    expect(lines[2]).toBe('{"b":2}');
+  });
+});

@@ -1,0 +1,150 @@
+// The built daemon on its Unix control socket: mode 0600, many connections at once sharing one
+// process, a stale socket replaced and a live one never taken, clients that misbehave or go away.
+import { spawn } from "node:child_process";
+import { existsSync, statSync, writeFileSync } from "node:fs";
+import { join } from "node:path";
+import { createInterface } from "node:readline";
+import * as acp from "@agentclientprotocol/sdk";
+import type { ContentBlock } from "@agentclientprotocol/sdk";
+import { afterEach, beforeAll, beforeEach, describe, expect, it, onTestFailed } from "vitest";
+import { paths, readEventsFrom } from "../store/index.js";
+import { answerText, configure, openClient, scriptedSettings, socketStream, startDaemon, tempDir, type Client, type Daemon } from "./acp-client.js";
+import { assertBuilt } from "./fixtures/built.js";
+import { lastUserText, startModelServer, type ModelServer } from "./model-server.js";
+
+let server: ModelServer;
+const cleanup: (() => unknown)[] = [];
+
+beforeAll(() => {
+  assertBuilt(["dist/daemon/main.js", "dist/daemon/serve.js", "dist/daemon/socket.js"], ["acp", "daemon", "turn", "store", "protocol"]);
+});
+beforeEach(async () => {
+  server = await startModelServer();
+  cleanup.push(() => server.close());
+});
+afterEach(async () => {
+  for (const f of cleanup.splice(0).reverse()) await f();
+});
+
+/** An agent folder with settings, and a socket path beside it. */
+function place(): { dir: string; socket: string } {
+  const tmp = tempDir("lnk-sock-");
+  cleanup.push(() => tmp.remove());
+  const dir = join(tmp.path, "agent");
+  configure(dir, scriptedSettings(server.url));
+  return { dir, socket: join(tmp.path, "control.sock") };
+}
+
+async function serving(dir: string, socket: string): Promise<Daemon> {
+  const d = startDaemon(["--agent", dir, "--socket", socket]);
+  cleanup.push(() => d.stop("SIGKILL"));
+  onTestFailed(() => void process.stderr.write(`the daemon's log:\n${d.stderr()}\n`));
+  await d.waitForLog(/"serving ACP"/);
+  return d;
+}
+
+async function client(socket: string): Promise<Client & { hangUp(): void }> {
+  const { stream, socket: conn } = await socketStream(socket);
+  const c = await openClient(stream);
+  cleanup.push(() => conn.destroy());
+  return { ...c, hangUp: () => conn.destroy() };
+}
+
+const text = (s: string): ContentBlock[] => [{ type: "text", text: s }];
+
+describe("the control socket", () => {
+  it("is mode 0600 and serves many clients at once, their turns side by side; SIGTERM removes it", async () => {
+    const { dir, socket } = place();
+    const d = await serving(dir, socket);
+    expect(statSync(socket).isSocket()).toBe(true);
+    expect(statSync(socket).mode & 0o777).toBe(0o600);
+
+    const [a, b] = await Promise.all([client(socket), client(socket)]);
+    const sa = await a.agent.request(acp.methods.agent.session.new, { cwd: dir, mcpServers: [] });
+    const sb = await b.agent.request(acp.methods.agent.session.new, { cwd: dir, mcpServers: [] });
+    // Each answer waits until both turns have asked the model: they run at the same time.
+    server.fallback = async (request) => {
+      await server.waitForRequest(2);
+      return { text: `answer to ${lastUserText(request)}` };
+    };
+    const pa = a.agent.request(acp.methods.agent.session.prompt, { sessionId: sa.sessionId, prompt: text("from A") });
+    const pb = b.agent.request(acp.methods.agent.session.prompt, { sessionId: sb.sessionId, prompt: text("from B") });
+    const [ra, rb] = [await pa, await pb];
+    expect([ra.stopReason, rb.stopReason]).toEqual(["end_turn", "end_turn"]);
+    expect(answerText(a.updates)).toMatch(/answer to .*from A$/s);
+    expect(answerText(b.updates)).toMatch(/answer to .*from B$/s);
+
+    // Sessions are the process's: B sees A's conversation.
+    const listed = await b.agent.request(acp.methods.agent.session.list, {});
+    expect(listed.sessions.map((s) => s.sessionId).sort()).toEqual([sa.sessionId, sb.sessionId].sort());
+
+    // A malformed line is answered and the connection, and the daemon, go on.
+    const { socket: raw } = await socketStream(socket);
+    const lines = createInterface({ input: raw });
+    const first = new Promise<string>((resolve) => lines.once("line", resolve));
+    raw.write("{ not json\n");
+    expect(JSON.parse(await first)).toMatchObject({ id: null, error: { code: -32700 } });
+    raw.destroy();
+    server.fallback = () => ({ text: "still serving" });
+    await a.agent.request(acp.methods.agent.session.prompt, { sessionId: sa.sessionId, prompt: text("again") });
+    expect(answerText(a.updates)).toMatch(/still serving$/);
+
+    expect(await d.stop("SIGTERM")).toEqual({ code: 0, signal: null });
+    expect(existsSync(socket)).toBe(false);
+  });
+
+  it("replaces a stale socket from a dead process, never takes a live one, and refuses a file that isn't a socket", async () => {
+    const { dir, socket } = place();
+    // A process that listens, then dies without removing its socket.
+    const dead = spawn(process.execPath, ["-e", `require("node:net").createServer().listen(${JSON.stringify(socket)}, () => console.log("up"))`]);
+    await new Promise((resolve) => dead.stdout.once("data", resolve));
+    dead.kill("SIGKILL");
+    await new Promise((resolve) => dead.once("exit", resolve));
+    expect(existsSync(socket)).toBe(true);
+
+    const live = await serving(dir, socket);
+    const c = await client(socket);
+    await c.agent.request(acp.methods.agent.session.new, { cwd: dir, mcpServers: [] });
+
+    const second = startDaemon(["--agent", dir, "--socket", socket]);
+    cleanup.push(() => second.stop("SIGKILL"));
+    expect(await second.exited).toEqual({ code: 2, signal: null });
+    expect(second.stderr().trim().split("\n")).toEqual([expect.stringMatching(/^lnk-link-harness: .*control\.sock is in use/)]);
+    expect(live.child.exitCode).toBeNull();
+    await c.agent.request(acp.methods.agent.session.list, {});
+
+    const plain = join(dir, "plain-file");
+    writeFileSync(plain, "mine");
+    const third = startDaemon(["--agent", dir, "--socket", plain]);
+    cleanup.push(() => third.stop("SIGKILL"));
+    expect((await third.exited).code).toBe(2);
+    expect(third.stderr()).toMatch(/not a socket/);
+    expect(existsSync(plain)).toBe(true);
+  });
+
+  it("a client that hangs up mid-turn: the turn still finishes and is kept, and another client sees it", async () => {
+    const { dir, socket } = place();
+    const d = await serving(dir, socket);
+    const a = await client(socket);
+    const { sessionId } = await a.agent.request(acp.methods.agent.session.new, { cwd: dir, mcpServers: [] });
+    let release!: () => void;
+    const gate = new Promise<void>((resolve) => (release = resolve));
+    server.script(async () => {
+      await gate;
+      return { text: "Done while you were away." };
+    });
+    void a.agent.request(acp.methods.agent.session.prompt, { sessionId, prompt: text("work on it") }).catch(() => undefined);
+    await server.waitForRequest(1);
+    a.hangUp();
+    await a.closed;
+    release();
+    await d.waitForLog(/"turn ended"/);
+    const kept = readEventsFrom(paths({ dir }).conversation(sessionId), 1).map((e) => e.event);
+    expect(kept.at(-1)).toMatchObject({ role: "assistant", text: "Done while you were away." });
+
+    const b = await client(socket);
+    await b.agent.request(acp.methods.agent.session.load, { sessionId, cwd: dir, mcpServers: [] });
+    expect(answerText(b.updates)).toBe("Done while you were away.");
+    expect(d.child.exitCode).toBeNull();
+  });
+});

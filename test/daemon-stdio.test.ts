@@ -1,0 +1,336 @@
+// The built daemon on stdio, driven by the real ACP SDK client, with the scripted model server and a
+// real MCP server from npm: what a user sees, what the model was sent, what is kept on disk.
+import { createInterface } from "node:readline";
+import * as acp from "@agentclientprotocol/sdk";
+import type { ContentBlock, SessionNotification, SessionUpdate } from "@agentclientprotocol/sdk";
+import { afterEach, beforeAll, beforeEach, describe, expect, it, onTestFailed } from "vitest";
+import { z } from "zod";
+import { paths, readEventsFrom } from "../store/index.js";
+import { MAX_RETRIES } from "../turn/model.js";
+import {
+  answerText,
+  configure,
+  openClient,
+  scriptedSettings,
+  startDaemon,
+  stdioStream,
+  tempDir,
+  ROOT,
+  type Client,
+  type Daemon,
+} from "./acp-client.js";
+import { assertBuilt } from "./fixtures/built.js";
+import { startModelServer, type ModelServer, type RecordedRequest } from "./model-server.js";
+
+const EVERYTHING = `"${process.execPath}" "${ROOT}node_modules/@modelcontextprotocol/server-everything/dist/index.js" stdio`;
+
+let server: ModelServer;
+const cleanup: (() => unknown)[] = [];
+
+beforeAll(() => {
+  assertBuilt(["dist/daemon/main.js", "dist/daemon/serve.js", "dist/acp/app.js"], ["acp", "daemon", "turn", "store", "protocol"]);
+});
+beforeEach(async () => {
+  server = await startModelServer();
+  cleanup.push(() => server.close());
+});
+afterEach(async () => {
+  for (const f of cleanup.splice(0).reverse()) await f();
+});
+
+function agent(extra: Record<string, unknown> = {}): string {
+  const dir = tempDir();
+  cleanup.push(() => dir.remove());
+  configure(dir.path, scriptedSettings(server.url, extra));
+  return dir.path;
+}
+
+/** The daemon on stdio; `withTools` names the everything MCP server as Link's bridge would. */
+function daemon(dir: string, env: NodeJS.ProcessEnv = {}, withTools = false): Daemon {
+  const d = startDaemon(["--agent", dir], { ...(withTools ? { LNK_TOOL_EVERYTHING: EVERYTHING } : {}), ...env });
+  cleanup.push(() => d.stop("SIGKILL"));
+  onTestFailed(() => void process.stderr.write(`the daemon's log:\n${d.stderr()}\n`));
+  return d;
+}
+
+async function client(d: Daemon): Promise<Client> {
+  const c = await openClient(stdioStream(d.child));
+  cleanup.push(() => c.close());
+  return c;
+}
+
+function deferred() {
+  let resolve!: () => void;
+  const promise = new Promise<void>((r) => (resolve = r));
+  return { promise, resolve };
+}
+
+const text = (s: string): ContentBlock[] => [{ type: "text", text: s }];
+const contents = (r: RecordedRequest) => JSON.stringify(r.body.messages ?? []);
+
+async function failure(p: Promise<unknown>): Promise<{ code: number; message: string }> {
+  try {
+    await p;
+  } catch (e) {
+    return e as { code: number; message: string };
+  }
+  throw new Error("expected the request to fail");
+}
+
+/** Every tool_call has a final tool_call_update (completed or failed). */
+function openCalls(updates: readonly SessionNotification[]): string[] {
+  const open = new Set<string>();
+  for (const { update } of updates) {
+    if (update.sessionUpdate === "tool_call") open.add(update.toolCallId);
+    if (update.sessionUpdate === "tool_call_update" && (update.status === "completed" || update.status === "failed")) open.delete(update.toolCallId);
+  }
+  return [...open];
+}
+
+const kinds = (updates: readonly SessionNotification[]) => updates.map((u) => u.update.sessionUpdate);
+const of = <K extends SessionUpdate["sessionUpdate"]>(updates: readonly SessionNotification[], kind: K) =>
+  updates.map((u) => u.update).filter((u): u is Extract<SessionUpdate, { sessionUpdate: K }> => u.sessionUpdate === kind);
+
+describe("a conversation over stdio", { timeout: 120_000 }, () => {
+  it("streams the answer, the tool call and its result; keeps it; replays it; resumes it after a restart", async () => {
+    const dir = agent({ verbosity: "all" });
+    const d1 = daemon(dir, {}, true);
+    const c1 = await client(d1);
+    const { sessionId } = await c1.agent.request(acp.methods.agent.session.new, { cwd: ROOT, mcpServers: [] });
+    const calls = [
+      { name: "everything__echo", arguments: { message: "ping" } },
+      { name: "everything__get-sum", arguments: { a: "not a number" } },
+    ];
+    server.script(
+      { tool_calls: calls, usage: { prompt_tokens: 100, completion_tokens: 10, cached_tokens: 60 } },
+      { text: "The tool said ping.", usage: { prompt_tokens: 130, completion_tokens: 5 } },
+    );
+    const res = await c1.agent.request(acp.methods.agent.session.prompt, { sessionId, prompt: text("call the echo tool") });
+    expect(res).toEqual({ stopReason: "end_turn", usage: { inputTokens: 230, outputTokens: 15, cachedReadTokens: 60, totalTokens: 245 } });
+    expect(answerText(c1.updates)).toBe("The tool said ping.");
+    const [call, sum] = of(c1.updates, "tool_call");
+    expect(call).toMatchObject({ title: "everything: echo", status: "in_progress", rawInput: { message: "ping" }, _meta: { link: { verbosity: "all" } } });
+    expect(sum).toMatchObject({ title: "everything: get-sum", _meta: { link: { verbosity: "all" } } });
+    const results = of(c1.updates, "tool_call_update");
+    expect(results.find((u) => u.toolCallId === call?.toolCallId)).toMatchObject({
+      status: "completed",
+      content: [{ type: "content", content: { type: "text", text: "Echo: ping" } }],
+      _meta: { link: { verbosity: "all" } },
+    });
+    expect(results.find((u) => u.toolCallId === sum?.toolCallId)).toMatchObject({ status: "failed" });
+    expect(openCalls(c1.updates)).toEqual([]);
+    expect(contents(server.requests[1] as RecordedRequest)).toContain("Echo: ping");
+    const events = readEventsFrom(paths({ dir }).conversation(sessionId), 1).map((e) => e.event);
+    expect(events.map((e) => ("role" in e ? `${e.kind}:${e.role}` : e.kind))).toEqual([
+      "message:user",
+      "message:assistant",
+      "tool_result",
+      "tool_result",
+      "message:assistant",
+    ]);
+
+    c1.close();
+    d1.child.stdin?.end();
+    expect(await d1.exited).toEqual({ code: 0, signal: null });
+
+    // A new process: the session is its conversation on disk.
+    const d2 = daemon(dir, {}, true);
+    const c2 = await client(d2);
+    await c2.agent.request(acp.methods.agent.session.load, { sessionId, cwd: ROOT, mcpServers: [] });
+    expect(kinds(c2.updates)).toEqual(["user_message_chunk", "tool_call", "tool_call_update", "tool_call", "tool_call_update", "agent_message_chunk"]);
+    expect(of(c2.updates, "tool_call").map((u) => [u.title, u.status])).toEqual([
+      ["everything: echo", "completed"],
+      ["everything: get-sum", "failed"],
+    ]);
+    expect(of(c2.updates, "tool_call")[0]).toMatchObject({ rawInput: { message: "ping" } });
+    expect(of(c2.updates, "tool_call_update")[0]).toMatchObject({ status: "completed", content: [{ content: { text: "Echo: ping" } }] });
+    expect(of(c2.updates, "tool_call_update")[1]).toMatchObject({ status: "failed" });
+    expect(answerText(c2.updates)).toBe("The tool said ping.");
+
+    const list = await c2.agent.request(acp.methods.agent.session.list, {});
+    expect(list.sessions).toMatchObject([{ sessionId, title: "call the echo tool" }]);
+
+    // The model is the conversation's: set here, sent with the next turn, kept as a command event.
+    const set = await c2.agent.request(acp.methods.agent.session.setConfigOption, { sessionId, configId: "model", value: "bigger-model" });
+    expect(set.configOptions[0]).toMatchObject({ category: "model", currentValue: "bigger-model" });
+
+    c2.close();
+    await d2.stop();
+    const d3 = daemon(dir, {}, true);
+    const c3 = await client(d3);
+    const resumed = await c3.agent.request(acp.methods.agent.session.resume, { sessionId, cwd: ROOT });
+    expect(resumed.configOptions?.[0]).toMatchObject({ currentValue: "bigger-model" });
+    expect(c3.updates).toEqual([]);
+    server.script({ text: "Still here." });
+    const image = { type: "image" as const, mimeType: "image/png", data: "iVBORw0KGgo=" };
+    const doc = { type: "resource" as const, resource: { uri: "file:///notes.txt", text: "remember the gate code" } };
+    await c3.agent.request(acp.methods.agent.session.prompt, { sessionId, prompt: [...text("and now?"), image, doc] });
+    const last = server.requests.at(-1) as RecordedRequest;
+    expect(last.body.model).toBe("bigger-model");
+    expect(contents(last)).toContain("call the echo tool");
+    expect(contents(last)).toContain("The tool said ping.");
+    expect(contents(last)).toContain("data:image/png;base64,iVBORw0KGgo=");
+    expect(contents(last)).toContain("remember the gate code");
+    expect(answerText(c3.updates)).toBe("Still here.");
+  });
+
+  it("answers bad params -32602, an unknown session -32002, and lives through a malformed line and an oversized message", async () => {
+    const d = daemon(agent(), { LNK_ACP_MAX_BYTES: "4096" });
+    const lines = createInterface({ input: d.child.stdout! });
+    const answers = new Map<unknown, { resolve: (v: Record<string, unknown>) => void }>();
+    const got: Record<string, unknown>[] = [];
+    lines.on("line", (line) => {
+      const msg = z.record(z.string(), z.unknown()).parse(JSON.parse(line));
+      got.push(msg);
+      answers.get(msg.id)?.resolve(msg);
+    });
+    const send = (raw: string, id: unknown) =>
+      new Promise<Record<string, unknown>>((resolve) => {
+        answers.set(id, { resolve });
+        d.child.stdin!.write(`${raw}\n`);
+      });
+    const call = (id: number, method: string, params: unknown) => send(JSON.stringify({ jsonrpc: "2.0", id, method, params }), id);
+
+    expect((await send("this is not json", null)).error).toMatchObject({ code: -32700 });
+    expect((await call(1, "initialize", { protocolVersion: 1, clientCapabilities: {} })).result).toBeDefined();
+    expect((await call(2, "session/new", { mcpServers: [] })).error).toMatchObject({ code: -32602 });
+    expect((await call(3, "session/new", { cwd: "/", mcpServers: [], _meta: { link: { thread: "a/b" } } })).error).toMatchObject({ code: -32602 });
+    expect((await call(4, "session/prompt", { sessionId: "nobody", prompt: text("hi") })).error).toMatchObject({ code: -32002 });
+    const big = await call(5, "session/prompt", { sessionId: "nobody", prompt: text("x".repeat(10_000)) });
+    expect(big.error).toMatchObject({ code: -32600 });
+    expect(String((big.error as { message: string }).message)).toMatch(/limit of 4096/);
+    const fresh = await call(6, "session/new", { cwd: "/", mcpServers: [] });
+    expect(fresh.result).toMatchObject({ sessionId: expect.any(String) });
+    expect(d.child.exitCode).toBeNull();
+  });
+});
+
+describe("a session's own MCP servers", () => {
+  it("are added to that conversation's tools only", async () => {
+    const d = daemon(agent());
+    const c = await client(d);
+    const [command, script] = [process.execPath, `${ROOT}node_modules/@modelcontextprotocol/server-everything/dist/index.js`];
+    const mine = await c.agent.request(acp.methods.agent.session.new, { cwd: ROOT, mcpServers: [{ name: "mine", command, args: [script, "stdio"], env: [] }] });
+    const other = await c.agent.request(acp.methods.agent.session.new, { cwd: ROOT, mcpServers: [] });
+    server.script({ tool_calls: [{ name: "mine__echo", arguments: { message: "own tool" } }] }, { text: "Done." });
+    await c.agent.request(acp.methods.agent.session.prompt, { sessionId: mine.sessionId, prompt: text("use your own tool") });
+    expect(of(c.updates, "tool_call_update")).toMatchObject([{ status: "completed", content: [{ content: { text: "Echo: own tool" } }] }]);
+    expect(JSON.stringify(server.requests[0]?.body)).toContain("mine__echo");
+    server.script({ text: "No tools here." });
+    await c.agent.request(acp.methods.agent.session.prompt, { sessionId: other.sessionId, prompt: text("and here?") });
+    expect(JSON.stringify(server.requests.at(-1)?.body)).not.toContain("mine__echo");
+  });
+});
+
+describe("turns that fail or stop", { timeout: 120_000 }, () => {
+  it("a model that fails (400, then 500) answers -32603 and leaves no tool call open", async () => {
+    const dir = agent();
+    const d = daemon(dir, {}, true);
+    const c = await client(d);
+    const { sessionId } = await c.agent.request(acp.methods.agent.session.new, { cwd: ROOT, mcpServers: [] });
+    server.script({ tool_calls: [{ name: "everything__echo", arguments: { message: "a" } }] }, { error: { status: 400, message: "bad request from the model" } });
+    const bad = await failure(c.agent.request(acp.methods.agent.session.prompt, { sessionId, prompt: text("one") }));
+    expect(bad.code).toBe(-32603);
+    expect(bad.message).toMatch(/bad request from the model/);
+    expect(bad.message).not.toMatch(/\n\s+at /);
+    const down = { error: { status: 500, message: "the model is down" } };
+    server.script(...Array.from({ length: MAX_RETRIES + 1 }, () => down));
+    const failed = await failure(c.agent.request(acp.methods.agent.session.prompt, { sessionId, prompt: text("two") }));
+    expect(failed.code).toBe(-32603);
+    expect(of(c.updates, "tool_call")).toHaveLength(1);
+    expect(openCalls(c.updates)).toEqual([]);
+    const kept = readEventsFrom(paths({ dir }).conversation(sessionId), 1).map((e) => e.event.kind);
+    expect(kept.filter((k) => k === "failure")).toHaveLength(2);
+  });
+
+  it("session/cancel stops a turn mid-call: cancelled, the events so far kept, no tool call open", async () => {
+    const dir = agent();
+    const d = daemon(dir, {}, true);
+    const c = await client(d);
+    const { sessionId } = await c.agent.request(acp.methods.agent.session.new, { cwd: ROOT, mcpServers: [] });
+    server.script({ tool_calls: [{ name: "everything__trigger-long-running-operation", arguments: { duration: 60, steps: 60 } }] });
+    const answer = c.agent.request(acp.methods.agent.session.prompt, { sessionId, prompt: text("take your time") });
+    await c.waitForUpdate((n) => n.update.sessionUpdate === "tool_call");
+    await c.agent.notify(acp.methods.agent.session.cancel, { sessionId });
+    expect(await answer).toMatchObject({ stopReason: "cancelled" });
+    expect(openCalls(c.updates)).toEqual([]);
+    const kept = readEventsFrom(paths({ dir }).conversation(sessionId), 1).map((e) => e.event);
+    expect(kept[0]).toMatchObject({ kind: "message", role: "user", text: "take your time" });
+    expect(kept[1]).toMatchObject({ kind: "message", role: "assistant", tool_calls: [{ name: "everything__trigger-long-running-operation" }] });
+
+    // The conversation goes on.
+    server.script({ text: "Stopped, as asked." });
+    expect(await c.agent.request(acp.methods.agent.session.prompt, { sessionId, prompt: text("ok?") })).toMatchObject({ stopReason: "end_turn" });
+
+    // Shown again, the stopped call is failed.
+    const before = c.updates.length;
+    await c.agent.request(acp.methods.agent.session.load, { sessionId, cwd: ROOT, mcpServers: [] });
+    const replayed = c.updates.slice(before);
+    expect(of(replayed, "tool_call")).toMatchObject([{ status: "failed" }]);
+    expect(of(replayed, "tool_call_update")).toMatchObject([{ status: "failed" }]);
+  });
+
+  it("a second prompt steers the running turn: one turn, one request at a time, both answered", async () => {
+    const d = daemon(agent());
+    const c = await client(d);
+    const { sessionId } = await c.agent.request(acp.methods.agent.session.new, { cwd: ROOT, mcpServers: [] });
+    const gate = deferred();
+    server.script(async () => {
+      await gate.promise;
+      return { text: "First answer." };
+    });
+    server.script({ text: "Second answer." });
+    const first = c.agent.request(acp.methods.agent.session.prompt, { sessionId, prompt: text("one") });
+    await server.waitForRequest(1);
+    const second = c.agent.request(acp.methods.agent.session.prompt, { sessionId, prompt: text("two") });
+    // Requests are handled in order: once this is answered, the second prompt waits in the turn's queue.
+    await c.agent.request(acp.methods.agent.session.list, {});
+    gate.resolve();
+    expect(await first).toMatchObject({ stopReason: "end_turn" });
+    expect(await second).toMatchObject({ stopReason: "end_turn" });
+    expect(server.requests).toHaveLength(2);
+    const [r1, r2] = server.requests as [RecordedRequest, RecordedRequest];
+    expect(contents(r1)).not.toContain("two");
+    // The second request was made only once the first was answered, and carries both messages.
+    expect(contents(r2)).toContain("First answer.");
+    expect(contents(r2)).toContain("two");
+    expect(answerText(c.updates)).toBe("First answer.Second answer.");
+    // One turn answered both: the daemon started no second one.
+    expect(d.stderr().match(/"msg":"turn"/g)).toHaveLength(1);
+  });
+
+  it("a client that hangs up mid-turn: the turn still finishes and is kept, then the daemon ends", async () => {
+    const dir = agent();
+    const d = daemon(dir);
+    const c = await client(d);
+    const { sessionId } = await c.agent.request(acp.methods.agent.session.new, { cwd: ROOT, mcpServers: [] });
+    const gate = deferred();
+    server.script(async () => {
+      await gate.promise;
+      return { text: "Kept for later." };
+    });
+    void c.agent.request(acp.methods.agent.session.prompt, { sessionId, prompt: text("are you there?") }).catch(() => undefined);
+    await server.waitForRequest(1);
+    c.close();
+    d.child.stdin?.destroy();
+    d.child.stdout?.destroy();
+    gate.resolve();
+    expect(await d.exited).toEqual({ code: 0, signal: null });
+    const kept = readEventsFrom(paths({ dir }).conversation(sessionId), 1).map((e) => e.event);
+    expect(kept.at(-1)).toMatchObject({ kind: "message", role: "assistant", text: "Kept for later." });
+    expect(d.stderr()).not.toMatch(/unhandled|"level":"error"/);
+  });
+
+  it("SIGTERM aborts the running turn, keeps what it wrote and exits 0", async () => {
+    const dir = agent();
+    const d = daemon(dir);
+    const c = await client(d);
+    const { sessionId } = await c.agent.request(acp.methods.agent.session.new, { cwd: ROOT, mcpServers: [] });
+    server.script({ text: "never finished", hang: true });
+    void c.agent.request(acp.methods.agent.session.prompt, { sessionId, prompt: text("long one") }).catch(() => undefined);
+    await server.waitForRequest(1);
+    expect(await d.stop("SIGTERM")).toEqual({ code: 0, signal: null });
+    const kept = readEventsFrom(paths({ dir }).conversation(sessionId), 1).map((e) => e.event);
+    expect(kept[0]).toMatchObject({ kind: "message", role: "user", text: "long one" });
+  });
+});
