@@ -1,15 +1,9 @@
 #!/usr/bin/env node
 // lnk-link-harness: the process. Loads only what the command needs, when it needs it.
-import { readFileSync } from "node:fs";
-import { z } from "zod";
 import { USAGE, UsageError, parseCommandLine, type Command } from "./cli.js";
 import { configure, printState } from "./commands.js";
 import { contract } from "./contract.js";
-
-function version(): string {
-  const pkg = z.object({ version: z.string() }).loose();
-  return pkg.parse(JSON.parse(readFileSync(new URL("../../package.json", import.meta.url), "utf8"))).version;
-}
+import { version } from "./version.js";
 
 /** Prints one line on stderr and exits non-zero: bad input never writes anything. */
 function fail(message: string, code: number): never {

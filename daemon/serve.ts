@@ -1,6 +1,5 @@
 // Serving ACP: on stdio, or on a Unix control socket shared by many connections at once. Every
 // connection has its own app and stream; all share the process's sessions, turns and tool host.
-import { readFileSync } from "node:fs";
 import type { Socket } from "node:net";
 import { Duplex, Readable, Writable } from "node:stream";
 import * as acp from "@agentclientprotocol/sdk";
@@ -15,6 +14,7 @@ import { limitLines } from "./lines.js";
 import { log } from "./log.js";
 import { listenSocket, type ControlSocket } from "./socket.js";
 import { discoverTools } from "./tools/discover.js";
+import { version } from "./version.js";
 
 /** The largest message read, in bytes; LNK_ACP_MAX_BYTES overrides the ACP SDK's own default. */
 function maxMessageBytes(env: NodeJS.ProcessEnv): number {
@@ -23,11 +23,6 @@ function maxMessageBytes(env: NodeJS.ProcessEnv): number {
   const parsed = z.coerce.number().int().min(1024).safeParse(raw);
   if (!parsed.success) throw new UsageError(`LNK_ACP_MAX_BYTES must be a whole number of bytes, at least 1024`);
   return parsed.data;
-}
-
-function version(): string {
-  const pkg = z.object({ version: z.string() }).loose();
-  return pkg.parse(JSON.parse(readFileSync(new URL("../../package.json", import.meta.url), "utf8"))).version;
 }
 
 export async function serve(command: Extract<Command, { kind: "serve" }>): Promise<void> {
