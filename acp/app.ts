@@ -9,7 +9,8 @@ import type { IncomingMessage, TurnOutcome } from "../turn/types.js";
 import { promptContent } from "./content.js";
 import type { AcpDeps } from "./deps.js";
 import { toRequestError } from "./errors.js";
-import { INITIALIZE_META, NewSessionLink, OVERSIZED_METHOD, ParamsError, PromptLink, SessionLink, parseLink } from "./meta.js";
+import { initializeResult } from "./initialize.js";
+import { NewSessionLink, OVERSIZED_METHOD, ParamsError, PromptLink, SessionLink, parseLink } from "./meta.js";
 import { configOptions, setModel } from "./model.js";
 import { replay } from "./replay.js";
 import { Sessions, type SessionState } from "./sessions.js";
@@ -122,18 +123,7 @@ export function createAgentApp(state: AcpState, outbox: Outbox): acp.AgentApp {
     .agent({ name: "lnk-link-harness" })
     .onRequest(
       acp.methods.agent.initialize,
-      guard(() => ({
-        protocolVersion: acp.PROTOCOL_VERSION,
-        agentCapabilities: {
-          loadSession: true,
-          promptCapabilities: { image: true, audio: false, embeddedContext: true },
-          mcpCapabilities: { http: true, sse: false },
-          sessionCapabilities: { list: {}, resume: {}, close: {} },
-          _meta: INITIALIZE_META,
-        },
-        agentInfo: { name: "lnk-link-harness", title: "Link Harness", version: deps.version },
-        authMethods: [],
-      })),
+      guard(() => initializeResult(deps.version)),
     )
     .onRequest(
       acp.methods.agent.session.new,

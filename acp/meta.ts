@@ -1,14 +1,8 @@
 // `_meta.link`: Link's extensions on ACP requests and responses (DESIGN.md "ACP mapping").
 import { z } from "zod";
-import { CONTRACT_VERSION, From, Thread, Verbosity, describeIssues } from "../protocol/index.js";
+import { From, Thread, Verbosity, describeIssues } from "../protocol/index.js";
 
-/** What `initialize` says under `agentCapabilities._meta`. */
-export const INITIALIZE_META = {
-  link: { contract: CONTRACT_VERSION, agentState: { export: [] as string[], import: [] as string[] } },
-} as const;
-
-/** Stands in for a message too large to read (daemon/lines.ts), so its request still gets an answer. */
-export const OVERSIZED_METHOD = "_link/oversized";
+export { INITIALIZE_META, OVERSIZED_METHOD } from "./initialize.js";
 
 const name = z.string().min(1).max(256);
 

@@ -80,7 +80,7 @@ export class Sessions {
       if (link.channel === undefined) throw new ParamsError("_meta.link: group: a group needs its channel");
       const group = `${link.channel}-${link.group}`;
       const checked = Thread.safeParse(group);
-      if (!checked.success) throw new ParamsError(`_meta.link: group: ${group.slice(0, 80)} is not a usable thread name`);
+      if (!checked.success) throw new ParamsError(`_meta.link: group: ${JSON.stringify(group.slice(0, 80))} is not a usable thread name`);
       if (thread !== undefined && thread !== group) throw new ParamsError(`_meta.link: thread: a group's thread is ${group}`);
       thread = group;
     }

@@ -2,6 +2,7 @@
 import { parseArgs } from "node:util";
 import { homedir } from "node:os";
 import { join, resolve } from "node:path";
+import type { AgentRef } from "../store/paths.js";
 
 export class UsageError extends Error {
   constructor(message: string) {
@@ -108,4 +109,8 @@ export function parseCommandLine(argv: string[], env: NodeJS.ProcessEnv = proces
     default:
       throw new UsageError(`unknown command ${JSON.stringify(verb)} (see --help)`);
   }
+}
+
+export function agentRef(o: AgentOptions): AgentRef {
+  return { dir: o.agent, ...(o.files ? { files: o.files } : {}), ...(o.home ? { home: o.home } : {}) };
 }

@@ -1,11 +1,7 @@
 // The one-shot commands: configure and state.
 import { readFileSync } from "node:fs";
 import { SettingsError, parseSettings, paths, writeSettings, type AgentRef } from "../store/index.js";
-import { UsageError, type AgentOptions } from "./cli.js";
-
-export function agentRef(o: AgentOptions): AgentRef {
-  return { dir: o.agent, ...(o.files ? { files: o.files } : {}), ...(o.home ? { home: o.home } : {}) };
-}
+import { UsageError, agentRef, type AgentOptions } from "./cli.js";
 
 function readInput(file: string | undefined): string {
   try {

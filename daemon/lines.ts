@@ -1,7 +1,7 @@
 // Bounds each incoming line: a message over the limit is dropped as it streams in (never held whole)
 // and stands in as a small request the agent refuses, so the connection lives on and the client's
 // request still gets an answer.
-import { OVERSIZED_METHOD } from "../acp/meta.js";
+import { OVERSIZED_METHOD } from "../acp/initialize.js";
 
 /** How much of an oversized line is kept to find its request id. */
 const HEAD = 4096;
@@ -29,10 +29,11 @@ export function topLevelId(text: string): string | number | undefined {
       const key = text.slice(i + 1, j);
       i = j + 1;
       if (depth === 1 && key === "id") {
-        const m = /^\s*:\s*("(?:[^"\\]|\\.)*"|-?\d+)\s*[,}]/.exec(text.slice(i, i + 300));
+        // Any JSON number: a fraction or an exponent is still an id to answer under.
+        const m = /^\s*:\s*("(?:[^"\\]|\\.)*"|-?\d+(?:\.\d+)?(?:[eE][+-]?\d+)?)\s*[,}]/.exec(text.slice(i, i + 300));
         if (m?.[1]) {
           const id: unknown = JSON.parse(m[1]);
-          if (typeof id === "string" || typeof id === "number") return id;
+          if (typeof id === "string" || (typeof id === "number" && Number.isFinite(id))) return id;
         }
       }
       continue;

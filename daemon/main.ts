@@ -1,8 +1,6 @@
 #!/usr/bin/env node
 // lnk-link-harness: the process. Loads only what the command needs, when it needs it.
 import { USAGE, UsageError, parseCommandLine, type Command } from "./cli.js";
-import { configure, printState } from "./commands.js";
-import { contract } from "./contract.js";
 import { version } from "./version.js";
 
 /** Prints one line on stderr and exits non-zero: bad input never writes anything. */
@@ -19,14 +17,16 @@ async function run(command: Command): Promise<void> {
     case "version":
       process.stdout.write(`lnk-link-harness ${version()}\n`);
       return;
-    case "contract":
+    case "contract": {
+      const { contract } = await import("./contract.js");
       process.stdout.write(`${JSON.stringify(contract(), null, 2)}\n`);
       return;
+    }
     case "configure":
-      await configure(command.agent, command.file);
+      await (await import("./commands.js")).configure(command.agent, command.file);
       return;
     case "state":
-      printState(command.agent, command.export);
+      (await import("./commands.js")).printState(command.agent, command.export);
       return;
     case "serve": {
       const { serve } = await import("./serve.js");

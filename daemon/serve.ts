@@ -1,28 +1,30 @@
-// Serving ACP: on stdio, or on a Unix control socket shared by many connections at once. Every
-// connection has its own app and stream; all share the process's sessions, turns and tool host.
+// Serving ACP on stdio, or on a Unix control socket shared by many connections at once. This path
+// loads nothing heavy: each connection's first request, initialize, is answered by its front, and
+// the agent (the ACP SDK, the schemas, the sessions) is loaded right after.
 import type { Socket } from "node:net";
 import { Duplex, Readable, Writable } from "node:stream";
-import * as acp from "@agentclientprotocol/sdk";
-import { z } from "zod";
-import { AcpState, createAgentApp } from "../acp/app.js";
-import { Outbox } from "../acp/outbox.js";
-import type { ToolHost } from "../turn/tools.js";
-import type { Command } from "./cli.js";
-import { UsageError } from "./cli.js";
-import { agentRef } from "./commands.js";
+import type { RunningAgent } from "./agent.js";
+import { UsageError, agentRef, type Command } from "./cli.js";
+import { front } from "./front.js";
 import { limitLines } from "./lines.js";
 import { log } from "./log.js";
 import { listenSocket, type ControlSocket } from "./socket.js";
-import { discoverTools } from "./tools/discover.js";
 import { version } from "./version.js";
 
-/** The largest message read, in bytes; LNK_ACP_MAX_BYTES overrides the ACP SDK's own default. */
+/** The ACP SDK's own default bound on a message: 32 MiB. */
+export const DEFAULT_MAX_BYTES = 32 * 1024 * 1024;
+/** How long the agent waits to load when no request comes first. */
+const LOAD_AFTER_MS = 100;
+
+/** The largest message read, in bytes; LNK_ACP_MAX_BYTES overrides the default. */
 function maxMessageBytes(env: NodeJS.ProcessEnv): number {
   const raw = env.LNK_ACP_MAX_BYTES;
-  if (raw === undefined || raw === "") return acp.DEFAULT_MAX_MESSAGE_BYTES;
-  const parsed = z.coerce.number().int().min(1024).safeParse(raw);
-  if (!parsed.success) throw new UsageError(`LNK_ACP_MAX_BYTES must be a whole number of bytes, at least 1024`);
-  return parsed.data;
+  if (raw === undefined || raw === "") return DEFAULT_MAX_BYTES;
+  const n = Number(raw.trim());
+  if (!/^\d+$/.test(raw.trim()) || !Number.isSafeInteger(n) || n < 1024) {
+    throw new UsageError(`LNK_ACP_MAX_BYTES must be a whole number of bytes, at least 1024`);
+  }
+  return n;
 }
 
 export async function serve(command: Extract<Command, { kind: "serve" }>): Promise<void> {
@@ -30,17 +32,11 @@ export async function serve(command: Extract<Command, { kind: "serve" }>): Promi
   if (command.blank) throw new UsageError("--blank is not supported yet: name the agent with --agent");
   const max = maxMessageBytes(process.env);
   const agent = agentRef(command.agent);
+  const ver = version();
 
-  let host: Promise<ToolHost> | undefined;
-  const state = new AcpState({
-    agent,
-    version: version(),
-    log,
-    // Loaded when the first prompt needs it, so `initialize` is answered fast.
-    runTurn: async (input, listener) => (await import("../turn/turn.js")).runTurn(input, listener),
-    toolHost: () => (host ??= import("./tools/host.js").then(({ McpToolHost }) => new McpToolHost())),
-    discoverTools: (settings, servers) => discoverTools(process.env, { ...(settings ? { settings } : {}), acp: servers }),
-  });
+  let loading: Promise<RunningAgent> | undefined;
+  const load = () => (loading ??= import("./agent.js").then(({ startAgent }) => startAgent({ agent, version: ver, max })));
+  const timer = setTimeout(load, LOAD_AFTER_MS);
 
   // A daemon outlives any one failure: whatever escapes a handler is logged, never fatal.
   process.on("unhandledRejection", (e) => log.error("unhandled rejection", { error: e instanceof Error ? e.message : String(e) }));
@@ -51,9 +47,9 @@ export async function serve(command: Extract<Command, { kind: "serve" }>): Promi
   /** Stops taking work, lets (or makes) the running turns end, closes the tools and the socket. */
   const stop = (abort: boolean): Promise<void> =>
     (stopping ??= (async () => {
+      clearTimeout(timer);
       control?.server.close();
-      await state.turns.stop(abort);
-      await host?.then((h) => h.close()).catch((e: unknown) => log.error("closing the tools failed", { error: (e as Error).message }));
+      await (await loading)?.stop(abort);
       for (const socket of connections) socket.destroy();
       control?.remove();
       log.info("stopped");
@@ -61,18 +57,26 @@ export async function serve(command: Extract<Command, { kind: "serve" }>): Promi
 
   let stopped!: () => void;
   const done = new Promise<void>((resolve) => (stopped = resolve));
+  // Kept for the process's life (not `once`): a module that re-raises a signal when no other
+  // listener is left (signal-exit, under proper-lockfile) would otherwise kill the daemon mid-stop.
+  let signals = 0;
   const onSignal = (signal: NodeJS.Signals) => {
-    log.info("stopping", { signal, turns: state.turns.count });
+    signals += 1;
+    if (signals > 1) {
+      log.warn("stopping at once", { signal });
+      process.exit(1);
+    }
+    log.info("stopping", { signal });
     void stop(true).then(stopped);
   };
-  process.once("SIGTERM", onSignal);
-  process.once("SIGINT", onSignal);
+  process.on("SIGTERM", onSignal);
+  process.on("SIGINT", onSignal);
 
-  const connect = (input: ReadableStream<Uint8Array>, output: WritableStream<Uint8Array>): Promise<void> => {
-    const outbox = new Outbox();
-    const stream = acp.ndJsonStream(output, input.pipeThrough(limitLines(max)), { maxMessageBytes: max + 4096 });
-    const connection = createAgentApp(state, outbox).connect(stream);
-    return connection.closed.finally(() => outbox.close());
+  const connect = async (input: ReadableStream<Uint8Array>, output: WritableStream<Uint8Array>): Promise<void> => {
+    const c = front(input.pipeThrough(limitLines(max)), output, ver);
+    await c.first;
+    clearTimeout(timer);
+    return (await load()).connect(c.input, c.output);
   };
 
   if (command.socket) {

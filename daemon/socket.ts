@@ -1,7 +1,7 @@
 // The Unix control socket: created mode 0600, a stale one from a dead process replaced, a live one never taken.
 import { chmodSync, lstatSync, unlinkSync } from "node:fs";
 import { connect, createServer, type Server, type Socket } from "node:net";
-import { isErrno } from "../store/index.js";
+import { isErrno } from "../store/errno.js";
 
 /** A serving failure the person starting the daemon must fix: one line on stderr, exit 2. */
 export class ServeError extends Error {

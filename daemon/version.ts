@@ -1,8 +1,13 @@
-// The program's version, from its package.json (dist/daemon/ is two folders below it).
-import { readFileSync } from "node:fs";
-import { z } from "zod";
+// The program's version, from its package.json: one folder up from the sources (daemon/), two from
+// the build (dist/daemon/). No zod here: it is read on the start-up path, before anything heavy.
+import { existsSync, readFileSync } from "node:fs";
+
+const CANDIDATES = [new URL("../../package.json", import.meta.url), new URL("../package.json", import.meta.url)];
 
 export function version(): string {
-  const pkg = z.object({ version: z.string() }).loose();
-  return pkg.parse(JSON.parse(readFileSync(new URL("../../package.json", import.meta.url), "utf8"))).version;
+  const path = CANDIDATES.find((u) => existsSync(u)) ?? CANDIDATES[0]!;
+  const pkg: unknown = JSON.parse(readFileSync(path, "utf8"));
+  const v = typeof pkg === "object" && pkg !== null ? (pkg as { version?: unknown }).version : undefined;
+  if (typeof v !== "string") throw new Error(`${path.pathname} has no version`);
+  return v;
 }

@@ -2,13 +2,11 @@
 import { closeSync, constants, fsyncSync, lstatSync, mkdirSync, openSync, readFileSync, renameSync, unlinkSync, writeSync } from "node:fs";
 import { dirname, join, relative, sep } from "node:path";
 import { StoreError } from "../protocol/index.js";
+import { isErrno } from "./errno.js";
+
+export { isErrno };
 
 const NOFOLLOW = constants.O_RDONLY | constants.O_NOFOLLOW;
-
-function isErrno(e: unknown, code: string): boolean {
-  return typeof e === "object" && e !== null && (e as { code?: unknown }).code === code;
-}
-export { isErrno };
 
 /**
  * Refuses a path whose folders below `root` hold a symbolic link: a file planted in the agent's

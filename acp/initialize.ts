@@ -1,0 +1,31 @@
+// What `initialize` answers: static, and free of the ACP SDK and zod, so the daemon can answer it
+// while it still loads what the rest of the protocol needs.
+
+/** The ACP protocol version spoken (the SDK's PROTOCOL_VERSION; a test holds them equal). */
+export const PROTOCOL_VERSION = 1;
+
+/** Link Harness's contract version: spec/contract.txt. */
+const CONTRACT = 2;
+
+/** What `initialize` says under `agentCapabilities._meta`. */
+export const INITIALIZE_META = {
+  link: { contract: CONTRACT, agentState: { export: [] as string[], import: [] as string[] } },
+} as const;
+
+/** Stands in for a message too large to read (daemon/lines.ts), so its request still gets an answer. */
+export const OVERSIZED_METHOD = "_link/oversized";
+
+export function initializeResult(version: string) {
+  return {
+    protocolVersion: PROTOCOL_VERSION,
+    agentCapabilities: {
+      loadSession: true,
+      promptCapabilities: { image: true, audio: false, embeddedContext: true },
+      mcpCapabilities: { http: true, sse: false },
+      sessionCapabilities: { list: {}, resume: {}, close: {} },
+      _meta: INITIALIZE_META,
+    },
+    agentInfo: { name: "lnk-link-harness", title: "Link Harness", version },
+    authMethods: [] as never[],
+  };
+}

@@ -1,0 +1,53 @@
+// The ACP agent of this process, loaded once the first request has been answered: the ACP SDK, the
+// schemas, the sessions and the turns. Every connection has its own app and stream; all share the
+// process's sessions, turns and tool host.
+import * as acp from "@agentclientprotocol/sdk";
+import { AcpState, createAgentApp } from "../acp/app.js";
+import { Outbox } from "../acp/outbox.js";
+import type { AgentRef } from "../store/paths.js";
+import type { ToolHost } from "../turn/tools.js";
+import { log } from "./log.js";
+import { discoverTools } from "./tools/discover.js";
+
+export interface AgentOptions {
+  agent: AgentRef;
+  version: string;
+  /** The largest message read, in bytes. */
+  max: number;
+}
+
+export interface RunningAgent {
+  connect(input: ReadableStream<Uint8Array>, output: WritableStream<Uint8Array>): Promise<void>;
+  /** Takes no new turns, lets (or makes) the running ones end, and closes the tools. */
+  stop(abort: boolean): Promise<void>;
+  readonly turns: number;
+}
+
+export function startAgent(o: AgentOptions): RunningAgent {
+  let host: Promise<ToolHost> | undefined;
+  const state = new AcpState({
+    agent: o.agent,
+    version: o.version,
+    log,
+    // Loaded when the first prompt needs it.
+    runTurn: async (input, listener) => (await import("../turn/turn.js")).runTurn(input, listener),
+    toolHost: () => (host ??= import("./tools/host.js").then(({ McpToolHost }) => new McpToolHost())),
+    discoverTools: (settings, servers) => discoverTools(process.env, { ...(settings ? { settings } : {}), acp: servers }),
+  });
+  return {
+    connect(input, output) {
+      const outbox = new Outbox();
+      // The lines were bounded already; the SDK's own bound only has to let those through.
+      const stream = acp.ndJsonStream(output, input, { maxMessageBytes: o.max + 4096 });
+      const connection = createAgentApp(state, outbox).connect(stream);
+      return connection.closed.finally(() => outbox.close());
+    },
+    async stop(abort) {
+      await state.turns.stop(abort);
+      await host?.then((h) => h.close()).catch((e: unknown) => log.error("closing the tools failed", { error: (e as Error).message }));
+    },
+    get turns() {
+      return state.turns.count;
+    },
+  };
+}

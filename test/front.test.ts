@@ -1,0 +1,76 @@
+// The daemon's front: `initialize` answered before the rest is loaded, the same answer the ACP SDK's
+// handler gives, and nothing lost around it.
+import { mkdtempSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import * as acp from "@agentclientprotocol/sdk";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { PROTOCOL_VERSION, initializeResult } from "../acp/initialize.js";
+import { version } from "../daemon/version.js";
+import { assertBuilt, ROOT } from "./fixtures/built.js";
+import { Child, run } from "./fixtures/child.js";
+
+const MAIN = join(ROOT, "dist/daemon/main.js");
+let dir: string;
+
+beforeAll(() => {
+  assertBuilt(["dist/daemon/main.js", "dist/daemon/front.js", "dist/daemon/agent.js"], ["daemon", "acp"]);
+  dir = mkdtempSync(join(tmpdir(), "lh-front-"));
+});
+afterAll(() => rmSync(dir, { recursive: true, force: true }));
+
+const line = (o: unknown) => `${JSON.stringify(o)}\n`;
+const init = (id: number | string, params: unknown = { protocolVersion: 1 }) => line({ jsonrpc: "2.0", id, method: "initialize", params });
+
+function answers(stdout: string): Record<string, unknown>[] {
+  return stdout
+    .split("\n")
+    .filter(Boolean)
+    .map((l) => JSON.parse(l) as Record<string, unknown>);
+}
+
+describe("the front", () => {
+  it("speaks the SDK's protocol version", () => {
+    expect(PROTOCOL_VERSION).toBe(acp.PROTOCOL_VERSION);
+  });
+
+  it("answers initialize once, as the SDK's handler does, and the requests sent with it in one write", async () => {
+    // A client that doesn't wait for the answer: both lines in one write, then its input ends.
+    const r = await run(process.execPath, [MAIN, "--agent", dir], {
+      input: init(7) + line({ jsonrpc: "2.0", id: 8, method: "session/list", params: {} }),
+    });
+    expect(r.code).toBe(0);
+    const got = answers(r.stdout);
+    expect(got).toHaveLength(2);
+    expect(got[0]).toEqual({ jsonrpc: "2.0", id: 7, result: initializeResult(version()) });
+    expect(got[1]).toEqual({ jsonrpc: "2.0", id: 8, result: { sessions: [] } });
+  });
+
+  it("leaves an initialize it can't vouch for to the SDK, which refuses it", async () => {
+    const r = await run(process.execPath, [MAIN, "--agent", dir], { input: init("x", { protocolVersion: "one" }) });
+    const got = answers(r.stdout);
+    expect(got).toHaveLength(1);
+    expect(got[0]).toMatchObject({ id: "x", error: { code: -32602 } });
+  });
+
+  it("answers a second initialize through the SDK, and a request before any initialize -32600", async () => {
+    const r = await run(process.execPath, [MAIN, "--agent", dir], {
+      input: line({ jsonrpc: "2.0", id: 1, method: "session/list", params: {} }) + init(2) + init(3),
+    });
+    const got = answers(r.stdout);
+    expect(got.find((a) => a.id === 1)).toMatchObject({ error: { code: -32600 } });
+    expect(got.find((a) => a.id === 2)).toMatchObject({ result: { protocolVersion: 1 } });
+    expect(got.find((a) => a.id === 3)).toMatchObject({ result: { protocolVersion: 1 } });
+  });
+
+  it("answers while the input stays open, and a session made after it works", async () => {
+    const d = new Child(process.execPath, [MAIN, "--agent", dir]);
+    d.proc.stdin.write(init(1));
+    await d.line((l) => l.includes('"id":1'));
+    d.proc.stdin.write(line({ jsonrpc: "2.0", id: 2, method: "session/new", params: { cwd: dir, mcpServers: [] } }));
+    const made = await d.line((l) => l.includes('"id":2'));
+    expect(JSON.parse(made)).toMatchObject({ result: { sessionId: expect.any(String) } });
+    d.proc.stdin.end();
+    expect((await d.exit()).code).toBe(0);
+  });
+});
