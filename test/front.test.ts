@@ -4,6 +4,7 @@ import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import * as acp from "@agentclientprotocol/sdk";
+import { z } from "zod";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { PROTOCOL_VERSION, initializeResult } from "../acp/initialize.js";
 import { version } from "../daemon/version.js";
@@ -26,7 +27,7 @@ function answers(stdout: string): Record<string, unknown>[] {
   return stdout
     .split("\n")
     .filter(Boolean)
-    .map((l) => JSON.parse(l) as Record<string, unknown>);
+    .map((l) => z.record(z.string(), z.unknown()).parse(JSON.parse(l)));
 }
 
 describe("the front", () => {
