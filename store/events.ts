@@ -64,7 +64,10 @@ function parseEvent(path: string, text: string): Event {
 
 /** The event numbered n, or undefined when there is none yet. */
 export function readEvent(conv: ConversationPaths, n: number): Event | undefined {
-  const events = cache.of(conv.dir);
+  return readCached(conv, cache.of(conv.dir), n);
+}
+
+function readCached(conv: ConversationPaths, events: Map<number, Event>, n: number): Event | undefined {
   const known = events.get(n);
   if (known) return known;
   const path = conv.event(n);
@@ -96,8 +99,9 @@ function checkConversationLinks(conv: ConversationPaths): void {
 export function readEventsFrom(conv: ConversationPaths, from: number): Numbered[] {
   checkConversationLinks(conv);
   const out: Numbered[] = [];
+  const events = cache.of(conv.dir);
   for (let n = Math.max(1, from); ; n++) {
-    const event = readEvent(conv, n);
+    const event = readCached(conv, events, n);
     if (!event) return out;
     out.push({ n, event });
   }

@@ -21,8 +21,20 @@ export function roughTokens(text: string): number {
 /** What an image or a document costs in the rough count, whatever its size. */
 export const PART_TOKENS = 1_000;
 
+/** Each event's count, kept with the (immutable, cached) event object: counted once per process. */
+const counted = new WeakMap<Event, number>();
+
 /** An event's rough tokens as sent to the model; never changes once the event is written. */
 export function eventTokens(event: Event): number {
+  let n = counted.get(event);
+  if (n === undefined) {
+    n = countTokens(event);
+    counted.set(event, n);
+  }
+  return n;
+}
+
+function countTokens(event: Event): number {
   switch (event.kind) {
     case "message":
       if (event.role === "user") return roughTokens(event.header) + 1 + roughTokens(event.text) + (event.parts?.length ?? 0) * PART_TOKENS;
