@@ -1,0 +1,201 @@
+// The turn's own time (wall time less the time spent waiting on the model) as the conversation
+// grows from 1,000 to 100,000 events with a full window of ~2,000 events: warm (the process took the
+// previous turn, its event cache holds the window), fresh (the cache forgotten, as in a new process),
+// and the floor: reading and parsing the window's files once, with nothing else.
+import { readFileSync } from "node:fs";
+import type { Event } from "../../protocol/index.js";
+import { forgetEvents, isErrno, readMark, readStats, writeSettings, type AgentRef, type ConversationPaths } from "../../store/index.js";
+import { runTurn } from "../../turn/turn.js";
+import { countEvent, emptyCount } from "../../turn/window.js";
+import type { ModelServer } from "../model-server.js";
+import { answerText, pairTokens, prefillEvent, questionText, settingsForBudget, windowOverhead } from "./agent.js";
+import { conversationFixture, THREAD } from "./fixture.js";
+import { summarize, type Summary } from "./stats.js";
+
+/** Warm-up turns before each size's measured ones. */
+export const WARMUPS = 10;
+/** Measured turns of each kind in a full run; the window is sized to hold without a drop through them. */
+export const FULL_TURNS = 40;
+/** The window holds this many user messages and answers when full (two events each). */
+const FULL_PAIRS = 1_000;
+/** How much larger than FULL_PAIRS the budget may be made, to be full when measuring. */
+const SLACK_PAIRS = 60;
+
+export interface OverheadRow {
+  size: number;
+  /** Events the model was sent (the window), fewest and most over the measured turns. */
+  window: { min: number; max: number };
+  budget: number;
+  /** Event files a fresh turn read (median). */
+  filesRead: number;
+  warm: Summary;
+  fresh: Summary;
+  floor: Summary;
+  /** Time waiting on the model in the warm turns (the scripted server in this process). */
+  model: Summary;
+  /** Whether the fixture was made in this run, and how long preparing it took. */
+  madeFixture: boolean;
+  prepareMs: number;
+}
+
+export interface OverheadOptions {
+  sizes: readonly number[];
+  turns: number;
+  server: ModelServer;
+  log: (line: string) => void;
+}
+
+/**
+ * The budget, within [FULL_PAIRS, FULL_PAIRS + SLACK_PAIRS] pairs of tokens, that leaves the window
+ * fullest when the measured turns begin without a drop before they end. Found with the turn's own
+ * count, since where drops fall depends on every event since the conversation began.
+ */
+export function chooseBudget(events: readonly Event[]): number {
+  const pair = pairTokens();
+  const user = prefillEvent(1, 0);
+  const answer = prefillEvent(2, 0);
+  const before = 1 + WARMUPS; // the fixture's first turn, then the warm-up turns
+  const measured = 2 * FULL_TURNS;
+  let best = { budget: FULL_PAIRS * pair, fill: -1 };
+  for (let pairs = FULL_PAIRS; pairs <= FULL_PAIRS + SLACK_PAIRS; pairs++) {
+    const budget = pairs * pair;
+    const count = emptyCount();
+    events.forEach((e, i) => countEvent(count, i + 1, e, budget));
+    let n = events.length;
+    let fill = Number.POSITIVE_INFINITY;
+    let start: number | undefined;
+    let dropped = false;
+    for (let k = 0; k < before + measured; k++) {
+      countEvent(count, ++n, user, budget);
+      if (k >= before) {
+        if (start !== undefined && count.start !== start) dropped = true;
+        start = count.start;
+        fill = Math.min(fill, n - (count.start ?? n) + 1);
+      }
+      countEvent(count, ++n, answer, budget);
+    }
+    if (!dropped && fill > best.fill) best = { budget, fill };
+  }
+  return best.budget;
+}
+
+/** The floor: read and JSON.parse the window's event files once, nothing else (ms). */
+function readOnce(conv: ConversationPaths, from: number): number {
+  const t0 = performance.now();
+  let parsed = 0;
+  for (let n = from; ; n++) {
+    let text: string;
+    try {
+      text = readFileSync(conv.event(n), "utf8");
+    } catch (e) {
+      if (isErrno(e, "ENOENT")) break;
+      throw e;
+    }
+    const event: unknown = JSON.parse(text);
+    if (event !== null) parsed++;
+  }
+  const took = performance.now() - t0;
+  if (parsed === 0) throw new Error("the floor read no event");
+  return took;
+}
+
+async function timedTurn(agent: AgentRef, text: string): Promise<{ overhead: number; model: number }> {
+  const t0 = performance.now();
+  const outcome = await runTurn({ agent, thread: THREAD, message: { text } }, () => undefined);
+  const wall = performance.now() - t0;
+  if (outcome.failure) throw new Error(`a measured turn failed: ${outcome.failure.message}`);
+  return { overhead: wall - outcome.modelMs, model: outcome.modelMs };
+}
+
+interface Measuring {
+  size: number;
+  agent: AgentRef;
+  conv: ConversationPaths;
+  budget: number;
+  made: boolean;
+  prepareMs: number;
+  sent: number[];
+  warm: number[];
+  model: number[];
+  floor: number[];
+  fresh: number[];
+  files: number[];
+}
+
+/**
+ * Sizes take turns, one turn each in every round, so that other work on the machine, which comes
+ * and goes, weighs on every size alike. A warm conversation stays warm meanwhile: the event cache
+ * keeps many conversations, as a daemon serving several would.
+ */
+export async function measureOverhead(opts: OverheadOptions): Promise<OverheadRow[]> {
+  const { server, log } = opts;
+  let answers = 0;
+  server.fallback = () => ({ text: answerText(answers++) });
+  let asked = 0;
+  const all: Measuring[] = [];
+  for (const size of opts.sizes) {
+    const t0 = performance.now();
+    log(`overhead: ${size} events: preparing the conversation`);
+    const fixture = await conversationFixture(size, {
+      key: `w${WARMUPS}-t${FULL_TURNS}-p${FULL_PAIRS}+${SLACK_PAIRS}`,
+      budget: chooseBudget,
+      firstTurn: async (agent, thread, budget) => {
+        writeSettings(agent, settingsForBudget(server.url, budget, await windowOverhead(agent, server.url)));
+        const outcome = await runTurn({ agent, thread, message: { text: questionText(0) } }, () => undefined);
+        if (outcome.failure) throw new Error(`the fixture's first turn failed: ${outcome.failure.message}`);
+      },
+    });
+    const { agent, conv, budget, made } = fixture;
+    writeSettings(agent, settingsForBudget(server.url, budget, await windowOverhead(agent, server.url)));
+    all.push({ size, agent, conv, budget, made, prepareMs: performance.now() - t0, sent: [], warm: [], model: [], floor: [], fresh: [], files: [] });
+  }
+  // As a process that didn't make the fixtures would start.
+  forgetEvents();
+  for (const m of all) {
+    for (let i = 0; i < WARMUPS; i++) await timedTurn(m.agent, questionText(++asked));
+    const mark = readMark(m.conv);
+    if (mark?.budget !== m.budget) log(`overhead: ${m.size} events: the mark's budget is ${mark?.budget}, not ${m.budget}: the window was counted again`);
+  }
+  server.requests.length = 0;
+  const sent = (m: Measuring) => {
+    m.sent.push((server.requests.at(-1)?.body.messages?.length ?? 1) - 1);
+    // Each request holds the whole window: keep none, so they don't pile up on the heap.
+    server.requests.length = 0;
+  };
+
+  log(`overhead: ${opts.turns} warm turns a size`);
+  for (let i = 0; i < opts.turns; i++) {
+    for (const m of all) {
+      const t = await timedTurn(m.agent, questionText(++asked));
+      m.warm.push(t.overhead);
+      m.model.push(t.model);
+      sent(m);
+    }
+  }
+  log(`overhead: ${opts.turns} fresh turns a size, each after the floor`);
+  for (let i = 0; i < opts.turns; i++) {
+    for (const m of all) {
+      // Side by side, so that the ratio of the two holds however busy the machine is meanwhile.
+      m.floor.push(readOnce(m.conv, readMark(m.conv)?.event ?? 1));
+      forgetEvents();
+      readStats.files = 0;
+      const t = await timedTurn(m.agent, questionText(++asked));
+      m.fresh.push(t.overhead);
+      m.files.push(readStats.files);
+      sent(m);
+    }
+  }
+  forgetEvents();
+  return all.map((m) => ({
+    size: m.size,
+    window: { min: Math.min(...m.sent), max: Math.max(...m.sent) },
+    budget: m.budget,
+    filesRead: summarize(m.files).median,
+    warm: summarize(m.warm),
+    fresh: summarize(m.fresh),
+    floor: summarize(m.floor),
+    model: summarize(m.model),
+    madeFixture: m.made,
+    prepareMs: m.prepareMs,
+  }));
+}

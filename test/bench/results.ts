@@ -1,0 +1,112 @@
+// What a bench run found, and the targets each figure is held to.
+import type { OverheadRow } from "./overhead.js";
+import type { PrefixResult } from "./prefix.js";
+import type { StartResult } from "./start.js";
+import { ms, type Summary } from "./stats.js";
+import type { StreamRow } from "./stream.js";
+
+export type Measured<T> = { measured: T } | { notMeasured: string };
+
+export interface BenchResults {
+  format: 1;
+  date: string;
+  mode: "full" | "quick";
+  machine: {
+    node: string;
+    platform: string;
+    cpus: number;
+    cpu: string;
+    memoryGb: number;
+    tmpdir: string;
+    /**
+     * The share of all CPUs that other processes used during the run (null where /proc can't tell):
+     * other work on the machine skews every figure.
+     */
+    otherWork: number | null;
+  };
+  /** Spawn to exit of `node -e 0`: no Node program starts sooner. */
+  nodeStart: Summary;
+  overhead: OverheadRow[];
+  prefix: PrefixResult;
+  streaming: Measured<StreamRow[]>;
+  start: Measured<StartResult>;
+  targets: Target[];
+  elapsedMs: number;
+}
+
+export interface Target {
+  name: string;
+  /** What was measured, in words and figures. */
+  measured: string;
+  /** Undefined when it could not be measured. */
+  pass: boolean | undefined;
+}
+
+const ratio = (a: number, b: number) => `${(a / b).toFixed(2)}x`;
+const events = (n: number) => n.toLocaleString("en-US");
+
+/** A window counts as full when it holds at least this many events. */
+export const FULL_WINDOW = 1_800;
+
+export function targets(r: Omit<BenchResults, "targets">): Target[] {
+  const out: Target[] = [];
+  const rows = r.overhead;
+  const first = rows[0];
+  const last = rows.at(-1);
+  if (first && last && last !== first) {
+    const warm = last.warm.median / first.warm.median;
+    const fresh = last.fresh.median / first.fresh.median;
+    // The smallest conversation can't fill the window: the same comparison between full windows too.
+    const fullFirst = rows.find((row) => row.window.min >= FULL_WINDOW);
+    const equal =
+      fullFirst && fullFirst !== last
+        ? `; between full windows, ${events(last.size)} against ${events(fullFirst.size)}: warm ${ratio(last.warm.median, fullFirst.warm.median)}, fresh ${ratio(last.fresh.median, fullFirst.fresh.median)}`
+        : "";
+    out.push({
+      name: `overhead at ${events(last.size)} events within 1.5x of that at ${events(first.size)} (medians)`,
+      measured: `warm ${ratio(last.warm.median, first.warm.median)}, fresh ${ratio(last.fresh.median, first.fresh.median)} (windows of ${events(first.window.max)} and ${events(last.window.max)} events)${equal}`,
+      pass: warm <= 1.5 && fresh <= 1.5,
+    });
+  }
+  const full = rows.filter((row) => row.window.min >= FULL_WINDOW);
+  out.push({
+    name: "warm overhead at a full ~2,000-event window at most 5 ms (median)",
+    measured: full.length ? full.map((row) => `${ms(row.warm.median)} ms at ${events(row.size)}`).join(", ") : "no size had a full window",
+    pass: full.length ? full.every((row) => row.warm.median <= 5) : undefined,
+  });
+  out.push({
+    name: "fresh overhead within 1.5x of the read-once floor (medians)",
+    measured: rows.map((row) => `${ratio(row.fresh.median, row.floor.median)} at ${events(row.size)}`).join(", "),
+    pass: rows.every((row) => row.fresh.median <= 1.5 * row.floor.median),
+  });
+  out.push({
+    name: "prompt-cache prefix share at least 0.95 (mean)",
+    measured: `${r.prefix.mean.toFixed(3)} over ${r.prefix.turns} requests, ${r.prefix.drops} drops`,
+    pass: r.prefix.mean >= 0.95,
+  });
+  if ("measured" in r.streaming) {
+    const most = r.streaming.measured.at(-1);
+    out.push({
+      name: `${most?.conversations ?? 0} conversations streaming at once lose no chunk`,
+      measured: most ? `${most.received.toLocaleString("en-US")}/${most.expected.toLocaleString("en-US")} chunks, ${most.garbled} out of order, ${most.failedTurns} turns failed` : "-",
+      pass: most ? most.lost === 0 && most.garbled === 0 && most.failedTurns === 0 : undefined,
+    });
+  } else out.push({ name: "200 conversations streaming at once lose no chunk", measured: `not measured: ${r.streaming.notMeasured}`, pass: undefined });
+  if ("measured" in r.start) {
+    const s = r.start.measured;
+    out.push({
+      name: "cold start to the first initialize answer at most 150 ms (median)",
+      measured: `${ms(s.coldStart.median)} ms (node -e 0: ${ms(r.nodeStart.median)} ms)`,
+      pass: s.coldStart.median <= 150,
+    });
+    out.push({
+      name: "idle memory at most 100 MB (RSS)",
+      measured: `${s.rssAfterInitializeMb.toFixed(0)} MB after initialize, ${s.rssAfterTurnMb.toFixed(0)} MB after one turn`,
+      pass: Math.max(s.rssAfterInitializeMb, s.rssAfterTurnMb) <= 100,
+    });
+  } else {
+    out.push({ name: "cold start to the first initialize answer at most 150 ms", measured: `not measured: ${r.start.notMeasured}`, pass: undefined });
+    out.push({ name: "idle memory at most 100 MB", measured: `not measured: ${r.start.notMeasured}`, pass: undefined });
+  }
+  return out;
+}

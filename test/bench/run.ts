@@ -1,0 +1,141 @@
+// `npm run bench [-- --quick] [-- --only overhead,prefix,streaming,start] [-- --profile DIR]`: measures
+// the turn and the daemon on this machine against the scripted model server, prints a table and
+// writes it as bench/results/latest.json and latest.svg (quick.* and partial.* for shorter runs).
+import { existsSync, mkdirSync, mkdtempSync, rmSync, writeFileSync } from "node:fs";
+import { cpus, platform, release, tmpdir, totalmem } from "node:os";
+import { join } from "node:path";
+import { startModelServer } from "../model-server.js";
+import { daemonMissing, ROOT, setDaemonNodeArgs } from "./daemon.js";
+import { measureOverhead, FULL_TURNS } from "./overhead.js";
+import { watchOtherWork } from "./machine.js";
+import { measurePrefix } from "./prefix.js";
+import { targets, type BenchResults, type Measured } from "./results.js";
+import { measureStart, nodeStart, type StartResult } from "./start.js";
+import { measureStreaming, type StreamRow } from "./stream.js";
+import { renderSvg } from "./svg.js";
+import { renderTable } from "./table.js";
+
+const PARTS = ["overhead", "prefix", "streaming", "start"] as const;
+type Part = (typeof PARTS)[number];
+
+interface Plan {
+  sizes: number[];
+  turns: number;
+  prefixTurns: number;
+  prefixWindowPairs: number;
+  conversations: number[];
+  rounds: number;
+  starts: number;
+}
+
+const FULL: Plan = { sizes: [1_000, 10_000, 100_000], turns: FULL_TURNS, prefixTurns: 300, prefixWindowPairs: 100, conversations: [1, 50, 200], rounds: 3, starts: 20 };
+const QUICK: Plan = { sizes: [1_000, 10_000], turns: 10, prefixTurns: 200, prefixWindowPairs: 80, conversations: [1, 20], rounds: 1, starts: 5 };
+const CHUNKS = 50;
+const CHUNK_DELAY_MS = 20;
+
+function parseArgs(argv: string[]): { quick: boolean; only: Set<Part>; profile: string | undefined } {
+  let quick = false;
+  let only = new Set<Part>(PARTS);
+  let profile: string | undefined;
+  for (let i = 0; i < argv.length; i++) {
+    const arg = argv[i];
+    if (arg === "--quick") quick = true;
+    else if (arg === "--only") {
+      const names = (argv[++i] ?? "").split(",");
+      const bad = names.filter((name) => !(PARTS as readonly string[]).includes(name));
+      if (bad.length) throw new Error(`--only takes ${PARTS.join(",")}, not ${bad.join(",")}`);
+      only = new Set(names as Part[]);
+    } else if (arg === "--profile") profile = argv[++i];
+    else throw new Error(`unknown argument ${String(arg)}; usage: run.js [--quick] [--only ${PARTS.join(",")}] [--profile DIR]`);
+  }
+  return { quick, only, profile };
+}
+
+const log = (line: string) => process.stderr.write(`bench: ${line}\n`);
+
+async function main(): Promise<void> {
+  const args = parseArgs(process.argv.slice(2));
+  const plan = args.quick ? QUICK : FULL;
+  const t0 = performance.now();
+  const otherWork = watchOtherWork();
+  if (args.profile) setDaemonNodeArgs(["--cpu-prof", "--cpu-prof-dir", args.profile]);
+  const server = await startModelServer();
+  try {
+    const overhead = args.only.has("overhead") ? await measureOverhead({ sizes: plan.sizes, turns: plan.turns, server, log }) : [];
+
+    log(`prefix: ${plan.prefixTurns} turns`);
+    const prefix = args.only.has("prefix")
+      ? await measurePrefix(server, plan.prefixTurns, plan.prefixWindowPairs)
+      : { turns: 0, windowPairs: 0, drops: 0, mean: Number.NaN, min: Number.NaN, meanBetweenDrops: Number.NaN };
+
+    const probe = mkdtempSync(join(tmpdir(), "lnk-link-harness-bench-probe-"));
+    const missing = await daemonMissing(probe).finally(() => rmSync(probe, { recursive: true, force: true }));
+    if (missing) log(`the daemon is not measured: ${missing}`);
+
+    let start: Measured<StartResult> = { notMeasured: missing ?? "not asked for (--only)" };
+    if (!missing && args.only.has("start")) {
+      log(`start: ${plan.starts} cold starts`);
+      try {
+        start = { measured: await measureStart(server, plan.starts) };
+      } catch (e) {
+        start = { notMeasured: (e as Error).message };
+      }
+    }
+
+    let streaming: Measured<StreamRow[]> = { notMeasured: missing ?? "not asked for (--only)" };
+    if (!missing && args.only.has("streaming")) {
+      const rows: StreamRow[] = [];
+      try {
+        for (const conversations of plan.conversations) {
+          log(`streaming: ${conversations} conversations at once`);
+          rows.push(await measureStreaming(server, { conversations, rounds: plan.rounds, chunks: CHUNKS, chunkDelayMs: CHUNK_DELAY_MS }));
+        }
+        streaming = { measured: rows };
+      } catch (e) {
+        streaming = { notMeasured: (e as Error).message };
+      }
+    }
+
+    log("node -e 0");
+    const bare = "measured" in start ? start.measured.nodeStart : await nodeStart(plan.starts);
+    const cpu = cpus();
+    const partial: Omit<BenchResults, "targets"> = {
+      format: 1,
+      date: new Date().toISOString(),
+      mode: args.quick ? "quick" : "full",
+      machine: {
+        node: process.versions.node,
+        platform: `${platform()} ${release()}`,
+        cpus: cpu.length,
+        cpu: cpu[0]?.model.trim() ?? "unknown CPU",
+        memoryGb: Math.round(totalmem() / 2 ** 30),
+        tmpdir: tmpdir(),
+        otherWork: otherWork() ?? null,
+      },
+      nodeStart: bare,
+      overhead,
+      prefix,
+      streaming,
+      start,
+      elapsedMs: performance.now() - t0,
+    };
+    const results: BenchResults = { ...partial, targets: targets(partial) };
+    const table = renderTable(results);
+    process.stdout.write(`${table}\n`);
+    const dir = join(ROOT, "bench", "results");
+    mkdirSync(dir, { recursive: true });
+    // Only the full run's results are for keeping.
+    if (!existsSync(join(dir, ".gitignore"))) writeFileSync(join(dir, ".gitignore"), "quick.*\npartial.*\n");
+    const stem = args.only.size < PARTS.length ? "partial" : args.quick ? "quick" : "latest";
+    writeFileSync(join(dir, `${stem}.json`), `${JSON.stringify(results, null, 2)}\n`);
+    writeFileSync(join(dir, `${stem}.svg`), renderSvg(results));
+    log(`wrote bench/results/${stem}.json and ${stem}.svg`);
+  } finally {
+    await server.close();
+  }
+}
+
+main().catch((e: unknown) => {
+  process.stderr.write(`bench: ${e instanceof Error ? (e.stack ?? e.message) : String(e)}\n`);
+  process.exit(1);
+});

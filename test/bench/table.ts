@@ -1,0 +1,91 @@
+// The results as a plain-text table, for the terminal and the man page.
+import type { BenchResults } from "./results.js";
+import { ms } from "./stats.js";
+
+function columns(header: string[], rows: string[][]): string[] {
+  const widths = header.map((h, i) => Math.max(h.length, ...rows.map((r) => (r[i] ?? "").length)));
+  const line = (cells: string[]) => cells.map((c, i) => (i === 0 ? c.padEnd(widths[i] ?? 0) : c.padStart(widths[i] ?? 0))).join("  ");
+  return [line(header), ...rows.map(line)].map((l) => `  ${l.trimEnd()}`);
+}
+
+const n = (x: number) => x.toLocaleString("en-US");
+
+export function renderTable(r: BenchResults): string {
+  const out: string[] = [];
+  const m = r.machine;
+  out.push(`Link Harness bench (${r.mode}), ${r.date.slice(0, 16).replace("T", " ")} UTC`);
+  out.push(`${m.cpu}, ${m.cpus} cores, ${m.memoryGb} GB, Node ${m.node} on ${m.platform}; files in ${m.tmpdir}`);
+  if (m.otherWork !== null) {
+    const share = Math.round(m.otherWork * 100);
+    out.push(`other processes used ${share}% of the CPUs during the run${share >= 20 ? ": the machine was busy, times are high" : ""}`);
+  }
+  out.push("");
+  out.push("1. The turn's own time: turn wall time less the time waiting on the model (ms)");
+  out.push(
+    ...columns(
+      ["events", "window", "files", "warm med", "p99", "fresh med", "p99", "read-once med", "p99", "model med"],
+      r.overhead.map((row) => [
+        n(row.size),
+        row.window.min === row.window.max ? n(row.window.min) : `${n(row.window.min)}-${n(row.window.max)}`,
+        n(row.filesRead),
+        ms(row.warm.median),
+        ms(row.warm.p99),
+        ms(row.fresh.median),
+        ms(row.fresh.p99),
+        ms(row.floor.median),
+        ms(row.floor.p99),
+        ms(row.model.median),
+      ]),
+    ),
+  );
+  const turns = r.overhead[0]?.warm.n ?? 0;
+  out.push(`  ${turns} turns of each kind a size; window: events the model was sent; files: event files a fresh turn read.`);
+  out.push(`  Floors: read-once (the window's files read and JSON-parsed once); node -e 0 start ${ms(r.nodeStart.median)} ms (p99 ${ms(r.nodeStart.p99)}).`);
+  out.push("");
+  const p = r.prefix;
+  out.push("2. Prompt-cache prefix: each request's share of bytes that starts as the previous one");
+  out.push(
+    `  ${p.turns} turns, window of ${p.windowPairs} messages and answers, ${p.drops} drops: mean ${p.mean.toFixed(3)}, between drops ${p.meanBetweenDrops.toFixed(3)}, lowest ${p.min.toFixed(3)}`,
+  );
+  out.push("");
+  out.push("3. Conversations streaming at once through one daemon (Unix socket, one ACP client)");
+  if ("measured" in r.streaming) {
+    const rows = r.streaming.measured;
+    const first = rows[0];
+    out.push(
+      ...columns(
+        ["conversations", "chunks", "lost", "chunks/s", "paced", "added med", "p99", "peak MB", "CPU us/chunk", "daemon CPU", "bench CPU"],
+        rows.map((row) => [
+          n(row.conversations),
+          n(row.received),
+          String(row.lost + row.garbled + row.failedTurns ? `${row.lost} (${row.garbled} out of order, ${row.failedTurns} failed)` : 0),
+          n(Math.round(row.throughput)),
+          n(Math.round(row.pacedThroughput)),
+          ms(row.latency.median),
+          ms(row.latency.p99),
+          row.peakMb.toFixed(0),
+          row.cpuPerChunkUs.toFixed(0),
+          `${Math.round(row.daemonCpu * 100)}%`,
+          `${Math.round(row.benchCpu * 100)}%`,
+        ]),
+      ),
+    );
+    if (first) {
+      out.push(`  ${first.rounds} turns a conversation, each streaming ${first.chunks} chunks ${first.chunkDelayMs} ms apart; added: client receive less model server send (ms).`);
+    }
+    for (const row of rows) for (const f of row.failures) out.push(`  ${n(row.conversations)}: ${f}`);
+  } else out.push(`  not measured: ${r.streaming.notMeasured}`);
+  out.push("");
+  out.push("4. Cold start and idle memory (stdio)");
+  if ("measured" in r.start) {
+    const s = r.start.measured;
+    out.push(`  first initialize answer: median ${ms(s.coldStart.median)} ms, p99 ${ms(s.coldStart.p99)} ms over ${s.coldStart.n} starts; node -e 0: ${ms(r.nodeStart.median)} ms`);
+    out.push(`  RSS: ${s.rssAfterInitializeMb.toFixed(0)} MB after initialize, ${s.rssAfterTurnMb.toFixed(0)} MB after one turn (peak ${s.peakMb.toFixed(0)} MB)`);
+  } else out.push(`  not measured: ${r.start.notMeasured}`);
+  out.push("");
+  out.push("Targets");
+  for (const t of r.targets) out.push(`  ${t.pass === undefined ? "----" : t.pass ? "PASS" : "FAIL"}  ${t.name}: ${t.measured}`);
+  out.push("");
+  out.push(`${(r.elapsedMs / 1000).toFixed(0)} s in all.`);
+  return out.join("\n");
+}
