@@ -175,10 +175,10 @@ export function createAgentApp(state: AcpState, outbox: Outbox): acp.AgentApp {
     )
     .onRequest(
       acp.methods.agent.session.setConfigOption,
-      guard(({ params }) => {
+      guard(async ({ params }) => {
         parseLink(SessionLink, params._meta);
         const session = sessions.get(params.sessionId);
-        setModel(sessions, session.thread, params.configId, params.value);
+        await setModel(sessions, session.thread, params.configId, params.value);
         return { configOptions: configOptions(sessions, session.thread, state.settings()) };
       }),
     )

@@ -31,8 +31,8 @@ export function configOptions(sessions: Sessions, thread: string, settings: Sett
  * Setting the model is /model:set: a command event of the conversation, read back at each of its
  * turns. Any name is taken, since a switch stays within the provider, which knows its models.
  */
-export function setModel(sessions: Sessions, thread: string, configId: string, value: unknown): void {
+export async function setModel(sessions: Sessions, thread: string, configId: string, value: unknown): Promise<void> {
   if (configId !== MODEL_OPTION) throw new ParamsError(`configId: this agent has no option ${JSON.stringify(configId.slice(0, 80))}`);
   if (typeof value !== "string" || value.trim().length === 0) throw new ParamsError("value: the model is a non-empty name");
-  appendEvent(sessions.conversation(thread), { v: 1, kind: "command", name: "/model:set", model: value.trim(), time: new Date().toISOString() });
+  await appendEvent(sessions.conversation(thread), { v: 1, kind: "command", name: "/model:set", model: value.trim(), time: new Date().toISOString() });
 }

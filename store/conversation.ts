@@ -44,7 +44,7 @@ export function appendTranscript(conv: ConversationPaths, text: string): void {
 /** Makes the copy again, whole. */
 export function replaceTranscript(conv: ConversationPaths, text: string): void {
   ensureConversation(conv);
-  replaceFile(conv.transcript, text);
+  replaceFile(conv.transcript, text, 0o644, false);
 }
 
 /** The window's mark; a missing or unreadable one is undefined (it is derived, and made again). */
@@ -61,7 +61,7 @@ export function readMark(conv: ConversationPaths): WindowMark | undefined {
 
 export function writeMark(conv: ConversationPaths, mark: WindowMark): void {
   ensureConversation(conv);
-  replaceFile(conv.window, `${JSON.stringify(WindowMark.parse(mark))}\n`);
+  replaceFile(conv.window, `${JSON.stringify(WindowMark.parse(mark))}\n`, 0o644, false);
 }
 
 /** A subagent's tool list, or undefined when the conversation has all its agent's tools. */

@@ -2,7 +2,7 @@
 import { existsSync, linkSync, lstatSync, mkdirSync, readdirSync } from "node:fs";
 import { dirname } from "node:path";
 import { Event, StoreError, describeIssues, type Numbered } from "../protocol/index.js";
-import { checkNoLinks, isErrno, readNoFollow, unlinkQuiet, writeTemp } from "./files.js";
+import { checkNoLinks, isErrno, readNoFollow, unlinkQuiet, writeTempAsync } from "./files.js";
 import { eventNumber, type ConversationPaths } from "./paths.js";
 
 /**
@@ -144,14 +144,15 @@ export function ensureConversation(conv: ConversationPaths): void {
 }
 
 /**
- * Appends an event: writes it whole to a temp file, then links it to the next free number.
- * EEXIST means the number is taken by another writer: try the next. Returns the number.
+ * Appends an event: writes it whole to a temp file and flushes it (off the event loop), then links
+ * it to the next free number. EEXIST means the number is taken by another writer: try the next.
+ * Returns the number. Once it resolves, the event is on disk.
  */
-export function appendEvent(conv: ConversationPaths, event: Event): number {
+export async function appendEvent(conv: ConversationPaths, event: Event): Promise<number> {
   const checked = Event.safeParse(event);
   if (!checked.success) throw new StoreError(`refused to write an invalid event: ${describeIssues(checked.error)}`, conv.dir);
   ensureConversation(conv);
-  const tmp = writeTemp(conv.dir, `${JSON.stringify(checked.data)}\n`);
+  const tmp = await writeTempAsync(conv.dir, `${JSON.stringify(checked.data)}\n`);
   try {
     let n = lastEventNumber(conv) + 1;
     for (;;) {

@@ -58,9 +58,23 @@ const OWNER = "owner";
  */
 const lockFs = {
   ...fs,
-  rmdir: (path: string, cb: (err: NodeJS.ErrnoException | null) => void) => fs.rm(path, { recursive: true, force: true }, cb),
-  rmdirSync: (path: string) => fs.rmSync(path, { recursive: true, force: true }),
+  rmdir: (path: string, cb: (err: NodeJS.ErrnoException | null) => void) => {
+    removeOwner(path);
+    fs.rmdir(path, cb);
+  },
+  rmdirSync: (path: string) => {
+    removeOwner(path);
+    fs.rmdirSync(path);
+  },
 };
+
+function removeOwner(lock: string): void {
+  try {
+    fs.unlinkSync(join(lock, OWNER));
+  } catch {
+    // none written, or already gone
+  }
+}
 const Owner = z.object({ pid: z.number().int(), host: z.string() });
 
 function alive(pid: number): boolean {

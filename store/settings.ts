@@ -26,6 +26,22 @@ function notJson(e: unknown, text: string): string {
   return "an unexpected token, such as a word without quotes";
 }
 
+/**
+ * Where the JSON holds a key named `__proto__`, if anywhere. zod's records pass over such a key without
+ * a word, so settings holding one would be written without it: they are refused instead.
+ */
+function protoKey(raw: unknown): string | undefined {
+  // A stack, not recursion: the input may be nested deeper than the call stack goes.
+  const stack: [unknown, string][] = [[raw, ""]];
+  for (let item = stack.pop(); item !== undefined; item = stack.pop()) {
+    const [value, at] = item;
+    if (value === null || typeof value !== "object") continue;
+    if (!Array.isArray(value) && Object.hasOwn(value, "__proto__")) return at === "" ? "(top)" : at;
+    for (const [k, v] of Object.entries(value)) stack.push([v, at === "" ? k : `${at}.${k}`]);
+  }
+  return undefined;
+}
+
 /** Parses settings from JSON text; the error names each wrong key, never a value. */
 export function parseSettings(text: string): SettingsT {
   let raw: unknown;
@@ -34,6 +50,8 @@ export function parseSettings(text: string): SettingsT {
   } catch (e) {
     throw new SettingsError(`settings are not JSON: ${notJson(e, text)}`);
   }
+  const proto = protoKey(raw);
+  if (proto !== undefined) throw new SettingsError(`invalid settings: ${proto}: the key "__proto__" is not allowed`);
   const parsed = Settings.safeParse(raw);
   if (!parsed.success) throw new SettingsError(`invalid settings: ${describeIssues(parsed.error)}`);
   return parsed.data;

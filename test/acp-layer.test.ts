@@ -301,15 +301,15 @@ describe("session/load replays the conversation", () => {
   it("the model is the conversation's last /model:set, or what the window's mark says came before it", async () => {
     const { agent, state } = setup(async () => done());
     const conv = paths(agent).conversation("marked");
-    appendEvent(conv, { v: 1, kind: "command", time: t, name: "/model:set", model: "early-model" });
-    appendEvent(conv, user("q"));
-    appendEvent(conv, answer("a"));
+    await appendEvent(conv, { v: 1, kind: "command", time: t, name: "/model:set", model: "early-model" });
+    await appendEvent(conv, user("q"));
+    await appendEvent(conv, answer("a"));
     const c = await connect(state);
     const resume = () => c.agent.request(acp.methods.agent.session.resume, { sessionId: "marked", cwd: "/" });
     expect((await resume()).configOptions?.[0]).toMatchObject({ currentValue: "early-model" });
     writeMark(conv, { v: 1, event: 2, time: t, tokens_before: 0, budget: 100, model: "marked-model" });
     expect((await resume()).configOptions?.[0]).toMatchObject({ currentValue: "marked-model" });
-    appendEvent(conv, { v: 1, kind: "command", time: t, name: "/model:set", model: "late-model" });
+    await appendEvent(conv, { v: 1, kind: "command", time: t, name: "/model:set", model: "late-model" });
     expect((await resume()).configOptions?.[0]).toMatchObject({ currentValue: "late-model", options: [{ value: "late-model" }, { value: "base-model" }] });
     c.close();
   });
@@ -317,7 +317,7 @@ describe("session/load replays the conversation", () => {
   it("over ACP, before it answers", async () => {
     const { agent, state } = setup(async () => done());
     const conv = paths(agent).conversation("old");
-    for (const e of [user("q"), answer("a")]) appendEvent(conv, e);
+    for (const e of [user("q"), answer("a")]) await appendEvent(conv, e);
     const c = await connect(state);
     const loaded = await c.agent.request(acp.methods.agent.session.load, { sessionId: "old", cwd: "/", mcpServers: [] });
     expect(loaded.configOptions?.[0]).toMatchObject({ currentValue: "base-model" });

@@ -214,10 +214,10 @@ describe("an event file that fails its schema", () => {
     ["a wrong-shaped object", JSON.stringify({ v: 1, kind: "message", role: "user" })],
     ["another format version", JSON.stringify({ ...userMessage("hi"), v: 2 })],
   ];
-  it.each(bad)("makes readEventsFrom throw, naming the file, for %s", (_, text) => {
+  it.each(bad)("makes readEventsFrom throw, naming the file, for %s", async (_, text) => {
     const dir = tempDir();
     const conv = paths({ dir }).conversation("t");
-    appendEvent(conv, userMessage("one"));
+    await appendEvent(conv, userMessage("one"));
     writeFileSync(conv.event(2), text);
     writeFileSync(conv.event(3), `${JSON.stringify(userMessage("three"))}\n`);
     let error: unknown;
@@ -231,12 +231,12 @@ describe("an event file that fails its schema", () => {
     expect((error as StoreError).path).toBe(conv.event(2));
   });
 
-  it("is refused when written, too", () => {
+  it("is refused when written, too", async () => {
     const dir = tempDir();
     const conv = paths({ dir }).conversation("t");
     const wrong = { ...userMessage("x"), role: "owner" };
     // @ts-expect-error a wrong-shaped event, as a caller's bug would pass it
-    expect(() => appendEvent(conv, wrong)).toThrow(StoreError);
+    await expect(appendEvent(conv, wrong)).rejects.toThrow(StoreError);
     expect(existsSync(conv.event(1))).toBe(false);
   });
 });
@@ -249,16 +249,16 @@ describe("links are refused, not followed", () => {
     return path;
   }
 
-  it("an event file that is a link", () => {
+  it("an event file that is a link", async () => {
     const dir = tempDir();
     const conv = paths({ dir }).conversation("t");
-    appendEvent(conv, userMessage("one"));
+    await appendEvent(conv, userMessage("one"));
     symlinkSync(outsideEvent(), conv.event(2));
     expect(() => readEventsFrom(conv, 1)).toThrow(StoreError);
     expect(() => readEventsFrom(conv, 1)).toThrow(conv.event(2));
   });
 
-  it("a conversation folder, or chats/, that is a link", () => {
+  it("a conversation folder, or chats/, that is a link", async () => {
     const outside = tempDir();
     writeFileSync(join(outside, eventName(1)), `${JSON.stringify(userMessage("planted"))}\n`);
     const dir = tempDir();
@@ -266,14 +266,14 @@ describe("links are refused, not followed", () => {
     symlinkSync(outside, join(dir, "chats", "t"));
     const conv = paths({ dir }).conversation("t");
     expect(() => readEventsFrom(conv, 1)).toThrow(StoreError);
-    expect(() => appendEvent(conv, userMessage("x"))).toThrow(StoreError);
+    await expect(appendEvent(conv, userMessage("x"))).rejects.toThrow(StoreError);
 
     const dir2 = tempDir();
     mkdirSync(join(outside, "t"));
     writeFileSync(join(outside, "t", eventName(1)), `${JSON.stringify(userMessage("planted"))}\n`);
     symlinkSync(outside, join(dir2, "chats"));
     expect(() => readEventsFrom(paths({ dir: dir2 }).conversation("t"), 1)).toThrow(StoreError);
-    expect(() => appendEvent(paths({ dir: dir2 }).conversation("u"), userMessage("x"))).toThrow(StoreError);
+    await expect(appendEvent(paths({ dir: dir2 }).conversation("u"), userMessage("x"))).rejects.toThrow(StoreError);
     // Nothing was written through either link.
     expect(readdirSync(outside).sort()).toEqual([eventName(1), "t"]);
     expect(readdirSync(join(outside, "t"))).toEqual([eventName(1)]);

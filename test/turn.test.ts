@@ -134,7 +134,7 @@ describe("the window", () => {
     const agent = agentWith();
     server.fallback = () => ({ text: "ok" });
     await turn(agent, "fresh", "remember the word apple");
-    appendEvent(paths(agent).conversation("fresh"), { v: 1, kind: "command", name: "/new", time: new Date().toISOString() });
+    await appendEvent(paths(agent).conversation("fresh"), { v: 1, kind: "command", name: "/new", time: new Date().toISOString() });
     await turn(agent, "fresh", "what word?");
     const sent = chats(server.requests.at(-1)!);
     expect(sent).toHaveLength(2);

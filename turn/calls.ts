@@ -38,7 +38,7 @@ export async function runCalls(
   calls: readonly ToolCall[],
   box: ToolBox | undefined,
   signal: AbortSignal | undefined,
-  onAnswer: (answer: CallAnswer) => void,
+  onAnswer: (answer: CallAnswer) => Promise<void> | void,
 ): Promise<void> {
   await Promise.all(
     calls.map(async (call) => {
@@ -57,7 +57,7 @@ export async function runCalls(
       }
       if (signal?.aborted) [text, error] = ["cancelled: the turn was stopped before the tool answered", true];
       const cut = cutAnswer(text);
-      onAnswer({
+      await onAnswer({
         call,
         result: {
           v: 1,

@@ -80,11 +80,18 @@ class Turn {
     this.conv = paths(input.agent).conversation(input.thread);
   }
 
-  write(event: Event, history?: History): number {
-    const n = appendEvent(this.conv, event);
-    history?.push(n, event);
-    this.listener({ type: "event", n, event });
-    return n;
+  private writes: Promise<unknown> = Promise.resolve();
+
+  /** Writes an event; a turn's events are written one after another, so they're numbered in order. */
+  write(event: Event, history?: History): Promise<number> {
+    const written = this.writes.then(async () => {
+      const n = await appendEvent(this.conv, event);
+      history?.push(n, event);
+      this.listener({ type: "event", n, event });
+      return n;
+    });
+    this.writes = written.catch(() => undefined);
+    return written;
   }
 
   outcome(stop: StopReason, failure?: TurnOutcome["failure"]): TurnOutcome {
@@ -97,8 +104,8 @@ class Turn {
     };
   }
 
-  fail(reason: Failure["reason"], message: string, history?: History, extra: Partial<Failure> = {}): TurnOutcome {
-    this.write({ v: 1, kind: "failure", time: new Date().toISOString(), reason, message, ...extra }, history);
+  async fail(reason: Failure["reason"], message: string, history?: History, extra: Partial<Failure> = {}): Promise<TurnOutcome> {
+    await this.write({ v: 1, kind: "failure", time: new Date().toISOString(), reason, message, ...extra }, history);
     return this.outcome("end_turn", { reason, message });
   }
 
@@ -107,11 +114,11 @@ class Turn {
     try {
       settings = this.input.settings ?? readSettings(this.input.agent);
     } catch (e) {
-      this.write(userEvent(this.input.message));
+      await this.write(userEvent(this.input.message));
       return this.fail("internal", (e as Error).message);
     }
     if (!settings) {
-      this.write(userEvent(this.input.message));
+      await this.write(userEvent(this.input.message));
       return this.fail("internal", `the agent has no settings: run lnk-link-harness configure --agent ${this.input.agent.dir}`);
     }
     let box: ToolBox | undefined;
@@ -139,12 +146,12 @@ class Turn {
     const model = history.model ?? settings.model.name;
     const window = mw ?? (await modelWindow(settings, model));
     const budget = history.budget;
-    this.write(userEvent(this.input.message), history);
+    await this.write(userEvent(this.input.message), history);
 
     let round = 0;
     let lastText: string;
     for (;;) {
-      for (const m of [...this.pendingSteer.splice(0), ...(this.input.steering?.take() ?? [])]) this.write(userEvent(m), history);
+      for (const m of [...this.pendingSteer.splice(0), ...(this.input.steering?.take() ?? [])]) await this.write(userEvent(m), history);
       const callNothing = round >= MAX_ROUNDS;
       const messages: ChatMessage[] = [{ role: "system", content: system }, ...eventsToMessages(history.window(), { tools: calls.length > 0 })];
       let answer: ModelAnswer;
@@ -167,7 +174,7 @@ class Turn {
           e.reason === "context_too_long"
             ? `the model refused the prompt as too long: sent ${sent.messages} messages, about ${sent.tokens} tokens (window ${window.window} from ${window.source}, conversation's share ${budget}): ${e.message}`
             : e.message;
-        const outcome = this.fail(e.reason, message, history, { sent, ...(e.status ? { status: e.status } : {}) });
+        const outcome = await this.fail(e.reason, message, history, { sent, ...(e.status ? { status: e.status } : {}) });
         this.finish(history);
         return outcome;
       }
@@ -184,7 +191,7 @@ class Turn {
       const stop = stopOf(answer, toolCalls.length > 0);
       if (!answer.aborted || answer.text || toolCalls.length) {
         const event = answerEvent(answer, { model, provider: settings.model.provider, toolCalls, stop });
-        const n = this.write(event, history);
+        const n = await this.write(event, history);
         if (answer.text.trim()) this.lastAnswer = n;
       }
       if (answer.aborted) {
@@ -202,8 +209,8 @@ class Turn {
           }
           this.listener({ type: "tool_call", id: c.id, name: c.name, arguments: args });
         }
-        await runCalls(toolCalls, box, this.signal, ({ call, result }) => {
-          this.write(result, history);
+        await runCalls(toolCalls, box, this.signal, async ({ call, result }) => {
+          await this.write(result, history);
           this.listener({ type: "tool_result", id: call.id, name: call.name, status: result.error ? "failed" : "completed", text: result.text });
         });
         round++;
