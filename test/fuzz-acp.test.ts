@@ -1,0 +1,560 @@
+// The daemon's wire, fuzzed: every ACP request it serves with random and malformed params (wrong types,
+// huge strings, deep nesting, unknown fields, hostile names), unknown methods, and raw lines that are
+// not requests at all. Each request is answered, with a result or a JSON-RPC error, under its own id;
+// a refused one writes nothing; nothing is ever written outside the agent's folder; the daemon stays up.
+import { mkdirSync, mkdtempSync, readdirSync, rmSync, statSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { connect } from "node:net";
+import { join, relative, sep } from "node:path";
+import { createInterface } from "node:readline";
+import type { Readable } from "node:stream";
+import fc from "fast-check";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { z } from "zod";
+import { configure, scriptedSettings, startDaemon, type Daemon } from "./acp-client.js";
+import { assertBuilt } from "./fixtures/built.js";
+import { startModelServer, type ModelServer } from "./model-server.js";
+
+/** Lines over this are oversized (LNK_ACP_MAX_BYTES), small enough to send many. */
+const MAX_BYTES = 64 * 1024;
+const ANSWER_MS = 20_000;
+/** The conversation valid requests name, so the fuzz reaches past the session lookup. */
+const MAIN = "fz-main";
+
+const Id = z.union([z.string(), z.number(), z.null()]);
+const RpcError = z.object({ code: z.number().int(), message: z.string(), data: z.unknown().optional() }).strict();
+const Response = z.union([
+  z.object({ jsonrpc: z.literal("2.0"), id: Id, result: z.unknown() }).strict(),
+  z.object({ jsonrpc: z.literal("2.0"), id: Id, error: RpcError }).strict(),
+]);
+const Notification = z.object({ jsonrpc: z.literal("2.0"), method: z.string(), params: z.unknown().optional() }).strict();
+type Response = z.infer<typeof Response>;
+
+/** Errors that refuse a request: it must have written nothing. */
+const REFUSALS = [-32700, -32600, -32601, -32602, -32002];
+
+/** The daemon on stdio, spoken to line by line. */
+class Wire {
+  private readonly answers = new Map<string, Response>();
+  private readonly waiting = new Map<string, (r: Response) => void>();
+  private readonly counts = new Map<string, number>();
+  /** Errors answered with `id: null` (to lines whose request couldn't be read). */
+  readonly nullErrors: number[] = [];
+  private nullWaiters: (() => void)[] = [];
+  /** stdout lines that are not JSON-RPC: stdout carries protocol messages only. */
+  readonly strays: string[] = [];
+
+  constructor(
+    input: Readable,
+    private readonly write: (text: string) => void,
+  ) {
+    createInterface({ input }).on("line", (line) => this.take(line));
+  }
+
+  private take(line: string): void {
+    let raw: unknown;
+    try {
+      raw = JSON.parse(line);
+    } catch {
+      this.strays.push(line.slice(0, 200));
+      return;
+    }
+    if (Notification.safeParse(raw).success) return;
+    const parsed = Response.safeParse(raw);
+    if (!parsed.success) {
+      this.strays.push(line.slice(0, 200));
+      return;
+    }
+    const r = parsed.data;
+    if (r.id === null && "error" in r) {
+      this.nullErrors.push(r.error.code);
+      for (const w of this.nullWaiters.splice(0)) w();
+      return;
+    }
+    const key = JSON.stringify(r.id);
+    this.counts.set(key, (this.counts.get(key) ?? 0) + 1);
+    const w = this.waiting.get(key);
+    if (w) {
+      this.waiting.delete(key);
+      w(r);
+    } else this.answers.set(key, r);
+  }
+
+  send(line: string): void {
+    this.write(`${line}\n`);
+  }
+
+  /** How many answers came under this id (and are not yet taken). */
+  count(id: string | number): number {
+    return this.counts.get(JSON.stringify(id)) ?? 0;
+  }
+
+  /** The answer to the request with this id. */
+  answer(id: string | number): Promise<Response> {
+    const key = JSON.stringify(id);
+    const got = this.answers.get(key);
+    if (got) {
+      this.answers.delete(key);
+      return Promise.resolve(got);
+    }
+    return new Promise((resolve, reject) => {
+      const timer = setTimeout(() => {
+        this.waiting.delete(key);
+        reject(new Error(`no answer to request ${key} after ${ANSWER_MS} ms`));
+      }, ANSWER_MS);
+      this.waiting.set(key, (r) => {
+        clearTimeout(timer);
+        resolve(r);
+      });
+    });
+  }
+
+  /** Waits until `count` errors with `id: null` have come. */
+  nullErrorCount(count: number): Promise<void> {
+    return new Promise((resolve, reject) => {
+      const timer = setTimeout(() => reject(new Error(`${this.nullErrors.length} id-null errors after ${ANSWER_MS} ms, not ${count}`)), ANSWER_MS);
+      const check = () => {
+        if (this.nullErrors.length >= count) {
+          clearTimeout(timer);
+          resolve();
+        } else this.nullWaiters.push(check);
+      };
+      check();
+    });
+  }
+}
+
+let outer: string;
+let agent: string;
+let server: ModelServer;
+let daemon: Daemon;
+let wire: Wire;
+let outside: string[];
+let serial = 0;
+
+/** Every file under `root` (but `skip`), with its size and time, and every folder. */
+function listing(root: string, skip?: string): string[] {
+  const out: string[] = [];
+  const walk = (dir: string) => {
+    for (const d of readdirSync(dir, { withFileTypes: true })) {
+      const path = join(dir, d.name);
+      if (path === skip) continue;
+      if (d.isDirectory()) {
+        out.push(`${relative(root, path)}${sep}`);
+        walk(path);
+      } else {
+        const st = statSync(path, { throwIfNoEntry: false });
+        out.push(`${relative(root, path)} ${st?.size} ${st?.mtimeMs}`);
+      }
+    }
+  };
+  walk(root);
+  return out.sort();
+}
+
+const snapshot = () => listing(agent);
+
+/** A request's id: whole numbers, strings and fractions alike, each used once. */
+function nextId(kind: number): string | number {
+  serial++;
+  return kind === 0 ? serial : kind === 1 ? `fz-${serial}` : serial + 0.5;
+}
+
+async function request(method: string, params: unknown, idKind = 0): Promise<Response> {
+  const id = nextId(idKind);
+  wire.send(JSON.stringify({ jsonrpc: "2.0", id, method, ...(params === undefined ? {} : { params }) }));
+  return wire.answer(id);
+}
+
+beforeAll(async () => {
+  assertBuilt(["dist/daemon/main.js", "dist/acp/app.js", "dist/daemon/lines.js"], ["acp", "daemon", "turn", "store", "protocol"]);
+  outer = mkdtempSync(join(tmpdir(), "lnk-fuzz-acp-"));
+  // Deep enough that a name with a few `..` in it would still land inside `outer`, where it is seen.
+  agent = join(outer, "a", "b", "c", "agent");
+  mkdirSync(agent, { recursive: true });
+  server = await startModelServer();
+  configure(agent, scriptedSettings(server.url));
+  outside = listing(outer, agent);
+  daemon = startDaemon(["--agent", agent], { LNK_ACP_MAX_BYTES: String(MAX_BYTES) });
+  const { stdin, stdout } = daemon.child;
+  if (!stdin || !stdout) throw new Error("the daemon has no stdio pipes");
+  wire = new Wire(stdout, (text) => stdin.write(text));
+  expect(await request("initialize", { protocolVersion: 1, clientCapabilities: {} })).toHaveProperty("result");
+  const made = await request("session/new", { cwd: agent, mcpServers: [], _meta: { link: { thread: MAIN } } });
+  expect(made).toMatchObject({ result: { sessionId: MAIN } });
+});
+
+afterAll(async () => {
+  await daemon?.stop("SIGKILL");
+  await server?.close();
+  if (outer) rmSync(outer, { recursive: true, force: true });
+});
+
+// ---- what is sent ---------------------------------------------------------------------------------
+
+const HOSTILE = [
+  "../../etc",
+  "../../../../../../tmp/fz-escape",
+  "a/b",
+  "/etc/passwd",
+  "a\u0000b",
+  "\u0000",
+  ".x",
+  ".",
+  "..",
+  "",
+  " ",
+  "x/../../y",
+  "..\\..\\x",
+  "a\\b",
+  "a\nb",
+  "\ud800",
+  "x".repeat(300),
+  "é".repeat(200),
+  "chats",
+  "..%2f..%2fetc",
+];
+const hostile = fc.constantFrom(...HOSTILE);
+
+/** A value too large to print in a counterexample: sent whole, shown by what it is. */
+class Big {
+  constructor(
+    readonly value: unknown,
+    readonly label: string,
+  ) {}
+  toJSON(): unknown {
+    return this.value;
+  }
+  [fc.toStringMethod](): string {
+    return this.label;
+  }
+}
+
+/** Huge strings: under and over the line limit. */
+const huge = fc.constantFrom(MAX_BYTES / 2, MAX_BYTES - 2000, MAX_BYTES + 10).map((n) => new Big("h".repeat(n), `"h" × ${n}`));
+
+/** A value nested `depth` deep, in objects or arrays. */
+const deep = fc.tuple(fc.integer({ min: 50, max: 3000 }), fc.boolean()).map(([depth, arrays]) => {
+  let v: unknown = "bottom";
+  for (let i = 0; i < depth; i++) v = arrays ? [v] : { d: v };
+  return new Big(v, `${arrays ? "arrays" : "objects"} ${depth} deep`);
+});
+
+const json = fc.jsonValue({ maxDepth: 3 });
+/** Anything a malformed param could be. */
+const weird = fc.oneof({ weight: 4, arbitrary: json }, { weight: 1, arbitrary: huge }, { weight: 1, arbitrary: deep }, { weight: 2, arbitrary: hostile });
+
+/** A thread or session id: hostile, random, new, or the conversation that exists. */
+/** Mostly `valid`, sometimes anything at all: so requests get past one check often enough to meet the next. */
+const mostly = (valid: fc.Arbitrary<unknown>) => fc.oneof({ weight: 8, arbitrary: valid }, { weight: 1, arbitrary: weird });
+
+/** A thread or session id: the conversation that exists, a new one, random, or hostile. */
+const threadish = fc.oneof(
+  { weight: 3, arbitrary: fc.constant(MAIN) },
+  { weight: 1, arbitrary: fc.stringMatching(/^[a-z0-9-]{1,24}$/) },
+  { weight: 1, arbitrary: fc.string({ maxLength: 40 }) },
+  { weight: 2, arbitrary: hostile },
+);
+const sessionId = mostly(threadish);
+
+/** `_meta`: none, a `link` whose fields are each mostly what they should be, or anything. */
+const meta = fc.oneof(
+  { weight: 2, arbitrary: fc.constant(undefined) },
+  {
+    weight: 4,
+    arbitrary: fc.record(
+      {
+        link: mostly(
+          fc.record(
+            {
+              agent: mostly(fc.string({ minLength: 1, maxLength: 20 })),
+              thread: mostly(threadish),
+              channel: mostly(fc.oneof(fc.string({ minLength: 1, maxLength: 20 }), hostile)),
+              group: mostly(fc.oneof(fc.string({ minLength: 1, maxLength: 20 }), hostile)),
+              tools: mostly(fc.array(fc.string({ maxLength: 20 }), { maxLength: 4 })),
+              from: mostly(fc.record({ id: fc.string(), name: fc.string(), owner: fc.boolean() }, { requiredKeys: ["id", "owner"] })),
+              time: mostly(fc.oneof(fc.date({ noInvalidDate: true }).map((d) => d.toISOString()), fc.string())),
+              verbosity: mostly(fc.oneof(fc.constantFrom("off", "new", "all", "verbose"), fc.string())),
+              unknown: weird,
+            },
+            { requiredKeys: [] },
+          ),
+        ),
+        other: weird,
+      },
+      { requiredKeys: [] },
+    ),
+  },
+  { weight: 1, arbitrary: weird },
+);
+
+/** The client's own MCP servers: never a command that exists, so no fuzzed session starts a program. */
+const servers = fc.oneof(
+  fc.constant([]),
+  weird,
+  fc.array(
+    fc.oneof(
+      fc.record({ name: fc.string({ maxLength: 10 }), command: fc.constant("/nonexistent/fz-tool"), args: fc.array(fc.string(), { maxLength: 3 }), env: fc.constant([]) }),
+      fc.record({ type: fc.constantFrom("http", "sse"), name: fc.string({ maxLength: 10 }), url: fc.constant("http://127.0.0.1:9/mcp"), headers: fc.constant([]) }),
+      weird,
+    ),
+    { maxLength: 3 },
+  ),
+);
+const cwd = fc.oneof({ weight: 3, arbitrary: fc.constant("/tmp") }, { weight: 1, arbitrary: weird });
+
+const block = fc.oneof(
+  { weight: 8, arbitrary: fc.record({ type: fc.constant("text"), text: fc.oneof({ weight: 5, arbitrary: fc.string() }, { weight: 1, arbitrary: huge }) }) },
+  { weight: 1, arbitrary: fc.record({ type: fc.constant("image"), mimeType: fc.constantFrom("image/png", "x/y", ""), data: fc.base64String({ maxLength: 64 }) }) },
+  { weight: 1, arbitrary: fc.record({ type: fc.constant("resource_link"), uri: fc.oneof(fc.webUrl(), hostile), name: fc.string() }) },
+  { weight: 1, arbitrary: fc.record({ type: fc.constant("resource"), resource: fc.oneof(fc.record({ uri: hostile, text: fc.string() }), fc.record({ uri: hostile, blob: fc.base64String({ maxLength: 32 }), mimeType: fc.string() }), weird) }) },
+  { weight: 1, arbitrary: fc.record({ type: fc.constantFrom("audio", "video", ""), data: fc.string() }) },
+  { weight: 1, arbitrary: weird },
+);
+
+/** A method's params: mostly its own shape with random values, sometimes anything at all. */
+function shaped(fields: Record<string, fc.Arbitrary<unknown>>, required: string[]): fc.Arbitrary<unknown> {
+  const record = fc
+    .tuple(fc.record(fields, { requiredKeys: required }), fc.option(fc.dictionary(fc.string({ maxLength: 8 }), json, { maxKeys: 2 })))
+    .map(([r, extra]) => ({ ...(extra ?? {}), ...r }));
+  return fc.oneof({ weight: 10, arbitrary: record }, { weight: 1, arbitrary: weird }, { weight: 1, arbitrary: fc.constant(undefined) });
+}
+
+const PARAMS: Record<string, fc.Arbitrary<unknown>> = {
+  initialize: shaped({ protocolVersion: fc.oneof(fc.integer({ min: -2, max: 3 }), weird), clientCapabilities: fc.oneof(fc.constant({}), weird), _meta: meta }, ["protocolVersion"]),
+  "session/new": shaped({ cwd, mcpServers: servers, _meta: meta }, ["cwd", "mcpServers"]),
+  "session/load": shaped({ sessionId, cwd, mcpServers: servers, _meta: meta }, ["sessionId", "cwd", "mcpServers"]),
+  "session/resume": shaped({ sessionId, cwd, mcpServers: servers, _meta: meta }, ["sessionId", "cwd"]),
+  "session/list": shaped({ cursor: fc.oneof(fc.constant(null), fc.nat({ max: 300 }).map(String), fc.string(), weird), cwd, _meta: meta }, []),
+  "session/close": shaped({ sessionId, _meta: meta }, ["sessionId"]),
+  "session/set_config_option": shaped(
+    { sessionId, configId: fc.oneof(fc.constant("model"), fc.string(), weird), value: fc.oneof(fc.string({ maxLength: 30 }), fc.constant("  "), weird), _meta: meta },
+    ["sessionId", "configId", "value"],
+  ),
+  "session/prompt": shaped({ sessionId, prompt: mostly(fc.array(block, { maxLength: 3 })), _meta: meta }, ["sessionId", "prompt"]),
+};
+
+/** How each method's requests were answered: a result, or each error code, and how often. */
+const outcomes = new Map<string, Map<string, number>>();
+
+/** Methods that write nothing, even when they succeed. */
+const READ_ONLY = new Set(["initialize", "session/load", "session/resume", "session/list", "session/close"]);
+
+/** Sends one request and holds its answer to what the daemon promises. */
+async function check(method: string, params: unknown, idKind: number): Promise<void> {
+  const before = snapshot();
+  const answer = await request(method, params, idKind);
+  const after = snapshot();
+  const seen = outcomes.get(method) ?? new Map<string, number>();
+  const outcome = "error" in answer ? String(answer.error.code) : "result";
+  seen.set(outcome, (seen.get(outcome) ?? 0) + 1);
+  outcomes.set(method, seen);
+  const changed = after.filter((l) => !before.includes(l)).concat(before.filter((l) => !after.includes(l)));
+  const what = `${method} ${JSON.stringify(params)?.slice(0, 300)} → ${JSON.stringify(answer).slice(0, 300)}`;
+  if ("error" in answer) {
+    expect(REFUSALS, what).toContain(answer.error.code);
+    expect(answer.error.message, what).not.toMatch(/\n|\s+at .*:\d+:\d+/);
+    expect(changed, what).toEqual([]);
+    return;
+  }
+  if (READ_ONLY.has(method)) expect(changed, what).toEqual([]);
+  // What a request writes is its own conversation's.
+  const own = z.object({ sessionId: z.string() }).safeParse(method === "session/new" ? answer.result : params);
+  const prefix = own.success ? `chats${sep}${own.data.sessionId}${sep}` : "(none)";
+  expect(changed.filter((l) => !l.startsWith(prefix)), what).toEqual([]);
+}
+
+/** FC_SEED=N reruns a failure with the seed fast-check printed for it. */
+const seed = process.env.FC_SEED ? { seed: Number(process.env.FC_SEED) } : {};
+const runs = (n: number) => ({ numRuns: n, endOnFailure: true, interruptAfterTimeLimit: 20_000, ...seed });
+
+describe("every request the daemon serves, fuzzed", () => {
+  for (const [method, params] of Object.entries(PARAMS)) {
+    it(`${method}: answered under its id, a refusal writes nothing`, async () => {
+      await fc.assert(
+        fc.asyncProperty(params, fc.nat({ max: 2 }), (p, idKind) => check(method, p, idKind)),
+        runs(200),
+      );
+    });
+  }
+
+  it("session/cancel, a notification: never answered, writes nothing, and the daemon goes on", async () => {
+    await fc.assert(
+      fc.asyncProperty(shaped({ sessionId, _meta: meta }, ["sessionId"]), async (p) => {
+        const before = snapshot();
+        const nulls = wire.nullErrors.length;
+        const line = JSON.stringify({ jsonrpc: "2.0", method: "session/cancel", ...(p === undefined ? {} : { params: p }) });
+        wire.send(line);
+        expect(await request("session/list", {})).toHaveProperty("result");
+        // A line over the limit can't be read as a notification: it is refused as one error with `id: null`.
+        const oversized = Buffer.byteLength(line) > MAX_BYTES;
+        if (oversized) await wire.nullErrorCount(nulls + 1);
+        expect(wire.nullErrors.length).toBe(nulls + (oversized ? 1 : 0));
+        expect(snapshot()).toEqual(before);
+      }),
+      runs(100),
+    );
+  });
+
+  it("unknown methods, extension methods included: method not found, or refused, and nothing written", async () => {
+    const known = new Set([...Object.keys(PARAMS), "session/cancel"]);
+    const method = fc.oneof(
+      fc.string().filter((m) => !known.has(m)),
+      fc.string().map((s) => `_link/${s}`),
+      fc.constantFrom("_link/prove", "_link/recover", "_link/oversized", "_asp/export", "_asp/import", "session/fork", "session/set_model", "session/delete", "authenticate"),
+    );
+    await fc.assert(
+      fc.asyncProperty(method, fc.oneof(weird, fc.record({ bytes: fc.integer(), max: fc.integer() })), fc.nat({ max: 2 }), async (m, p, idKind) => {
+        const before = snapshot();
+        const answer = await request(m, p, idKind);
+        expect(answer, m).toHaveProperty("error");
+        if ("error" in answer) expect(REFUSALS, `${m} → ${answer.error.message}`).toContain(answer.error.code);
+        expect(snapshot()).toEqual(before);
+      }),
+      runs(150),
+    );
+  });
+});
+
+const notJson = fc.string({ minLength: 1, maxLength: 200 }).filter((t) => {
+  if (t.trim() === "" || /[\n\r]/.test(t)) return false;
+  try {
+    JSON.parse(t);
+    return false;
+  } catch {
+    return true;
+  }
+});
+const scalar = fc.oneof(fc.integer(), fc.double({ noNaN: true, noDefaultInfinity: true }), fc.string({ maxLength: 30 }), fc.boolean(), fc.constant(null));
+const req = (id: unknown, extra: object = {}) => ({ jsonrpc: "2.0", id, method: "initialize", params: { protocolVersion: 1 }, ...extra });
+
+/** A line and what it must be answered with: one error with `id: null`, an answer under its id, or nothing. */
+type Case = { line: string; answer: "null-error" } | { line: string; answer: "id"; id: string | number; code?: number } | { line: string; answer: "none" };
+const shown = (c: Case): Case =>
+  Object.assign(c, { [fc.toStringMethod]: () => `${c.answer} ${c.line.length > 300 ? `${c.line.slice(0, 120)}… (${c.line.length} characters)` : c.line}` });
+
+/** Lines that are not requests, or too long to read. */
+const rawCases: fc.Arbitrary<Case> = fc
+  .oneof<fc.Arbitrary<Case>[]>(
+    notJson.map((line): Case => ({ line, answer: "null-error" })),
+    scalar.map((v): Case => ({ line: JSON.stringify(v), answer: "null-error" })),
+    fc.array(fc.oneof(json, fc.constant(req(1))), { maxLength: 4 }).map((a): Case => ({ line: JSON.stringify(a), answer: "null-error" })),
+    fc.oneof(fc.object({ maxDepth: 1 }), fc.array(json, { maxLength: 2 }), fc.boolean()).map((id): Case => ({ line: JSON.stringify(req(id)), answer: "null-error" })),
+    fc.constantFrom({ id: 1, method: "initialize" }, { jsonrpc: "1.0", id: 1, method: "initialize" }, { jsonrpc: "2.0" }, { jsonrpc: "2.0", method: 5, id: 1 }).map(
+      (o): Case => ({ line: JSON.stringify(o), answer: "null-error" }),
+    ),
+    // Over the line limit: with a request id to answer under, or none.
+    fc.nat({ max: 2 }).map((k): Case => {
+      const id = nextId(k);
+      return { line: JSON.stringify(req(id, { pad: new Big("p".repeat(MAX_BYTES + 100), "") })), answer: "id", id, code: -32600 };
+    }),
+    fc.constantFrom("q".repeat(MAX_BYTES + 1), `{"jsonrpc":"2.0","method":"session/cancel","params":{"x":"${"c".repeat(MAX_BYTES)}"}}`).map(
+      (line): Case => ({ line, answer: "null-error" }),
+    ),
+  )
+  .map(shown);
+
+describe("raw lines that are not requests", () => {
+  const cases = rawCases;
+
+  it("each is answered as JSON-RPC says, writes nothing, and the daemon goes on serving", async () => {
+    await fc.assert(
+      fc.asyncProperty(cases, async (c) => {
+        const before = snapshot();
+        const nulls = wire.nullErrors.length;
+        wire.send(c.line);
+        if (c.answer === "id") {
+          const answer = await wire.answer(c.id);
+          expect(answer, c.line.slice(0, 200)).toHaveProperty("error");
+          if ("error" in answer) expect(answer.error.code).toBe(c.code);
+        } else if (c.answer === "null-error") {
+          await wire.nullErrorCount(nulls + 1);
+          expect(REFUSALS).toContain(wire.nullErrors.at(-1));
+        }
+        expect(await request("initialize", { protocolVersion: 1 })).toHaveProperty("result");
+        expect(wire.nullErrors.length, c.line.slice(0, 200)).toBe(nulls + (c.answer === "null-error" ? 1 : 0));
+        expect(snapshot()).toEqual(before);
+      }),
+      runs(200),
+    );
+  });
+});
+
+describe("the first lines of a connection, before and around initialize", () => {
+  let socket: string;
+  let served: Daemon;
+  let sockets: string;
+
+  beforeAll(async () => {
+    // A daemon on its socket: each connection has its own front, which reads the first line itself.
+    sockets = mkdtempSync(join(tmpdir(), "lnk-fuzz-sock-"));
+    socket = join(sockets, "fz.sock");
+    served = startDaemon(["--agent", agent, "--socket", socket], { LNK_ACP_MAX_BYTES: String(MAX_BYTES) });
+    await served.waitForLog(/"serving ACP"/);
+  });
+  afterAll(async () => {
+    await served?.stop("SIGKILL");
+    if (sockets) rmSync(sockets, { recursive: true, force: true });
+  });
+
+  const requestCase = (method: string, params: fc.Arbitrary<unknown>) =>
+    fc.tuple(params, fc.nat({ max: 2 })).map(([p, k]): Case => {
+      const id = nextId(k);
+      return shown({ line: JSON.stringify({ jsonrpc: "2.0", id, method, ...(p === undefined ? {} : { params: p }) }), answer: "id", id });
+    });
+  const firstLines = fc.oneof(
+    { weight: 4, arbitrary: requestCase("initialize", PARAMS.initialize ?? fc.constant({})) },
+    { weight: 1, arbitrary: requestCase("session/list", fc.constant({})) },
+    { weight: 1, arbitrary: fc.constant(shown({ line: JSON.stringify({ jsonrpc: "2.0", method: "session/cancel", params: { sessionId: MAIN } }), answer: "none" })) },
+    { weight: 3, arbitrary: rawCases },
+  );
+
+  it("each request is answered once under its id, each unreadable line once with id null, and the connection then serves", async () => {
+    await fc.assert(
+      fc.asyncProperty(fc.array(firstLines, { minLength: 1, maxLength: 3 }), fc.boolean(), async (lines, oneWrite) => {
+        const conn = connect(socket);
+        await new Promise<void>((resolve, reject) => conn.once("connect", resolve).once("error", reject));
+        try {
+          const peer = new Wire(conn, (text) => conn.write(text));
+          const text = lines.map((c) => `${c.line}\n`);
+          if (oneWrite) conn.write(text.join(""));
+          else for (const t of text) conn.write(t);
+          const probe = `probe-${++serial}`;
+          peer.send(JSON.stringify({ jsonrpc: "2.0", id: `${probe}-init`, method: "initialize", params: { protocolVersion: 1 } }));
+          // A request is taken once initialize has been answered: this client waits for it, as clients do.
+          await peer.answer(`${probe}-init`);
+          peer.send(JSON.stringify({ jsonrpc: "2.0", id: `${probe}-list`, method: "session/list", params: {} }));
+          expect(await peer.answer(`${probe}-list`)).toHaveProperty("result");
+          const nulls = lines.filter((c) => c.answer === "null-error").length;
+          await peer.nullErrorCount(nulls);
+          for (const c of lines) if (c.answer === "id") await peer.answer(c.id);
+          // Whatever else would come has come once a last request is answered.
+          peer.send(JSON.stringify({ jsonrpc: "2.0", id: `${probe}-last`, method: "session/list", params: {} }));
+          await peer.answer(`${probe}-last`);
+          for (const c of lines) if (c.answer === "id") expect(peer.count(c.id), `answers to ${c.id}`).toBe(1);
+          expect(peer.count(`${probe}-init`)).toBe(1);
+          expect(peer.nullErrors).toHaveLength(nulls);
+          expect(peer.strays).toEqual([]);
+        } finally {
+          conn.destroy();
+        }
+      }),
+      runs(100),
+    );
+    expect(served.child.exitCode).toBeNull();
+  });
+});
+
+describe("after all of it", () => {
+  it("the daemon still serves, wrote only protocol messages on stdout, and nothing outside the agent's folder", async () => {
+    expect(await request("initialize", { protocolVersion: 1, clientCapabilities: {} })).toHaveProperty("result");
+    // The fuzz reached past the checks of every method: each was sometimes answered with a result.
+    for (const method of Object.keys(PARAMS)) expect(outcomes.get(method)?.get("result") ?? 0, method).toBeGreaterThan(0);
+    const listed = await request("session/list", {});
+    expect(listed).toHaveProperty("result");
+    expect(daemon.child.exitCode).toBeNull();
+    expect(wire.strays).toEqual([]);
+    expect(listing(outer, agent)).toEqual(outside);
+    expect(readdirSync(tmpdir()).filter((n) => n.startsWith("fz-escape"))).toEqual([]);
+  });
+});
