@@ -16,13 +16,17 @@ import { summarize, type Summary } from "./stats.js";
 export const WARMUPS = 10;
 /** Measured turns of each kind in a full run; the window is sized to hold without a drop through them. */
 export const FULL_TURNS = 40;
-/** The window holds this many user messages and answers when full (two events each). */
-const FULL_PAIRS = 1_000;
+/** The window holds this many user messages and answers when full (two events each): ~2,000 events. */
+export const FULL_PAIRS = 1_000;
+/** A window a 1,000-event conversation fills too, to compare sizes with the same full window. */
+export const SCALING_PAIRS = 450;
 /** How much larger than FULL_PAIRS the budget may be made, to be full when measuring. */
 const SLACK_PAIRS = 60;
 
 export interface OverheadRow {
   size: number;
+  /** The window's size it was measured with, in user messages and answers. */
+  pairs: number;
   /** Events the model was sent (the window), fewest and most over the measured turns. */
   window: { min: number; max: number };
   budget: number;
@@ -40,6 +44,8 @@ export interface OverheadRow {
 
 export interface OverheadOptions {
   sizes: readonly number[];
+  /** The window's size, in user messages and answers. */
+  pairs: number;
   turns: number;
   server: ModelServer;
   log: (line: string) => void;
@@ -50,14 +56,14 @@ export interface OverheadOptions {
  * fullest when the measured turns begin without a drop before they end. Found with the turn's own
  * count, since where drops fall depends on every event since the conversation began.
  */
-export function chooseBudget(events: readonly Event[]): number {
+export function chooseBudget(events: readonly Event[], fullPairs = FULL_PAIRS): number {
   const pair = pairTokens();
   const user = prefillEvent(1, 0);
   const answer = prefillEvent(2, 0);
   const before = 1 + WARMUPS; // the fixture's first turn, then the warm-up turns
   const measured = 2 * FULL_TURNS;
-  let best = { budget: FULL_PAIRS * pair, fill: -1 };
-  for (let pairs = FULL_PAIRS; pairs <= FULL_PAIRS + SLACK_PAIRS; pairs++) {
+  let best = { budget: fullPairs * pair, fill: -1 };
+  for (let pairs = fullPairs; pairs <= fullPairs + SLACK_PAIRS; pairs++) {
     const budget = pairs * pair;
     const count = emptyCount();
     events.forEach((e, i) => countEvent(count, i + 1, e, budget));
@@ -137,8 +143,8 @@ export async function measureOverhead(opts: OverheadOptions): Promise<OverheadRo
     const t0 = performance.now();
     log(`overhead: ${size} events: preparing the conversation`);
     const fixture = await conversationFixture(size, {
-      key: `w${WARMUPS}-t${FULL_TURNS}-p${FULL_PAIRS}+${SLACK_PAIRS}`,
-      budget: chooseBudget,
+      key: `w${WARMUPS}-t${FULL_TURNS}-p${opts.pairs}+${SLACK_PAIRS}`,
+      budget: (events) => chooseBudget(events, opts.pairs),
       firstTurn: async (agent, thread, budget) => {
         writeSettings(agent, settingsForBudget(server.url, budget, await windowOverhead(agent, server.url)));
         const outcome = await runTurn({ agent, thread, message: { text: questionText(0) } }, () => undefined);
@@ -188,6 +194,7 @@ export async function measureOverhead(opts: OverheadOptions): Promise<OverheadRo
   forgetEvents();
   return all.map((m) => ({
     size: m.size,
+    pairs: opts.pairs,
     window: { min: Math.min(...m.sent), max: Math.max(...m.sent) },
     budget: m.budget,
     filesRead: summarize(m.files).median,

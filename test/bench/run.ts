@@ -6,7 +6,7 @@ import { cpus, platform, release, tmpdir, totalmem } from "node:os";
 import { join } from "node:path";
 import { startModelServer } from "../model-server.js";
 import { daemonMissing, ROOT, setDaemonNodeArgs } from "./daemon.js";
-import { measureOverhead, FULL_TURNS } from "./overhead.js";
+import { measureOverhead, FULL_PAIRS, FULL_TURNS, SCALING_PAIRS } from "./overhead.js";
 import { watchOtherWork } from "./machine.js";
 import { measurePrefix } from "./prefix.js";
 import { targets, type BenchResults, type Measured } from "./results.js";
@@ -61,7 +61,14 @@ async function main(): Promise<void> {
   if (args.profile) setDaemonNodeArgs(["--cpu-prof", "--cpu-prof-dir", args.profile]);
   const server = await startModelServer();
   try {
-    const overhead = args.only.has("overhead") ? await measureOverhead({ sizes: plan.sizes, turns: plan.turns, server, log }) : [];
+    // The same window, full at every size, to see whether the turn grows with the conversation; then
+    // the ~2,000-event window the 5 ms target names, at the sizes that fill it.
+    const overhead = args.only.has("overhead")
+      ? [
+          ...(await measureOverhead({ sizes: plan.sizes, pairs: SCALING_PAIRS, turns: plan.turns, server, log })),
+          ...(await measureOverhead({ sizes: plan.sizes.filter((s) => s >= 10_000), pairs: FULL_PAIRS, turns: plan.turns, server, log })),
+        ]
+      : [];
 
     log(`prefix: ${plan.prefixTurns} turns`);
     const prefix = args.only.has("prefix")
