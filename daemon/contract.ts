@@ -22,6 +22,5 @@ export function contract(): Contract {
     native_memory: false,
     // Link Harness honours every feature as the spec says.
     features: Object.fromEntries(FEATURES.map((f) => [f, "spec" as const])),
-    session_content: ["tools", "thinking", "images"],
   };
 }
