@@ -4,28 +4,16 @@ import { execFile } from "node:child_process";
 import { readdirSync, readFileSync, rmSync } from "node:fs";
 import { dirname, join } from "node:path";
 import { promisify } from "node:util";
-import { afterEach, beforeAll, beforeEach, describe, expect, it } from "vitest";
+import { describe, expect, it } from "vitest";
 import { z } from "zod";
-import { configure, MAIN, ROOT, scriptedSettings, tempDir } from "./acp-client.js";
-import { assertBuilt } from "./fixtures/built.js";
-import { startModelServer, type ModelServer } from "./model-server.js";
+import { configure, daemonTestHooks, MAIN, ROOT, scriptedSettings, tempDir } from "./acp-client.js";
+import type { ModelServer } from "./model-server.js";
 
 const ACPX = join(ROOT, "node_modules", ".bin", "acpx");
 const run = promisify(execFile);
 
 let server: ModelServer;
-const cleanup: (() => unknown)[] = [];
-
-beforeAll(() => {
-  assertBuilt(["dist/daemon/main.js", "dist/daemon/serve.js", "dist/acp/app.js"], ["acp", "daemon", "turn", "store", "protocol"]);
-});
-beforeEach(async () => {
-  server = await startModelServer();
-  cleanup.push(() => server.close());
-});
-afterEach(async () => {
-  for (const f of cleanup.splice(0).reverse()) await f();
-});
+const cleanup = daemonTestHooks(["dist/daemon/main.js", "dist/daemon/serve.js", "dist/acp/app.js"], (s) => (server = s));
 
 /** An agent folder and a HOME for acpx's own records. */
 function place(): { dir: string; home: string; agent: string } {

@@ -8,6 +8,9 @@ import { join } from "node:path";
 import { Duplex, Readable, Writable } from "node:stream";
 import { fileURLToPath } from "node:url";
 import * as acp from "@agentclientprotocol/sdk";
+import { afterEach, beforeAll, beforeEach } from "vitest";
+import { assertBuilt } from "./fixtures/built.js";
+import { startModelServer, type ModelServer } from "./model-server.js";
 import type { ClientContext, SessionNotification } from "@agentclientprotocol/sdk";
 
 /** The project's root (this file is test/acp-client.ts, built to dist/test/acp-client.js). */
@@ -142,4 +145,25 @@ export function answerText(updates: readonly SessionNotification[], sessionId?: 
     .filter((n) => sessionId === undefined || n.sessionId === sessionId)
     .map((n) => (n.update.sessionUpdate === "agent_message_chunk" && n.update.content.type === "text" ? n.update.content.text : ""))
     .join("");
+}
+
+/**
+ * The hooks every test of the built daemon shares: the build checked first, a fresh scripted model
+ * server for each test (handed to `use`), and what each test pushes onto the returned list undone
+ * after it, last first.
+ */
+export function daemonTestHooks(outputs: string[], use: (server: ModelServer) => void): (() => unknown)[] {
+  const cleanup: (() => unknown)[] = [];
+  beforeAll(() => {
+    assertBuilt(outputs, ["acp", "daemon", "turn", "store", "protocol"]);
+  });
+  beforeEach(async () => {
+    const server = await startModelServer();
+    use(server);
+    cleanup.push(() => server.close());
+  });
+  afterEach(async () => {
+    for (const f of cleanup.splice(0).reverse()) await f();
+  });
+  return cleanup;
 }

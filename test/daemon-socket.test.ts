@@ -6,25 +6,13 @@ import { join } from "node:path";
 import { createInterface } from "node:readline";
 import * as acp from "@agentclientprotocol/sdk";
 import type { ContentBlock } from "@agentclientprotocol/sdk";
-import { afterEach, beforeAll, beforeEach, describe, expect, it, onTestFailed } from "vitest";
+import { describe, expect, it, onTestFailed } from "vitest";
 import { paths, readEventsFrom } from "../store/index.js";
-import { answerText, configure, openClient, scriptedSettings, socketStream, startDaemon, tempDir, type Client, type Daemon } from "./acp-client.js";
-import { assertBuilt } from "./fixtures/built.js";
-import { lastUserText, startModelServer, type ModelServer } from "./model-server.js";
+import { answerText, configure, daemonTestHooks, openClient, scriptedSettings, socketStream, startDaemon, tempDir, type Client, type Daemon } from "./acp-client.js";
+import { lastUserText, type ModelServer } from "./model-server.js";
 
 let server: ModelServer;
-const cleanup: (() => unknown)[] = [];
-
-beforeAll(() => {
-  assertBuilt(["dist/daemon/main.js", "dist/daemon/serve.js", "dist/daemon/socket.js"], ["acp", "daemon", "turn", "store", "protocol"]);
-});
-beforeEach(async () => {
-  server = await startModelServer();
-  cleanup.push(() => server.close());
-});
-afterEach(async () => {
-  for (const f of cleanup.splice(0).reverse()) await f();
-});
+const cleanup = daemonTestHooks(["dist/daemon/main.js", "dist/daemon/serve.js", "dist/daemon/socket.js"], (s) => (server = s));
 
 /** An agent folder with settings, and a socket path beside it. */
 function place(): { dir: string; socket: string } {

@@ -3,13 +3,14 @@
 import { createInterface } from "node:readline";
 import * as acp from "@agentclientprotocol/sdk";
 import type { ContentBlock, SessionNotification, SessionUpdate } from "@agentclientprotocol/sdk";
-import { afterEach, beforeAll, beforeEach, describe, expect, it, onTestFailed } from "vitest";
+import { describe, expect, it, onTestFailed } from "vitest";
 import { z } from "zod";
 import { paths, readEventsFrom } from "../store/index.js";
 import { MAX_RETRIES } from "../turn/model.js";
 import {
   answerText,
   configure,
+  daemonTestHooks,
   openClient,
   scriptedSettings,
   startDaemon,
@@ -19,24 +20,12 @@ import {
   type Client,
   type Daemon,
 } from "./acp-client.js";
-import { assertBuilt } from "./fixtures/built.js";
-import { startModelServer, type ModelServer, type RecordedRequest } from "./model-server.js";
+import type { ModelServer, RecordedRequest } from "./model-server.js";
 
 const EVERYTHING = `"${process.execPath}" "${ROOT}node_modules/@modelcontextprotocol/server-everything/dist/index.js" stdio`;
 
 let server: ModelServer;
-const cleanup: (() => unknown)[] = [];
-
-beforeAll(() => {
-  assertBuilt(["dist/daemon/main.js", "dist/daemon/serve.js", "dist/acp/app.js"], ["acp", "daemon", "turn", "store", "protocol"]);
-});
-beforeEach(async () => {
-  server = await startModelServer();
-  cleanup.push(() => server.close());
-});
-afterEach(async () => {
-  for (const f of cleanup.splice(0).reverse()) await f();
-});
+const cleanup = daemonTestHooks(["dist/daemon/main.js", "dist/daemon/serve.js", "dist/acp/app.js"], (s) => (server = s));
 
 function agent(extra: Record<string, unknown> = {}): string {
   const dir = tempDir();
