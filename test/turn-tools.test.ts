@@ -1,0 +1,161 @@
+// A turn with real MCP servers from npm: a round's calls at once, answers cut at 32 KiB, at most
+// eight rounds, a server killed mid-call, a subagent's narrowed tools.
+import { existsSync, mkdtempSync, readFileSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
+import { McpToolHost } from "../daemon/tools/host.js";
+import { narrowToolsList, paths, readEventsFrom, writeSettings, type AgentRef } from "../store/index.js";
+import { runTurn } from "../turn/turn.js";
+import type { ToolServer } from "../turn/tools.js";
+import type { TurnEvent } from "../turn/types.js";
+import { ROOT } from "./fixtures/built.js";
+import { startModelServer, type ModelServer, type RecordedRequest } from "./model-server.js";
+
+const EVERYTHING = join(ROOT, "node_modules/@modelcontextprotocol/server-everything/dist/index.js");
+const MEMORY = join(ROOT, "node_modules/@modelcontextprotocol/server-memory/dist/index.js");
+
+let server: ModelServer;
+let host: McpToolHost;
+const dirs: string[] = [];
+
+beforeAll(async () => {
+  server = await startModelServer();
+});
+afterEach(async () => {
+  await host?.close();
+});
+afterAll(async () => {
+  await server.close();
+  for (const d of dirs) rmSync(d, { recursive: true, force: true });
+});
+
+function agent(): AgentRef {
+  const dir = mkdtempSync(join(tmpdir(), "lh-turn-tools-"));
+  dirs.push(dir);
+  writeSettings({ dir }, { model: { provider: "test", name: "scripted", base_url: server.url } });
+  return { dir };
+}
+
+/** everything over stdio, its pid written where a test can kill it. */
+function everything(pidFile: string): ToolServer {
+  return { name: "everything", source: { type: "stdio", command: "sh", args: ["-c", `echo $$ > "${pidFile}"; exec "${process.execPath}" "${EVERYTHING}" stdio`] } };
+}
+
+function memory(dir: string): ToolServer {
+  return { name: "memory", source: { type: "stdio", command: process.execPath, args: [MEMORY], env: { MEMORY_FILE_PATH: join(dir, "graph.jsonl") } } };
+}
+
+const messages = (r: RecordedRequest) => (r.body as { messages: { role: string; content?: unknown; tool_call_id?: string }[] }).messages;
+const toolNames = (r: RecordedRequest) => ((r.body as { tools?: { function: { name: string } }[] }).tools ?? []).map((t) => t.function.name);
+
+async function turn(a: AgentRef, text: string, tools: ToolServer[], thread = "t") {
+  const seen: { at: number; e: TurnEvent }[] = [];
+  const outcome = await runTurn({ agent: a, thread, message: { text }, tools: host, toolServers: tools }, (e) => seen.push({ at: Date.now(), e }));
+  return { outcome, seen };
+}
+
+describe("a turn with tools", () => {
+  it("runs two calls of one round at once, gets both answers, and answers the user", async () => {
+    host = new McpToolHost();
+    const a = agent();
+    const tools = [everything(join(a.dir, "pid")), memory(a.dir)];
+    const long = { duration: 2, steps: 2 };
+    server.script(
+      { tool_calls: [{ id: "c1", name: "everything__trigger-long-running-operation", arguments: long }, { id: "c2", name: "everything__trigger-long-running-operation", arguments: long }] },
+      (r) => ({ text: `both done: ${messages(r).filter((m) => m.role === "tool").length}` }),
+    );
+    const { outcome, seen } = await turn(a, "run two long things", tools);
+    expect(outcome.stop).toBe("end_turn");
+    const calls = seen.filter((s) => s.e.type === "tool_call");
+    const results = seen.filter((s) => s.e.type === "tool_result");
+    expect(results.map((s) => (s.e as { status: string }).status)).toEqual(["completed", "completed"]);
+    // Both ran at once: together they took about one call's 2 s, not two calls' 4 s.
+    const took = results.at(-1)!.at - calls[0]!.at;
+    expect(took).toBeGreaterThanOrEqual(1_900);
+    expect(took).toBeLessThan(3_900);
+    const answer = readEventsFrom(paths(a).conversation("t"), 1).at(-1)!.event;
+    expect(answer).toMatchObject({ role: "assistant", text: "both done: 2" });
+    // Both tools are offered, in the same order every turn.
+    expect(toolNames(server.requests.at(-1)!).filter((n) => n.startsWith("memory__")).length).toBeGreaterThan(0);
+  });
+
+  it("keeps an answer up to 32 KiB, saying where it was cut", async () => {
+    host = new McpToolHost();
+    const a = agent();
+    server.script({ tool_calls: [{ id: "big", name: "everything__echo", arguments: { message: "x".repeat(40_000) } }] }, { text: "ok" });
+    await turn(a, "echo a lot", [everything(join(a.dir, "pid"))]);
+    const result = readEventsFrom(paths(a).conversation("t"), 1).find((e) => e.event.kind === "tool_result")!.event;
+    expect(result).toMatchObject({ kind: "tool_result", truncated: true, error: false });
+    const text = (result as { text: string }).text;
+    expect(Buffer.byteLength(text)).toBeLessThanOrEqual(32 * 1024);
+    expect(text).toMatch(/\[cut: the answer was \d+ bytes; only the first 32 KiB are kept\]$/);
+  });
+
+  it("gives a model that calls tools forever eight rounds, then one answer with no calls", async () => {
+    host = new McpToolHost();
+    const a = agent();
+    const before = server.requests.length;
+    server.fallback = (r) =>
+      (r.body as { tool_choice?: string }).tool_choice === "none"
+        ? { text: "stopping here" }
+        : { tool_calls: [{ name: "everything__echo", arguments: { message: "again" } }] };
+    const { outcome } = await turn(a, "loop", [everything(join(a.dir, "pid"))]);
+    const asked = server.requests.slice(before).filter((r) => r.path.endsWith("/chat/completions"));
+    expect(asked).toHaveLength(9);
+    expect(asked.slice(0, 8).every((r) => (r.body as { tool_choice?: string }).tool_choice === undefined)).toBe(true);
+    expect((asked[8]!.body as { tool_choice?: string }).tool_choice).toBe("none");
+    expect(outcome.stop).toBe("end_turn");
+    const events = readEventsFrom(paths(a).conversation("t"), 1).map((e) => e.event);
+    expect(events.filter((e) => e.kind === "tool_result")).toHaveLength(8);
+    expect(events.at(-1)).toMatchObject({ role: "assistant", text: "stopping here" });
+    expect(events.at(-1)).not.toHaveProperty("tool_calls");
+    server.fallback = () => ({ text: "fine" });
+  });
+
+  it("answers a call whose server is killed mid-call as failed, and the next turn still works", async () => {
+    host = new McpToolHost();
+    const a = agent();
+    const pidFile = join(a.dir, "pid");
+    const tools = [everything(pidFile)];
+    server.script(
+      () => {
+        // The call is made once this answer is read; kill the server as soon as its session is up.
+        const kill = setInterval(() => {
+          if (!existsSync(pidFile)) return;
+          const pid = Number(readFileSync(pidFile, "utf8"));
+          if (!pid) return;
+          clearInterval(kill);
+          setTimeout(() => process.kill(pid, "SIGKILL"), 300);
+        }, 20);
+        return { tool_calls: [{ id: "slow", name: "everything__trigger-long-running-operation", arguments: { duration: 30, steps: 30 } }] };
+      },
+      { text: "it failed" },
+    );
+    const first = await turn(a, "start a long thing", tools);
+    expect(first.outcome.stop).toBe("end_turn");
+    const failed = first.seen.find((s) => s.e.type === "tool_result")!.e as { status: string; text: string };
+    expect(failed.status).toBe("failed");
+    server.script({ tool_calls: [{ id: "e", name: "everything__echo", arguments: { message: "back" } }] }, { text: "works again" });
+    const second = await turn(a, "try echo", tools);
+    const ok = second.seen.find((s) => s.e.type === "tool_result")!.e as { status: string; text: string };
+    expect(ok).toMatchObject({ status: "completed" });
+    expect(ok.text).toContain("back");
+  });
+
+  it("keeps a subagent to its narrowed tools, and a later wider list doesn't widen them", async () => {
+    host = new McpToolHost();
+    const a = agent();
+    const conv = paths(a).conversation("sub");
+    const tools = [everything(join(a.dir, "pid")), memory(a.dir)];
+    narrowToolsList(conv, ["memory"]);
+    narrowToolsList(conv, ["memory", "everything"]);
+    server.script({ tool_calls: [{ id: "x", name: "everything__echo", arguments: { message: "hi" } }] }, { text: "no echo" });
+    const { seen } = await turn(a, "echo hi", tools, "sub");
+    const offered = toolNames(server.requests.at(-1)!);
+    expect(offered.length).toBeGreaterThan(0);
+    expect(offered.every((n) => n.startsWith("memory__"))).toBe(true);
+    const refused = seen.find((s) => s.e.type === "tool_result")!.e as { status: string; text: string };
+    expect(refused).toEqual(expect.objectContaining({ status: "failed", text: "there is no tool everything__echo" }));
+  });
+});
