@@ -37,9 +37,13 @@ function agent(): AgentRef {
   return { dir };
 }
 
-/** everything over stdio, its pid written where a test can kill it. */
+/** everything over stdio, each process's pid added to a file where a test can kill it. */
 function everything(pidFile: string): ToolServer {
-  return { name: "everything", source: { type: "stdio", command: "sh", args: ["-c", `echo $$ > "${pidFile}"; exec "${process.execPath}" "${EVERYTHING}" stdio`] } };
+  return { name: "everything", source: { type: "stdio", command: "sh", args: ["-c", `echo $$ >> "${pidFile}"; exec "${process.execPath}" "${EVERYTHING}" stdio`] } };
+}
+
+function pids(pidFile: string): number[] {
+  return existsSync(pidFile) ? readFileSync(pidFile, "utf8").split("\n").filter(Boolean).map(Number) : [];
 }
 
 function memory(dir: string): ToolServer {
@@ -120,15 +124,16 @@ describe("a turn with tools", () => {
     const tools = [everything(pidFile)];
     server.script(
       () => {
-        // The call is made once this answer is read; kill the server as soon as its session is up.
+        // The tools were listed by a first process; the call starts the turn's own session, a
+        // second one: kill it once it is up (a kill that lands before the call fails it too).
+        const listed = pids(pidFile).length;
         const kill = setInterval(() => {
-          if (!existsSync(pidFile)) return;
-          const pid = Number(readFileSync(pidFile, "utf8"));
-          if (!pid) return;
+          const pid = pids(pidFile)[listed];
+          if (pid === undefined) return;
           clearInterval(kill);
           setTimeout(() => process.kill(pid, "SIGKILL"), 300);
         }, 20);
-        return { tool_calls: [{ id: "slow", name: "everything__trigger-long-running-operation", arguments: { duration: 30, steps: 30 } }] };
+        return { tool_calls: [{ id: "slow", name: "everything__trigger-long-running-operation", arguments: { duration: 10, steps: 10 } }] };
       },
       { text: "it failed" },
     );
