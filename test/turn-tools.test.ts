@@ -60,13 +60,15 @@ async function turn(a: AgentRef, text: string, tools: ToolServer[], thread = "t"
 }
 
 describe("a turn with tools", () => {
-  it("runs two calls of one round at once, gets both answers, and answers the user", async () => {
+  it("runs two tools' calls of one round at once, gets both answers, and answers the user", async () => {
     host = new McpToolHost();
     const a = agent();
-    const tools = [everything(join(a.dir, "pid")), memory(a.dir)];
+    // Two tools, two MCP servers: everything, and a second copy of it under another name.
+    const second: ToolServer = { name: "second", source: { type: "stdio", command: process.execPath, args: [EVERYTHING, "stdio"] } };
+    const tools = [everything(join(a.dir, "pid")), second, memory(a.dir)];
     const long = { duration: 2, steps: 2 };
     server.script(
-      { tool_calls: [{ id: "c1", name: "everything__trigger-long-running-operation", arguments: long }, { id: "c2", name: "everything__trigger-long-running-operation", arguments: long }] },
+      { tool_calls: [{ id: "c1", name: "everything__trigger-long-running-operation", arguments: long }, { id: "c2", name: "second__trigger-long-running-operation", arguments: long }] },
       (r) => ({ text: `both done: ${messages(r).filter((m) => m.role === "tool").length}` }),
     );
     const { outcome, seen } = await turn(a, "run two long things", tools);
