@@ -3,6 +3,7 @@
 // Everything else, the initialize line included, goes on to the SDK once it is loaded; the SDK's own
 // answer to that initialize (the same, from the same function) is then left out.
 import { initializeResult } from "../acp/initialize.js";
+import { concat } from "./lines.js";
 
 const NEWLINE = 0x0a;
 /** An initialize request is small: a first line longer than this isn't answered ahead. */
@@ -33,13 +34,6 @@ export function initializeId(line: string): Id | undefined {
   const version = (params as { protocolVersion?: unknown }).protocolVersion;
   if (typeof version !== "number" || !Number.isInteger(version) || version < 0 || version > 65535) return undefined;
   return id;
-}
-
-function concat(a: Uint8Array, b: Uint8Array): Uint8Array {
-  const out = new Uint8Array(a.length + b.length);
-  out.set(a);
-  out.set(b, a.length);
-  return out;
 }
 
 /**
@@ -77,7 +71,7 @@ export function front(input: ReadableStream<Uint8Array>, output: WritableStream<
       const { value, done } = await reader.read();
       if (done) return true;
       ahead.push(value);
-      line = concat(line, value);
+      line = concat([line, value]);
       const nl = line.indexOf(NEWLINE);
       if (nl < 0 && line.length <= FIRST_LINE_MAX) continue;
       if (nl >= 0) {
@@ -130,7 +124,7 @@ export function front(input: ReadableStream<Uint8Array>, output: WritableStream<
       }
       if (skip === undefined) return writer.write(chunk);
       // Until the SDK's answer to the initialize answered ahead has gone by, look at whole lines.
-      outgoing = concat(outgoing, chunk);
+      outgoing = concat([outgoing, chunk]);
       let pass: Uint8Array = new Uint8Array(0);
       for (let nl = outgoing.indexOf(NEWLINE); nl >= 0 && skip !== undefined; nl = outgoing.indexOf(NEWLINE)) {
         const line = outgoing.subarray(0, nl + 1);
@@ -138,10 +132,10 @@ export function front(input: ReadableStream<Uint8Array>, output: WritableStream<
         if (isAnswerTo(decoder.decode(line), skip)) {
           skip = undefined;
           initialized();
-        } else pass = concat(pass, line);
+        } else pass = concat([pass, line]);
       }
       if (skip === undefined) {
-        pass = concat(pass, outgoing);
+        pass = concat([pass, outgoing]);
         outgoing = new Uint8Array(0);
       }
       if (pass.length) await writer.write(pass);

@@ -7,7 +7,8 @@ import { OVERSIZED_METHOD } from "../acp/initialize.js";
 const HEAD = 4096;
 const NEWLINE = 0x0a;
 
-function concat(parts: readonly Uint8Array[], length: number): Uint8Array {
+/** The parts joined into one array of `length` bytes. */
+export function concat(parts: readonly Uint8Array[], length = parts.reduce((n, p) => n + p.length, 0)): Uint8Array {
   const out = new Uint8Array(length);
   let at = 0;
   for (const p of parts) {
