@@ -13,10 +13,10 @@ import {
   paths,
   readEvent,
   readEventsFrom,
-  readMark,
   type AgentRef,
   type ConversationPaths,
 } from "../store/index.js";
+import { conversationModel } from "../turn/history.js";
 import type { Logger } from "./deps.js";
 import { ParamsError, type NewSessionLink } from "./meta.js";
 
@@ -124,20 +124,9 @@ export class Sessions {
     return readEventsFrom(this.conversation(thread), 1);
   }
 
-  /**
-   * The conversation's model: its last /model:set, if any. Read from the newest event back to the
-   * window's mark, which says what was chosen before it when it still belongs to these events.
-   */
+  /** The conversation's model: its last /model:set, if any (the turn's own rule). */
   model(thread: string): string | undefined {
-    const conv = this.conversation(thread);
-    const mark = readMark(conv);
-    const holds = mark !== undefined && readEvent(conv, mark.event)?.time === mark.time;
-    const from = holds ? mark.event : 1;
-    for (let n = lastEventNumber(conv); n >= from; n--) {
-      const e = readEvent(conv, n);
-      if (e?.kind === EVENT_KINDS.command && e.name === "/model:set" && e.model) return e.model;
-    }
-    return holds ? mark.model : undefined;
+    return conversationModel(this.conversation(thread));
   }
 
   /** session/list: the agent's conversations, the most recently updated first, a page at a time. */

@@ -1,9 +1,29 @@
 // Reading a conversation for a turn: from the window's mark (or the copy's last answer, if earlier)
 // on, never every message, unless the mark is missing or stale.
 import type { Event, Numbered } from "../protocol/index.js";
-import { readEvent, readEventsFrom, readMark, writeMark, type ConversationPaths } from "../store/index.js";
+import { lastEventNumber, readEvent, readEventsFrom, readMark, writeMark, type ConversationPaths } from "../store/index.js";
 import { transcriptEnd } from "./transcript.js";
 import { countEvent, countFromMark, emptyCount, markHolds, markOf, windowEvents, type WindowCount } from "./window.js";
+
+/** The model an event chose, if it is a /model:set naming one. */
+export function chosenModel(event: Event): string | undefined {
+  return event.kind === "command" && event.name === "/model:set" ? event.model || undefined : undefined;
+}
+
+/**
+ * The conversation's model without loading it for a turn: its last /model:set, read from the newest
+ * event back to the window's mark, else the model the mark carries from before it.
+ */
+export function conversationModel(conv: ConversationPaths): string | undefined {
+  const mark = readMark(conv);
+  const holds = markHolds(mark, mark?.budget ?? 0, mark ? readEvent(conv, mark.event) : undefined);
+  for (let n = lastEventNumber(conv); n >= (holds ? mark.event : 1); n--) {
+    const e = readEvent(conv, n);
+    const model = e && chosenModel(e);
+    if (model !== undefined) return model;
+  }
+  return holds ? mark.model : undefined;
+}
 
 export class History {
   private constructor(
@@ -30,10 +50,10 @@ export class History {
       const end = transcriptEnd(conv);
       events = readEventsFrom(conv, end !== undefined && end > 0 ? Math.min(mark.event, end) : mark.event);
       model = mark.model;
-      for (const e of events) if (e.n >= mark.event && e.event.kind === "command" && e.event.name === "/model:set") model = e.event.model;
+      for (const e of events) if (e.n >= mark.event) model = chosenModel(e.event) ?? model;
     } else {
       events = readEventsFrom(conv, 1);
-      for (const e of events) if (e.event.kind === "command" && e.event.name === "/model:set") model = e.event.model;
+      for (const e of events) model = chosenModel(e.event) ?? model;
     }
     const budget = await budgetFor(model);
     const holds = belongs && mark.budget === budget;
@@ -47,7 +67,7 @@ export class History {
   add(e: Numbered, countFrom = 0): void {
     this.events.push(e);
     if (e.n < countFrom) return;
-    if (e.event.kind === "command" && e.event.name === "/model:set") this.model = e.event.model;
+    this.model = chosenModel(e.event) ?? this.model;
     countEvent(this.count, e.n, e.event, this.budget);
   }
 
