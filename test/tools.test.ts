@@ -2,7 +2,7 @@
 // HTTP, and the project's own memory stand-in. Spec: decisions.txt, "How does Link Harness get tools?" on.
 import { spawn } from "node:child_process";
 import { existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
-import { createServer } from "node:net";
+import { freePort } from "./fixtures/port.js";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { fileURLToPath } from "node:url";
@@ -544,14 +544,3 @@ async function startHttp(): Promise<HttpServer> {
   return { url: `http://127.0.0.1:${port}/mcp`, stdout: () => out, stop };
 }
 
-function freePort(): Promise<number> {
-  return new Promise((resolve, reject) => {
-    const s = createServer();
-    s.once("error", reject);
-    s.listen(0, "127.0.0.1", () => {
-      const address = s.address();
-      const port = typeof address === "object" && address !== null ? address.port : 0;
-      s.close(() => resolve(port));
-    });
-  });
-}

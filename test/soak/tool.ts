@@ -2,7 +2,7 @@
 // it starts its own process, which a kill leaves behind), or one process over Streamable HTTP that
 // outlives every daemon (faster turns, so more of them per kill); or each daemon one of the two.
 import { spawn } from "node:child_process";
-import { createServer } from "node:net";
+import { freePort } from "../fixtures/port.js";
 import { EVERYTHING } from "./daemon.js";
 
 export const TOOL_KINDS = ["stdio", "http", "both"] as const;
@@ -16,17 +16,6 @@ export interface Tool {
   kill(): void;
 }
 
-function freePort(): Promise<number> {
-  return new Promise((resolve, reject) => {
-    const s = createServer();
-    s.once("error", reject);
-    s.listen(0, "127.0.0.1", () => {
-      const address = s.address();
-      const port = typeof address === "object" && address !== null ? address.port : 0;
-      s.close(() => resolve(port));
-    });
-  });
-}
 
 const STDIO = `"${process.execPath}" "${EVERYTHING}" stdio`;
 
