@@ -146,12 +146,14 @@ export function ensureConversation(conv: ConversationPaths): void {
 /**
  * Appends an event: writes it whole to a temp file and flushes it (off the event loop), then links
  * it to the next free number. EEXIST means the number is taken by another writer: try the next.
- * Returns the number. Once it resolves, the event is on disk.
+ * Returns the number. Once it resolves, the event is on disk. `ensured`: the caller has checked the
+ * conversation's folder (it exists, and is no symbolic link), as taking its lock does.
  */
-export async function appendEvent(conv: ConversationPaths, event: Event): Promise<number> {
+export async function appendEvent(conv: ConversationPaths, event: Event, opts: { ensured?: boolean } = {}): Promise<number> {
   const checked = Event.safeParse(event);
   if (!checked.success) throw new StoreError(`refused to write an invalid event: ${describeIssues(checked.error)}`, conv.dir);
-  ensureConversation(conv);
+  // A turn holding the conversation's lock made sure of its folder when it took the lock.
+  if (!opts.ensured) ensureConversation(conv);
   const tmp = await writeTempAsync(conv.dir, `${JSON.stringify(checked.data)}\n`);
   try {
     let n = lastEventNumber(conv) + 1;

@@ -1,6 +1,5 @@
 // Reading and writing files of the agent's folder: never through a link, always whole.
-import { closeSync, constants, fsyncSync, lstatSync, mkdirSync, openSync, readFileSync, renameSync, unlinkSync, writeSync } from "node:fs";
-import { open } from "node:fs/promises";
+import { closeSync, constants, fdatasync, fsyncSync, lstatSync, mkdirSync, openSync, readFileSync, renameSync, unlinkSync, writeSync } from "node:fs";
 import { dirname, join, relative, sep } from "node:path";
 import { StoreError } from "../protocol/index.js";
 import { isErrno } from "./errno.js";
@@ -69,18 +68,23 @@ export function writeTemp(dir: string, text: string, mode = 0o644, flush = true)
 }
 
 /**
- * The same, off the event loop: flushing to disk takes from half a millisecond to several when the
- * disk is busy, and a daemon streaming many conversations must not stop for it.
+ * The same, with the flush off the event loop: it takes from half a millisecond to several when the
+ * disk is busy, and a daemon streaming many conversations must not stop for it. Opening and writing
+ * a small file are quick and done at once; only the flush waits in the thread pool. It flushes the
+ * data and what reading it back needs (fdatasync: the file's size), not its times.
  */
 export async function writeTempAsync(dir: string, text: string, mode = 0o644): Promise<string> {
   const tmp = tempName(dir);
-  const file = await open(tmp, CREATE, mode);
+  const fd = openSync(tmp, CREATE, mode);
   try {
-    await file.writeFile(text);
-    await file.sync();
-  } finally {
-    await file.close();
+    writeSync(fd, text);
+    await new Promise<void>((resolve, reject) => fdatasync(fd, (err) => (err ? reject(err) : resolve())));
+  } catch (e) {
+    closeSync(fd);
+    unlinkQuiet(tmp);
+    throw e;
   }
+  closeSync(fd);
   return tmp;
 }
 

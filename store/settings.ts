@@ -57,17 +57,38 @@ export function parseSettings(text: string): SettingsT {
   return parsed.data;
 }
 
-/** The agent's settings, or undefined when it has none yet. */
+function deepFreeze<T>(value: T): T {
+  if (value !== null && typeof value === "object" && !Object.isFrozen(value)) {
+    for (const v of Object.values(value)) deepFreeze(v);
+    Object.freeze(value);
+  }
+  return value;
+}
+
+/** The last settings parsed, per file: the same text gives the same (frozen) settings without parsing again. */
+const parsedSettings = new Map<string, { text: string; settings: SettingsT }>();
+
+/** Forgets the settings parsed (for measuring a fresh process). */
+export function forgetSettings(): void {
+  parsedSettings.clear();
+}
+
+/** The agent's settings, or undefined when it has none yet. Read whole at each call. */
 export function readSettings(agent: AgentRef): SettingsT | undefined {
   const p = paths(agent);
   checkNoLinks(p.dir, p.config);
   const text = readText(p.config);
   if (text === undefined) return undefined;
+  const known = parsedSettings.get(p.config);
+  if (known?.text === text) return known.settings;
+  let settings: SettingsT;
   try {
-    return parseSettings(text);
+    settings = deepFreeze(parseSettings(text));
   } catch (e) {
     throw new StoreError(`${p.config}: ${(e as Error).message}`, p.config);
   }
+  parsedSettings.set(p.config, { text, settings });
+  return settings;
 }
 
 /** Writes config.json whole (mode 0600: it may hold the key). */

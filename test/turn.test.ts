@@ -1,11 +1,12 @@
 // The turn against the scripted model server: the prompt's bytes, the window, thinking, failures.
-import { mkdtempSync, rmSync, writeFileSync, mkdirSync, readdirSync, readFileSync } from "node:fs";
+import { cpSync, mkdtempSync, rmSync, writeFileSync, mkdirSync, readdirSync, readFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
 import { Event, type Settings } from "../protocol/index.js";
-import { appendEvent, eventName, forgetEvents, paths, readEventsFrom, readStats, writeSettings, type AgentRef } from "../store/index.js";
-import { runTurn } from "../turn/turn.js";
+import { appendEvent, eventName, paths, readEventsFrom, readMark, readStats, writeSettings, type AgentRef } from "../store/index.js";
+import { History } from "../turn/history.js";
+import { forgetProcessState, runTurn } from "../turn/turn.js";
 import type { TurnEvent } from "../turn/types.js";
 import { assertBuilt, ROOT } from "./fixtures/built.js";
 import { Child } from "./fixtures/child.js";
@@ -94,6 +95,87 @@ describe("the prompt stays byte-stable", () => {
   });
 });
 
+describe("what a process keeps between turns", () => {
+  it("sends what a fresh process would, while other writers add turns and models between its own", async () => {
+    assertBuilt(["dist/test/fixtures/turn-worker.js", "dist/turn/turn.js"], ["turn", "store", "protocol", "test/fixtures/turn-worker.ts"]);
+    // A small window for long turns, so the conversation crosses a drop point every few turns: the
+    // count this process keeps must find the same starts as one made from disk.
+    const settings = { window: { max: 2_000, answer: 200, margin: 100 } };
+    const warm = agentWith(settings);
+    const conv = paths(warm).conversation("kept");
+    server.fallback = (req) => ({ text: `answer ${chats(req).length} ${"lorem ipsum ".repeat(20)}` });
+    const time = new Date().toISOString();
+    let compared = 0;
+    let drops = 0;
+    for (let i = 0; i < 30; i++) {
+      // Now and then another process takes a turn (its events, no new mark), or sets the model.
+      if (i % 5 === 2) {
+        await appendEvent(conv, { v: 1, kind: "message", role: "user", time, text: `elsewhere ${i}`, header: `[elsewhere ${i}]` });
+        await appendEvent(conv, { v: 1, kind: "message", role: "assistant", time, text: `answered elsewhere ${i}`, model: "m", provider: "p", latency_ms: 1, stop: "end_turn" });
+      }
+      if (i % 7 === 3) await appendEvent(conv, { v: 1, kind: "command", name: "/model:set", model: `scripted-${i}`, time });
+      const message = { text: `question ${i} ${"dolor sit amet ".repeat(20)}`, time: new Date() };
+      // Every third turn is also taken by a new process, on a copy of the folder as it was before the
+      // turn: both must send the same request.
+      const copy = i % 3 === 1 ? agentWith(settings) : undefined;
+      if (copy) cpSync(join(warm.dir, "chats"), join(copy.dir, "chats"), { recursive: true });
+      await runTurn({ agent: warm, thread: "kept", message }, () => undefined);
+      const sent = server.requests.at(-1)!;
+      // Where the window starts is a function of the events and the budget alone: counting every
+      // event from the first, with no mark, finds the start this process's kept count found.
+      const mark = readMark(conv)!;
+      const recount = agentWith(settings);
+      cpSync(conv.dir, paths(recount).conversation("kept").dir, { recursive: true });
+      rmSync(paths(recount).conversation("kept").window);
+      const counted = await History.load(paths(recount).conversation("kept"), () => Promise.resolve(mark.budget));
+      expect({ start: counted.count.start, before: counted.count.tokensBefore }, `turn ${i}`).toEqual({ start: mark.event, before: mark.tokens_before });
+      if (mark.event > 1) drops++;
+      if (!copy) continue;
+      const worker = new Child(process.execPath, [join(ROOT, "dist/test/fixtures/turn-worker.js"), copy.dir, "kept", message.text, message.time.toISOString()]);
+      expect(await worker.line((l) => l.includes('"outcome"'))).toContain('"end_turn"');
+      await worker.exit();
+      const again = server.requests.at(-1)!;
+      expect(again).not.toBe(sent);
+      expect(again.body.model).toBe(sent.body.model);
+      // The system prompt names each agent's own folder; all after it is the same.
+      expect(JSON.stringify(chats(again).slice(1))).toBe(JSON.stringify(chats(sent).slice(1)));
+      compared++;
+    }
+    expect(compared).toBe(10);
+    // The window dropped its oldest turns on the way.
+    expect(drops).toBeGreaterThan(5);
+    // Every event once, in order, none lost to the cache.
+    const events = readEventsFrom(conv, 1);
+    expect(events.map((e) => e.n)).toEqual(events.map((_, i) => i + 1));
+  }, 60_000);
+});
+
+describe("a question written while the model is asked", () => {
+  it("keeps its place when a writer that takes no lock (setting the model) takes its number first", async () => {
+    const agent = agentWith();
+    const conv = paths(agent).conversation("overtaken");
+    server.fallback = () => ({ text: "first answer" });
+    await turn(agent, "overtaken", "first");
+    const budget = readMark(conv)!.budget;
+    const history = await History.load(conv, () => Promise.resolve(budget));
+    const time = new Date().toISOString();
+    const question = { v: 1, kind: "message", role: "user", time, text: "second", header: "[h]" } as const;
+    const expected = history.ahead(question);
+    // The model is set meanwhile, and takes the number the question was to have.
+    expect(await appendEvent(conv, { v: 1, kind: "command", name: "/model:set", model: "scripted-2", time })).toBe(expected);
+    const actual = await appendEvent(conv, question);
+    expect(actual).toBe(expected + 1);
+    history.settle(expected, actual);
+    // As a load from disk finds them: each event at its number, the model set, the same count.
+    forgetProcessState();
+    const fresh = await History.load(conv, () => Promise.resolve(budget));
+    expect(history.events.map((e) => e.n)).toEqual(fresh.events.map((e) => e.n));
+    expect(history.events.at(-1)?.event).toEqual(question);
+    expect(history.model).toBe("scripted-2");
+    expect(history.count).toEqual(fresh.count);
+  });
+});
+
 describe("the window", () => {
   function fill(agent: AgentRef, thread: string, count: number): void {
     // Written directly, as an earlier process would have: one event a file.
@@ -117,7 +199,7 @@ describe("the window", () => {
       fill(agent, "long", size);
       server.fallback = () => ({ text: "fine" });
       await turn(agent, "long", "first"); // no mark yet: reads every message once, and marks
-      forgetEvents(); // as a fresh process would
+      forgetProcessState(); // as a fresh process would
       readStats.files = 0;
       await turn(agent, "long", "second");
       reads.push(readStats.files);
@@ -244,7 +326,7 @@ describe("a turn killed mid-answer", () => {
     // Every event file parses whole; the question is on disk.
     const names = readdirSync(conv.dir).filter((f) => /^\d{12}\.json$/.test(f));
     for (const name of names) Event.parse(JSON.parse(readFileSync(join(conv.dir, name), "utf8")));
-    forgetEvents();
+    forgetProcessState();
     const before = readEventsFrom(conv, 1);
     expect(before[0]?.event).toMatchObject({ role: "user", text: "tell me a story" });
     // The lock the killed process held doesn't stop the next turn.

@@ -25,6 +25,39 @@ export function conversationModel(conv: ConversationPaths): string | undefined {
   return holds ? mark.model : undefined;
 }
 
+/** Where counting began, with the count and the model there: enough to count again from it. */
+interface Begin {
+  countFrom: number;
+  count: WindowCount;
+  model: string | undefined;
+}
+
+function copyCount(count: WindowCount): WindowCount {
+  return { ...count, points: count.points.slice() };
+}
+
+/**
+ * What a conversation's last turn in this process left: the same as loading it again from the mark
+ * that turn wrote, so the next turn goes on from it when window.json still says the same. A derived
+ * cache: another process's events are read on from its last, and any other change of the mark or
+ * budget loads the conversation again from disk.
+ */
+interface Kept {
+  mark: string;
+  budget: number;
+  model: string | undefined;
+  events: Numbered[];
+  count: WindowCount;
+  begin: Begin;
+}
+const kept = new Map<string, Kept>();
+const KEPT_CONVERSATIONS = 256;
+
+/** Forgets what turns of this process left (for measuring a fresh process). */
+export function forgetHistories(): void {
+  kept.clear();
+}
+
 export class History {
   private constructor(
     readonly conv: ConversationPaths,
@@ -35,6 +68,7 @@ export class History {
     /** The conversation's own model (its last /model:set), if it chose one. */
     public model: string | undefined,
     private readonly markBefore: string,
+    private readonly begin: Begin,
   ) {}
 
   /**
@@ -43,6 +77,19 @@ export class History {
    */
   static async load(conv: ConversationPaths, budgetFor: (model: string | undefined) => Promise<number>): Promise<History> {
     const mark = readMark(conv);
+    const markText = mark ? JSON.stringify(mark) : "";
+    const left = kept.get(conv.dir);
+    if (left && left.mark === markText) {
+      const more = readEventsFrom(conv, (left.events.at(-1)?.n ?? 0) + 1);
+      let model = left.model;
+      for (const e of more) model = chosenModel(e.event) ?? model;
+      const budget = await budgetFor(model);
+      if (budget === left.budget) {
+        const history = new History(conv, budget, left.events.slice(), copyCount(left.count), left.model, markText, left.begin);
+        for (const e of more) history.add(e, left.begin.countFrom);
+        return history;
+      }
+    }
     const belongs = markHolds(mark, mark?.budget ?? 0, mark ? readEvent(conv, mark.event) : undefined);
     let events: Numbered[];
     let model: string | undefined;
@@ -58,8 +105,10 @@ export class History {
     const budget = await budgetFor(model);
     const holds = belongs && mark.budget === budget;
     if (belongs && !holds) events = readEventsFrom(conv, 1);
-    const history = new History(conv, budget, [], holds ? countFromMark(mark) : emptyCount(), holds ? mark.model : undefined, holds ? JSON.stringify(mark) : "");
-    for (const e of events) history.add(e, holds ? mark.event : 1);
+    const count = holds ? countFromMark(mark) : emptyCount();
+    const begin: Begin = { countFrom: holds ? mark.event : 1, count: copyCount(count), model: holds ? mark.model : undefined };
+    const history = new History(conv, budget, [], count, begin.model, markText && holds ? markText : "", begin);
+    for (const e of events) history.add(e, begin.countFrom);
     return history;
   }
 
@@ -75,16 +124,70 @@ export class History {
     this.add({ n, event });
   }
 
+  /**
+   * Adds an event about to be written, at the number it will take while the turn holds the
+   * conversation's lock: the next one. Its write is then settled with `settle`.
+   */
+  ahead(event: Event): number {
+    const n = Math.max(lastEventNumber(this.conv), this.events.at(-1)?.n ?? 0) + 1;
+    this.push(n, event);
+    return n;
+  }
+
+  /**
+   * The event added ahead at `expected` was written at `actual`: another writer (one that doesn't take
+   * the lock, as setting the model doesn't) took the numbers between. They are read and counted in.
+   */
+  settle(expected: number, actual: number): void {
+    if (expected === actual) return;
+    const at = this.events.findIndex((e) => e.n === expected);
+    const moved = at < 0 ? undefined : this.events.splice(at, 1)[0]?.event;
+    if (!moved) throw new Error(`no event was added ahead at ${expected}`);
+    const between: Numbered[] = [];
+    for (let n = expected; n < actual; n++) {
+      const event = readEvent(this.conv, n);
+      if (event) between.push({ n, event });
+    }
+    const events = [...this.events.slice(0, at), ...between, { n: actual, event: moved }, ...this.events.slice(at)];
+    this.events.length = 0;
+    Object.assign(this.count, copyCount(this.begin.count));
+    this.model = this.begin.model;
+    for (const e of events) this.add(e, this.begin.countFrom);
+  }
+
   /** The window's events, as the model sees them. */
   window(): Numbered[] {
     return windowEvents(this.events, this.count);
   }
 
-  /** Writes window.json when the count moved its start (or the file was missing or stale). */
-  saveMark(): void {
+  /**
+   * Writes window.json when the count moved its start (or the file was missing or stale), and keeps
+   * what a load from it would find, for this process's next turn of the conversation. `copyEnd` is the
+   * last answer the copy (transcript.md) holds now: a load reads from it, or the mark, whichever is first.
+   */
+  saveMark(copyEnd?: number): void {
     const mark = markOf(this.count, this.budget);
-    if (!mark) return;
+    if (!mark) {
+      kept.delete(this.conv.dir);
+      return;
+    }
     if (this.model !== undefined) mark.model = this.model;
-    if (JSON.stringify(mark) !== this.markBefore) writeMark(this.conv, mark);
+    const text = JSON.stringify(mark);
+    if (text !== this.markBefore) writeMark(this.conv, mark);
+    const from = Math.min(mark.event, copyEnd !== undefined && copyEnd > 0 ? copyEnd : mark.event);
+    const first = this.events.findIndex((e) => e.n >= from);
+    kept.delete(this.conv.dir);
+    kept.set(this.conv.dir, {
+      mark: text,
+      budget: this.budget,
+      model: this.model,
+      events: first <= 0 ? this.events.slice() : this.events.slice(first),
+      count: copyCount(this.count),
+      begin: { countFrom: mark.event, count: countFromMark(mark), model: mark.model },
+    });
+    if (kept.size > KEPT_CONVERSATIONS) {
+      const oldest = kept.keys().next().value;
+      if (oldest !== undefined) kept.delete(oldest);
+    }
   }
 }

@@ -2,6 +2,7 @@
 // Unknown delta keys (reasoning_content, reasoning, reasoning_details) are appended, not overwritten.
 import { z } from "zod";
 import type { Settings, Thinking, ToolCall, Usage } from "../protocol/index.js";
+import { encodeBody } from "./body.js";
 import type { ChatMessage } from "./prompt.js";
 import type { OfferedCall } from "./tools.js";
 
@@ -54,6 +55,8 @@ export interface ModelRequest {
   callNothing?: boolean;
   signal?: AbortSignal;
   onText?: (delta: string) => void;
+  /** The conversation it is for: the bytes of the messages it shares with its previous request are reused. */
+  conversation?: string;
 }
 
 export interface ModelAnswer {
@@ -65,6 +68,8 @@ export interface ModelAnswer {
   responseId?: string;
   finishReason?: string;
   latencyMs: number;
+  /** The time from the request's bytes being handed to the client to the end of its answer (ms, not rounded). */
+  waitedMs: number;
   /** The stream was cut by the signal. */
   aborted: boolean;
 }
@@ -125,21 +130,26 @@ function toolParams(calls: readonly OfferedCall[]) {
   return calls.map((c) => ({ type: "function" as const, function: { name: c.name, description: c.description, parameters: c.parameters } }));
 }
 
+/** What the body's own keys override, left out of the settings' params so each key appears once. */
+const OWN_KEYS = new Set(["model", "messages", "stream", "stream_options", "tools", "tool_choice"]);
+
+/** The request's body, as bytes; with `conversation`, what it shares with that conversation's previous request is copied. */
+export function requestBody(req: Pick<ModelRequest, "settings" | "model" | "messages" | "calls" | "callNothing" | "conversation">): Uint8Array {
+  const params = Object.fromEntries(Object.entries(req.settings.model.params ?? {}).filter(([k]) => !OWN_KEYS.has(k)));
+  const tail: Record<string, unknown> = { stream: true, stream_options: { include_usage: true } };
+  if (req.calls.length > 0) {
+    tail.tools = toolParams(req.calls);
+    if (req.callNothing) tail.tool_choice = "none";
+  }
+  return encodeBody({ ...params, model: req.model }, req.messages, tail, req.conversation);
+}
+
 /** Asks the model once, streaming; text deltas go to onText as they arrive. */
 export async function askModel(req: ModelRequest): Promise<ModelAnswer> {
   const c = await client(req.settings);
+  const body = requestBody(req);
+  // From here on it is the model's time: the request on its way, the model thinking, its answer coming.
   const started = performance.now();
-  const body: Record<string, unknown> = {
-    ...(req.settings.model.params ?? {}),
-    model: req.model,
-    messages: req.messages,
-    stream: true,
-    stream_options: { include_usage: true },
-  };
-  if (req.calls.length > 0) {
-    body.tools = toolParams(req.calls);
-    if (req.callNothing) body.tool_choice = "none";
-  }
   let text = "";
   let reasoningContent: string | undefined;
   let reasoning: string | undefined;
@@ -150,9 +160,12 @@ export async function askModel(req: ModelRequest): Promise<ModelAnswer> {
   let responseId: string | undefined;
   let finishReason: string | undefined;
   try {
-    // The body is sent as given: fields the SDK doesn't know (reasoning_content on a message) pass through.
-    const stream = await c.chat.completions.create(body as unknown as Parameters<typeof c.chat.completions.create>[0] & { stream: true }, {
-      signal: req.signal,
+    // Sent as encoded: fields the SDK doesn't know (reasoning_content on a message) pass through.
+    const stream: AsyncIterable<unknown> = await c.post("/chat/completions", {
+      body,
+      headers: { "content-type": "application/json" },
+      stream: true,
+      signal: req.signal ?? null,
     });
     for await (const raw of stream) {
       const chunk = Chunk.safeParse(raw);
@@ -186,6 +199,7 @@ export async function askModel(req: ModelRequest): Promise<ModelAnswer> {
   } catch (e) {
     if (!req.signal?.aborted) throw await classify(e);
   }
+  const waited = performance.now() - started;
   const thinking: Thinking = {};
   if (reasoningContent !== undefined) thinking.reasoning_content = reasoningContent;
   if (reasoning !== undefined) thinking.reasoning = reasoning;
@@ -201,7 +215,8 @@ export async function askModel(req: ModelRequest): Promise<ModelAnswer> {
     ...(cost !== undefined ? { cost } : {}),
     ...(responseId ? { responseId } : {}),
     ...(finishReason ? { finishReason } : {}),
-    latencyMs: Math.round(performance.now() - started),
+    latencyMs: Math.round(waited),
+    waitedMs: waited,
     aborted: req.signal?.aborted ?? false,
   };
 }

@@ -1,6 +1,6 @@
 // The messages a turn sends: the system prompt, then the window's events as the model reads them.
 // The same events always make the same bytes, so each request starts with the previous one.
-import type { AssistantMessage, Numbered, Part } from "../protocol/index.js";
+import type { AssistantMessage, Event, Numbered, Part } from "../protocol/index.js";
 
 export type ChatMessage =
   | { role: "system"; content: string }
@@ -22,6 +22,34 @@ function userContent(header: string, text: string, parts: Part[] | undefined): C
   const head = `${header}\n${text}`;
   if (!parts?.length) return { role: "user", content: head };
   return { role: "user", content: [{ type: "text", text: head }, ...parts] };
+}
+
+/**
+ * An event's message, made once per process: events never change once written, so the same event
+ * always makes the same message object, which lets a request reuse the bytes of the one before (body.ts).
+ * Kept frozen, since it is shared.
+ */
+const madeOnce = new WeakMap<Event, ChatMessage>();
+function once(event: Event, make: () => ChatMessage): ChatMessage {
+  let m = madeOnce.get(event);
+  if (!m) {
+    m = Object.freeze(make());
+    madeOnce.set(event, m);
+  }
+  return m;
+}
+
+function assistantMessage(event: AssistantMessage): ChatMessage {
+  const msg: ChatMessage & { role: "assistant" } = { role: "assistant", content: event.text || null };
+  if (event.tool_calls?.length) {
+    msg.tool_calls = event.tool_calls.map((c) => ({ id: c.id, type: "function", function: { name: c.name, arguments: c.arguments } }));
+    // A model's thinking goes back with its calls, as the provider requires.
+    if (event.thinking?.reasoning_content !== undefined) msg.reasoning_content = event.thinking.reasoning_content;
+    if (event.thinking?.reasoning !== undefined) msg.reasoning = event.thinking.reasoning;
+    if (event.thinking?.reasoning_details !== undefined) msg.reasoning_details = event.thinking.reasoning_details;
+  }
+  if (msg.content === null && !msg.tool_calls) msg.content = "";
+  return msg;
 }
 
 function callsAsText(event: AssistantMessage, answers: Map<string, string>): string {
@@ -53,32 +81,19 @@ export function eventsToMessages(events: readonly Numbered[], opts: PromptOption
   for (const { event } of events) {
     switch (event.kind) {
       case "message":
-        if (event.role === "user") {
-          closeCalls();
-          out.push(userContent(event.header, event.text, event.parts));
-        } else if (!opts.tools && event.tool_calls?.length) {
-          closeCalls();
-          out.push({ role: "assistant", content: callsAsText(event, answers) });
-        } else {
-          closeCalls();
-          const msg: ChatMessage & { role: "assistant" } = { role: "assistant", content: event.text || null };
-          if (event.tool_calls?.length) {
-            msg.tool_calls = event.tool_calls.map((c) => ({ id: c.id, type: "function", function: { name: c.name, arguments: c.arguments } }));
-            // A model's thinking goes back with its calls, as the provider requires.
-            if (event.thinking?.reasoning_content !== undefined) msg.reasoning_content = event.thinking.reasoning_content;
-            if (event.thinking?.reasoning !== undefined) msg.reasoning = event.thinking.reasoning;
-            if (event.thinking?.reasoning_details !== undefined) msg.reasoning_details = event.thinking.reasoning_details;
-            pending = event.tool_calls.map((c) => c.id);
-          }
-          if (msg.content === null && !msg.tool_calls) msg.content = "";
-          out.push(msg);
+        closeCalls();
+        if (event.role === "user") out.push(once(event, () => userContent(event.header, event.text, event.parts)));
+        else if (!opts.tools && event.tool_calls?.length) out.push({ role: "assistant", content: callsAsText(event, answers) });
+        else {
+          out.push(once(event, () => assistantMessage(event)));
+          pending = event.tool_calls?.map((c) => c.id) ?? [];
         }
         break;
       case "tool_result":
         if (!opts.tools) break;
         if (pending.includes(event.call_id)) {
           pending = pending.filter((id) => id !== event.call_id);
-          out.push({ role: "tool", tool_call_id: event.call_id, content: event.text });
+          out.push(once(event, () => ({ role: "tool", tool_call_id: event.call_id, content: event.text })));
         }
         break;
       case "command":

@@ -42,20 +42,21 @@ function entries(events: readonly Numbered[], after: number, upTo: number): stri
 /**
  * Brings the copy up to the last answer in `events` (which hold every event after the copy's end,
  * when it has one). When the copy doesn't end with an answer the events know, it's made again from
- * every message.
+ * every message. Returns the last answer the copy holds then (0 for none, undefined if unknown).
  */
-export function updateTranscript(conv: ConversationPaths, events: readonly Numbered[]): void {
-  const last = [...events].reverse().find((e) => isAnswer(e.event));
-  if (!last) return;
+export function updateTranscript(conv: ConversationPaths, events: readonly Numbered[]): number | undefined {
+  const last = events.findLast((e) => isAnswer(e.event));
   const end = transcriptEnd(conv);
+  if (!last) return end;
   const first = events[0]?.n ?? Number.POSITIVE_INFINITY;
-  if (end === last.n) return;
+  if (end === last.n) return end;
   if (end !== undefined && end < last.n && (end === 0 ? first === 1 : end + 1 >= first)) {
     appendTranscript(conv, entries(events, end, last.n));
-    return;
+    return last.n;
   }
   // Cut short, written elsewhere or ahead of these events: made again from every message.
   const all = readEventsFrom(conv, 1);
-  const lastOfAll = [...all].reverse().find((e) => isAnswer(e.event));
+  const lastOfAll = all.findLast((e) => isAnswer(e.event));
   replaceTranscript(conv, entries(all, 0, lastOfAll?.n ?? 0));
+  return lastOfAll?.n ?? 0;
 }

@@ -1,10 +1,11 @@
 // One turn, stateless: reads what it needs through the store, asks the model, runs tools in rounds,
 // and writes every event as it happens. It reports through a callback of plain events, never ACP.
 import type { AssistantMessage, Event, Failure, Settings, StopReason, ToolCall, Usage, UserMessage } from "../protocol/index.js";
-import { appendEvent, paths, readSettings, readToolsList, withConversationLock, type ConversationPaths } from "../store/index.js";
+import { appendEvent, forgetEvents, forgetSettings, paths, readSettings, readToolsList, withConversationLock, type ConversationPaths } from "../store/index.js";
+import { forgetBodies } from "./body.js";
 import { runCalls } from "./calls.js";
 import { modelWindow, type ModelWindow } from "./facts.js";
-import { History } from "./history.js";
+import { forgetHistories, History } from "./history.js";
 import { askModel, ModelError, type ModelAnswer } from "./model.js";
 import { eventsToMessages, type ChatMessage } from "./prompt.js";
 import { composeSections, messageHeader, systemPrompt } from "./sections.js";
@@ -84,14 +85,28 @@ class Turn {
 
   /** Writes an event; a turn's events are written one after another, so they're numbered in order. */
   write(event: Event, history?: History): Promise<number> {
-    const written = this.writes.then(async () => {
-      const n = await appendEvent(this.conv, event);
-      history?.push(n, event);
+    return this.chain(event, (n) => history?.push(n, event));
+  }
+
+  /**
+   * Writes an event that is in the history already, at the number it will take: the model can be
+   * asked while it is flushed to disk. The turn still ends only once it is written.
+   */
+  writeAhead(event: Event, history: History): Promise<number> {
+    const expected = history.ahead(event);
+    return this.chain(event, (n) => history.settle(expected, n));
+  }
+
+  private chain(event: Event, written: (n: number) => void): Promise<number> {
+    const done = this.writes.then(async () => {
+      // The lock this turn holds made sure of the conversation's folder.
+      const n = await appendEvent(this.conv, event, { ensured: true });
+      written(n);
       this.listener({ type: "event", n, event });
       return n;
     });
-    this.writes = written.catch(() => undefined);
-    return written;
+    this.writes = done.catch(() => undefined);
+    return done;
   }
 
   outcome(stop: StopReason, failure?: TurnOutcome["failure"]): TurnOutcome {
@@ -146,7 +161,11 @@ class Turn {
     const model = history.model ?? settings.model.name;
     const window = mw ?? (await modelWindow(settings, model));
     const budget = history.budget;
-    await this.write(userEvent(this.input.message), history);
+    // The message is flushed while the model is asked; should writing it fail, the ask is cut short.
+    const notWritten = new AbortController();
+    const opening = this.writeAhead(userEvent(this.input.message), history);
+    opening.catch((e: unknown) => notWritten.abort(e));
+    const signal = AbortSignal.any([this.signal, notWritten.signal]);
 
     let round = 0;
     let lastText: string;
@@ -163,11 +182,13 @@ class Turn {
           messages,
           calls,
           callNothing,
-          signal: this.signal,
+          signal,
+          conversation: this.conv.dir,
           onText: (delta) => this.listener({ type: "text", delta }),
         });
       } catch (e) {
         this.modelMs += performance.now() - asked;
+        await opening;
         if (!(e instanceof ModelError)) throw e;
         const sent = { messages: messages.length, tokens: messages.reduce((s, m) => s + roughTokens(JSON.stringify(m)), 0) };
         const message =
@@ -237,9 +258,21 @@ class Turn {
 
   /** The copy and the mark: derived, brought up to date at the end of the turn. */
   private finish(history: History): void {
-    updateTranscript(this.conv, history.events);
-    history.saveMark();
+    const copyEnd = updateTranscript(this.conv, history.events);
+    history.saveMark(copyEnd);
   }
+}
+
+/**
+ * Forgets all a process keeps between turns: parsed events and settings, each conversation's count,
+ * the last request's bytes. Each is a cache of what is on disk, so this changes no answer, only how
+ * long a turn takes: as in a process that just started.
+ */
+export function forgetProcessState(): void {
+  forgetEvents();
+  forgetSettings();
+  forgetHistories();
+  forgetBodies();
 }
 
 /** Runs one turn of a conversation, holding its lock (one turn at a time per conversation). */

@@ -4,8 +4,8 @@
 // and the floor: reading and parsing the window's files once, with nothing else.
 import { readFileSync } from "node:fs";
 import type { Event } from "../../protocol/index.js";
-import { forgetEvents, isErrno, readMark, readStats, writeSettings, type AgentRef, type ConversationPaths } from "../../store/index.js";
-import { runTurn } from "../../turn/turn.js";
+import { isErrno, readMark, readStats, writeSettings, type AgentRef, type ConversationPaths } from "../../store/index.js";
+import { forgetProcessState, runTurn } from "../../turn/turn.js";
 import { countEvent, emptyCount } from "../../turn/window.js";
 import type { ModelServer } from "../model-server.js";
 import { answerText, pairTokens, prefillEvent, questionText, settingsForBudget, windowOverhead } from "./agent.js";
@@ -156,7 +156,7 @@ export async function measureOverhead(opts: OverheadOptions): Promise<OverheadRo
     all.push({ size, agent, conv, budget, made, prepareMs: performance.now() - t0, sent: [], warm: [], model: [], floor: [], fresh: [], files: [] });
   }
   // As a process that didn't make the fixtures would start.
-  forgetEvents();
+  forgetProcessState();
   for (const m of all) {
     for (let i = 0; i < WARMUPS; i++) await timedTurn(m.agent, questionText(++asked));
     const mark = readMark(m.conv);
@@ -183,7 +183,7 @@ export async function measureOverhead(opts: OverheadOptions): Promise<OverheadRo
     for (const m of all) {
       // Side by side, so that the ratio of the two holds however busy the machine is meanwhile.
       m.floor.push(readOnce(m.conv, readMark(m.conv)?.event ?? 1));
-      forgetEvents();
+      forgetProcessState();
       readStats.files = 0;
       const t = await timedTurn(m.agent, questionText(++asked));
       m.fresh.push(t.overhead);
@@ -191,7 +191,7 @@ export async function measureOverhead(opts: OverheadOptions): Promise<OverheadRo
       sent(m);
     }
   }
-  forgetEvents();
+  forgetProcessState();
   return all.map((m) => ({
     size: m.size,
     pairs: opts.pairs,

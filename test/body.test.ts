@@ -1,0 +1,93 @@
+// The request's body, built by reusing the previous request's bytes: whatever the sequence of requests
+// (windows that grow, drop, change model or tools, messages that are new objects with the same JSON),
+// each body is exactly the bytes JSON.stringify makes of the same object.
+import fc from "fast-check";
+import { describe, expect, it } from "vitest";
+import type { Event } from "../protocol/index.js";
+import { encodeBody, forgetBodies } from "../turn/body.js";
+import { eventsToMessages, type ChatMessage } from "../turn/prompt.js";
+
+const seed = process.env.FC_SEED ? { seed: Number(process.env.FC_SEED) } : {};
+const decoder = new TextDecoder();
+
+/** Text with what JSON escapes and what UTF-8 takes several bytes for. */
+const text = fc.string({ unit: fc.constantFrom("a", "é", "日", "😀", '"', "\\", "\n", "\u0000", "\u2028", " "), maxLength: 12 });
+
+const message: fc.Arbitrary<ChatMessage> = fc.oneof(
+  fc.record({ role: fc.constant("user" as const), content: text }),
+  fc.record({ role: fc.constant("assistant" as const), content: fc.option(text, { nil: null }) }),
+  fc.record({ role: fc.constant("tool" as const), tool_call_id: text, content: text }),
+);
+
+/** One request: how many of the previous request's messages it keeps, then new ones, some as copies. */
+const step = fc.record({
+  key: fc.constantFrom("a", "b", undefined),
+  model: fc.constantFrom("m1", "m2"),
+  system: fc.constantFrom("system one", "system two"),
+  keep: fc.nat({ max: 12 }),
+  drop: fc.nat({ max: 3 }),
+  added: fc.array(fc.record({ m: message, frozen: fc.boolean() }), { maxLength: 4 }),
+  copies: fc.boolean(),
+  tools: fc.boolean(),
+  params: fc.dictionary(fc.constantFrom("temperature", "top_p", "seed"), fc.jsonValue({ maxDepth: 1 }), { maxKeys: 2 }),
+});
+
+function expected(head: Record<string, unknown>, messages: readonly ChatMessage[], tail: Record<string, unknown>): string {
+  return JSON.stringify({ ...head, messages, ...tail });
+}
+
+describe("the request's body", () => {
+  it("is the bytes JSON.stringify makes, however much of the previous request it reuses", () => {
+    fc.assert(
+      fc.property(fc.array(step, { minLength: 1, maxLength: 25 }), (steps) => {
+        forgetBodies();
+        const windows = new Map<string | undefined, ChatMessage[]>();
+        for (const s of steps) {
+          const before = windows.get(s.key) ?? [];
+          // Keep a prefix (as the same objects, or as equal copies), drop the oldest, add new ones.
+          let kept = before.slice(1, 1 + s.keep).slice(s.drop);
+          if (s.copies) kept = kept.map((m) => (Object.isFrozen(m) ? m : { ...m }));
+          const added = s.added.map(({ m, frozen }) => (frozen ? Object.freeze({ ...m }) : { ...m }));
+          const messages: ChatMessage[] = [{ role: "system", content: s.system }, ...kept, ...added];
+          windows.set(s.key, messages);
+          const head = { ...s.params, model: s.model };
+          const tail = { stream: true, ...(s.tools ? { tools: [{ type: "function" }] } : {}) };
+          const bytes = encodeBody(head, messages, tail, s.key);
+          expect(decoder.decode(bytes)).toBe(expected(head, messages, tail));
+        }
+      }),
+      { numRuns: 300, ...seed },
+    );
+  });
+
+  it("holds for the messages a conversation's events make, as the window grows and drops", () => {
+    forgetBodies();
+    const events: Event[] = [];
+    const time = "2026-11-29T10:00:00.000Z";
+    for (let turn = 0; turn < 40; turn++) {
+      events.push({ v: 1, kind: "message", role: "user", time, text: `question ${turn} — «${"é".repeat(turn % 5)}»`, header: `[Sun 29 Nov 2026 10:${String(turn).padStart(2, "0")}]` });
+      const call = turn % 3 === 0;
+      events.push({
+        v: 1,
+        kind: "message",
+        role: "assistant",
+        time,
+        text: call ? "" : `answer ${turn} 😀`,
+        model: "m",
+        provider: "p",
+        latency_ms: 1,
+        stop: call ? "tool_calls" : "end_turn",
+        ...(call ? { tool_calls: [{ id: `c${turn}`, name: "t__echo", arguments: `{"n":${turn}}` }], thinking: { reasoning_content: "think" } } : {}),
+      });
+      if (call && turn % 2 === 0) events.push({ v: 1, kind: "tool_result", time, call_id: `c${turn}`, tool: "t__echo", text: `echo ${turn}`, error: false });
+      // A window that drops its oldest turns every ten turns.
+      const start = Math.floor(turn / 10) * 10 * 2;
+      const numbered = events.slice(start).map((event, i) => ({ n: start + i + 1, event }));
+      for (const tools of [true, false]) {
+        const messages: ChatMessage[] = [{ role: "system", content: "You are a test." }, ...eventsToMessages(numbered, { tools })];
+        const bytes = encodeBody({ model: "m" }, messages, { stream: true }, `conversation-${tools}`);
+        expect(decoder.decode(bytes)).toBe(expected({ model: "m" }, messages, { stream: true }));
+      }
+    }
+  });
+});
