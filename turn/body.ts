@@ -1,15 +1,16 @@
 // A request's body as bytes. A conversation's requests start alike (its window only grows between
-// drops), so the bytes of the previous request's messages are copied, not encoded again: a window of
-// thousands of messages costs one copy and the encoding of the few messages that are new.
+// drops), so the bytes of the previous request's messages are kept where they are, and only the few
+// new messages are encoded after them: the next body is written over the last one, in place.
 import type { ChatMessage } from "./prompt.js";
 
 interface Encoded {
   /** The body up to its first message: `{...,"model":"…","messages":[`. */
   head: string;
   messages: readonly ChatMessage[];
-  /** Where each message ends in `bytes` (before the comma that follows it). */
+  /** Where each message ends in `buffer` (before the comma that follows it). */
   ends: number[];
-  bytes: Uint8Array;
+  /** The last body's bytes, at the start of room to grow: the next body is written over it in place. */
+  buffer: Uint8Array;
 }
 
 /** Previous bodies, most recently used last; a few conversations' worth, each the size of its window. */
@@ -36,16 +37,20 @@ function same(a: ChatMessage | undefined, b: ChatMessage | undefined): boolean {
   return JSON.stringify(a) === JSON.stringify(b);
 }
 
+const encoder = new TextEncoder();
+const COMMA = 0x2c;
+
 /** Forgets the bodies kept (for measuring a fresh process). */
 export function forgetBodies(): void {
   previous.clear();
 }
 
 /**
- * `{…head, "messages":[…], …tail}` as UTF-8, where head and tail are the body's other keys (no key in both,
- * and neither holds "messages"). With a key
- * (the conversation), the bytes of the leading messages it shares with that key's previous body are
- * copied from it. Message objects are compared by identity: a message made from an event is made once.
+ * `{…head, "messages":[…], …tail}` as UTF-8, where head and tail are the body's other keys (no key in
+ * both, and neither holds "messages"). With a key (the conversation), the leading messages it shares
+ * with that key's previous body are not encoded again, and the previous body's memory is written
+ * over: the bytes returned hold until the next body of the same key is made. Message objects are
+ * compared by identity: a message made from an event is made once.
  */
 export function encodeBody(head: Record<string, unknown>, messages: readonly ChatMessage[], tail: Record<string, unknown>, key?: string): Uint8Array {
   const headJson = JSON.stringify(head);
@@ -54,31 +59,33 @@ export function encodeBody(head: Record<string, unknown>, messages: readonly Cha
   const end = `]${tailJson === "{}" ? "" : ","}${tailJson.slice(1)}`;
   let before = key === undefined ? undefined : previous.get(key);
   // Were the bytes handed over (detached) rather than copied, they can't be reused.
-  if (before && before.bytes.length < (before.ends.at(-1) ?? 0)) before = undefined;
+  if (before && before.buffer.length < (before.ends.at(-1) ?? 0)) before = undefined;
   let kept = 0;
   if (before && before.head === start) {
     const most = Math.min(before.messages.length, messages.length);
     while (kept < most && same(before.messages[kept], messages[kept])) kept++;
   }
   const from = kept > 0 ? before : undefined;
-  const keptBytes = from ? (from.ends[kept - 1] ?? 0) : Buffer.byteLength(start);
   const rest = messages.slice(kept).map((m) => JSON.stringify(m));
-  let size = keptBytes + Buffer.byteLength(end);
+  let size = (from ? (from.ends[kept - 1] ?? 0) : Buffer.byteLength(start)) + Buffer.byteLength(end);
   for (const json of rest) size += Buffer.byteLength(json) + 1;
-  const bytes = Buffer.allocUnsafe(from || rest.length === 0 ? size : size - 1);
+  // Memory the previous body was written in is reused: new memory costs page faults to first write.
+  let buffer = from?.buffer;
+  if (!buffer || buffer.length < size) {
+    const grown = new Uint8Array(Math.ceil(size * 1.25));
+    if (from && buffer) grown.set(buffer.subarray(0, from.ends[kept - 1] ?? 0), 0);
+    buffer = grown;
+  }
+  const out = buffer;
+  const put = (text: string, at: number) => at + encoder.encodeInto(text, out.subarray(at)).written;
   const ends = from ? from.ends.slice(0, kept) : [];
-  let at: number;
-  if (from) {
-    bytes.set(from.bytes.subarray(0, keptBytes), 0);
-    at = keptBytes;
-  } else at = bytes.write(start, 0);
+  let at = from ? (from.ends[kept - 1] ?? 0) : put(start, 0);
   for (const json of rest) {
-    if (ends.length > 0) at += bytes.write(",", at);
-    at += bytes.write(json, at);
+    if (ends.length > 0) out[at++] = COMMA;
+    at = put(json, at);
     ends.push(at);
   }
-  at += bytes.write(end, at);
-  if (at !== bytes.length) throw new Error(`the request's body came out ${at} bytes, not ${bytes.length}`);
-  if (key !== undefined) remember(key, { head: start, messages: [...messages], ends, bytes });
-  return bytes;
+  at = put(end, at);
+  if (key !== undefined) remember(key, { head: start, messages: [...messages], ends, buffer: out });
+  return out.subarray(0, at);
 }

@@ -4,16 +4,19 @@ import type { Event, Numbered, WindowMark } from "../protocol/index.js";
 
 /** Rough tokens: four ASCII characters a token, one for any other character. */
 export function roughTokens(text: string): number {
+  // As many UTF-8 bytes as characters: all ASCII, counted at once.
+  if (Buffer.byteLength(text, "utf8") === text.length) return Math.ceil(text.length / 4);
   let ascii = 0;
   let other = 0;
   for (let i = 0; i < text.length; i++) {
     const c = text.charCodeAt(i);
     if (c < 0x80) ascii++;
-    else if (c >= 0xd800 && c <= 0xdbff) {
-      // A surrogate pair is one character.
+    else {
       other++;
-      i++;
-    } else other++;
+      // A surrogate pair is one character; a lone surrogate is one too.
+      const next = text.charCodeAt(i + 1);
+      if (c >= 0xd800 && c <= 0xdbff && next >= 0xdc00 && next <= 0xdfff) i++;
+    }
   }
   return Math.ceil(ascii / 4) + other;
 }
