@@ -67,12 +67,14 @@ export function encodeBody(head: Record<string, unknown>, messages: readonly Cha
   }
   const from = kept > 0 ? before : undefined;
   const rest = messages.slice(kept).map((m) => JSON.stringify(m));
-  let size = (from ? (from.ends[kept - 1] ?? 0) : Buffer.byteLength(start)) + Buffer.byteLength(end);
-  for (const json of rest) size += Buffer.byteLength(json) + 1;
+  // Room for the worst case (three bytes for each UTF-16 unit), rather than measuring each message
+  // first: memory that is never written costs nothing.
+  let room = (from ? (from.ends[kept - 1] ?? 0) : 3 * start.length) + 3 * end.length;
+  for (const json of rest) room += 3 * json.length + 1;
   // Memory the previous body was written in is reused: new memory costs page faults to first write.
   let buffer = from?.buffer;
-  if (!buffer || buffer.length < size) {
-    const grown = new Uint8Array(Math.ceil(size * 1.25));
+  if (!buffer || buffer.length < room) {
+    const grown = Buffer.allocUnsafe(Math.ceil(room * 1.25));
     if (from && buffer) grown.set(buffer.subarray(0, from.ends[kept - 1] ?? 0), 0);
     buffer = grown;
   }
