@@ -8,6 +8,7 @@ import { afterEach, beforeAll, describe, expect, it } from "vitest";
 import { EVENT_VERSION, Event, StoreError, type WindowMark } from "../protocol/index.js";
 import {
   InvalidNameError,
+  listSkills,
   appendEvent,
   appendTranscript,
   ensureConversation,
@@ -323,6 +324,26 @@ describe("links are refused, not followed", () => {
     expect(() => readMark(conv)).toThrow(StoreError);
     expect(() => appendTranscript(conv, "added\n")).toThrow();
     expect(readFileSync(target, "utf8")).toBe("outside\n");
+  });
+
+  it("skills: a skill folder that is a link, or named as no skill may be, is left out; a linked SKILL.md is refused", () => {
+    const outside = tempDir();
+    writeFileSync(join(outside, "SKILL.md"), "---\nname: planted\ndescription: from outside\n---\n");
+    const dir = tempDir();
+    const p = paths({ dir });
+    for (const name of ["real", ".hidden", "a b", "x".repeat(200)]) {
+      mkdirSync(join(p.skills, name), { recursive: true });
+      writeFileSync(join(p.skills, name, "SKILL.md"), `---\nname: ${name.slice(0, 20)}\ndescription: d\n---\n`);
+    }
+    symlinkSync(outside, join(p.skills, "linked"));
+    expect(listSkills({ dir }).map((s) => s.name)).toEqual(["a b", "real"]);
+    for (const skill of listSkills({ dir })) expect(skill.path.startsWith(p.skills)).toBe(true);
+
+    // A SKILL.md that is a link to a file outside: refused, never read.
+    symlinkSync(join(outside, "SKILL.md"), join(p.skills, "real", "linked.md"));
+    rmSync(join(p.skills, "real", "SKILL.md"));
+    symlinkSync(join(outside, "SKILL.md"), join(p.skills, "real", "SKILL.md"));
+    expect(() => listSkills({ dir })).toThrow(StoreError);
   });
 
   it("writing settings over a linked config.json replaces the link, leaving its target alone", () => {

@@ -25,16 +25,18 @@ function userContent(header: string, text: string, parts: Part[] | undefined): C
 }
 
 /**
- * An event's message, made once per process: events never change once written, so the same event
- * always makes the same message object, which lets a request reuse the bytes of the one before (body.ts).
- * Kept frozen, since it is shared.
+ * An event's message, made once per process and kept on the event under a symbol (as its count
+ * is, see window.ts): events never change once written, so the same event always makes the same
+ * message object, which lets a request reuse the bytes of the one before (body.ts). Kept frozen,
+ * since it is shared.
  */
-const madeOnce = new WeakMap<Event, ChatMessage>();
+const MESSAGE = Symbol("message");
 function once(event: Event, make: () => ChatMessage): ChatMessage {
-  let m = madeOnce.get(event);
+  const e = event as Event & { [MESSAGE]?: ChatMessage };
+  let m = e[MESSAGE];
   if (!m) {
     m = Object.freeze(make());
-    madeOnce.set(event, m);
+    Object.defineProperty(e, MESSAGE, { value: m });
   }
   return m;
 }

@@ -24,15 +24,20 @@ export function roughTokens(text: string): number {
 /** What an image or a document costs in the rough count, whatever its size. */
 export const PART_TOKENS = 1_000;
 
-/** Each event's count, kept with the (immutable, cached) event object: counted once per process. */
-const counted = new WeakMap<Event, number>();
+/**
+ * Each event's count, kept on the (immutable, cached) event object under a symbol, which neither
+ * JSON nor a schema sees: counted once per process. A property rather than a WeakMap, whose
+ * entries the garbage collector must trace on its own for each of thousands of new events.
+ */
+const TOKENS = Symbol("tokens");
 
 /** An event's rough tokens as sent to the model; never changes once the event is written. */
 export function eventTokens(event: Event): number {
-  let n = counted.get(event);
+  const e = event as Event & { [TOKENS]?: number };
+  let n = e[TOKENS];
   if (n === undefined) {
     n = countTokens(event);
-    counted.set(event, n);
+    Object.defineProperty(e, TOKENS, { value: n });
   }
   return n;
 }
