@@ -1,10 +1,11 @@
 // One turn at a time per conversation: an async mutex inside the process, a lock file across processes.
 import * as fs from "node:fs";
-import { readFileSync, renameSync, rmSync, writeFileSync } from "node:fs";
+import { readFileSync, renameSync, rmSync } from "node:fs";
 import { hostname } from "node:os";
 import { join } from "node:path";
 import lockfile from "proper-lockfile";
 import { z } from "zod";
+import { isErrno } from "./errno.js";
 import { ensureConversation } from "./events.js";
 import type { ConversationPaths } from "./paths.js";
 
@@ -50,8 +51,6 @@ export function isBusy(conv: ConversationPaths): boolean {
 
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 
-const OWNER = "owner";
-
 type Callback<T> = (err: NodeJS.ErrnoException | null, value?: T) => void;
 
 /** Runs a quick metadata call at once and answers its callback on the next tick. */
@@ -66,35 +65,47 @@ function now<T>(call: () => T, cb: Callback<T>): void {
   process.nextTick(cb, null, value);
 }
 
+const CREATE = fs.constants.O_WRONLY | fs.constants.O_CREAT | fs.constants.O_EXCL;
+
+/** The lock file's text: who holds it. */
+function ownerText(): string {
+  return JSON.stringify({ pid: process.pid, host: hostname() });
+}
+
+/** Removes a lock: the file, or the folder (holding its owner file) that earlier versions made. */
+function removeLock(path: string): void {
+  try {
+    fs.unlinkSync(path);
+  } catch (e) {
+    if (!isErrno(e, "EISDIR") && !isErrno(e, "EPERM")) throw e;
+    fs.rmSync(path, { recursive: true, force: true });
+  }
+}
+
 /**
- * The file calls proper-lockfile makes: each is a quick metadata call, made at once rather than
- * through the thread pool, where each would wait its turn behind the disk's flushes (a turn takes
- * and gives back the lock with a dozen of them). The lock folder holds its owner's pid, so its
- * removals (on release, and of a stale lock) take that file first.
+ * The file calls proper-lockfile makes, with the lock a file rather than a folder: made exclusively
+ * (O_EXCL) with its holder's pid and host in it, its time refreshed, and unlinked. Removing a
+ * folder costs this file system about half a millisecond more than unlinking a file, at every
+ * turn. Each is a quick metadata call, made at once rather than through the thread pool, where
+ * each would wait its turn behind the disk's flushes.
  */
 const lockFs = {
   ...fs,
-  mkdir: (path: string, cb: Callback<void>) => now(() => fs.mkdirSync(path), cb),
+  mkdir: (path: string, cb: Callback<void>) =>
+    now(() => {
+      const fd = fs.openSync(path, CREATE, 0o644);
+      try {
+        fs.writeSync(fd, ownerText());
+      } finally {
+        fs.closeSync(fd);
+      }
+    }, cb),
   stat: (path: string, cb: Callback<fs.Stats>) => now(() => fs.statSync(path), cb),
   utimes: (path: string, atime: Date, mtime: Date, cb: Callback<void>) => now(() => fs.utimesSync(path, atime, mtime), cb),
-  rmdir: (path: string, cb: Callback<void>) =>
-    now(() => {
-      removeOwner(path);
-      fs.rmdirSync(path);
-    }, cb),
-  rmdirSync: (path: string) => {
-    removeOwner(path);
-    fs.rmdirSync(path);
-  },
+  rmdir: (path: string, cb: Callback<void>) => now(() => removeLock(path), cb),
+  rmdirSync: (path: string) => removeLock(path),
 };
 
-function removeOwner(lock: string): void {
-  try {
-    fs.unlinkSync(join(lock, OWNER));
-  } catch {
-    // none written, or already gone
-  }
-}
 const Owner = z.object({ pid: z.number().int(), host: z.string() });
 
 function alive(pid: number): boolean {
@@ -106,19 +117,23 @@ function alive(pid: number): boolean {
   }
 }
 
+/** Who holds a lock, as its file says (or, for a folder an earlier version made, its owner file). */
+function readOwner(lock: string): string | undefined {
+  for (const path of [lock, join(lock, "owner")]) {
+    try {
+      const text = readFileSync(path, "utf8");
+      return Owner.safeParse(JSON.parse(text)).success ? text : undefined;
+    } catch (e) {
+      if (!isErrno(e, "EISDIR")) return undefined;
+    }
+  }
+  return undefined;
+}
+
 /**
  * Takes over a lock whose holder was a process of this machine that is gone (a crash, a SIGKILL),
  * so the next turn needn't wait for the lock to go stale. Another machine's lock waits for staleness.
  */
-function readOwner(lock: string): string | undefined {
-  try {
-    const text = readFileSync(join(lock, OWNER), "utf8");
-    return Owner.safeParse(JSON.parse(text)).success ? text : undefined;
-  } catch {
-    return undefined;
-  }
-}
-
 function takeOverDead(lock: string): boolean {
   const text = readOwner(lock);
   if (text === undefined) return false;
@@ -163,16 +178,6 @@ export async function withConversationLock<T>(conv: ConversationPaths, fn: () =>
             opts.onCompromised?.(err);
           },
         });
-        try {
-          // Writing into the lock's folder moves its mtime, which proper-lockfile checks is still its
-          // own at each refresh: moved, the lock counts as compromised and is no longer refreshed, so
-          // it goes stale under a live holder. Put the mtime back.
-          const { mtime } = fs.statSync(conv.lock);
-          writeFileSync(join(conv.lock, OWNER), JSON.stringify({ pid: process.pid, host: hostname() }));
-          fs.utimesSync(conv.lock, mtime, mtime);
-        } catch {
-          // Without it, a crash leaves a lock that waits to go stale: slower, still safe.
-        }
         break;
       } catch (e) {
         if ((e as { code?: string }).code !== "ELOCKED") throw e;

@@ -1,7 +1,8 @@
 // The store on disk: numbered events under many writers, the conversation lock across processes,
 // names, files that fail their schema, links, and the derived files beside the events.
+import { spawnSync } from "node:child_process";
 import { existsSync, mkdirSync, mkdtempSync, readFileSync, readdirSync, rmSync, symlinkSync, utimesSync, writeFileSync } from "node:fs";
-import { tmpdir } from "node:os";
+import { hostname, tmpdir } from "node:os";
 import { dirname, join } from "node:path";
 import fc from "fast-check";
 import { afterEach, beforeAll, describe, expect, it } from "vitest";
@@ -147,6 +148,25 @@ describe("many processes on one conversation", () => {
     expect(line).toMatch(/^acquired \d+$/);
     // At once when its holder is known to be gone; at the latest once the lock is stale.
     expect(Number(line.split(" ")[1]) - killedAt).toBeLessThan(2_000 + 3_000);
+    expect((await taker.exit()).code).toBe(0);
+    expect(existsSync(conv.lock), "released").toBe(false);
+  }, 20_000);
+
+  it("a lock folder an earlier version left, its holder gone, is taken over at once", async () => {
+    const dir = tempDir();
+    const conv = paths({ dir }).conversation("earlier");
+    ensureConversation(conv);
+    // A process that has ended: its pid names no one (or someone else, whom the lock doesn't name by host).
+    const gone = spawnSync(process.execPath, ["-e", "process.stdout.write(String(process.pid))"], { encoding: "utf8" });
+    mkdirSync(conv.lock);
+    writeFileSync(join(conv.lock, "owner"), JSON.stringify({ pid: Number(gone.stdout), host: hostname() }));
+    const made = Date.now();
+    utimesSync(conv.lock, new Date(made), new Date(made));
+    const taker = worker("take", dir, conv.thread, "10000");
+    const line = await taker.line((l) => l.startsWith("acquired ") || l === "busy", 15_000);
+    expect(line).toMatch(/^acquired \d+$/);
+    // Well before the lock would be stale (10 s).
+    expect(Number(line.split(" ")[1]) - made).toBeLessThan(5_000);
     expect((await taker.exit()).code).toBe(0);
     expect(existsSync(conv.lock), "released").toBe(false);
   }, 20_000);
