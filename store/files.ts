@@ -1,5 +1,5 @@
 // Reading and writing files of the agent's folder: never through a link, always whole.
-import { closeSync, constants, fdatasync, fsyncSync, lstatSync, mkdirSync, openSync, readFileSync, renameSync, unlinkSync, writeSync } from "node:fs";
+import { closeSync, constants, fdatasync, fsyncSync, lstatSync, mkdirSync, openSync, readdirSync, readFileSync, renameSync, unlinkSync, writeSync } from "node:fs";
 import { dirname, join, relative, sep } from "node:path";
 import { StoreError } from "../protocol/index.js";
 import { isErrno } from "./errno.js";
@@ -46,9 +46,36 @@ export function readText(path: string): string | undefined {
 }
 
 let tmpCounter = 0;
+/** A temporary file's name holds its writer's pid, so what a process that died left can be told apart. */
 export function tempName(dir: string): string {
   tmpCounter += 1;
-  return join(dir, `.tmp-${process.pid}-${Date.now().toString(36)}-${tmpCounter}`);
+  return join(dir, `${tempPrefix(process.pid)}${Date.now().toString(36)}-${tmpCounter}`);
+}
+
+function tempPrefix(pid: number): string {
+  return `.tmp-${pid}-`;
+}
+
+/**
+ * Removes the temporary files a process of this machine that is gone left in a folder (a kill
+ * between writing one and linking or renaming it). Lists the folder: for recovery, not every turn.
+ * Returns how many it removed.
+ */
+export function removeTempsOf(dir: string, pid: number): number {
+  let names: string[];
+  try {
+    names = readdirSync(dir);
+  } catch {
+    return 0;
+  }
+  const prefix = tempPrefix(pid);
+  let removed = 0;
+  for (const name of names) {
+    if (!name.startsWith(prefix)) continue;
+    unlinkQuiet(join(dir, name));
+    removed++;
+  }
+  return removed;
 }
 
 const CREATE = constants.O_WRONLY | constants.O_CREAT | constants.O_EXCL;

@@ -2,11 +2,12 @@
 import * as fs from "node:fs";
 import { readFileSync, renameSync, rmSync } from "node:fs";
 import { hostname } from "node:os";
-import { join } from "node:path";
+import { dirname, join } from "node:path";
 import lockfile from "proper-lockfile";
 import { z } from "zod";
 import { isErrno } from "./errno.js";
 import { ensureConversation } from "./events.js";
+import { removeTempsOf } from "./files.js";
 import type { ConversationPaths } from "./paths.js";
 
 export interface LockOptions {
@@ -156,6 +157,8 @@ function takeOverDead(lock: string): boolean {
     return false;
   }
   rmSync(aside, { recursive: true, force: true });
+  // What it was writing when it died is of no use to anyone: its temporary files go too.
+  removeTempsOf(dirname(lock), owner.pid);
   return true;
 }
 

@@ -160,6 +160,9 @@ describe("many processes on one conversation", () => {
     const gone = spawnSync(process.execPath, ["-e", "process.stdout.write(String(process.pid))"], { encoding: "utf8" });
     mkdirSync(conv.lock);
     writeFileSync(join(conv.lock, "owner"), JSON.stringify({ pid: Number(gone.stdout), host: hostname() }));
+    // What it was writing when it died, and a temporary file of a live process, which stays.
+    writeFileSync(join(conv.dir, `.tmp-${gone.stdout}-abc-1`), "{\"v\":1");
+    writeFileSync(join(conv.dir, `.tmp-${process.pid}-abc-1`), "{}");
     const made = Date.now();
     utimesSync(conv.lock, new Date(made), new Date(made));
     const taker = worker("take", dir, conv.thread, "10000");
@@ -169,6 +172,7 @@ describe("many processes on one conversation", () => {
     expect(Number(line.split(" ")[1]) - made).toBeLessThan(5_000);
     expect((await taker.exit()).code).toBe(0);
     expect(existsSync(conv.lock), "released").toBe(false);
+    expect(readdirSync(conv.dir).filter((n) => n.startsWith(".tmp-"))).toEqual([`.tmp-${process.pid}-abc-1`]);
   }, 20_000);
 
   it("a lock whose holder can't be known (another machine's) is taken over only once it is stale", async () => {
