@@ -16,13 +16,18 @@ interface Encoded {
 /** Previous bodies, most recently used last; a few conversations' worth, each the size of its window. */
 const previous = new Map<string, Encoded>();
 const KEPT = 16;
+/** At most this many bytes of bodies are kept (a model with a window of a million tokens sends megabytes). */
+const KEPT_BYTES = 32 * 1024 * 1024;
 
 function remember(key: string, encoded: Encoded): void {
   previous.delete(key);
   previous.set(key, encoded);
-  if (previous.size > KEPT) {
-    const oldest = previous.keys().next().value;
-    if (oldest !== undefined) previous.delete(oldest);
+  let bytes = 0;
+  for (const e of previous.values()) bytes += e.ends.at(-1) ?? 0;
+  for (const [oldest, e] of previous) {
+    if (previous.size <= 1 || (previous.size <= KEPT && bytes <= KEPT_BYTES)) break;
+    previous.delete(oldest);
+    bytes -= e.ends.at(-1) ?? 0;
   }
 }
 
