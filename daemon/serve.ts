@@ -7,7 +7,7 @@ import type { RunningAgent } from "./agent.js";
 import { UsageError, agentRef, type Command } from "./cli.js";
 import { front } from "./front.js";
 import { limitLines } from "./lines.js";
-import { log } from "./log.js";
+import { captureConsole, log } from "./log.js";
 import { listenSocket, type ControlSocket } from "./socket.js";
 import { version } from "./version.js";
 
@@ -31,6 +31,7 @@ export async function serve(command: Extract<Command, { kind: "serve" }>): Promi
   if (command.agents) throw new UsageError("--agents is not supported yet: run one process per agent");
   if (command.blank) throw new UsageError("--blank is not supported yet: name the agent with --agent");
   const max = maxMessageBytes(process.env);
+  captureConsole();
   const agent = agentRef(command.agent);
   const ver = version();
 

@@ -190,7 +190,14 @@ describe("a conversation over stdio", { timeout: 120_000 }, () => {
     expect(String((big.error as { message: string }).message)).toMatch(/limit of 4096/);
     const fresh = await call(6, "session/new", { cwd: "/", mcpServers: [] });
     expect(fresh.result).toMatchObject({ sessionId: expect.any(String) });
+    // A response to a request the daemon never sent: the SDK complains, in the log.
+    d.child.stdin!.write(`${JSON.stringify({ jsonrpc: "2.0", id: 987, result: {} })}\n`);
+    expect((await call(7, "session/list", {})).result).toBeDefined();
     expect(d.child.exitCode).toBeNull();
+    // stdout held answers only; stderr, one JSON object a line, the SDK's complaint among them.
+    expect(got.every((m) => m.jsonrpc === "2.0" && "id" in m)).toBe(true);
+    const log = d.stderr().trim().split("\n").map((line) => z.record(z.string(), z.unknown()).parse(JSON.parse(line)));
+    expect(log.some((l) => l.msg === "library" && String(l.message).includes("987"))).toBe(true);
   });
 });
 
