@@ -546,7 +546,7 @@ describe("the first lines of a connection, before and around initialize", () => 
 });
 
 describe("after all of it", () => {
-  it("the daemon still serves, wrote only protocol messages on stdout, and nothing outside the agent's folder", async () => {
+  it("the daemon still serves, wrote only protocol messages on stdout, only JSON log lines on stderr, and nothing outside the agent's folder", async () => {
     expect(await request("initialize", { protocolVersion: 1, clientCapabilities: {} })).toHaveProperty("result");
     // The fuzz reached past the checks of every method: each was sometimes answered with a result.
     for (const method of Object.keys(PARAMS)) expect(outcomes.get(method)?.get("result") ?? 0, method).toBeGreaterThan(0);
@@ -554,6 +554,18 @@ describe("after all of it", () => {
     expect(listed).toHaveProperty("result");
     expect(daemon.child.exitCode).toBeNull();
     expect(wire.strays).toEqual([]);
+    const notJson = daemon
+      .stderr()
+      .split("\n")
+      .filter((line) => line !== "")
+      .filter((line) => {
+        try {
+          return typeof JSON.parse(line) !== "object";
+        } catch {
+          return true;
+        }
+      });
+    expect(notJson).toEqual([]);
     expect(listing(outer, agent)).toEqual(outside);
     expect(readdirSync(tmpdir()).filter((n) => n.startsWith("fz-escape"))).toEqual([]);
   });
