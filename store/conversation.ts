@@ -1,7 +1,7 @@
 // A conversation's derived files: the transcript (copy for people and memory), window.json, tools.json.
-import { closeSync, constants, fstatSync, openSync, readSync, writeSync } from "node:fs";
+import { closeSync, constants, fstatSync, openSync, readSync } from "node:fs";
 import { ToolsList, WindowMark, StoreError, describeIssues } from "../protocol/index.js";
-import { isErrno, readText, replaceFile } from "./files.js";
+import { isErrno, readText, replaceFile, writeAll } from "./files.js";
 import { ensureConversation } from "./events.js";
 import type { ConversationPaths } from "./paths.js";
 
@@ -35,7 +35,7 @@ export function appendTranscript(conv: ConversationPaths, text: string): void {
   ensureConversation(conv);
   const fd = openSync(conv.transcript, constants.O_WRONLY | constants.O_APPEND | constants.O_CREAT | constants.O_NOFOLLOW, 0o644);
   try {
-    writeSync(fd, text);
+    writeAll(fd, text);
   } finally {
     closeSync(fd);
   }

@@ -166,7 +166,9 @@ export async function appendEvent(conv: ConversationPaths, event: Event, opts: {
         n++;
       }
     }
-    cache.of(conv.dir).set(n, checked.data);
+    // The caller's own object, checked: what it holds (a turn's history) and what is read back by
+    // number are one object, so what is made from it once (its message, its count) is made once.
+    cache.of(conv.dir).set(n, event);
     cache.last.set(conv.dir, n);
     return n;
   } finally {

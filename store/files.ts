@@ -45,6 +45,16 @@ export function readText(path: string): string | undefined {
   }
 }
 
+/** Writes all of `text`: a single write may write less (a full disk, a signal) and say so only by its count. */
+export function writeAll(fd: number, text: string): void {
+  const bytes = Buffer.from(text, "utf8");
+  for (let at = 0; at < bytes.length; ) {
+    const wrote = writeSync(fd, bytes, at, bytes.length - at);
+    if (wrote <= 0) throw new Error(`wrote ${at} of ${bytes.length} bytes`);
+    at += wrote;
+  }
+}
+
 let tmpCounter = 0;
 /** A temporary file's name holds its writer's pid, so what a process that died left can be told apart. */
 export function tempName(dir: string): string {
@@ -86,7 +96,7 @@ export function writeTemp(dir: string, text: string, mode = 0o644, flush = true)
   const tmp = tempName(dir);
   const fd = openSync(tmp, CREATE, mode);
   try {
-    writeSync(fd, text);
+    writeAll(fd, text);
     if (flush) fsyncSync(fd);
   } finally {
     closeSync(fd);
@@ -104,7 +114,7 @@ export async function writeTempAsync(dir: string, text: string, mode = 0o644): P
   const tmp = tempName(dir);
   const fd = openSync(tmp, CREATE, mode);
   try {
-    writeSync(fd, text);
+    writeAll(fd, text);
     await new Promise<void>((resolve, reject) => fdatasync(fd, (err) => (err ? reject(err) : resolve())));
   } catch (e) {
     closeSync(fd);

@@ -7,7 +7,7 @@ import lockfile from "proper-lockfile";
 import { z } from "zod";
 import { isErrno } from "./errno.js";
 import { ensureConversation } from "./events.js";
-import { removeTempsOf } from "./files.js";
+import { removeTempsOf, writeAll } from "./files.js";
 import type { ConversationPaths } from "./paths.js";
 
 export interface LockOptions {
@@ -96,10 +96,14 @@ const lockFs = {
     now(() => {
       const fd = fs.openSync(path, CREATE, 0o644);
       try {
-        fs.writeSync(fd, ownerText());
-      } finally {
+        writeAll(fd, ownerText());
+      } catch (e) {
+        // A lock that names no one could only go stale: none is left.
         fs.closeSync(fd);
+        fs.unlinkSync(path);
+        throw e;
       }
+      fs.closeSync(fd);
     }, cb),
   stat: (path: string, cb: Callback<fs.Stats>) => now(() => fs.statSync(path), cb),
   utimes: (path: string, atime: Date, mtime: Date, cb: Callback<void>) => now(() => fs.utimesSync(path, atime, mtime), cb),
@@ -132,6 +136,27 @@ function readOwner(lock: string): string | undefined {
 }
 
 /**
+ * Puts a live lock moved aside back, unless a third process has locked meanwhile: a link fails when
+ * the name is taken, where a rename would replace that lock. (A folder, an earlier version's lock,
+ * can't be linked; renaming it back fails on a folder that is there.)
+ */
+function putBack(aside: string, lock: string): void {
+  try {
+    fs.linkSync(aside, lock);
+  } catch (e) {
+    if (isErrno(e, "EPERM") || isErrno(e, "EISDIR")) {
+      try {
+        renameSync(aside, lock);
+        return;
+      } catch {
+        // taken meanwhile
+      }
+    }
+  }
+  rmSync(aside, { recursive: true, force: true });
+}
+
+/**
  * Takes over a lock whose holder was a process of this machine that is gone (a crash, a SIGKILL),
  * so the next turn needn't wait for the lock to go stale. Another machine's lock waits for staleness.
  */
@@ -149,11 +174,7 @@ function takeOverDead(lock: string): boolean {
   // Another process may have taken the dead lock over and locked again between the read and the
   // rename: then what was moved is its live lock, and it goes back.
   if (readOwner(aside) !== text) {
-    try {
-      renameSync(aside, lock);
-    } catch {
-      rmSync(aside, { recursive: true, force: true });
-    }
+    putBack(aside, lock);
     return false;
   }
   rmSync(aside, { recursive: true, force: true });

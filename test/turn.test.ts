@@ -176,6 +176,49 @@ describe("a question written while the model is asked", () => {
   });
 });
 
+describe("a turn's writes", () => {
+  it("a question that can't be written fails the turn, and no turn after it sees it", async () => {
+    const agent = agentWith();
+    const conv = paths(agent).conversation("unwritable");
+    server.fallback = () => ({ text: "an answer that must not be kept" });
+    // A speaker without the owner flag fails the event's schema: the write is refused.
+    const bad = { text: "lost?", from: { id: "x" } as unknown as { id: string; owner: boolean } };
+    await expect(runTurn({ agent, thread: "unwritable", message: bad }, () => undefined)).rejects.toThrow(/invalid event/);
+    expect(readEventsFrom(conv, 1)).toEqual([]);
+    server.fallback = () => ({ text: "fine" });
+    await turn(agent, "unwritable", "next");
+    expect(readEventsFrom(conv, 1).map((e) => e.event.kind === "message" && e.event.text)).toEqual(["next", "fine"]);
+    expect(JSON.stringify(chats(server.requests.at(-1)!))).not.toContain("lost?");
+  });
+
+  it("a turn cancelled before the model answers ends only once its question is on disk", async () => {
+    const agent = agentWith();
+    const conv = paths(agent).conversation("cancelled");
+    server.fallback = () => ({ text: "too late" });
+    const outcome = await runTurn({ agent, thread: "cancelled", message: { text: "never mind" }, signal: AbortSignal.abort() }, () => undefined);
+    expect(outcome.stop).toBe("cancelled");
+    // At once, not later: the turn's end is the moment its events are all on disk.
+    expect(readdirSync(conv.dir).filter((n) => /^\d{12}\.json$/.test(n))).toEqual([eventName(1)]);
+  });
+
+  it("a model set while a turn runs is the conversation's model at the next turn of the same process", async () => {
+    const agent = agentWith();
+    const conv = paths(agent).conversation("set-midway");
+    server.fallback = () => ({ text: "first" });
+    await turn(agent, "set-midway", "one");
+    server.script({ text: "slow answer", chunks: 5, chunkDelayMs: 40 });
+    const running = turn(agent, "set-midway", "two");
+    await server.waitForRequest();
+    // Set over ACP meanwhile, without the conversation's lock: it takes the next number.
+    await appendEvent(conv, { v: 1, kind: "command", name: "/model:set", model: "scripted-2", time: new Date().toISOString() });
+    await running;
+    server.fallback = () => ({ text: "third" });
+    await turn(agent, "set-midway", "three");
+    expect(server.requests.at(-1)!.body.model).toBe("scripted-2");
+    expect(readMark(conv)?.model).toBe("scripted-2");
+  });
+});
+
 describe("the window", () => {
   function fill(agent: AgentRef, thread: string, count: number): void {
     // Written directly, as an earlier process would have: one event a file.

@@ -16,18 +16,18 @@ interface Encoded {
 /** Previous bodies, most recently used last; a few conversations' worth, each the size of its window. */
 const previous = new Map<string, Encoded>();
 const KEPT = 16;
-/** At most this many bytes of bodies are kept (a model with a window of a million tokens sends megabytes). */
+/** At most this much memory is kept for bodies (a model with a window of a million tokens sends megabytes). */
 const KEPT_BYTES = 32 * 1024 * 1024;
 
 function remember(key: string, encoded: Encoded): void {
   previous.delete(key);
   previous.set(key, encoded);
   let bytes = 0;
-  for (const e of previous.values()) bytes += e.ends.at(-1) ?? 0;
+  for (const e of previous.values()) bytes += e.buffer.byteLength;
   for (const [oldest, e] of previous) {
     if (previous.size <= 1 || (previous.size <= KEPT && bytes <= KEPT_BYTES)) break;
     previous.delete(oldest);
-    bytes -= e.ends.at(-1) ?? 0;
+    bytes -= e.buffer.byteLength;
   }
 }
 
@@ -78,7 +78,8 @@ export function encodeBody(head: Record<string, unknown>, messages: readonly Cha
   for (const json of rest) room += 3 * json.length + 1;
   // Memory the previous body was written in is reused: new memory costs page faults to first write.
   let buffer = from?.buffer;
-  if (!buffer || buffer.length < room) {
+  // Too small, or far larger than needed (after a drop, or /new): memory of the right size.
+  if (!buffer || buffer.length < room || buffer.length > 4 * room) {
     const grown = Buffer.allocUnsafe(Math.ceil(room * 1.25));
     if (from && buffer) grown.set(buffer.subarray(0, from.ends[kept - 1] ?? 0), 0);
     buffer = grown;

@@ -125,6 +125,19 @@ export class History {
   }
 
   /**
+   * Adds an event the turn wrote at `n`. Numbers between the last it holds and `n` were taken by a
+   * writer that takes no lock (setting the model) meanwhile: those events are read and counted first,
+   * so the history holds every event in order, as a load from disk would.
+   */
+  written(n: number, event: Event): void {
+    for (let k = (this.events.at(-1)?.n ?? n - 1) + 1; k < n; k++) {
+      const between = readEvent(this.conv, k);
+      if (between) this.push(k, between);
+    }
+    this.push(n, event);
+  }
+
+  /**
    * Adds an event about to be written, at the number it will take while the turn holds the
    * conversation's lock: the next one. Its write is then settled with `settle`.
    */

@@ -85,7 +85,7 @@ class Turn {
 
   /** Writes an event; a turn's events are written one after another, so they're numbered in order. */
   write(event: Event, history?: History): Promise<number> {
-    return this.chain(event, (n) => history?.push(n, event));
+    return this.chain(event, (n) => history?.written(n, event));
   }
 
   /**
@@ -97,6 +97,7 @@ class Turn {
     return this.chain(event, (n) => history.settle(expected, n));
   }
 
+  /** Once a write fails, the writes after it fail with it: nothing is written past a missing event. */
   private chain(event: Event, written: (n: number) => void): Promise<number> {
     const done = this.writes.then(async () => {
       // The lock this turn holds made sure of the conversation's folder.
@@ -105,7 +106,8 @@ class Turn {
       this.listener({ type: "event", n, event });
       return n;
     });
-    this.writes = done.catch(() => undefined);
+    this.writes = done;
+    done.catch(() => undefined);
     return done;
   }
 
@@ -199,7 +201,10 @@ class Turn {
         this.finish(history);
         return outcome;
       }
-      this.modelMs += performance.now() - asked;
+      this.modelMs += answer.waitedMs;
+      // The question is on disk before anything after it is written, and before the turn ends
+      // (cancelled or not); if it couldn't be written, the turn fails with why.
+      await opening;
       if (answer.usage) {
         this.sawUsage = true;
         this.usage.in += answer.usage.in;
