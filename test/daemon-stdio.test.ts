@@ -194,8 +194,10 @@ describe("a conversation over stdio", { timeout: 120_000 }, () => {
     d.child.stdin!.write(`${JSON.stringify({ jsonrpc: "2.0", id: 987, result: {} })}\n`);
     expect((await call(7, "session/list", {})).result).toBeDefined();
     expect(d.child.exitCode).toBeNull();
-    // stdout held answers only; stderr, one JSON object a line, the SDK's complaint among them.
+    // stdout held answers only; stderr, one JSON object a line, the SDK's complaint among them (its
+    // pipe is read apart from stdout's, so the line may come a little after the answer).
     expect(got.every((m) => m.jsonrpc === "2.0" && "id" in m)).toBe(true);
+    for (const until = Date.now() + 5_000; !d.stderr().includes("987") && Date.now() < until; ) await new Promise((r) => setTimeout(r, 20));
     const log = d.stderr().trim().split("\n").map((line) => z.record(z.string(), z.unknown()).parse(JSON.parse(line)));
     expect(log.some((l) => l.msg === "library" && String(l.message).includes("987"))).toBe(true);
   });
