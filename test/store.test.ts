@@ -193,6 +193,50 @@ describe("many processes on one conversation", () => {
   }, 20_000);
 });
 
+describe("the event schema", () => {
+  it("changes nothing it accepts, so an event read is kept as parsed from its file", () => {
+    const time = "2026-11-30T01:02:03.456+01:00";
+    const events: unknown[] = [
+      { v: 1, kind: "message", role: "user", time, text: "hi", header: "[h]" },
+      {
+        v: 1,
+        kind: "message",
+        role: "user",
+        time,
+        text: "see",
+        header: "[h]",
+        channel: "telegram",
+        from: { id: "u", name: "Ann", owner: false },
+        parts: [
+          { type: "image_url", image_url: { url: "data:image/png;base64,AA==", detail: "low" } },
+          { type: "file", file: { file_data: "data:application/pdf;base64,AA==", filename: "a.pdf" }, extra: 1 },
+          { type: "text", text: "t" },
+        ],
+      },
+      {
+        v: 1,
+        kind: "message",
+        role: "assistant",
+        time,
+        text: "",
+        model: "m",
+        provider: "p",
+        response_id: "r",
+        usage: { in: 1, out: 2, cached: 0 },
+        latency_ms: 3,
+        cost: 0.5,
+        thinking: { reasoning_content: "x", reasoning: "y", reasoning_details: [{ a: 1 }] },
+        tool_calls: [{ id: "c", name: "t__x", arguments: "{}" }],
+        stop: "tool_calls",
+      },
+      { v: 1, kind: "tool_result", time, call_id: "c", tool: "t__x", text: "ok", error: false, truncated: true },
+      { v: 1, kind: "command", time, name: "/chat:fork", thread: "t", event: 3, from: { id: "u", owner: true } },
+      { v: 1, kind: "failure", time, reason: "context_too_long", message: "m", sent: { messages: 1, tokens: 2 }, status: 400 },
+    ];
+    for (const e of events) expect(Event.parse(e)).toStrictEqual(e);
+  });
+});
+
 describe("thread names", () => {
   const refused = ["../x", "a/b", ".hidden", "a\0b", "..", "x".repeat(300), "", ".", "a\\b", "a..b", "a\nb", "a\uD800b", "日".repeat(100)];
 
