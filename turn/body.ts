@@ -1,15 +1,14 @@
 // A request's body as bytes. A conversation's requests start alike (its window only grows between
 // drops), so the bytes of the previous request's messages are kept where they are, and only the few
 // new messages are encoded after them: the next body is written over the last one, in place.
-// After a drop the whole body is encoded again, at once.
 import type { ChatMessage } from "./prompt.js";
 
 interface Encoded {
-  /** The body up to its messages: `{...,"model":"…","messages":`. */
+  /** The body up to its first message: `{...,"model":"…","messages":[`. */
   head: string;
   messages: readonly ChatMessage[];
-  /** Where the messages' closing bracket is in `buffer`: the next body's new messages go there. */
-  close: number;
+  /** Where each message ends in `buffer` (before the comma that follows it). */
+  ends: number[];
   /** The last body's bytes, at the start of room to grow: the next body is written over it in place. */
   buffer: Uint8Array;
 }
@@ -44,6 +43,7 @@ function same(a: ChatMessage | undefined, b: ChatMessage | undefined): boolean {
 }
 
 const encoder = new TextEncoder();
+const COMMA = 0x2c;
 
 /** Forgets the bodies kept (for measuring a fresh process). */
 export function forgetBodies(): void {
@@ -52,44 +52,48 @@ export function forgetBodies(): void {
 
 /**
  * `{…head, "messages":[…], …tail}` as UTF-8, where head and tail are the body's other keys (no key in
- * both, and neither holds "messages"). With a key (the conversation), when the messages of that key's
- * previous body begin this one's, they are not encoded again, and the previous body's memory is
- * written over: the bytes returned hold until the next body of the same key is made. Message objects
- * are compared by identity: a message made from an event is made once.
+ * both, and neither holds "messages"). With a key (the conversation), the leading messages it shares
+ * with that key's previous body are not encoded again, and the previous body's memory is written
+ * over: the bytes returned hold until the next body of the same key is made. Message objects are
+ * compared by identity: a message made from an event is made once.
  */
 export function encodeBody(head: Record<string, unknown>, messages: readonly ChatMessage[], tail: Record<string, unknown>, key?: string): Uint8Array {
   const headJson = JSON.stringify(head);
   const tailJson = JSON.stringify(tail);
-  const start = `${headJson.slice(0, -1)}${headJson === "{}" ? "" : ","}"messages":`;
+  const start = `${headJson.slice(0, -1)}${headJson === "{}" ? "" : ","}"messages":[`;
   const end = `]${tailJson === "{}" ? "" : ","}${tailJson.slice(1)}`;
-  const before = key === undefined ? undefined : previous.get(key);
-  // The previous body's messages, all of them, begin this one (its window only grew): they stay.
-  // Were its bytes handed over (detached) rather than copied, they can't be reused.
-  const from =
-    before &&
-    before.head === start &&
-    before.buffer.length >= before.close &&
-    before.messages.length > 0 &&
-    before.messages.length <= messages.length &&
-    before.messages.every((m, i) => same(m, messages[i]))
-      ? before
-      : undefined;
-  const kept = from ? from.close : 0;
-  const added = from ? messages.slice(from.messages.length) : [];
-  // One stringify of the whole array when nothing is kept; the few new messages each, when it is.
-  const text = from ? `${added.map((m) => `,${JSON.stringify(m)}`).join("")}${end}` : `${start}${JSON.stringify(messages).slice(0, -1)}${end}`;
-  // Room for the worst case (three bytes for each UTF-16 unit), rather than measuring first: memory
-  // that is never written costs nothing.
-  const room = kept + 3 * text.length;
+  let before = key === undefined ? undefined : previous.get(key);
+  // Were the bytes handed over (detached) rather than copied, they can't be reused.
+  if (before && before.buffer.length < (before.ends.at(-1) ?? 0)) before = undefined;
+  let kept = 0;
+  if (before && before.head === start) {
+    const most = Math.min(before.messages.length, messages.length);
+    while (kept < most && same(before.messages[kept], messages[kept])) kept++;
+  }
+  const from = kept > 0 ? before : undefined;
+  const rest = messages.slice(kept).map((m) => JSON.stringify(m));
+  // Room for the worst case (three bytes for each UTF-16 unit), rather than measuring each message
+  // first: memory that is never written costs nothing.
+  let room = (from ? (from.ends[kept - 1] ?? 0) : 3 * start.length) + 3 * end.length;
+  for (const json of rest) room += 3 * json.length + 1;
   // Memory the previous body was written in is reused: new memory costs page faults to first write.
   let buffer = from?.buffer;
   // Too small, or far larger than needed (after a drop, or /new): memory of the right size.
   if (!buffer || buffer.length < room || buffer.length > 4 * room) {
     const grown = Buffer.allocUnsafe(Math.ceil(room * 1.25));
-    if (from && buffer) grown.set(buffer.subarray(0, kept), 0);
+    if (from && buffer) grown.set(buffer.subarray(0, from.ends[kept - 1] ?? 0), 0);
     buffer = grown;
   }
-  const length = kept + encoder.encodeInto(text, buffer.subarray(kept)).written;
-  if (key !== undefined) remember(key, { head: start, messages: [...messages], close: length - Buffer.byteLength(end), buffer });
-  return buffer.subarray(0, length);
+  const out = buffer;
+  const put = (text: string, at: number) => at + encoder.encodeInto(text, out.subarray(at)).written;
+  const ends = from ? from.ends.slice(0, kept) : [];
+  let at = from ? (from.ends[kept - 1] ?? 0) : put(start, 0);
+  for (const json of rest) {
+    if (ends.length > 0) out[at++] = COMMA;
+    at = put(json, at);
+    ends.push(at);
+  }
+  at = put(end, at);
+  if (key !== undefined) remember(key, { head: start, messages: [...messages], ends, buffer: out });
+  return out.subarray(0, at);
 }
