@@ -15,6 +15,7 @@ import { limitLines, topLevelId } from "../daemon/lines.js";
 import type { Event, Numbered } from "../protocol/index.js";
 import { appendEvent, paths, readEventsFrom, readToolsList, writeMark, writeSettings, type AgentRef } from "../store/index.js";
 import type { TurnInput, TurnListener, TurnOutcome } from "../turn/types.js";
+import { deferred } from "./fixtures/deferred.js";
 
 const dirs: string[] = [];
 afterEach(() => {
@@ -42,6 +43,14 @@ async function connect(state: AcpState) {
   return { agent: conn.agent, updates, close: () => conn.close() };
 }
 
+/** A client with one new session, and a way to prompt it with text. */
+async function session(state: AcpState) {
+  const c = await connect(state);
+  const { sessionId } = await c.agent.request(acp.methods.agent.session.new, { cwd: "/", mcpServers: [] });
+  const prompt = (text: string) => c.agent.request(acp.methods.agent.session.prompt, { sessionId, prompt: [{ type: "text", text }] });
+  return { c, sessionId, prompt };
+}
+
 function setup(runTurn: Run) {
   const agent = agentDir();
   const deps: AcpDeps = { agent, version: "0.0.0", log: quiet, runTurn };
@@ -49,12 +58,6 @@ function setup(runTurn: Run) {
 }
 
 const done = (extra: Partial<TurnOutcome> = {}): TurnOutcome => ({ stop: "end_turn", modelMs: 0, ...extra });
-
-function deferred<T = void>() {
-  let resolve!: (v: T) => void;
-  const promise = new Promise<T>((r) => (resolve = r));
-  return { promise, resolve };
-}
 
 async function rejection(p: Promise<unknown>): Promise<{ code: number; message: string }> {
   try {
@@ -160,9 +163,8 @@ describe("prompts", () => {
       listener({ type: "tool_call", id: "c1", name: "x__run", arguments: {} });
       throw new Error("the tool host fell over");
     });
-    const c = await connect(state);
-    const s = await c.agent.request(acp.methods.agent.session.new, { cwd: "/", mcpServers: [] });
-    const err = await rejection(c.agent.request(acp.methods.agent.session.prompt, { sessionId: s.sessionId, prompt: [{ type: "text", text: "go" }] }));
+    const { c, prompt } = await session(state);
+    const err = await rejection(prompt("go"));
     expect(err.code).toBe(-32603);
     expect(err.message).toBe("Internal error: the tool host fell over");
     expect(c.updates.map((u) => u.update)).toMatchObject([
@@ -184,9 +186,7 @@ describe("prompts", () => {
       steered = (input.steering?.take() ?? []).map((m) => m.text);
       return done();
     });
-    const c = await connect(state);
-    const s = await c.agent.request(acp.methods.agent.session.new, { cwd: "/", mcpServers: [] });
-    const prompt = (text: string) => c.agent.request(acp.methods.agent.session.prompt, { sessionId: s.sessionId, prompt: [{ type: "text", text }] });
+    const { c, prompt } = await session(state);
     const first = prompt("one");
     await started.promise;
     const second = prompt("two");
@@ -215,9 +215,7 @@ describe("prompts", () => {
       running--;
       return done();
     });
-    const c = await connect(state);
-    const s = await c.agent.request(acp.methods.agent.session.new, { cwd: "/", mcpServers: [] });
-    const prompt = (text: string) => c.agent.request(acp.methods.agent.session.prompt, { sessionId: s.sessionId, prompt: [{ type: "text", text }] });
+    const { c, prompt } = await session(state);
     const first = prompt("one");
     await started.promise;
     const second = prompt("two");
@@ -239,11 +237,10 @@ describe("prompts", () => {
           input.signal?.addEventListener("abort", () => resolve({ stop: "cancelled", modelMs: 0 }));
         }),
     );
-    const c = await connect(state);
-    const s = await c.agent.request(acp.methods.agent.session.new, { cwd: "/", mcpServers: [] });
-    const answer = c.agent.request(acp.methods.agent.session.prompt, { sessionId: s.sessionId, prompt: [{ type: "text", text: "wait" }] });
+    const { c, sessionId, prompt } = await session(state);
+    const answer = prompt("wait");
     await started.promise;
-    await c.agent.notify(acp.methods.agent.session.cancel, { sessionId: s.sessionId });
+    await c.agent.notify(acp.methods.agent.session.cancel, { sessionId });
     expect(await answer).toMatchObject({ stopReason: "cancelled" });
     expect(c.updates.at(-1)?.update).toMatchObject({ sessionUpdate: "tool_call_update", toolCallId: "slow", status: "failed" });
     c.close();

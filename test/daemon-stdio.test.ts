@@ -21,6 +21,7 @@ import {
   type Daemon,
 } from "./acp-client.js";
 import type { ModelServer, RecordedRequest } from "./model-server.js";
+import { deferred } from "./fixtures/deferred.js";
 
 const EVERYTHING = `"${process.execPath}" "${ROOT}node_modules/@modelcontextprotocol/server-everything/dist/index.js" stdio`;
 
@@ -46,12 +47,6 @@ async function client(d: Daemon): Promise<Client> {
   const c = await openClient(stdioStream(d.child));
   cleanup.push(() => c.close());
   return c;
-}
-
-function deferred() {
-  let resolve!: () => void;
-  const promise = new Promise<void>((r) => (resolve = r));
-  return { promise, resolve };
 }
 
 const text = (s: string): ContentBlock[] => [{ type: "text", text: s }];
