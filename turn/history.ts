@@ -148,24 +148,21 @@ export class History {
   }
 
   /**
-   * The event added ahead at `expected` was written at `actual`: another writer (one that doesn't take
-   * the lock, as setting the model doesn't) took the numbers between. They are read and counted in.
+   * The event added ahead at `expected` (the last the history holds: a turn's writes are chained) was
+   * written at `actual`: another writer (one that doesn't take the lock, as setting the model doesn't)
+   * took the numbers between. They are read and counted in, as `written` does.
    */
   settle(expected: number, actual: number): void {
     if (expected === actual) return;
-    const at = this.events.findIndex((e) => e.n === expected);
-    const moved = at < 0 ? undefined : this.events.splice(at, 1)[0]?.event;
-    if (!moved) throw new Error(`no event was added ahead at ${expected}`);
-    const between: Numbered[] = [];
-    for (let n = expected; n < actual; n++) {
-      const event = readEvent(this.conv, n);
-      if (event) between.push({ n, event });
-    }
-    const events = [...this.events.slice(0, at), ...between, { n: actual, event: moved }, ...this.events.slice(at)];
+    const last = this.events.at(-1);
+    if (last?.n !== expected) throw new Error(`no event was added ahead at ${expected}`);
+    // Counted again without it, from where counting began; then it is added where it was written.
+    const before = this.events.slice(0, -1);
     this.events.length = 0;
     Object.assign(this.count, copyCount(this.begin.count));
     this.model = this.begin.model;
-    for (const e of events) this.add(e, this.begin.countFrom);
+    for (const e of before) this.add(e, this.begin.countFrom);
+    this.written(actual, last.event);
   }
 
   /** The window's events, as the model sees them. */
