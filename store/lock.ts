@@ -45,11 +45,6 @@ async function mutex<T>(key: string, fn: () => Promise<T>): Promise<T> {
   }
 }
 
-/** Whether a turn of this process holds or waits for the conversation. */
-export function isBusy(conv: ConversationPaths): boolean {
-  return inProcess.has(conv.dir);
-}
-
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 
 type Callback<T> = (err: NodeJS.ErrnoException | null, value?: T) => void;
