@@ -4,7 +4,9 @@ import { homedir } from "node:os";
 import { join, resolve } from "node:path";
 import type { AgentRef } from "../store/paths.js";
 
+/** Bad input on the command line (or in a file it names): one line on stderr, exit 2. */
 export class UsageError extends Error {
+  readonly exitCode = 2;
   constructor(message: string) {
     super(message);
     this.name = "UsageError";

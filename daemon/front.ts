@@ -1,20 +1,27 @@
 // The front of a connection: answers `initialize` the moment it arrives, before the ACP SDK and the
 // rest are loaded, so the daemon answers its first request in about the time Node takes to start.
-// Everything else, the initialize line included, goes on to the SDK once it is loaded; the SDK's own
-// answer to that initialize (the same, from the same function) is then left out.
+// The first line is read from the Node stream itself: web streams (which the SDK speaks) load only
+// once it is answered. Everything else, the initialize line included, goes on to the SDK once it is
+// loaded, each line bounded; the SDK's own answer to that initialize (the same, from the same
+// function) is then left out.
+import type { Readable, Writable } from "node:stream";
 import { initializeResult } from "../acp/initialize.js";
-import { concat } from "./lines.js";
+import { concat, limitLines } from "./lines.js";
 
 const NEWLINE = 0x0a;
 /** An initialize request is small: a first line longer than this isn't answered ahead. */
 const FIRST_LINE_MAX = 64 * 1024;
 
 export interface Connection {
+  /** Whole lines, each at most the bound, for the SDK. */
   input: ReadableStream<Uint8Array>;
   output: WritableStream<Uint8Array>;
   /** Settles once the first line was read (and answered, if it was initialize); true if the input ended first. */
   first: Promise<boolean>;
 }
+
+/** The connection as web streams, made once the first line is answered. */
+export type WebStreams = () => { readable: ReadableStream<Uint8Array>; writable: WritableStream<Uint8Array> };
 
 type Id = string | number;
 
@@ -37,84 +44,116 @@ export function initializeId(line: string): Id | undefined {
 }
 
 /**
- * Wraps a connection's streams. The first line is read at once; a well-formed `initialize` is
- * answered on `output` there and then. What the SDK writes later goes to `output` too, but for its
- * own answer to that same request.
+ * Reads from `input` up to the end of the first line (or `limit` bytes, or the input's end) and
+ * pauses it there. Resolves with the chunks read, the first line's length (-1 if none was found),
+ * and whether the input ended.
  */
-export function front(input: ReadableStream<Uint8Array>, output: WritableStream<Uint8Array>, version: string): Connection {
-  const reader = input.getReader();
-  const writer = output.getWriter();
-  const encoder = new TextEncoder();
+function readFirstLine(input: Readable, limit: number): Promise<{ chunks: Uint8Array[]; nl: number; ended: boolean }> {
+  return new Promise((resolve, reject) => {
+    const chunks: Uint8Array[] = [];
+    let size = 0;
+    const done = (ended: boolean, nl: number) => {
+      input.off("data", onData);
+      input.off("end", onEnd);
+      input.off("error", onError);
+      if (!ended) input.pause();
+      resolve({ chunks, nl, ended });
+    };
+    const onData = (chunk: Uint8Array) => {
+      const at = chunk.indexOf(NEWLINE);
+      chunks.push(chunk);
+      if (at >= 0) return done(false, size + at);
+      size += chunk.length;
+      if (size > limit) done(false, -1);
+    };
+    const onEnd = () => done(true, -1);
+    const onError = (e: Error) => {
+      input.off("data", onData);
+      input.off("end", onEnd);
+      reject(e);
+    };
+    input.on("data", onData);
+    input.once("end", onEnd);
+    input.once("error", onError);
+  });
+}
+
+/**
+ * Takes a connection's Node streams. The first line is read at once; a well-formed `initialize` no
+ * longer than `max` is answered on `output` there and then. The rest is read through `web()`, made
+ * when the SDK first reads or writes. What the SDK writes goes to the same output, but for its own
+ * answer to the initialize answered ahead.
+ */
+export function front(input: Readable, output: Writable, web: WebStreams, version: string, max: number): Connection {
+  let streams: ReturnType<WebStreams> | undefined;
+  const webStreams = () => (streams ??= web());
   const decoder = new TextDecoder();
   /** Bytes read ahead, waiting for the SDK. */
-  const ahead: Uint8Array[] = [];
+  let ahead: Uint8Array[] = [];
   let skip: Id | undefined;
   let outgoing: Uint8Array = new Uint8Array(0);
   // The lines after an initialize answered ahead wait for the SDK's own answer to it: the client may
   // send them at once, and the SDK takes no request before its initialize has finished.
   let initialized!: () => void;
   const sdkInitialized = new Promise<void>((resolve) => (initialized = resolve));
-  let held: Uint8Array | undefined;
   // Requests read and not answered yet: when the input ends, the SDK's stream ends only once each has
   // its answer, so a client that closes its side right after asking still gets every answer.
   const pending = new Set<Id>();
   let drained: (() => void) | undefined;
-  const track = (chunk: Uint8Array) => {
-    const id = requestId(decoder.decode(chunk));
-    if (id !== undefined) pending.add(id);
-  };
 
   // Read the first line now, answering it if it is initialize.
   const first = (async () => {
-    let line: Uint8Array = new Uint8Array(0);
-    for (;;) {
-      const { value, done } = await reader.read();
-      if (done) return true;
-      ahead.push(value);
-      line = concat([line, value]);
-      const nl = line.indexOf(NEWLINE);
-      if (nl < 0 && line.length <= FIRST_LINE_MAX) continue;
-      if (nl >= 0) {
-        const id = initializeId(decoder.decode(line.subarray(0, nl)));
-        if (id !== undefined) {
-          skip = id;
-          // Only the initialize line goes on now; the rest is held until the SDK has answered it.
-          ahead.length = 0;
-          ahead.push(line.slice(0, nl + 1));
-          if (line.length > nl + 1) held = line.slice(nl + 1);
-          await writer.write(encoder.encode(`${JSON.stringify({ jsonrpc: "2.0", id, result: initializeResult(version) })}\n`));
-        }
+    const read = await readFirstLine(input, FIRST_LINE_MAX);
+    ahead = read.chunks;
+    // A line over the bound goes on to be refused as oversized, not answered here.
+    if (read.nl >= 0 && read.nl <= max) {
+      const head = read.chunks.length === 1 ? read.chunks[0]! : concat(read.chunks);
+      const id = initializeId(decoder.decode(head.subarray(0, read.nl)));
+      if (id !== undefined) {
+        skip = id;
+        const answer = `${JSON.stringify({ jsonrpc: "2.0", id, result: initializeResult(version) })}\n`;
+        await new Promise<void>((resolve) => output.write(answer, () => resolve()));
       }
-      return false;
     }
+    return read.ended;
   })();
 
-  const readable = new ReadableStream<Uint8Array>({
+  // What was read ahead, then the rest of the input.
+  let rest: ReadableStreamDefaultReader<Uint8Array> | undefined;
+  const raw = new ReadableStream<Uint8Array>({
     async pull(controller) {
       const ended = await first;
       const next = ahead.shift();
-      if (next) {
-        track(next);
-        return controller.enqueue(next);
-      }
-      if (skip !== undefined) await sdkInitialized;
-      if (held) {
-        track(held);
-        controller.enqueue(held);
-        held = undefined;
-        return;
-      }
-      const read = ended ? undefined : await reader.read();
-      if (read && !read.done) {
-        track(read.value);
-        return controller.enqueue(read.value);
-      }
-      if (pending.size > 0) await new Promise<void>((resolve) => (drained = resolve));
-      controller.close();
+      if (next) return controller.enqueue(next);
+      if (ended) return controller.close();
+      rest ??= webStreams().readable.getReader();
+      const read = await rest.read();
+      if (read.done) controller.close();
+      else controller.enqueue(read.value);
     },
-    cancel: (reason) => reader.cancel(reason),
+    cancel: (reason) => (rest ? rest.cancel(reason) : void input.destroy()),
   });
 
+  const lines = raw.pipeThrough(limitLines(max)).getReader();
+  let passedFirst = false;
+  const readable = new ReadableStream<Uint8Array>({
+    async pull(controller) {
+      const read = await lines.read();
+      if (read.done) {
+        if (pending.size > 0) await new Promise<void>((resolve) => (drained = resolve));
+        return controller.close();
+      }
+      if (passedFirst && skip !== undefined) await sdkInitialized;
+      passedFirst = true;
+      const id = requestId(decoder.decode(read.value));
+      if (id !== undefined) pending.add(id);
+      controller.enqueue(read.value);
+    },
+    cancel: (reason) => lines.cancel(reason),
+  });
+
+  let writer: WritableStreamDefaultWriter<Uint8Array> | undefined;
+  const out = () => (writer ??= webStreams().writable.getWriter());
   const writable = new WritableStream<Uint8Array>({
     async write(chunk) {
       await first;
@@ -122,7 +161,7 @@ export function front(input: ReadableStream<Uint8Array>, output: WritableStream<
         const id = answerId(chunk, decoder);
         if (id !== undefined && pending.delete(id) && pending.size === 0) drained?.();
       }
-      if (skip === undefined) return writer.write(chunk);
+      if (skip === undefined) return out().write(chunk);
       // Until the SDK's answer to the initialize answered ahead has gone by, look at whole lines.
       outgoing = concat([outgoing, chunk]);
       let pass: Uint8Array = new Uint8Array(0);
@@ -138,10 +177,10 @@ export function front(input: ReadableStream<Uint8Array>, output: WritableStream<
         pass = concat([pass, outgoing]);
         outgoing = new Uint8Array(0);
       }
-      if (pass.length) await writer.write(pass);
+      if (pass.length) await out().write(pass);
     },
-    close: () => writer.close(),
-    abort: (reason) => writer.abort(reason),
+    close: () => out().close(),
+    abort: (reason) => out().abort(reason),
   });
   return { input: readable, output: writable, first };
 }

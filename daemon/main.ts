@@ -48,7 +48,8 @@ try {
   throw e;
 }
 run(command).catch((e: unknown) => {
-  if (e instanceof UsageError) fail(e.message, 2);
+  // Told by its exit code, not its class: this file is bundled apart from the modules it loads
+  // later, which have their own copy of UsageError.
   if (e instanceof Error && "exitCode" in e && typeof e.exitCode === "number") fail(e.message, e.exitCode);
   // One line, as for bad input: the message alone says what failed.
   fail(e instanceof Error ? e.message : String(e), 1);

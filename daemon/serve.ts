@@ -5,8 +5,7 @@ import type { Socket } from "node:net";
 import { Duplex, Readable, Writable } from "node:stream";
 import type { RunningAgent } from "./agent.js";
 import { UsageError, agentRef, type Command } from "./cli.js";
-import { front } from "./front.js";
-import { limitLines } from "./lines.js";
+import { front, type WebStreams } from "./front.js";
 import { captureConsole, log } from "./log.js";
 import { listenSocket, type ControlSocket } from "./socket.js";
 import { version } from "./version.js";
@@ -73,8 +72,8 @@ export async function serve(command: Extract<Command, { kind: "serve" }>): Promi
   process.on("SIGTERM", onSignal);
   process.on("SIGINT", onSignal);
 
-  const connect = async (input: ReadableStream<Uint8Array>, output: WritableStream<Uint8Array>): Promise<void> => {
-    const c = front(input.pipeThrough(limitLines(max)), output, ver);
+  const connect = async (input: Readable, output: Writable, web: WebStreams): Promise<void> => {
+    const c = front(input, output, web, ver, max);
     await c.first;
     clearTimeout(timer);
     return (await load()).connect(c.input, c.output);
@@ -86,8 +85,8 @@ export async function serve(command: Extract<Command, { kind: "serve" }>): Promi
       connections.add(socket);
       socket.on("error", (e) => log.warn("connection error", { error: e.message }));
       socket.on("close", () => connections.delete(socket));
-      const { readable, writable } = Duplex.toWeb(socket);
-      void connect(readable as ReadableStream<Uint8Array>, writable)
+      const web = () => Duplex.toWeb(socket) as ReturnType<WebStreams>;
+      void connect(socket, socket, web)
         .catch((e: unknown) => log.warn("connection ended", { error: (e as Error).message }))
         .finally(() => socket.destroy());
     });
@@ -97,8 +96,8 @@ export async function serve(command: Extract<Command, { kind: "serve" }>): Promi
     // A client that hangs up closes the pipe: not the daemon's failure.
     process.stdout.on("error", (e) => log.warn("stdout closed", { error: e.message }));
     log.info("serving ACP", { stdio: true, agent: agent.dir });
-    const stdin = Readable.toWeb(process.stdin) as ReadableStream<Uint8Array>;
-    void connect(stdin, Writable.toWeb(process.stdout))
+    const web = () => ({ readable: Readable.toWeb(process.stdin) as ReadableStream<Uint8Array>, writable: Writable.toWeb(process.stdout) });
+    void connect(process.stdin, process.stdout, web)
       .catch((e: unknown) => log.warn("connection ended", { error: (e as Error).message }))
       // The client went away: the turns it started still finish and are kept, then the daemon ends.
       .then(() => stop(false))

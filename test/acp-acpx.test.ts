@@ -13,7 +13,7 @@ const ACPX = join(ROOT, "node_modules", ".bin", "acpx");
 const run = promisify(execFile);
 
 let server: ModelServer;
-const cleanup = daemonTestHooks(["dist/daemon/main.js", "dist/daemon/serve.js", "dist/acp/app.js"], (s) => (server = s));
+const cleanup = daemonTestHooks(["dist/daemon/lnk-link-harness.cjs", "dist/daemon/serve.js", "dist/acp/app.js"], (s) => (server = s));
 
 /** An agent folder and a HOME for acpx's own records. */
 function place(): { dir: string; home: string; agent: string } {

@@ -15,7 +15,7 @@ import type { ClientContext, SessionNotification } from "@agentclientprotocol/sd
 
 /** The project's root (this file is test/acp-client.ts, built to dist/test/acp-client.js). */
 export const ROOT = fileURLToPath(new URL(import.meta.url.includes("/dist/") ? "../../" : "../", import.meta.url));
-export const MAIN = join(ROOT, "dist", "daemon", "main.js");
+export const MAIN = join(ROOT, "dist", "daemon", "lnk-link-harness.cjs");
 
 export function tempDir(prefix = "lnk-acp-"): { path: string; remove(): void } {
   const path = mkdtempSync(join(tmpdir(), prefix));

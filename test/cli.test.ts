@@ -9,12 +9,14 @@ import { writeSettings } from "../store/index.js";
 import { ROOT, assertBuilt } from "./fixtures/built.js";
 import { killAll, run, type Run } from "./fixtures/child.js";
 
-const MAIN = join(ROOT, "dist/daemon/main.js");
+/** The program as installed: the bin package.json names. */
+const BIN = z.object({ bin: z.object({ "lnk-link-harness": z.string() }) }).parse(JSON.parse(readFileSync(join(ROOT, "package.json"), "utf8"))).bin["lnk-link-harness"];
+const MAIN = join(ROOT, BIN);
 const SECRET = "sk-SECRET-123";
 
 let home: string;
 beforeAll(() => {
-  assertBuilt(["dist/daemon/main.js", "dist/daemon/cli.js", "dist/daemon/commands.js", "dist/store/settings.js"], ["daemon", "store", "protocol"]);
+  assertBuilt([BIN, "dist/daemon/cli.js", "dist/daemon/commands.js", "dist/store/settings.js"], ["daemon", "store", "protocol"]);
   home = mkdtempSync(join(tmpdir(), "lnk-cli-"));
 });
 // Every run waits for its process's exit (killing it when late); this is for a test that failed midway.

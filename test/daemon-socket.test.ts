@@ -12,7 +12,7 @@ import { answerText, configure, daemonTestHooks, openClient, scriptedSettings, s
 import { lastUserText, type ModelServer } from "./model-server.js";
 
 let server: ModelServer;
-const cleanup = daemonTestHooks(["dist/daemon/main.js", "dist/daemon/serve.js", "dist/daemon/socket.js"], (s) => (server = s));
+const cleanup = daemonTestHooks(["dist/daemon/lnk-link-harness.cjs", "dist/daemon/serve.js", "dist/daemon/socket.js"], (s) => (server = s));
 
 /** An agent folder with settings, and a socket path beside it. */
 function place(): { dir: string; socket: string } {

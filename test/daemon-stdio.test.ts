@@ -26,7 +26,7 @@ import { deferred } from "./fixtures/deferred.js";
 const EVERYTHING = `"${process.execPath}" "${ROOT}node_modules/@modelcontextprotocol/server-everything/dist/index.js" stdio`;
 
 let server: ModelServer;
-const cleanup = daemonTestHooks(["dist/daemon/main.js", "dist/daemon/serve.js", "dist/acp/app.js"], (s) => (server = s));
+const cleanup = daemonTestHooks(["dist/daemon/lnk-link-harness.cjs", "dist/daemon/serve.js", "dist/acp/app.js"], (s) => (server = s));
 
 function agent(extra: Record<string, unknown> = {}): string {
   const dir = tempDir();

@@ -11,11 +11,11 @@ import { version } from "../daemon/version.js";
 import { assertBuilt, ROOT } from "./fixtures/built.js";
 import { Child, run } from "./fixtures/child.js";
 
-const MAIN = join(ROOT, "dist/daemon/main.js");
+const MAIN = join(ROOT, "dist/daemon/lnk-link-harness.cjs");
 let dir: string;
 
 beforeAll(() => {
-  assertBuilt(["dist/daemon/main.js", "dist/daemon/front.js", "dist/daemon/agent.js"], ["daemon", "acp"]);
+  assertBuilt(["dist/daemon/lnk-link-harness.cjs", "dist/daemon/front.js", "dist/daemon/agent.js"], ["daemon", "acp"]);
   dir = mkdtempSync(join(tmpdir(), "lh-front-"));
 });
 afterAll(() => rmSync(dir, { recursive: true, force: true }));
@@ -62,6 +62,33 @@ describe("the front", () => {
     expect(got.find((a) => a.id === 1)).toMatchObject({ error: { code: -32600 } });
     expect(got.find((a) => a.id === 2)).toMatchObject({ result: { protocolVersion: 1 } });
     expect(got.find((a) => a.id === 3)).toMatchObject({ result: { protocolVersion: 1 } });
+  });
+
+  it("answers an initialize that comes in pieces, once", async () => {
+    const d = new Child(process.execPath, [MAIN, "--agent", dir]);
+    const whole = init(4);
+    d.proc.stdin.write(whole.slice(0, 10));
+    await new Promise((resolve) => setTimeout(resolve, 50));
+    d.proc.stdin.write(whole.slice(10, 30));
+    await new Promise((resolve) => setTimeout(resolve, 50));
+    d.proc.stdin.write(whole.slice(30) + line({ jsonrpc: "2.0", id: 5, method: "session/list", params: {} }));
+    d.proc.stdin.end();
+    const r = await d.exit();
+    expect(r.code).toBe(0);
+    const got = answers(d.stdout);
+    expect(got).toEqual([
+      { jsonrpc: "2.0", id: 4, result: initializeResult(version()) },
+      { jsonrpc: "2.0", id: 5, result: { sessions: [] } },
+    ]);
+  });
+
+  it("leaves an initialize over the message bound to be refused as oversized, never answered ahead", async () => {
+    const big = line({ jsonrpc: "2.0", id: 6, method: "initialize", params: { protocolVersion: 1, _meta: { pad: "x".repeat(2000) } } });
+    const r = await run(process.execPath, [MAIN, "--agent", dir], { input: big + init(7), env: { ...process.env, LNK_ACP_MAX_BYTES: "1024" } });
+    expect(r.code).toBe(0);
+    const got = answers(r.stdout);
+    expect(got.filter((a) => a.id === 6)).toEqual([expect.objectContaining({ error: expect.objectContaining({ code: expect.any(Number) }) })]);
+    expect(got.filter((a) => a.id === 7)).toEqual([{ jsonrpc: "2.0", id: 7, result: initializeResult(version()) }]);
   });
 
   it("answers while the input stays open, and a session made after it works", async () => {

@@ -167,7 +167,7 @@ async function request(method: string, params: unknown, idKind = 0): Promise<Res
 }
 
 beforeAll(async () => {
-  assertBuilt(["dist/daemon/main.js", "dist/acp/app.js", "dist/daemon/lines.js"], ["acp", "daemon", "turn", "store", "protocol"]);
+  assertBuilt(["dist/daemon/lnk-link-harness.cjs", "dist/acp/app.js", "dist/daemon/lines.js"], ["acp", "daemon", "turn", "store", "protocol"]);
   outer = mkdtempSync(join(tmpdir(), "lnk-fuzz-acp-"));
   // Deep enough that a name with a few `..` in it would still land inside `outer`, where it is seen.
   agent = join(outer, "a", "b", "c", "agent");

@@ -182,7 +182,7 @@ describe("settings, fuzzed", () => {
   });
 
   it("configure: accepted and written as sent, or refused with exit 2, one line on stderr, config.json and the folder unchanged", async () => {
-    assertBuilt(["dist/daemon/main.js", "dist/daemon/commands.js", "dist/store/settings.js"], ["daemon", "store", "protocol"]);
+    assertBuilt(["dist/daemon/lnk-link-harness.cjs", "dist/daemon/commands.js", "dist/store/settings.js"], ["daemon", "store", "protocol"]);
     const agent = join(tmp, "cli");
     writeSettings({ dir: agent }, parseSettings(JSON.stringify({ model: { provider: "p", name: "m", base_url: "http://127.0.0.1:9/v1", key: SECRET } })));
     let n = 0;

@@ -27,7 +27,7 @@ const Summary = z.object({
 
 const cleanup: (() => unknown)[] = [];
 beforeAll(() => {
-  assertBuilt(["dist/test/soak/run.js", "dist/daemon/main.js"], ["test/soak", "acp", "daemon", "turn", "store", "protocol"]);
+  assertBuilt(["dist/test/soak/run.js", "dist/daemon/lnk-link-harness.cjs"], ["test/soak", "acp", "daemon", "turn", "store", "protocol"]);
 });
 afterEach(async () => {
   for (const f of cleanup.splice(0).reverse()) await f();

@@ -19,7 +19,7 @@ const MARK = /\[(duo-\d+) d(\d+) #(\d+)\]/;
 
 const cleanup: (() => unknown)[] = [];
 beforeAll(() => {
-  assertBuilt(["dist/daemon/main.js", "dist/store/lock.js", "dist/turn/turn.js"], ["acp", "daemon", "turn", "store", "protocol"]);
+  assertBuilt(["dist/daemon/lnk-link-harness.cjs", "dist/store/lock.js", "dist/turn/turn.js"], ["acp", "daemon", "turn", "store", "protocol"]);
 });
 afterEach(async () => {
   for (const f of cleanup.splice(0).reverse()) await f();

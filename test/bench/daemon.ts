@@ -6,7 +6,7 @@ import { fileURLToPath } from "node:url";
 
 /** The project's root, from the sources (test/bench/) or the build (dist/test/bench/). */
 export const ROOT = fileURLToPath(new URL(import.meta.url.includes("/dist/") ? "../../../" : "../../", import.meta.url));
-export const MAIN = join(ROOT, "dist", "daemon", "main.js");
+export const MAIN = join(ROOT, "dist", "daemon", "lnk-link-harness.cjs");
 
 /** The environment without the tools Link's bridge would name, so a turn starts no MCP server. */
 export function quietEnv(): NodeJS.ProcessEnv {

@@ -83,8 +83,8 @@ export function targets(r: Omit<BenchResults, "targets">): Target[] {
   });
   out.push({
     name: "prompt-cache prefix share at least 0.95 (mean)",
-    measured: `${r.prefix.mean.toFixed(3)} over ${r.prefix.turns} requests, ${r.prefix.drops} drops`,
-    pass: r.prefix.mean >= 0.95,
+    measured: r.prefix.turns > 0 ? `${r.prefix.mean.toFixed(3)} over ${r.prefix.turns} requests, ${r.prefix.drops} drops` : "not measured",
+    pass: r.prefix.turns > 0 ? r.prefix.mean >= 0.95 : undefined,
   });
   if ("measured" in r.streaming) {
     const most = r.streaming.measured.at(-1);

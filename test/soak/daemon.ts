@@ -6,7 +6,7 @@ import { fileURLToPath } from "node:url";
 
 /** The project's root, from the sources (test/soak/) or the build (dist/test/soak/). */
 export const ROOT = fileURLToPath(new URL(import.meta.url.includes("/dist/") ? "../../../" : "../../", import.meta.url));
-export const MAIN = join(ROOT, "dist", "daemon", "main.js");
+export const MAIN = join(ROOT, "dist", "daemon", "lnk-link-harness.cjs");
 export const EVERYTHING = join(ROOT, "node_modules", "@modelcontextprotocol", "server-everything", "dist", "index.js");
 
 /** The environment of a daemon: this one's without any tool Link's bridge would name, plus `extra`. */
