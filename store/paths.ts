@@ -1,5 +1,5 @@
 // The one function that names every path of an agent (DESIGN.md "The agent's folders").
-import { join } from "node:path";
+import { join, sep } from "node:path";
 import { Thread } from "../protocol/index.js";
 
 /** An agent as the store knows it: its own folder, its files folder (the workspace) and its Home. */
@@ -87,7 +87,9 @@ export function paths(agent: AgentRef): AgentPaths {
         window: join(cdir, "window.json"),
         tools: join(cdir, "tools.json"),
         lock: join(cdir, ".lock"),
-        event: (n) => join(cdir, eventName(n)),
+        // Joined by hand: cdir is already normalised and an event's name holds no separator, and a
+        // turn asks for thousands of these.
+        event: (n) => `${cdir}${sep}${eventName(n)}`,
       };
     },
   };

@@ -14,6 +14,7 @@ import {
   appendTranscript,
   ensureConversation,
   eventName,
+  forgetEvents,
   lastEventNumber,
   narrowToolsList,
   paths,
@@ -422,6 +423,35 @@ describe("links are refused, not followed", () => {
     writeSettings({ dir }, { model: { provider: "p", name: "m", base_url: "http://127.0.0.1:1/v1" } });
     expect(readFileSync(target, "utf8")).toBe("untouched\n");
     expect(readSettings({ dir })?.model.name).toBe("m");
+  });
+});
+
+describe("files of any size", () => {
+  it("are read whole, however their size falls against the read buffer, and a character across its edge too", () => {
+    const dir = tempDir();
+    const conv = paths({ dir }).conversation("t");
+    ensureConversation(conv);
+    const KIB64 = 64 * 1024;
+    // Files of these sizes in bytes: around the 64 KiB buffer, and several times it.
+    const sizes = [1, KIB64 - 1, KIB64, KIB64 + 1, 2 * KIB64, 5 * KIB64 + 3];
+    sizes.forEach((size, i) => {
+      const event = { v: EVENT_VERSION, time: "2026-01-02T03:04:05.000Z", kind: "message", role: "user", header: "h", text: "" };
+      const empty = Buffer.byteLength(`${JSON.stringify(event)}\n`);
+      // "é" is two bytes: it straddles the buffer's edge wherever the size puts it there.
+      const fill = size - empty;
+      const text = fill > 0 ? "é".repeat(Math.floor(fill / 2)) + "x".repeat(fill % 2) : "";
+      writeFileSync(conv.event(i + 1), `${JSON.stringify({ ...event, text })}\n`);
+    });
+    // Read by this process for the first time (nothing cached): each whole, as written.
+    forgetEvents();
+    const read = readEventsFrom(conv, 1);
+    expect(read.map((e) => e.n)).toEqual(sizes.map((_, i) => i + 1));
+    read.forEach(({ n, event }) => expect(`${JSON.stringify(event)}\n`).toBe(readFileSync(conv.event(n), "utf8")));
+    // The settings' other files the same way: notes of 300 KiB.
+    const notes = "ü".repeat(150 * 1024) + "\n";
+    mkdirSync(join(dir, "memory"), { recursive: true });
+    writeFileSync(join(dir, "memory", "notes.md"), notes);
+    expect(readNotes({ dir })).toBe(notes);
   });
 });
 

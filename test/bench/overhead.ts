@@ -85,8 +85,24 @@ export function chooseBudget(events: readonly Event[], fullPairs = FULL_PAIRS): 
   return best.budget;
 }
 
+type Gc = (options: { type: "minor" | "major" }) => void;
+/** Node's collector, when the bench runs with --expose-gc (as `npm run bench` does). */
+const gc = (globalThis as { gc?: Gc }).gc;
+/** Whether each measurement starts with the young generation collected. */
+export const YOUNG_COLLECTED = gc !== undefined;
+
+/**
+ * Collects the young generation, so a measurement starts, as in a new process, without the garbage
+ * of the one before it (the floor's read leaves a window's worth): that garbage would otherwise bring
+ * the next collection into the measured turn, which then pays to copy everything it has kept so far.
+ */
+function collectYoung(): void {
+  gc?.({ type: "minor" });
+}
+
 /** The floor: read and JSON.parse the window's event files once, nothing else (ms). */
 function readOnce(conv: ConversationPaths, from: number): number {
+  collectYoung();
   const t0 = performance.now();
   let parsed = 0;
   for (let n = from; ; n++) {
@@ -106,6 +122,7 @@ function readOnce(conv: ConversationPaths, from: number): number {
 }
 
 async function timedTurn(agent: AgentRef, text: string): Promise<{ overhead: number; model: number }> {
+  collectYoung();
   const t0 = performance.now();
   const outcome = await runTurn({ agent, thread: THREAD, message: { text } }, () => undefined);
   const wall = performance.now() - t0;

@@ -23,6 +23,8 @@ export interface BenchResults {
      * other work on the machine skews every figure.
      */
     otherWork: number | null;
+    /** Whether each turn and floor read began with the young generation collected (--expose-gc). */
+    youngCollected: boolean;
   };
   /** Spawn to exit of `node -e 0`: no Node program starts sooner. */
   nodeStart: Summary;

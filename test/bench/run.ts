@@ -6,7 +6,7 @@ import { cpus, platform, release, tmpdir, totalmem } from "node:os";
 import { join } from "node:path";
 import { startModelServer } from "../model-server.js";
 import { daemonMissing, ROOT, setDaemonNodeArgs } from "./daemon.js";
-import { measureOverhead, FULL_PAIRS, FULL_TURNS, SCALING_PAIRS } from "./overhead.js";
+import { measureOverhead, FULL_PAIRS, FULL_TURNS, SCALING_PAIRS, YOUNG_COLLECTED } from "./overhead.js";
 import { watchOtherWork } from "./machine.js";
 import { measurePrefix } from "./prefix.js";
 import { targets, type BenchResults, type Measured } from "./results.js";
@@ -118,6 +118,7 @@ async function main(): Promise<void> {
         memoryGb: Math.round(totalmem() / 2 ** 30),
         tmpdir: tmpdir(),
         otherWork: otherWork() ?? null,
+        youngCollected: YOUNG_COLLECTED,
       },
       nodeStart: bare,
       overhead,

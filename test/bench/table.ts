@@ -41,6 +41,11 @@ export function renderTable(r: BenchResults): string {
   const turns = r.overhead[0]?.warm.n ?? 0;
   out.push(`  ${turns} turns of each kind a size; window: events the model was sent; files: event files a fresh turn read.`);
   out.push(`  Floors: read-once (the window's files read and JSON-parsed once); node -e 0 start ${ms(r.nodeStart.median)} ms (p99 ${ms(r.nodeStart.p99)}).`);
+  out.push(
+    r.machine.youngCollected
+      ? "  Each turn and read-once began with the young generation collected, as in a new process."
+      : "  Not run with --expose-gc: each turn and read-once may pay for the garbage of the one before.",
+  );
   out.push("");
   const p = r.prefix;
   out.push("2. Prompt-cache prefix: each request's share of bytes that starts as the previous one");
