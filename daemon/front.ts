@@ -55,6 +55,7 @@ function readFirstLine(input: Readable, limit: number): Promise<{ chunks: Uint8A
     const done = (ended: boolean, nl: number) => {
       input.off("data", onData);
       input.off("end", onEnd);
+      input.off("close", onEnd);
       input.off("error", onError);
       if (!ended) input.pause();
       resolve({ chunks, nl, ended });
@@ -70,10 +71,13 @@ function readFirstLine(input: Readable, limit: number): Promise<{ chunks: Uint8A
     const onError = (e: Error) => {
       input.off("data", onData);
       input.off("end", onEnd);
+      input.off("close", onEnd);
       reject(e);
     };
     input.on("data", onData);
+    // Destroyed without an end or an error, it ends here too.
     input.once("end", onEnd);
+    input.once("close", onEnd);
     input.once("error", onError);
   });
 }
@@ -90,12 +94,13 @@ export function front(input: Readable, output: Writable, web: WebStreams, versio
   const decoder = new TextDecoder();
   /** Bytes read ahead, waiting for the SDK. */
   let ahead: Uint8Array[] = [];
+  /** The initialize answered ahead, whose answer from the SDK is left out. */
   let skip: Id | undefined;
   let outgoing: Uint8Array = new Uint8Array(0);
-  // The lines after an initialize answered ahead wait for the SDK's own answer to it: the client may
-  // send them at once, and the SDK takes no request before its initialize has finished.
-  let initialized!: () => void;
-  const sdkInitialized = new Promise<void>((resolve) => (initialized = resolve));
+  // The lines after an initialize request wait for the SDK's answer to it: the client may send them
+  // at once, and the SDK, which handles what it reads side by side, takes no request before its
+  // initialize has finished.
+  let initializing: { id: Id; answered: () => void; done: Promise<void> } | undefined;
   // Requests read and not answered yet: when the input ends, the SDK's stream ends only once each has
   // its answer, so a client that closes its side right after asking still gets every answer.
   const pending = new Set<Id>();
@@ -135,7 +140,6 @@ export function front(input: Readable, output: Writable, web: WebStreams, versio
   });
 
   const lines = raw.pipeThrough(limitLines(max)).getReader();
-  let passedFirst = false;
   const readable = new ReadableStream<Uint8Array>({
     async pull(controller) {
       const read = await lines.read();
@@ -143,10 +147,16 @@ export function front(input: Readable, output: Writable, web: WebStreams, versio
         if (pending.size > 0) await new Promise<void>((resolve) => (drained = resolve));
         return controller.close();
       }
-      if (passedFirst && skip !== undefined) await sdkInitialized;
-      passedFirst = true;
-      const id = requestId(decoder.decode(read.value));
-      if (id !== undefined) pending.add(id);
+      if (initializing) await initializing.done;
+      const request = requestOf(decoder.decode(read.value));
+      if (request) {
+        pending.add(request.id);
+        if (request.method === "initialize") {
+          let answered!: () => void;
+          const done = new Promise<void>((resolve) => (answered = resolve));
+          initializing = { id: request.id, answered, done };
+        }
+      }
       controller.enqueue(read.value);
     },
     cancel: (reason) => lines.cancel(reason),
@@ -159,6 +169,10 @@ export function front(input: Readable, output: Writable, web: WebStreams, versio
       await first;
       if (pending.size > 0) {
         const id = answerId(chunk, decoder);
+        if (id !== undefined && id === initializing?.id) {
+          initializing.answered();
+          initializing = undefined;
+        }
         if (id !== undefined && pending.delete(id) && pending.size === 0) drained?.();
       }
       if (skip === undefined) return out().write(chunk);
@@ -168,10 +182,8 @@ export function front(input: Readable, output: Writable, web: WebStreams, versio
       for (let nl = outgoing.indexOf(NEWLINE); nl >= 0 && skip !== undefined; nl = outgoing.indexOf(NEWLINE)) {
         const line = outgoing.subarray(0, nl + 1);
         outgoing = outgoing.slice(nl + 1);
-        if (isAnswerTo(decoder.decode(line), skip)) {
-          skip = undefined;
-          initialized();
-        } else pass = concat([pass, line]);
+        if (isAnswerTo(decoder.decode(line), skip)) skip = undefined;
+        else pass = concat([pass, line]);
       }
       if (skip === undefined) {
         pass = concat([pass, outgoing]);
@@ -185,13 +197,17 @@ export function front(input: Readable, output: Writable, web: WebStreams, versio
   return { input: readable, output: writable, first };
 }
 
-/** The id of a request (a message with a method and an id), from one line read. */
-function requestId(line: string): Id | undefined {
+/**
+ * The id and method of a request the SDK answers under its id, from one line read: JSON-RPC 2.0,
+ * with a method, and an id that is a string or a whole number. Any other id is answered as null.
+ */
+function requestOf(line: string): { id: Id; method: string } | undefined {
   try {
     const msg: unknown = JSON.parse(line);
     if (typeof msg !== "object" || msg === null || Array.isArray(msg)) return undefined;
-    const { id, method } = msg as { id?: unknown; method?: unknown };
-    return typeof method === "string" && (typeof id === "string" || typeof id === "number") ? id : undefined;
+    const { jsonrpc, id, method } = msg as { jsonrpc?: unknown; id?: unknown; method?: unknown };
+    if (jsonrpc !== "2.0" || typeof method !== "string") return undefined;
+    return typeof id === "string" || (typeof id === "number" && Number.isInteger(id)) ? { id, method } : undefined;
   } catch {
     return undefined;
   }

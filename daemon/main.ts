@@ -50,7 +50,7 @@ try {
 run(command).catch((e: unknown) => {
   // Told by its exit code, not its class: this file is bundled apart from the modules it loads
   // later, which have their own copy of UsageError.
-  if (e instanceof Error && "exitCode" in e && typeof e.exitCode === "number") fail(e.message, e.exitCode);
+  if (e instanceof Error && "exitCode" in e && typeof e.exitCode === "number" && e.exitCode > 0) fail(e.message, e.exitCode);
   // One line, as for bad input: the message alone says what failed.
   fail(e instanceof Error ? e.message : String(e), 1);
 });

@@ -34,7 +34,8 @@ const scratch = Buffer.allocUnsafeSlow(SCRATCH);
 /**
  * Reads a whole file as UTF-8, refusing a symbolic link (ELOOP) rather than following it. A turn
  * reads up to thousands of small files, so each costs three system calls: open, one read into a
- * buffer kept for the purpose (a regular file gives less than asked only at its end), and close.
+ * buffer kept for the purpose (a regular file on a local file system gives less than asked only
+ * at its end), and close.
  * `readFileSync` makes four, reading once more to find the end.
  */
 export function readNoFollow(path: string): string {

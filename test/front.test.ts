@@ -64,6 +64,26 @@ describe("the front", () => {
     expect(got.find((a) => a.id === 3)).toMatchObject({ result: { protocolVersion: 1 } });
   });
 
+  it("holds what follows an initialize that isn't the first line until it is answered, as the SDK needs", { timeout: 30_000 }, async () => {
+    // A blank line, or a notification, first: the initialize after it is the SDK's to answer, and the
+    // request sent with it in the same write must not reach the SDK before that answer.
+    const list = line({ jsonrpc: "2.0", id: 9, method: "session/list", params: {} });
+    const cancel = line({ jsonrpc: "2.0", method: "session/cancel", params: { sessionId: "none" } });
+    // And initializes the SDK answers under id null (an id that is no whole number, or no "2.0"): never
+    // waited for under their own id.
+    const oddIds = [
+      line({ jsonrpc: "2.0", id: 1.5, method: "initialize", params: { protocolVersion: 1 } }),
+      line({ jsonrpc: "1.0", id: 3, method: "initialize", params: { protocolVersion: 1 } }),
+    ];
+    for (const before of ["\n", cancel, ...oddIds]) {
+      const r = await run(process.execPath, [MAIN, "--agent", dir], { input: before + init(8) + list });
+      expect(r.code).toBe(0);
+      const got = answers(r.stdout);
+      expect(got.filter((a) => a.id === 8)).toEqual([{ jsonrpc: "2.0", id: 8, result: initializeResult(version()) }]);
+      expect(got.filter((a) => a.id === 9)).toEqual([{ jsonrpc: "2.0", id: 9, result: { sessions: [] } }]);
+    }
+  });
+
   it("answers an initialize that comes in pieces, once", async () => {
     const d = new Child(process.execPath, [MAIN, "--agent", dir]);
     const whole = init(4);
