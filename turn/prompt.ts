@@ -1,6 +1,7 @@
 // The messages a turn sends: the system prompt, then the window's events as the model reads them.
 // The same events always make the same bytes, so each request starts with the previous one.
 import type { AssistantMessage, Event, Numbered, Part } from "../protocol/index.js";
+import { derived } from "./derived.js";
 
 export type ChatMessage =
   | { role: "system"; content: string }
@@ -25,20 +26,13 @@ function userContent(header: string, text: string, parts: Part[] | undefined): C
 }
 
 /**
- * An event's message, made once per process and kept on the event under a symbol (as its count
- * is, see window.ts): events never change once written, so the same event always makes the same
+ * An event's message, made once per process (see derived.ts): the same event always makes the same
  * message object, which lets a request reuse the bytes of the one before (body.ts). Kept frozen,
  * since it is shared.
  */
 const MESSAGE = Symbol("message");
 function once(event: Event, make: () => ChatMessage): ChatMessage {
-  const e = event as Event & { [MESSAGE]?: ChatMessage };
-  let m = e[MESSAGE];
-  if (!m) {
-    m = Object.freeze(make());
-    Object.defineProperty(e, MESSAGE, { value: m });
-  }
-  return m;
+  return derived(event, MESSAGE, () => Object.freeze(make()));
 }
 
 function assistantMessage(event: AssistantMessage): ChatMessage {

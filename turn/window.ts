@@ -1,6 +1,7 @@
 // The window: how much of a conversation the model sees, found without reading every message.
 // Spec: "How much of a conversation does the model see?" and "How does a turn find the window…" (decisions.txt).
 import type { Event, Numbered, WindowMark } from "../protocol/index.js";
+import { derived } from "./derived.js";
 
 /** Rough tokens: four ASCII characters a token, one for any other character. */
 export function roughTokens(text: string): number {
@@ -24,22 +25,12 @@ export function roughTokens(text: string): number {
 /** What an image or a document costs in the rough count, whatever its size. */
 export const PART_TOKENS = 1_000;
 
-/**
- * Each event's count, kept on the (immutable, cached) event object under a symbol, which neither
- * JSON nor a schema sees: counted once per process. A property rather than a WeakMap, whose
- * entries the garbage collector must trace on its own for each of thousands of new events.
- */
+/** Each event's count: counted once per process (see derived.ts). */
 const TOKENS = Symbol("tokens");
 
 /** An event's rough tokens as sent to the model; never changes once the event is written. */
 export function eventTokens(event: Event): number {
-  const e = event as Event & { [TOKENS]?: number };
-  let n = e[TOKENS];
-  if (n === undefined) {
-    n = countTokens(event);
-    Object.defineProperty(e, TOKENS, { value: n });
-  }
-  return n;
+  return derived(event, TOKENS, () => countTokens(event));
 }
 
 function countTokens(event: Event): number {
