@@ -6,14 +6,15 @@ import { dirname, join } from "node:path";
 import { promisify } from "node:util";
 import { describe, expect, it } from "vitest";
 import { z } from "zod";
-import { configure, daemonTestHooks, MAIN, ROOT, scriptedSettings, tempDir } from "./acp-client.js";
+import { configure, daemonTestHooks, scriptedSettings, tempDir } from "./acp-client.js";
+import { BIN, MAIN, ROOT } from "./fixtures/built.js";
 import type { ModelServer } from "./model-server.js";
 
 const ACPX = join(ROOT, "node_modules", ".bin", "acpx");
 const run = promisify(execFile);
 
 let server: ModelServer;
-const cleanup = daemonTestHooks(["dist/daemon/lnk-link-harness.cjs", "dist/daemon/serve.js", "dist/acp/app.js"], (s) => (server = s));
+const cleanup = daemonTestHooks([BIN, "dist/daemon/serve.js", "dist/acp/app.js"], (s) => (server = s));
 
 /** An agent folder and a HOME for acpx's own records. */
 function place(): { dir: string; home: string; agent: string } {

@@ -6,16 +6,11 @@ import { connect as netConnect, type Socket } from "node:net";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { Duplex, Readable, Writable } from "node:stream";
-import { fileURLToPath } from "node:url";
 import * as acp from "@agentclientprotocol/sdk";
 import { afterEach, beforeAll, beforeEach } from "vitest";
-import { assertBuilt } from "./fixtures/built.js";
+import { assertBuilt, MAIN } from "./fixtures/built.js";
 import { startModelServer, type ModelServer } from "./model-server.js";
 import type { ClientContext, SessionNotification } from "@agentclientprotocol/sdk";
-
-/** The project's root (this file is test/acp-client.ts, built to dist/test/acp-client.js). */
-export const ROOT = fileURLToPath(new URL(import.meta.url.includes("/dist/") ? "../../" : "../", import.meta.url));
-export const MAIN = join(ROOT, "dist", "daemon", "lnk-link-harness.cjs");
 
 export function tempDir(prefix = "lnk-acp-"): { path: string; remove(): void } {
   const path = mkdtempSync(join(tmpdir(), prefix));

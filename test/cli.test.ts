@@ -6,12 +6,9 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { z } from "zod";
 import { Contract, FEATURES, Settings } from "../protocol/index.js";
 import { writeSettings } from "../store/index.js";
-import { ROOT, assertBuilt } from "./fixtures/built.js";
+import { BIN, MAIN, ROOT, assertBuilt } from "./fixtures/built.js";
 import { killAll, run, type Run } from "./fixtures/child.js";
 
-/** The program as installed: the bin package.json names. */
-const BIN = z.object({ bin: z.object({ "lnk-link-harness": z.string() }) }).parse(JSON.parse(readFileSync(join(ROOT, "package.json"), "utf8"))).bin["lnk-link-harness"];
-const MAIN = join(ROOT, BIN);
 const SECRET = "sk-SECRET-123";
 
 let home: string;

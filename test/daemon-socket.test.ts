@@ -9,10 +9,11 @@ import type { ContentBlock } from "@agentclientprotocol/sdk";
 import { describe, expect, it, onTestFailed } from "vitest";
 import { paths, readEventsFrom } from "../store/index.js";
 import { answerText, configure, daemonTestHooks, openClient, scriptedSettings, socketStream, startDaemon, tempDir, type Client, type Daemon } from "./acp-client.js";
+import { BIN } from "./fixtures/built.js";
 import { lastUserText, type ModelServer } from "./model-server.js";
 
 let server: ModelServer;
-const cleanup = daemonTestHooks(["dist/daemon/lnk-link-harness.cjs", "dist/daemon/serve.js", "dist/daemon/socket.js"], (s) => (server = s));
+const cleanup = daemonTestHooks([BIN, "dist/daemon/serve.js", "dist/daemon/socket.js"], (s) => (server = s));
 
 /** An agent folder with settings, and a socket path beside it. */
 function place(): { dir: string; socket: string } {

@@ -16,17 +16,17 @@ import {
   startDaemon,
   stdioStream,
   tempDir,
-  ROOT,
   type Client,
   type Daemon,
 } from "./acp-client.js";
 import type { ModelServer, RecordedRequest } from "./model-server.js";
+import { BIN, ROOT } from "./fixtures/built.js";
 import { deferred } from "./fixtures/deferred.js";
 
 const EVERYTHING = `"${process.execPath}" "${ROOT}node_modules/@modelcontextprotocol/server-everything/dist/index.js" stdio`;
 
 let server: ModelServer;
-const cleanup = daemonTestHooks(["dist/daemon/lnk-link-harness.cjs", "dist/daemon/serve.js", "dist/acp/app.js"], (s) => (server = s));
+const cleanup = daemonTestHooks([BIN, "dist/daemon/serve.js", "dist/acp/app.js"], (s) => (server = s));
 
 function agent(extra: Record<string, unknown> = {}): string {
   const dir = tempDir();

@@ -8,7 +8,8 @@ import * as acp from "@agentclientprotocol/sdk";
 import type { SessionNotification } from "@agentclientprotocol/sdk";
 import { z } from "zod";
 import { paths, readEventsFrom } from "../store/index.js";
-import { configure, openClient, ROOT, scriptedSettings, startDaemon, stdioStream, tempDir } from "./acp-client.js";
+import { configure, openClient, scriptedSettings, startDaemon, stdioStream, tempDir } from "./acp-client.js";
+import { ROOT } from "./fixtures/built.js";
 import { startModelServer, type RecordedRequest } from "./model-server.js";
 
 const EVERYTHING = `"${process.execPath}" "${join(ROOT, "node_modules/@modelcontextprotocol/server-everything/dist/index.js")}" stdio`;

@@ -8,14 +8,13 @@ import { z } from "zod";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { PROTOCOL_VERSION, initializeResult } from "../acp/initialize.js";
 import { version } from "../daemon/version.js";
-import { assertBuilt, ROOT } from "./fixtures/built.js";
+import { assertBuilt, BIN, MAIN } from "./fixtures/built.js";
 import { Child, run } from "./fixtures/child.js";
 
-const MAIN = join(ROOT, "dist/daemon/lnk-link-harness.cjs");
 let dir: string;
 
 beforeAll(() => {
-  assertBuilt(["dist/daemon/lnk-link-harness.cjs", "dist/daemon/front.js", "dist/daemon/agent.js"], ["daemon", "acp"]);
+  assertBuilt([BIN, "dist/daemon/front.js", "dist/daemon/agent.js"], ["daemon", "acp"]);
   dir = mkdtempSync(join(tmpdir(), "lh-front-"));
 });
 afterAll(() => rmSync(dir, { recursive: true, force: true }));

@@ -12,7 +12,7 @@ import fc from "fast-check";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { z } from "zod";
 import { configure, scriptedSettings, startDaemon, type Daemon } from "./acp-client.js";
-import { assertBuilt } from "./fixtures/built.js";
+import { assertBuilt, BIN } from "./fixtures/built.js";
 import { startModelServer, type ModelServer } from "./model-server.js";
 
 /** Lines over this are oversized (LNK_ACP_MAX_BYTES), small enough to send many. */
@@ -167,7 +167,7 @@ async function request(method: string, params: unknown, idKind = 0): Promise<Res
 }
 
 beforeAll(async () => {
-  assertBuilt(["dist/daemon/lnk-link-harness.cjs", "dist/acp/app.js", "dist/daemon/lines.js"], ["acp", "daemon", "turn", "store", "protocol"]);
+  assertBuilt([BIN, "dist/acp/app.js", "dist/daemon/lines.js"], ["acp", "daemon", "turn", "store", "protocol"]);
   outer = mkdtempSync(join(tmpdir(), "lnk-fuzz-acp-"));
   // Deep enough that a name with a few `..` in it would still land inside `outer`, where it is seen.
   agent = join(outer, "a", "b", "c", "agent");

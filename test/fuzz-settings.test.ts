@@ -9,8 +9,7 @@ import fc from "fast-check";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { SECTION_NAMES, VERBOSITIES } from "../protocol/index.js";
 import { parseSettings, readSettings, SettingsError, writeSettings } from "../store/index.js";
-import { MAIN } from "./acp-client.js";
-import { assertBuilt } from "./fixtures/built.js";
+import { assertBuilt, BIN, MAIN } from "./fixtures/built.js";
 import { run } from "./fixtures/child.js";
 
 const SECRET = "sk-SECRET-fuzz";
@@ -182,7 +181,7 @@ describe("settings, fuzzed", () => {
   });
 
   it("configure: accepted and written as sent, or refused with exit 2, one line on stderr, config.json and the folder unchanged", async () => {
-    assertBuilt(["dist/daemon/lnk-link-harness.cjs", "dist/daemon/commands.js", "dist/store/settings.js"], ["daemon", "store", "protocol"]);
+    assertBuilt([BIN, "dist/daemon/commands.js", "dist/store/settings.js"], ["daemon", "store", "protocol"]);
     const agent = join(tmp, "cli");
     writeSettings({ dir: agent }, parseSettings(JSON.stringify({ model: { provider: "p", name: "m", base_url: "http://127.0.0.1:9/v1", key: SECRET } })));
     let n = 0;

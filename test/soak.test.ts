@@ -5,8 +5,8 @@ import { spawn } from "node:child_process";
 import { join } from "node:path";
 import { afterEach, beforeAll, expect, it, onTestFailed } from "vitest";
 import { z } from "zod";
-import { ROOT, tempDir } from "./acp-client.js";
-import { assertBuilt } from "./fixtures/built.js";
+import { tempDir } from "./acp-client.js";
+import { assertBuilt, BIN, ROOT } from "./fixtures/built.js";
 
 const RUNNER = join(ROOT, "dist", "test", "soak", "run.js");
 const KILLS = 20;
@@ -27,7 +27,7 @@ const Summary = z.object({
 
 const cleanup: (() => unknown)[] = [];
 beforeAll(() => {
-  assertBuilt(["dist/test/soak/run.js", "dist/daemon/lnk-link-harness.cjs"], ["test/soak", "acp", "daemon", "turn", "store", "protocol"]);
+  assertBuilt(["dist/test/soak/run.js", BIN], ["test/soak", "acp", "daemon", "turn", "store", "protocol"]);
 });
 afterEach(async () => {
   for (const f of cleanup.splice(0).reverse()) await f();

@@ -2,16 +2,15 @@
 // HTTP, and the project's own memory stand-in. Spec: decisions.txt, "How does Link Harness get tools?" on.
 import { spawn } from "node:child_process";
 import { existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import { ROOT } from "./fixtures/built.js";
 import { freePort } from "./fixtures/port.js";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { fileURLToPath } from "node:url";
 import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
 import { discoverTools, splitCommandLine } from "../daemon/tools/discover.js";
 import { McpToolHost, type McpToolHostOptions } from "../daemon/tools/host.js";
 import type { ToolBox, ToolServer } from "../turn/tools.js";
 
-const ROOT = fileURLToPath(new URL("..", import.meta.url));
 const EVERYTHING = join(ROOT, "node_modules/@modelcontextprotocol/server-everything/dist/index.js");
 const SERVER_MEMORY = join(ROOT, "node_modules/@modelcontextprotocol/server-memory/dist/index.js");
 const MEMORY_STAND_IN = join(ROOT, "test/memory-server.ts");

@@ -6,7 +6,7 @@ import { join } from "node:path";
 import * as acp from "@agentclientprotocol/sdk";
 import { afterEach, beforeAll, expect, it, onTestFailed } from "vitest";
 import { configure, openClient, scriptedSettings, socketStream, startDaemon, tempDir, type Daemon } from "./acp-client.js";
-import { assertBuilt } from "./fixtures/built.js";
+import { assertBuilt, BIN } from "./fixtures/built.js";
 import { lastUserText, startModelServer, type RecordedRequest } from "./model-server.js";
 import { readConversation } from "./soak/check.js";
 import { messagesOf } from "./soak/model.js";
@@ -19,7 +19,7 @@ const MARK = /\[(duo-\d+) d(\d+) #(\d+)\]/;
 
 const cleanup: (() => unknown)[] = [];
 beforeAll(() => {
-  assertBuilt(["dist/daemon/lnk-link-harness.cjs", "dist/store/lock.js", "dist/turn/turn.js"], ["acp", "daemon", "turn", "store", "protocol"]);
+  assertBuilt([BIN, "dist/store/lock.js", "dist/turn/turn.js"], ["acp", "daemon", "turn", "store", "protocol"]);
 });
 afterEach(async () => {
   for (const f of cleanup.splice(0).reverse()) await f();

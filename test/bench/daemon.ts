@@ -1,19 +1,8 @@
 // The built daemon as a child process: started, watched through /proc, stopped.
 import { spawn, type ChildProcessWithoutNullStreams } from "node:child_process";
 import { existsSync, readFileSync } from "node:fs";
-import { join } from "node:path";
-import { fileURLToPath } from "node:url";
-
-/** The project's root, from the sources (test/bench/) or the build (dist/test/bench/). */
-export const ROOT = fileURLToPath(new URL(import.meta.url.includes("/dist/") ? "../../../" : "../../", import.meta.url));
-export const MAIN = join(ROOT, "dist", "daemon", "lnk-link-harness.cjs");
-
-/** The environment without the tools Link's bridge would name, so a turn starts no MCP server. */
-export function quietEnv(): NodeJS.ProcessEnv {
-  const env: NodeJS.ProcessEnv = {};
-  for (const [k, v] of Object.entries(process.env)) if (!k.startsWith("LNK_")) env[k] = v;
-  return env;
-}
+import { MAIN } from "../fixtures/built.js";
+import { linkFreeEnv } from "../fixtures/env.js";
 
 export interface DaemonProcess {
   readonly child: ChildProcessWithoutNullStreams;
@@ -36,7 +25,7 @@ export function setDaemonNodeArgs(args: readonly string[]): void {
 }
 
 export function spawnDaemon(args: readonly string[]): DaemonProcess {
-  const child = spawn(process.execPath, [...nodeArgs, MAIN, ...args], { env: quietEnv(), stdio: ["pipe", "pipe", "pipe"] });
+  const child = spawn(process.execPath, [...nodeArgs, MAIN, ...args], { env: linkFreeEnv(), stdio: ["pipe", "pipe", "pipe"] });
   let out = "";
   let err = "";
   const wake = new Set<() => void>();

@@ -5,7 +5,8 @@ import { existsSync, mkdirSync, mkdtempSync, rmSync, writeFileSync } from "node:
 import { cpus, platform, release, tmpdir, totalmem } from "node:os";
 import { join } from "node:path";
 import { startModelServer } from "../model-server.js";
-import { daemonMissing, ROOT, setDaemonNodeArgs } from "./daemon.js";
+import { ROOT } from "../fixtures/built.js";
+import { daemonMissing, setDaemonNodeArgs } from "./daemon.js";
 import { measureOverhead, FULL_PAIRS, FULL_TURNS, SCALING_PAIRS, YOUNG_COLLECTED } from "./overhead.js";
 import { watchOtherWork } from "./machine.js";
 import { measurePrefix } from "./prefix.js";

@@ -2,19 +2,9 @@
 // started, waited for until it serves, and killed. Clients wait here for the next one to serve.
 import { spawn, type ChildProcess } from "node:child_process";
 import { join } from "node:path";
-import { fileURLToPath } from "node:url";
+import { MAIN, ROOT } from "../fixtures/built.js";
 
-/** The project's root, from the sources (test/soak/) or the build (dist/test/soak/). */
-export const ROOT = fileURLToPath(new URL(import.meta.url.includes("/dist/") ? "../../../" : "../../", import.meta.url));
-export const MAIN = join(ROOT, "dist", "daemon", "lnk-link-harness.cjs");
 export const EVERYTHING = join(ROOT, "node_modules", "@modelcontextprotocol", "server-everything", "dist", "index.js");
-
-/** The environment of a daemon: this one's without any tool Link's bridge would name, plus `extra`. */
-export function daemonEnv(extra: Record<string, string>): NodeJS.ProcessEnv {
-  const env: NodeJS.ProcessEnv = {};
-  for (const [k, v] of Object.entries(process.env)) if (!k.startsWith("LNK_")) env[k] = v;
-  return { ...env, ...extra };
-}
 
 export interface Exit {
   code: number | null;

@@ -11,7 +11,8 @@ import { z } from "zod";
 import { configure, scriptedSettings } from "../acp-client.js";
 import { startModelServer } from "../model-server.js";
 import { checkAcks, checkCalls, checkTranscript, readConversation } from "./check.js";
-import { daemonEnv, Generation, Supervisor } from "./daemon.js";
+import { linkFreeEnv } from "../fixtures/env.js";
+import { Generation, Supervisor } from "./daemon.js";
 import { SoakModel } from "./model.js";
 import { Rng } from "./rng.js";
 import { startTool, TOOL_KINDS, type Tool } from "./tool.js";
@@ -109,7 +110,7 @@ async function soak(o: Options & { dir: string }): Promise<Summary> {
     configure(agent, scriptedSettings(server.url, { window: { max: 6_000 } }));
     const args = ["--agent", agent, "--socket", socket];
     tool = await startTool(o.tool);
-    const env = () => daemonEnv({ LNK_TOOL_EVERYTHING: rng.pick(tool?.sources ?? []) });
+    const env = () => linkFreeEnv({ LNK_TOOL_EVERYTHING: rng.pick(tool?.sources ?? []) });
 
     const sup = new Supervisor();
     const threads = Array.from({ length: o.conversations }, (_, i) => `soak-${i + 1}`);
