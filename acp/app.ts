@@ -113,7 +113,10 @@ export function createAgentApp(state: AcpState, outbox: Outbox): acp.AgentApp {
           ...(tools ? { tools, toolServers } : {}),
           ...(settings ? { settings } : {}),
         },
-        listener,
+        (report) => {
+          if (report.type === "warning") log.warn("turn warning", { thread: session.thread, warning: report.message });
+          listener(report);
+        },
       );
       log.info("turn ended", { thread: session.thread, stop: outcome.stop, ...(outcome.failure ? { failure: outcome.failure.message } : {}) });
       return outcome;

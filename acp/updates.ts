@@ -65,6 +65,7 @@ export class TurnUpdates {
         return missed ? [textUpdate(e.text)] : [];
       }
       case "usage":
+      case "warning":
         return [];
       default: {
         // A report this layer doesn't know yet is not shown; it must never break the turn that made it.

@@ -1,22 +1,31 @@
 // A conversation's derived files: the transcript (copy for people and memory), window.json, tools.json.
 import { closeSync, constants, fstatSync, openSync, readSync } from "node:fs";
 import { ToolsList, WindowMark, StoreError, describeIssues } from "../protocol/index.js";
-import { isErrno, readText, replaceFile, writeAll } from "./files.js";
-import { ensureConversation } from "./events.js";
+import { FILE_MODE, isErrno, jsonFault, LIMITS, readText, replaceFile, writeAll } from "./files.js";
+import { checkConversationLinks } from "./events.js";
+import { withFolder } from "./folder.js";
 import type { ConversationPaths } from "./paths.js";
+
+const TRANSCRIPT = "transcript.md";
+const WINDOW = "window.json";
+const TOOLS = "tools.json";
 
 /** The last `bytes` of the transcript, or undefined when there is none. */
 export function transcriptTail(conv: ConversationPaths, bytes = 256): string | undefined {
+  checkConversationLinks(conv);
   let fd: number;
   try {
-    fd = openSync(conv.transcript, constants.O_RDONLY | constants.O_NOFOLLOW);
+    fd = openSync(conv.transcript, constants.O_RDONLY | constants.O_NOFOLLOW | constants.O_NONBLOCK);
   } catch (e) {
     if (isErrno(e, "ENOENT")) return undefined;
     if (isErrno(e, "ELOOP")) throw new StoreError(`refused: ${conv.transcript} is a symbolic link`, conv.transcript);
     throw e;
   }
   try {
-    const size = fstatSync(fd).size;
+    const st = fstatSync(fd);
+    // Derived: anything but a regular file there reads as a copy cut short, and is made again.
+    if (!st.isFile()) return "";
+    const size = st.size;
     const len = Math.min(size, bytes);
     const buf = Buffer.alloc(len);
     readSync(fd, buf, 0, len, size - len);
@@ -26,30 +35,54 @@ export function transcriptTail(conv: ConversationPaths, bytes = 256): string | u
   }
 }
 
+/** The copy whole (for people; a turn reads only its tail). */
 export function readTranscript(conv: ConversationPaths): string | undefined {
-  return readText(conv.transcript);
+  checkConversationLinks(conv);
+  return readText(conv.transcript, { max: LIMITS.event });
 }
+
+const APPEND = constants.O_WRONLY | constants.O_APPEND | constants.O_CREAT | constants.O_NOFOLLOW | constants.O_NONBLOCK;
 
 /** Adds to the copy's end (it only grows, and only when the agent answers). */
 export function appendTranscript(conv: ConversationPaths, text: string): void {
-  ensureConversation(conv);
-  const fd = openSync(conv.transcript, constants.O_WRONLY | constants.O_APPEND | constants.O_CREAT | constants.O_NOFOLLOW, 0o644);
-  try {
-    writeAll(fd, text);
-  } finally {
-    closeSync(fd);
-  }
+  withFolder(conv, (folder) => {
+    folder.check();
+    const path = folder.at(TRANSCRIPT);
+    const fd = openSync(path, APPEND, FILE_MODE);
+    try {
+      // Opened without waiting: a FIFO there is refused, not written to.
+      if (!fstatSync(fd).isFile()) throw new StoreError(`refused: ${conv.transcript} is not a regular file`, conv.transcript);
+      writeAll(fd, text);
+    } finally {
+      closeSync(fd);
+    }
+  });
+}
+
+/** Replaces a file of the conversation whole, through its checked folder. */
+function replaceInFolder(conv: ConversationPaths, name: string, text: string, flush: boolean): void {
+  withFolder(conv, (folder) => {
+    folder.check();
+    replaceFile(folder.at(name), text, FILE_MODE, flush);
+  });
 }
 
 /** Makes the copy again, whole. */
 export function replaceTranscript(conv: ConversationPaths, text: string): void {
-  ensureConversation(conv);
-  replaceFile(conv.transcript, text, 0o644, false);
+  replaceInFolder(conv, TRANSCRIPT, text, false);
 }
 
 /** The window's mark; a missing or unreadable one is undefined (it is derived, and made again). */
 export function readMark(conv: ConversationPaths): WindowMark | undefined {
-  const text = readText(conv.window);
+  checkConversationLinks(conv);
+  let text: string | undefined;
+  try {
+    text = readText(conv.window, { max: LIMITS.mark });
+  } catch (e) {
+    // Derived: one that can't be read (too large, not a file) is made again, as a missing one is.
+    if (e instanceof StoreError && !/symbolic link/.test(e.message)) return undefined;
+    throw e;
+  }
   if (text === undefined) return undefined;
   try {
     const parsed = WindowMark.safeParse(JSON.parse(text));
@@ -60,19 +93,19 @@ export function readMark(conv: ConversationPaths): WindowMark | undefined {
 }
 
 export function writeMark(conv: ConversationPaths, mark: WindowMark): void {
-  ensureConversation(conv);
-  replaceFile(conv.window, `${JSON.stringify(WindowMark.parse(mark))}\n`, 0o644, false);
+  replaceInFolder(conv, WINDOW, `${JSON.stringify(WindowMark.parse(mark))}\n`, false);
 }
 
 /** A subagent's tool list, or undefined when the conversation has all its agent's tools. */
 export function readToolsList(conv: ConversationPaths): string[] | undefined {
-  const text = readText(conv.tools);
+  checkConversationLinks(conv);
+  const text = readText(conv.tools, { max: LIMITS.tools });
   if (text === undefined) return undefined;
   let raw: unknown;
   try {
     raw = JSON.parse(text);
   } catch (e) {
-    throw new StoreError(`${conv.tools} is not JSON: ${(e as Error).message}`, conv.tools);
+    throw new StoreError(`${conv.tools} is not JSON: ${jsonFault(e, text)}`, conv.tools);
   }
   const parsed = ToolsList.safeParse(raw);
   if (!parsed.success) throw new StoreError(`${conv.tools} fails its schema: ${describeIssues(parsed.error)}`, conv.tools);
@@ -86,7 +119,6 @@ export function readToolsList(conv: ConversationPaths): string[] | undefined {
 export function narrowToolsList(conv: ConversationPaths, tools: readonly string[]): string[] {
   const before = readToolsList(conv);
   const now = before === undefined ? [...new Set(tools)] : before.filter((t) => tools.includes(t));
-  ensureConversation(conv);
-  replaceFile(conv.tools, `${JSON.stringify({ v: 1, tools: now })}\n`);
+  replaceInFolder(conv, TOOLS, `${JSON.stringify({ v: 1, tools: now })}\n`, true);
   return now;
 }

@@ -1,21 +1,30 @@
 // A conversation's events: one file each, numbered, written once (temp file + link), never rewritten.
-import { existsSync, linkSync, lstatSync, mkdirSync, readdirSync } from "node:fs";
+import { existsSync, linkSync, readdirSync } from "node:fs";
 import { dirname } from "node:path";
 import { Event, StoreError, describeIssues, type Numbered } from "../protocol/index.js";
-import { checkNoLinks, isErrno, readNoFollow, unlinkQuiet, writeTempAsync } from "./files.js";
-import { eventNumber, type ConversationPaths } from "./paths.js";
+import { checkNoLinks, isErrno, jsonFault, LIMITS, readNoFollow, unlinkQuiet, writeTempAsync } from "./files.js";
+import { withFolder } from "./folder.js";
+import { eventName, eventNumber, type ConversationPaths } from "./paths.js";
 
 /**
  * Parsed events by number, per conversation folder. Event files never change once written, so
  * this cache is always valid; another process's new events are found by probing the next numbers.
+ * It is held to a number of bytes (the events' text as read), the conversations used least lately
+ * forgotten first: a replay of a long conversation must not keep the process large for good.
  */
 class EventCache {
-  private readonly byDir = new Map<string, Map<number, Event>>();
-  /** Highest number known to exist, per folder. */
+  private readonly byDir = new Map<string, { events: Map<number, Event>; bytes: number }>();
+  private bytes = 0;
+  /** Highest number known to exist, per folder: a number each, kept for more conversations. */
   readonly last = new Map<string, number>();
-  private static readonly CONVERSATIONS = 256;
+  static readonly BYTES = 64 * 1024 * 1024;
+  private static readonly LAST = 4096;
 
   of(dir: string): Map<number, Event> {
+    return this.entry(dir).events;
+  }
+
+  private entry(dir: string): { events: Map<number, Event>; bytes: number } {
     let m = this.byDir.get(dir);
     if (m) {
       // Most recently used last.
@@ -23,24 +32,51 @@ class EventCache {
       this.byDir.set(dir, m);
       return m;
     }
-    m = new Map();
+    m = { events: new Map(), bytes: 0 };
     this.byDir.set(dir, m);
-    if (this.byDir.size > EventCache.CONVERSATIONS) {
-      const oldest = this.byDir.keys().next().value;
-      if (oldest !== undefined) {
-        this.byDir.delete(oldest);
-        this.last.delete(oldest);
-      }
-    }
     return m;
+  }
+
+  /** Keeps an event of `bytes`; then forgets the conversations used least lately while over the bound. */
+  add(dir: string, n: number, event: Event, bytes: number): void {
+    const m = this.entry(dir);
+    if (m.events.has(n)) return;
+    m.events.set(n, event);
+    m.bytes += bytes;
+    this.bytes += bytes;
+    if ((this.last.get(dir) ?? 0) < n) this.setLast(dir, n);
+    for (const [oldest, kept] of this.byDir) {
+      if (this.bytes <= EventCache.BYTES) break;
+      this.byDir.delete(oldest);
+      this.bytes -= kept.bytes;
+    }
+  }
+
+  setLast(dir: string, n: number): void {
+    this.last.delete(dir);
+    this.last.set(dir, n);
+    if (this.last.size > EventCache.LAST) {
+      const oldest = this.last.keys().next().value;
+      if (oldest !== undefined) this.last.delete(oldest);
+    }
+  }
+
+  get held(): number {
+    return this.bytes;
   }
 
   clear(): void {
     this.byDir.clear();
     this.last.clear();
+    this.bytes = 0;
   }
 }
 const cache = new EventCache();
+
+/** The bytes of events this process keeps parsed, and the most it keeps. */
+export function cachedEventBytes(): { held: number; max: number } {
+  return { held: cache.held, max: EventCache.BYTES };
+}
 
 /** Forgets what this process read (for measuring a fresh process). */
 export function forgetEvents(): void {
@@ -55,7 +91,8 @@ function parseEvent(path: string, text: string): Event {
   try {
     raw = JSON.parse(text);
   } catch (e) {
-    throw new StoreError(`event ${path} is not JSON: ${(e as Error).message}`, path);
+    // Never V8's own words, which quote the text: a file linked in from elsewhere may hold a secret.
+    throw new StoreError(`event ${path} is not JSON: ${jsonFault(e, text)}`, path);
   }
   const parsed = Event.safeParse(raw);
   if (!parsed.success) throw new StoreError(`event ${path} fails its schema: ${describeIssues(parsed.error)}`, path);
@@ -75,16 +112,16 @@ function readCached(conv: ConversationPaths, events: Map<number, Event>, n: numb
   const path = conv.event(n);
   let text: string;
   try {
-    text = readNoFollow(path);
+    text = readNoFollow(path, { max: LIMITS.event });
   } catch (e) {
+    if (e instanceof StoreError) throw e;
     if (isErrno(e, "ENOENT") || isErrno(e, "ENOTDIR")) return undefined;
     if (isErrno(e, "ELOOP")) throw new StoreError(`refused: event ${path} is a symbolic link`, path);
     throw new StoreError(`cannot read event ${path}: ${(e as Error).message}`, path);
   }
   readStats.files += 1;
   const event = parseEvent(path, text);
-  events.set(n, event);
-  if ((cache.last.get(conv.dir) ?? 0) < n) cache.last.set(conv.dir, n);
+  cache.add(conv.dir, n, event, text.length);
   return event;
 }
 
@@ -92,7 +129,7 @@ function readCached(conv: ConversationPaths, events: Map<number, Event>, n: numb
  * Refuses a conversation whose folder, or chats/ above it, is a symbolic link: an event file is
  * opened without following a link, but only its last component is checked by that.
  */
-function checkConversationLinks(conv: ConversationPaths): void {
+export function checkConversationLinks(conv: ConversationPaths): void {
   // conv.dir is <agent>/chats/<thread>, and a thread name holds no separator.
   checkNoLinks(dirname(dirname(conv.dir)), conv.event(1));
 }
@@ -134,48 +171,53 @@ export function lastEventNumber(conv: ConversationPaths, hint?: number): number 
   let n = Math.max(cache.last.get(conv.dir) ?? 0, hint ?? 0);
   if (n === 0 && !cache.last.has(conv.dir)) n = listEventNumbers(conv).at(-1) ?? 0;
   while (existsSync(conv.event(n + 1))) n++;
-  cache.last.set(conv.dir, n);
+  cache.setLast(conv.dir, n);
   return n;
 }
 
-/** Makes the conversation's folder (refusing a link where it should be). */
+/** Makes the conversation's folder, 0700 (refusing a link where it, or chats/, should be). */
 export function ensureConversation(conv: ConversationPaths): void {
-  checkConversationLinks(conv);
-  mkdirSync(conv.dir, { recursive: true });
-  if (lstatSync(conv.dir).isSymbolicLink()) throw new StoreError(`refused: ${conv.dir} is a symbolic link`, conv.dir);
+  withFolder(conv, () => undefined);
 }
 
 /**
  * Appends an event: writes it whole to a temp file and flushes it (off the event loop), then links
  * it to the next free number. EEXIST means the number is taken by another writer: try the next.
- * Returns the number. Once it resolves, the event is on disk. `ensured`: the caller has checked the
- * conversation's folder (it exists, and is no symbolic link), as taking its lock does.
+ * Returns the number. Once it resolves, the event is on disk. It is written through the
+ * conversation's folder as checked when opened (the one a turn holds, with its lock), and the folder
+ * and the lock are checked again right before the link: nothing is written outside, or once the
+ * lock is lost.
  */
-export async function appendEvent(conv: ConversationPaths, event: Event, opts: { ensured?: boolean } = {}): Promise<number> {
+export async function appendEvent(conv: ConversationPaths, event: Event): Promise<number> {
   const checked = Event.safeParse(event);
   if (!checked.success) throw new StoreError(`refused to write an invalid event: ${describeIssues(checked.error)}`, conv.dir);
-  // A turn holding the conversation's lock made sure of its folder when it took the lock.
-  if (!opts.ensured) ensureConversation(conv);
-  const tmp = await writeTempAsync(conv.dir, `${JSON.stringify(checked.data)}\n`);
-  try {
-    let n = lastEventNumber(conv) + 1;
-    for (;;) {
-      try {
-        linkSync(tmp, conv.event(n));
-        break;
-      } catch (e) {
-        if (!isErrno(e, "EEXIST")) throw e;
-        n++;
-      }
-    }
-    // The caller's own object, checked: what it holds (a turn's history) and what is read back by
-    // number are one object, so what is made from it once (its message, its count) is made once.
-    cache.of(conv.dir).set(n, event);
-    cache.last.set(conv.dir, n);
-    return n;
-  } finally {
-    unlinkQuiet(tmp);
+  const text = `${JSON.stringify(checked.data)}\n`;
+  if (text.length > LIMITS.event) {
+    throw new StoreError(`refused to write an event of ${text.length} characters: over the limit of ${LIMITS.event} bytes`, conv.dir);
   }
+  return withFolder(conv, async (folder) => {
+    const tmp = await writeTempAsync(folder.base, text);
+    try {
+      folder.check();
+      let n = lastEventNumber(conv) + 1;
+      for (;;) {
+        try {
+          linkSync(tmp, folder.at(eventName(n)));
+          break;
+        } catch (e) {
+          if (!isErrno(e, "EEXIST")) throw e;
+          n++;
+        }
+      }
+      // The caller's own object, checked: what it holds (a turn's history) and what is read back by
+      // number are one object, so what is made from it once (its message, its count) is made once.
+      cache.add(conv.dir, n, event, text.length);
+      cache.setLast(conv.dir, n);
+      return n;
+    } finally {
+      unlinkQuiet(tmp);
+    }
+  });
 }
 
 /** The conversations (threads) of an agent's chats folder. */

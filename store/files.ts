@@ -1,16 +1,36 @@
 // Reading and writing files of the agent's folder: never through a link, always whole.
-import { closeSync, constants, fdatasync, fsyncSync, lstatSync, mkdirSync, openSync, readdirSync, readSync, renameSync, unlinkSync, writeSync } from "node:fs";
+import { chmodSync, closeSync, constants, fchmodSync, fdatasync, fstatSync, fsyncSync, lstatSync, mkdirSync, openSync, readdirSync, readSync, renameSync, unlinkSync, writeSync, type Stats } from "node:fs";
 import { dirname, join, relative, sep } from "node:path";
 import { StoreError } from "../protocol/index.js";
 import { isErrno } from "./errno.js";
 
 export { isErrno };
 
-const NOFOLLOW = constants.O_RDONLY | constants.O_NOFOLLOW;
+// A file is opened without following a link, and without waiting: a FIFO planted where a file is
+// expected would otherwise block the open, and with it the whole process.
+const NOFOLLOW = constants.O_RDONLY | constants.O_NOFOLLOW | constants.O_NONBLOCK;
+
+/** Folders the store makes, and the conversations' files: private to the agent's user, whatever the umask. */
+export const FOLDER_MODE = 0o700;
+export const FILE_MODE = 0o600;
+
+/** The most of each kind of file the store reads, in bytes (man lnk-link-harness-folder(5), "Limits"). */
+export const LIMITS = {
+  /** An event: a message with its parts fits (a prompt is at most 32 MiB on the wire by default). */
+  event: 64 * 1024 * 1024,
+  /** config.json. */
+  settings: 1024 * 1024,
+  /** A subagent's tools.json. */
+  tools: 1024 * 1024,
+  /** window.json, derived: one over this is made again. */
+  mark: 64 * 1024,
+  /** A lock file: who holds it. */
+  lock: 4096,
+} as const;
 
 /**
- * Refuses a path whose folders below `root` hold a symbolic link: a file planted in the agent's
- * folder can't pull another file of the machine into a prompt.
+ * Refuses a path whose folders below `root` hold a symbolic link, or something that is not a folder:
+ * a file planted in the agent's folder can't pull another file of the machine into a prompt.
  */
 export function checkNoLinks(root: string, path: string): void {
   const rel = relative(root, dirname(path));
@@ -18,12 +38,15 @@ export function checkNoLinks(root: string, path: string): void {
   let at = root;
   for (const part of rel === "" ? [] : rel.split(sep)) {
     at = join(at, part);
+    let st;
     try {
-      if (lstatSync(at).isSymbolicLink()) throw new StoreError(`refused: ${at} is a symbolic link`, at);
+      st = lstatSync(at);
     } catch (e) {
       if (isErrno(e, "ENOENT")) return;
       throw e;
     }
+    if (st.isSymbolicLink()) throw new StoreError(`refused: ${at} is a symbolic link`, at);
+    if (!st.isDirectory()) throw new StoreError(`refused: ${at} is not a folder`, at);
   }
 }
 
@@ -31,23 +54,69 @@ export function checkNoLinks(root: string, path: string): void {
 const SCRATCH = 64 * 1024;
 const scratch = Buffer.allocUnsafeSlow(SCRATCH);
 
+function describeSize(bytes: number): string {
+  return bytes >= 1024 * 1024 ? `${Math.round(bytes / (1024 * 1024))} MiB` : bytes >= 1024 ? `${Math.round(bytes / 1024)} KiB` : `${bytes} bytes`;
+}
+
+export interface ReadOptions {
+  /** The most it reads, in bytes. */
+  max: number;
+  /** Over `max`: false refuses the file; true reads its first `max` bytes (a section is cut anyway). */
+  cut?: boolean;
+  /** Refuse a file with more than one name (a hard link): for the files the harness reads but never writes. */
+  single?: boolean;
+}
+
+/** What is wrong with an open file for reading it, if anything. */
+function refusal(path: string, st: Stats, o: ReadOptions): string | undefined {
+  if (!st.isFile()) return `refused: ${path} is not a regular file`;
+  if (o.single && st.nlink > 1) {
+    return `refused: ${path} has ${st.nlink} names (a hard link): copy it to give it one (cp ${path} ${path}.new && mv ${path}.new ${path})`;
+  }
+  if (!o.cut && st.size > o.max) return `refused: ${path} is ${describeSize(st.size)}, over the limit of ${describeSize(o.max)}`;
+  return undefined;
+}
+
 /**
- * Reads a whole file as UTF-8, refusing a symbolic link (ELOOP) rather than following it. A turn
- * reads up to thousands of small files, so each costs three system calls: open, one read into a
- * buffer kept for the purpose (a regular file on a local file system gives less than asked only
- * at its end), and close.
- * `readFileSync` makes four, reading once more to find the end.
+ * Reads a whole file as UTF-8, refusing a symbolic link (ELOOP) rather than following it, anything
+ * that is not a regular file, and a file over `max`. A turn reads up to thousands of small files, so
+ * each costs three system calls: open, one read into a buffer kept for the purpose (a regular file
+ * on a local file system gives less than asked only at its end), and close. The file is looked at
+ * (fstat) only when that read comes back empty or full, or when it must have one name.
  */
-export function readNoFollow(path: string): string {
+export function readNoFollow(path: string, o: ReadOptions = { max: LIMITS.event }): string {
   const fd = openSync(path, NOFOLLOW);
+  let checked = false;
+  const check = () => {
+    checked = true;
+    const why = refusal(path, fstatSync(fd), o);
+    if (why) throw new StoreError(why, path);
+  };
   try {
+    if (o.single) check();
     let buffer = scratch;
     let length = 0;
     for (;;) {
-      length += readSync(fd, buffer, length, buffer.length - length, length);
-      if (length < buffer.length) return buffer.toString("utf8", 0, length);
-      // Filled: the file may hold more.
-      const grown = Buffer.allocUnsafe(buffer.length * 2);
+      const room = Math.min(buffer.length, o.max + 1) - length;
+      let got: number;
+      try {
+        got = readSync(fd, buffer, length, room, length);
+      } catch (e) {
+        // EISDIR, EAGAIN (a FIFO with a writer): say what it is rather than how reading it failed.
+        if (!checked) check();
+        throw e;
+      }
+      length += got;
+      const ended = got < room;
+      // Empty (a FIFO with no writer reads so too) or more to come: what is it, and how large?
+      if (!checked && (length === 0 || !ended)) check();
+      if (length > o.max) {
+        if (o.cut) return utf8(buffer, o.max);
+        throw new StoreError(`refused: ${path} is over the limit of ${describeSize(o.max)}`, path);
+      }
+      if (ended) return buffer.toString("utf8", 0, length);
+      // Filled: the file holds more.
+      const grown = Buffer.allocUnsafe(Math.min(buffer.length * 2, o.max + 1));
       buffer.copy(grown, 0, 0, length);
       buffer = grown;
     }
@@ -56,15 +125,39 @@ export function readNoFollow(path: string): string {
   }
 }
 
+/** The first `bytes` of a buffer as text, a character cut at the end dropped. */
+function utf8(buffer: Buffer, bytes: number): string {
+  let end = bytes;
+  // Back off continuation bytes (10xxxxxx) to the start of the character they belong to.
+  while (end > 0 && end > bytes - 4 && ((buffer[end] ?? 0) & 0xc0) === 0x80) end--;
+  return buffer.toString("utf8", 0, end);
+}
+
 /** The file's text, or undefined when it doesn't exist. A link is refused, not followed. */
-export function readText(path: string): string | undefined {
+export function readText(path: string, o: ReadOptions = { max: LIMITS.event }): string | undefined {
   try {
-    return readNoFollow(path);
+    return readNoFollow(path, o);
   } catch (e) {
+    if (e instanceof StoreError) throw e;
     if (isErrno(e, "ENOENT") || isErrno(e, "ENOTDIR")) return undefined;
     if (isErrno(e, "ELOOP")) throw new StoreError(`refused: ${path} is a symbolic link`, path);
     throw new StoreError(`cannot read ${path}: ${(e as Error).message}`, path);
   }
+}
+
+/**
+ * What is wrong with text that is not JSON, by line and column, never quoting it: V8 quotes a
+ * stretch of the input in some of its messages, and a file may hold a secret.
+ */
+export function jsonFault(e: unknown, text: string): string {
+  const message = e instanceof Error ? e.message : String(e);
+  const at = /^([^"]*?)(?: in JSON)? at position (\d+)/.exec(message);
+  if (at?.[1] !== undefined && at[2] !== undefined) {
+    const before = text.slice(0, Number(at[2])).split("\n");
+    return `${at[1]} at line ${before.length}, column ${(before.at(-1)?.length ?? 0) + 1}`;
+  }
+  if (/^Unexpected end of JSON input$/.test(message)) return "it ends too soon";
+  return "an unexpected token, such as a word without quotes";
 }
 
 /** Writes all of `text`: a single write may write less (a full disk, a signal) and say so only by its count. */
@@ -110,19 +203,48 @@ export function removeTempsOf(dir: string, pid: number): number {
   return removed;
 }
 
-const CREATE = constants.O_WRONLY | constants.O_CREAT | constants.O_EXCL;
+const CREATE = constants.O_WRONLY | constants.O_CREAT | constants.O_EXCL | constants.O_NOFOLLOW;
 
-/** Writes a temp file in the same folder, flushed to disk unless `flush` is false, and returns its path. */
-export function writeTemp(dir: string, text: string, mode = 0o644, flush = true): string {
-  mkdirSync(dir, { recursive: true });
+/**
+ * Makes a folder and those above it that are missing, each of mode 0700 exactly: the mode asked of
+ * mkdir is narrowed by the umask, which may as well take the owner's own access away.
+ */
+export function makeFolder(dir: string): void {
+  const first = mkdirSync(dir, { recursive: true, mode: FOLDER_MODE });
+  if (first === undefined) return;
+  for (let at = dir; ; at = dirname(at)) {
+    chmodSync(at, FOLDER_MODE);
+    if (at === first || dirname(at) === at) return;
+  }
+}
+
+/** Opens a new file of exactly `mode`, whatever the umask. */
+function create(path: string, mode: number): number {
+  const fd = openSync(path, CREATE, mode);
+  try {
+    fchmodSync(fd, mode);
+  } catch (e) {
+    closeSync(fd);
+    unlinkQuiet(path);
+    throw e;
+  }
+  return fd;
+}
+
+/** Writes a temp file in the same folder, flushed to disk unless `flush` is false, and returns its path. No temp file outlives a failure. */
+export function writeTemp(dir: string, text: string, mode = FILE_MODE, flush = true): string {
+  makeFolder(dir);
   const tmp = tempName(dir);
-  const fd = openSync(tmp, CREATE, mode);
+  const fd = create(tmp, mode);
   try {
     writeAll(fd, text);
     if (flush) fsyncSync(fd);
-  } finally {
+  } catch (e) {
     closeSync(fd);
+    unlinkQuiet(tmp);
+    throw e;
   }
+  closeSync(fd);
   return tmp;
 }
 
@@ -132,9 +254,9 @@ export function writeTemp(dir: string, text: string, mode = 0o644, flush = true)
  * a small file are quick and done at once; only the flush waits in the thread pool. It flushes the
  * data and what reading it back needs (fdatasync: the file's size), not its times.
  */
-export async function writeTempAsync(dir: string, text: string, mode = 0o644): Promise<string> {
+export async function writeTempAsync(dir: string, text: string, mode = FILE_MODE): Promise<string> {
   const tmp = tempName(dir);
-  const fd = openSync(tmp, CREATE, mode);
+  const fd = create(tmp, mode);
   try {
     writeAll(fd, text);
     await new Promise<void>((resolve, reject) => fdatasync(fd, (err) => (err ? reject(err) : resolve())));
@@ -151,7 +273,7 @@ export async function writeTempAsync(dir: string, text: string, mode = 0o644): P
  * Replaces a file whole: temp file, then rename. A derived file (the window's mark, the copy) isn't
  * flushed: it is made again when missing or stale. Settings and a subagent's tools are.
  */
-export function replaceFile(path: string, text: string, mode = 0o644, flush = true): void {
+export function replaceFile(path: string, text: string, mode = FILE_MODE, flush = true): void {
   const tmp = writeTemp(dirname(path), text, mode, flush);
   try {
     renameSync(tmp, path);

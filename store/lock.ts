@@ -1,13 +1,15 @@
 // One turn at a time per conversation: an async mutex inside the process, a lock file across processes.
+import { randomUUID } from "node:crypto";
 import * as fs from "node:fs";
-import { readFileSync, renameSync, rmSync } from "node:fs";
+import { renameSync, rmSync } from "node:fs";
 import { hostname } from "node:os";
 import { dirname, join } from "node:path";
 import lockfile from "proper-lockfile";
 import { z } from "zod";
+import { StoreError } from "../protocol/index.js";
 import { isErrno } from "./errno.js";
-import { ensureConversation } from "./events.js";
-import { removeTempsOf, writeAll } from "./files.js";
+import { FILE_MODE, LIMITS, readNoFollow, removeTempsOf, writeAll } from "./files.js";
+import { ConversationFolder, hold } from "./folder.js";
 import type { ConversationPaths } from "./paths.js";
 
 export interface LockOptions {
@@ -18,6 +20,14 @@ export interface LockOptions {
   /** Called when the lock was lost while held (its file was removed or taken over). */
   onCompromised?: (err: Error) => void;
   signal?: AbortSignal;
+}
+
+/** The lock was lost while held (taken over after the process was paused, or removed): nothing more is written. */
+export class LockLostError extends StoreError {
+  constructor(conv: ConversationPaths, why: string) {
+    super(`conversation ${conv.thread}: its lock was lost (${why}): nothing more is written to it`, conv.lock);
+    this.name = "LockLostError";
+  }
 }
 
 export class LockTimeoutError extends Error {
@@ -61,12 +71,13 @@ function now<T>(call: () => T, cb: Callback<T>): void {
   process.nextTick(cb, null, value);
 }
 
-const CREATE = fs.constants.O_WRONLY | fs.constants.O_CREAT | fs.constants.O_EXCL;
+const CREATE = fs.constants.O_WRONLY | fs.constants.O_CREAT | fs.constants.O_EXCL | fs.constants.O_NOFOLLOW;
 
-/** The lock file's text: who holds it. */
-function ownerText(): string {
-  return JSON.stringify({ pid: process.pid, host: hostname() });
-}
+/**
+ * The lock file's text: who holds it. The token tells this process's locks from those of a process
+ * that had its pid before; within the process, one turn at a time holds a conversation's lock.
+ */
+const OWNER_TEXT = JSON.stringify({ pid: process.pid, host: hostname(), token: randomUUID() });
 
 /** Removes a lock: the file, or the folder (holding its owner file) that earlier versions made. */
 function removeLock(path: string): void {
@@ -89,9 +100,10 @@ const lockFs = {
   ...fs,
   mkdir: (path: string, cb: Callback<void>) =>
     now(() => {
-      const fd = fs.openSync(path, CREATE, 0o644);
+      const fd = fs.openSync(path, CREATE, FILE_MODE);
       try {
-        writeAll(fd, ownerText());
+        fs.fchmodSync(fd, FILE_MODE);
+        writeAll(fd, OWNER_TEXT);
       } catch (e) {
         // A lock that names no one could only go stale: none is left.
         fs.closeSync(fd);
@@ -100,7 +112,8 @@ const lockFs = {
       }
       fs.closeSync(fd);
     }, cb),
-  stat: (path: string, cb: Callback<fs.Stats>) => now(() => fs.statSync(path), cb),
+  // The lock itself, never what a link there points to.
+  stat: (path: string, cb: Callback<fs.Stats>) => now(() => fs.lstatSync(path), cb),
   utimes: (path: string, atime: Date, mtime: Date, cb: Callback<void>) => now(() => fs.utimesSync(path, atime, mtime), cb),
   rmdir: (path: string, cb: Callback<void>) => now(() => removeLock(path), cb),
   rmdirSync: (path: string) => removeLock(path),
@@ -121,10 +134,11 @@ function alive(pid: number): boolean {
 function readOwner(lock: string): string | undefined {
   for (const path of [lock, join(lock, "owner")]) {
     try {
-      const text = readFileSync(path, "utf8");
+      // Never through a link, never waiting on a FIFO, never more than a lock holds.
+      const text = readNoFollow(path, { max: LIMITS.lock });
       return Owner.safeParse(JSON.parse(text)).success ? text : undefined;
     } catch (e) {
-      if (!isErrno(e, "EISDIR")) return undefined;
+      if (!isErrno(e, "EISDIR") && !(e instanceof StoreError && /not a regular file/.test(e.message))) return undefined;
     }
   }
   return undefined;
@@ -178,38 +192,105 @@ function takeOverDead(lock: string): boolean {
   return true;
 }
 
-/** Runs fn holding the conversation's lock, in this process and across processes. */
+/**
+ * Removes a lock that no process could have made: a symbolic link (dangling or not), a FIFO, a
+ * socket. Such a thing would hold the conversation until it went stale, or for good.
+ */
+function removeForeign(lock: string): boolean {
+  let st;
+  try {
+    st = fs.lstatSync(lock);
+  } catch {
+    return false;
+  }
+  if (st.isFile() || st.isDirectory()) return false;
+  try {
+    fs.unlinkSync(lock);
+  } catch {
+    return false;
+  }
+  return true;
+}
+
+/** The stale period when none is given: LNK_LOCK_STALE_MS, else 10 s (at least 2 s either way). */
+export function defaultStale(env: NodeJS.ProcessEnv = process.env): number {
+  const raw = env.LNK_LOCK_STALE_MS;
+  const n = raw !== undefined && /^\d+$/.test(raw.trim()) ? Number(raw.trim()) : 10_000;
+  return Math.max(2000, Number.isSafeInteger(n) ? n : 10_000);
+}
+
+/**
+ * Whether this process still holds the lock at `lock`: its file is there, says this process, and
+ * was refreshed within the stale period (a process paused longer may have been taken over, or be
+ * about to be). Checked before each write the holder makes.
+ */
+function stillHeld(conv: ConversationPaths, lock: string, stale: number, compromised: () => Error | undefined): void {
+  const lost = compromised();
+  if (lost) throw new LockLostError(conv, lost.message);
+  let st;
+  try {
+    st = fs.lstatSync(lock);
+  } catch {
+    throw new LockLostError(conv, "its lock file is gone");
+  }
+  if (Date.now() - st.mtimeMs > stale) throw new LockLostError(conv, `not refreshed for ${Math.round(Date.now() - st.mtimeMs)} ms`);
+  let text: string | undefined;
+  try {
+    text = readNoFollow(lock, { max: LIMITS.lock });
+  } catch {
+    text = undefined;
+  }
+  if (text !== OWNER_TEXT) throw new LockLostError(conv, "another process holds it");
+}
+
+/**
+ * Runs fn holding the conversation's lock, in this process and across processes. The conversation's
+ * folder is opened and checked once, and every write of the conversation while fn runs goes through
+ * it, checking first that the lock is still held.
+ */
 export async function withConversationLock<T>(conv: ConversationPaths, fn: () => Promise<T>, opts: LockOptions = {}): Promise<T> {
-  const stale = Math.max(2000, opts.stale ?? 10_000);
+  const stale = Math.max(2000, opts.stale ?? defaultStale());
   return mutex(conv.dir, async () => {
-    ensureConversation(conv);
+    const folder = ConversationFolder.open(conv);
+    const lock = folder.at(".lock");
     const deadline = Date.now() + (opts.wait ?? 10 * 60_000);
     let release: (() => Promise<void>) | undefined;
-    for (let delay = 20; ; delay = Math.min(delay * 2, 250)) {
-      try {
-        release = await lockfile.lock(conv.dir, {
-          lockfilePath: conv.lock,
-          fs: lockFs,
-          stale,
-          realpath: false,
-          onCompromised: (err) => {
-            // The default throws, which would take the daemon down: report it to the turn instead.
-            opts.onCompromised?.(err);
-          },
-        });
-        break;
-      } catch (e) {
-        if ((e as { code?: string }).code !== "ELOCKED") throw e;
-        if (takeOverDead(conv.lock)) continue;
-        if (opts.signal?.aborted) throw opts.signal.reason ?? new Error("aborted");
-        if (Date.now() > deadline) throw new LockTimeoutError(conv.thread);
-        await sleep(delay);
+    let compromised: Error | undefined;
+    try {
+      for (let delay = 20; ; delay = Math.min(delay * 2, 250)) {
+        try {
+          release = await lockfile.lock(conv.dir, {
+            lockfilePath: lock,
+            fs: lockFs,
+            stale,
+            realpath: false,
+            onCompromised: (err) => {
+              // The default throws, which would take the daemon down: report it to the turn instead.
+              compromised = err;
+              opts.onCompromised?.(err);
+            },
+          });
+          break;
+        } catch (e) {
+          if ((e as { code?: string }).code !== "ELOCKED") throw e;
+          if (removeForeign(lock) || takeOverDead(lock)) continue;
+          if (opts.signal?.aborted) throw opts.signal.reason ?? new Error("aborted");
+          if (Date.now() > deadline) throw new LockTimeoutError(conv.thread);
+          await sleep(delay);
+        }
       }
+    } catch (e) {
+      folder.close();
+      throw e;
     }
+    folder.guard = () => stillHeld(conv, lock, stale, () => compromised);
+    const unhold = hold(folder);
     try {
       return await fn();
     } finally {
+      // Released before the folder it is named through is closed.
       await release().catch(() => undefined);
+      unhold();
     }
   });
 }

@@ -1,7 +1,7 @@
 // The agent's settings, instructions, skills and notes: read at each turn, written through the store.
 import { readdirSync } from "node:fs";
 import { Settings, StoreError, describeIssues, type Settings as SettingsT } from "../protocol/index.js";
-import { checkNoLinks, isErrno, readText, replaceFile } from "./files.js";
+import { checkNoLinks, isErrno, jsonFault, LIMITS, readText, replaceFile } from "./files.js";
 import { checkThread, paths, type AgentRef } from "./paths.js";
 
 export class SettingsError extends Error {
@@ -9,21 +9,6 @@ export class SettingsError extends Error {
     super(message);
     this.name = "SettingsError";
   }
-}
-
-/**
- * What is wrong with text that is not JSON, by line and column, never quoting it: V8 quotes a
- * stretch of the input in some of its messages, and settings may hold the key.
- */
-function notJson(e: unknown, text: string): string {
-  const message = e instanceof Error ? e.message : String(e);
-  const at = /^([^"]*?)(?: in JSON)? at position (\d+)/.exec(message);
-  if (at?.[1] !== undefined && at[2] !== undefined) {
-    const before = text.slice(0, Number(at[2])).split("\n");
-    return `${at[1]} at line ${before.length}, column ${(before.at(-1)?.length ?? 0) + 1}`;
-  }
-  if (/^Unexpected end of JSON input$/.test(message)) return "it ends too soon";
-  return "an unexpected token, such as a word without quotes";
 }
 
 /**
@@ -48,7 +33,7 @@ export function parseSettings(text: string): SettingsT {
   try {
     raw = JSON.parse(text);
   } catch (e) {
-    throw new SettingsError(`settings are not JSON: ${notJson(e, text)}`);
+    throw new SettingsError(`settings are not JSON: ${jsonFault(e, text)}`);
   }
   const proto = protoKey(raw);
   if (proto !== undefined) throw new SettingsError(`invalid settings: ${proto}: the key "__proto__" is not allowed`);
@@ -77,7 +62,8 @@ export function forgetSettings(): void {
 export function readSettings(agent: AgentRef): SettingsT | undefined {
   const p = paths(agent);
   checkNoLinks(p.dir, p.config);
-  const text = readText(p.config);
+  // One name only: a config.json linked to another agent's would lend this one its key.
+  const text = readText(p.config, { max: LIMITS.settings, single: true });
   if (text === undefined) return undefined;
   const known = parsedSettings.get(p.config);
   if (known?.text === text) return known.settings;
@@ -100,19 +86,37 @@ export function writeSettings(agent: AgentRef, settings: SettingsT): void {
   replaceFile(p.config, `${JSON.stringify(checked.data, null, 2)}\n`, 0o600);
 }
 
-/** Your standing instructions, read at each turn. */
-export function readStanding(agent: AgentRef): string | undefined {
-  const p = paths(agent);
-  checkNoLinks(p.dir, p.instruction);
-  return readText(p.instruction);
+/**
+ * How much of a file that becomes a section is read: enough for `chars` characters (four bytes is
+ * UTF-8's longest), the rest never read, since the section is cut at its most anyway.
+ */
+export function sectionBytes(chars: number): number {
+  return Math.max(4, chars * 4);
 }
 
-/** What the agent remembered (memory/notes.md). */
-export function readNotes(agent: AgentRef): string | undefined {
-  const p = paths(agent);
-  checkNoLinks(p.dir, p.notes);
-  return readText(p.notes);
+/**
+ * A file the harness reads but never writes, for a section: a link refused, anything but a regular
+ * file refused, a file with more than one name (a hard link) refused, and at most `bytes` read.
+ */
+function readSource(root: string, path: string, bytes: number): string | undefined {
+  checkNoLinks(root, path);
+  return readText(path, { max: bytes, cut: true, single: true });
 }
+
+/** Your standing instructions, read at each turn (at most `bytes` of them). */
+export function readStanding(agent: AgentRef, bytes = LIMITS.settings): string | undefined {
+  const p = paths(agent);
+  return readSource(p.dir, p.instruction, bytes);
+}
+
+/** What the agent remembered (memory/notes.md; at most `bytes` of it). */
+export function readNotes(agent: AgentRef, bytes = LIMITS.settings): string | undefined {
+  const p = paths(agent);
+  return readSource(p.dir, p.notes, bytes);
+}
+
+/** A SKILL.md is read only for its front matter: its first 64 KiB. */
+const SKILL_BYTES = 64 * 1024;
 
 export interface Skill {
   name: string;
@@ -121,8 +125,10 @@ export interface Skill {
 }
 
 /** The agent's skills: each folder of skills/ with a SKILL.md (Agent Skills format). */
-export function listSkills(agent: AgentRef): Skill[] {
+export function listSkills(agent: AgentRef, bytes = SKILL_BYTES): Skill[] {
   const p = paths(agent);
+  // skills/ itself is checked too: a link there would reach SKILL.md files anywhere.
+  checkNoLinks(p.dir, `${p.skills}/x`);
   let names: string[];
   try {
     names = readdirSync(p.skills, { withFileTypes: true })
@@ -141,7 +147,7 @@ export function listSkills(agent: AgentRef): Skill[] {
       continue;
     }
     const path = p.skill(name);
-    const text = readText(path);
+    const text = readSource(p.dir, path, bytes);
     if (text === undefined) continue;
     skills.push({ name: frontmatter(text, "name") ?? name, description: frontmatter(text, "description") ?? "", path });
   }

@@ -1,7 +1,7 @@
 // The instructions: sections in the order of how often each changes, least first, so a provider's
 // cache holds. Spec: "Where does Link Harness take its instructions from?" (decisions.txt).
 import { SECTION_NAMES, type SectionName, type Settings } from "../protocol/index.js";
-import { listSkills, paths, readNotes, readStanding, type AgentRef } from "../store/index.js";
+import { listSkills, paths, readNotes, readStanding, sectionBytes, type AgentRef } from "../store/index.js";
 import type { OfferedCall } from "./tools.js";
 
 export interface Section {
@@ -65,9 +65,9 @@ function skillsText(agent: AgentRef): string {
   ].join("\n");
 }
 
-function notesText(agent: AgentRef, settings: Settings): string {
+function notesText(agent: AgentRef, settings: Settings, max: number): string {
   const parts: string[] = [];
-  const notes = readNotes(agent)?.trim();
+  const notes = readNotes(agent, sectionBytes(max))?.trim();
   if (notes) parts.push(notes);
   // What a switch left of what the agent remembered on other harnesses; Link's own notes are in notes.md.
   for (const note of settings.remembered ?? []) {
@@ -85,26 +85,28 @@ export function cut(text: string, max: number): string {
 
 /** The sections of the system prompt, each read at this turn through the store. */
 export function composeSections(agent: AgentRef, settings: Settings, calls: readonly OfferedCall[]): Section[] {
-  const made: Record<SectionName, () => string> = {
+  // A file is read only as far as its section can hold.
+  const made: Record<SectionName, (max: number) => string> = {
     base: () => [BASE, identityText(settings)].filter(Boolean).join("\n\n"),
     model: () => "",
     tools: () => toolsText(calls),
     environment: () => environmentText(agent, settings),
     skills: () => skillsText(agent),
-    standing: () => {
-      const text = readStanding(agent) ?? settings.identity?.standing;
+    standing: (max) => {
+      const text = readStanding(agent, sectionBytes(max)) ?? settings.identity?.standing;
       return text?.trim() ? `## Standing instructions\n${text.trim()}` : "";
     },
-    notes: () => notesText(agent, settings),
+    notes: (max) => notesText(agent, settings, max),
   };
   const out: Section[] = [];
   for (const name of SECTION_NAMES) {
     const own = settings.instructions?.[name];
     const defaults = SECTION_DEFAULTS[name];
     // Every section can be replaced, the base included.
-    const text = own?.text ?? made[name]();
+    const max = own?.max ?? defaults.max;
+    const text = own?.text ?? made[name](max);
     if (!text) continue;
-    out.push({ name, owner: own?.owner ?? defaults.owner, text: cut(text, own?.max ?? defaults.max) });
+    out.push({ name, owner: own?.owner ?? defaults.owner, text: cut(text, max) });
   }
   return out;
 }

@@ -1,7 +1,7 @@
 // One turn, stateless: reads what it needs through the store, asks the model, runs tools in rounds,
 // and writes every event as it happens. It reports through a callback of plain events, never ACP.
 import type { AssistantMessage, Event, Failure, Settings, StopReason, ToolCall, Usage, UserMessage } from "../protocol/index.js";
-import { appendEvent, forgetEvents, forgetSettings, paths, readSettings, readToolsList, withConversationLock, type ConversationPaths } from "../store/index.js";
+import { appendEvent, forgetEvents, forgetSettings, LockLostError, paths, readSettings, readToolsList, withConversationLock, type ConversationPaths } from "../store/index.js";
 import { forgetBodies } from "./body.js";
 import { runCalls } from "./calls.js";
 import { modelWindow, type ModelWindow } from "./facts.js";
@@ -100,8 +100,8 @@ class Turn {
   /** Once a write fails, the writes after it fail with it: nothing is written past a missing event. */
   private chain(event: Event, written: (n: number) => void): Promise<number> {
     const done = this.writes.then(async () => {
-      // The lock this turn holds made sure of the conversation's folder.
-      const n = await appendEvent(this.conv, event, { ensured: true });
+      // Through the folder the lock holds, checked, and only while the lock is this process's.
+      const n = await appendEvent(this.conv, event);
       written(n);
       this.listener({ type: "event", n, event });
       return n;
@@ -126,28 +126,42 @@ class Turn {
     return this.outcome("end_turn", { reason, message });
   }
 
+  /** The question's write, once begun. */
+  private question: Promise<number> | undefined;
+
   async run(): Promise<TurnOutcome> {
-    let settings: Settings | undefined;
     try {
-      settings = this.input.settings ?? readSettings(this.input.agent);
-    } catch (e) {
-      await this.write(userEvent(this.input.message));
-      return this.fail("internal", (e as Error).message);
-    }
-    if (!settings) {
-      await this.write(userEvent(this.input.message));
-      return this.fail("internal", `the agent has no settings: run lnk-link-harness configure --agent ${this.input.agent.dir}`);
-    }
-    let box: ToolBox | undefined;
-    try {
-      if (this.input.tools && this.input.toolServers?.length) {
-        const allowed = readToolsList(this.conv);
-        box = await this.input.tools.open(this.input.toolServers, { ...(allowed ? { allowed } : {}), signal: this.signal });
+      const settings = this.input.settings ?? readSettings(this.input.agent);
+      if (!settings) {
+        return await this.refuse(`the agent has no settings: run lnk-link-harness configure --agent ${this.input.agent.dir}`);
       }
-      return await this.rounds(settings, box);
-    } finally {
-      await box?.close().catch(() => undefined);
+      let box: ToolBox | undefined;
+      try {
+        if (this.input.tools && this.input.toolServers?.length) {
+          const allowed = readToolsList(this.conv);
+          box = await this.input.tools.open(this.input.toolServers, { ...(allowed ? { allowed } : {}), signal: this.signal });
+        }
+        return await this.rounds(settings, box);
+      } finally {
+        await box?.close().catch(() => undefined);
+      }
+    } catch (e) {
+      // Once the lock is lost, nothing more is written, not even why.
+      if (e instanceof LockLostError) throw e;
+      // A store, facts or tools error: a failed turn is an event, whenever the folder can take it.
+      try {
+        return await this.refuse((e as Error).message);
+      } catch {
+        throw e;
+      }
     }
+  }
+
+  /** Keeps the question (unless it is written already) and a failure event saying why the turn could not run. */
+  private async refuse(message: string): Promise<TurnOutcome> {
+    if (this.question === undefined) await this.write(userEvent(this.input.message));
+    else await this.question;
+    return this.fail("internal", message);
   }
 
   private async rounds(settings: Settings, box: ToolBox | undefined): Promise<TurnOutcome> {
@@ -166,6 +180,7 @@ class Turn {
     // The message is flushed while the model is asked; should writing it fail, the ask is cut short.
     const notWritten = new AbortController();
     const opening = this.writeAhead(userEvent(this.input.message), history);
+    this.question = opening;
     opening.catch((e: unknown) => notWritten.abort(e));
     const signal = AbortSignal.any([this.signal, notWritten.signal]);
 
@@ -261,10 +276,18 @@ class Turn {
     return this.pendingSteer.length > 0;
   }
 
-  /** The copy and the mark: derived, brought up to date at the end of the turn. */
+  /**
+   * The copy and the mark: derived, brought up to date at the end of the turn. The answer is stored
+   * by now, so a failure here is reported as a warning, never as a failed turn (a client would send
+   * the message again): the next turn makes them again.
+   */
   private finish(history: History): void {
-    const copyEnd = updateTranscript(this.conv, history.events);
-    history.saveMark(copyEnd);
+    try {
+      const copyEnd = updateTranscript(this.conv, history.events);
+      history.saveMark(copyEnd);
+    } catch (e) {
+      this.listener({ type: "warning", message: `the conversation's derived files were not brought up to date: ${(e as Error).message}` });
+    }
   }
 }
 

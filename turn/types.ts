@@ -46,7 +46,9 @@ export type TurnEvent =
   | { type: "text"; delta: string }
   | { type: "tool_call"; id: string; name: string; arguments: unknown }
   | { type: "tool_result"; id: string; name: string; status: "completed" | "failed"; text: string }
-  | { type: "usage"; usage: Usage };
+  | { type: "usage"; usage: Usage }
+  /** Something went wrong that doesn't fail the turn (a derived file not written): for the log. */
+  | { type: "warning"; message: string };
 
 export interface TurnOutcome {
   stop: StopReason;

@@ -1,0 +1,169 @@
+// A conversation's folder, checked once and held open while it is written, so no file of the
+// conversation is ever written outside the agent's folder: not when chats/ or the conversation's
+// folder is a link, and not when either is swapped for one while a turn writes.
+import { chmodSync, closeSync, constants, fstatSync, lstatSync, openSync, type Stats } from "node:fs";
+import { basename, dirname } from "node:path";
+import { StoreError } from "../protocol/index.js";
+import { isErrno } from "./errno.js";
+import { checkNoLinks, FOLDER_MODE, makeFolder } from "./files.js";
+import type { ConversationPaths } from "./paths.js";
+
+const DIRECTORY = constants.O_RDONLY | constants.O_DIRECTORY | constants.O_NOFOLLOW;
+
+/**
+ * Whether a folder opened here can be named as /proc/self/fd/<fd>: a name that reaches the folder the
+ * descriptor holds, wherever it has been moved and whatever now stands at its old path (Linux's
+ * stand-in for openat). Elsewhere the folder's path is checked again before each write.
+ */
+let viaProc: boolean | undefined;
+
+function sameFolder(a: Stats, b: Stats): boolean {
+  return a.dev === b.dev && a.ino === b.ino;
+}
+
+/** Opens `name` in the folder `parent` (a descriptor) without following a link. */
+function openIn(parent: number, parentPath: string, name: string): number {
+  if (viaProc !== false) {
+    try {
+      const fd = openSync(`/proc/self/fd/${parent}/${name}`, DIRECTORY);
+      viaProc = true;
+      return fd;
+    } catch (e) {
+      if (viaProc === true || !isErrno(e, "ENOENT")) throw e;
+      // No /proc here (another system, or a sandbox without it): check paths instead.
+      viaProc = false;
+    }
+  }
+  return openSync(`${parentPath}/${name}`, DIRECTORY);
+}
+
+export class ConversationFolder {
+  /** Checks that must still hold before each write: the conversation's lock, while a turn holds it. */
+  guard: (() => void) | undefined;
+  private fd: number | undefined;
+
+  private constructor(
+    readonly conv: ConversationPaths,
+    fd: number,
+    private readonly stat: Stats,
+    /** What files of the folder are named from: the held descriptor, or the path. */
+    readonly base: string,
+  ) {
+    this.fd = fd;
+  }
+
+  /**
+   * Makes the conversation's folder (and chats/) where missing, each 0700, and opens it: chats/ and
+   * the conversation's folder must be folders, never links. A folder an earlier version made open to
+   * others is made private.
+   */
+  static open(conv: ConversationPaths): ConversationFolder {
+    const chats = dirname(conv.dir);
+    // conv.dir is <agent>/chats/<thread>, and a thread name holds no separator.
+    checkNoLinks(dirname(chats), conv.event(1));
+    try {
+      makeFolder(conv.dir);
+    } catch (e) {
+      throw new StoreError(`cannot make ${conv.dir}: ${(e as Error).message}`, conv.dir);
+    }
+    let parent: number;
+    try {
+      parent = openSync(chats, DIRECTORY);
+    } catch (e) {
+      throw refusedOrFailed(e, chats);
+    }
+    let fd: number;
+    let st: Stats;
+    try {
+      fd = openIn(parent, chats, basename(conv.dir));
+      st = fstatSync(fd);
+      if ((fstatSync(parent).mode & 0o077) !== 0) chmodSync(chats, FOLDER_MODE);
+    } catch (e) {
+      throw refusedOrFailed(e, conv.dir);
+    } finally {
+      closeSync(parent);
+    }
+    if ((st.mode & 0o077) !== 0) chmodSync(conv.dir, FOLDER_MODE);
+    const folder = new ConversationFolder(conv, fd, st, viaProc ? `/proc/self/fd/${fd}` : conv.dir);
+    try {
+      folder.verify();
+    } catch (e) {
+      folder.close();
+      throw e;
+    }
+    return folder;
+  }
+
+  /** The path of a file of the folder, as writes name it. */
+  at(name: string): string {
+    return `${this.base}/${name}`;
+  }
+
+  /**
+   * Before each write: the folder is still where it was opened (chats/ no link, the conversation's
+   * folder the same one), and the guard holds.
+   */
+  check(): void {
+    this.verify();
+    this.guard?.();
+  }
+
+  private verify(): void {
+    const chats = dirname(this.conv.dir);
+    let st: Stats;
+    try {
+      const up = lstatSync(chats);
+      if (!up.isDirectory()) throw new StoreError(`refused: ${chats} is no longer a folder`, chats);
+      st = lstatSync(this.conv.dir);
+    } catch (e) {
+      if (e instanceof StoreError) throw e;
+      throw new StoreError(`refused: ${this.conv.dir} was moved while it was written: ${(e as Error).message}`, this.conv.dir);
+    }
+    if (!st.isDirectory() || !sameFolder(st, this.stat)) {
+      throw new StoreError(`refused: ${this.conv.dir} was replaced while it was written`, this.conv.dir);
+    }
+  }
+
+  close(): void {
+    if (this.fd === undefined) return;
+    closeSync(this.fd);
+    this.fd = undefined;
+  }
+}
+
+function refusedOrFailed(e: unknown, path: string): StoreError {
+  if (isErrno(e, "ELOOP") || isErrno(e, "ENOTDIR")) return new StoreError(`refused: ${path} is a symbolic link or not a folder`, path);
+  return new StoreError(`cannot open ${path}: ${(e as Error).message}`, path);
+}
+
+/** The folders of conversations whose lock this process holds, by folder path. */
+const held = new Map<string, ConversationFolder>();
+
+/** Keeps `folder` as the one every write of its conversation goes through, until `release`. */
+export function hold(folder: ConversationFolder): () => void {
+  held.set(folder.conv.dir, folder);
+  return () => {
+    if (held.get(folder.conv.dir) === folder) held.delete(folder.conv.dir);
+    folder.close();
+  };
+}
+
+/**
+ * Runs `fn` with the conversation's folder: the one a turn of this process holds (checked, with its
+ * guard), else one opened for this call alone.
+ */
+export function withFolder<T>(conv: ConversationPaths, fn: (folder: ConversationFolder) => T): T {
+  const kept = held.get(conv.dir);
+  if (kept) return fn(kept);
+  const folder = ConversationFolder.open(conv);
+  let result: T;
+  try {
+    result = fn(folder);
+  } catch (e) {
+    folder.close();
+    throw e;
+  }
+  if (result instanceof Promise) return result.finally(() => folder.close()) as T;
+  folder.close();
+  return result;
+}
