@@ -47,11 +47,17 @@ const APPEND = constants.O_WRONLY | constants.O_APPEND | constants.O_CREAT | con
 export function appendTranscript(conv: ConversationPaths, text: string): void {
   withFolder(conv, (folder) => {
     folder.check();
-    const path = folder.at(TRANSCRIPT);
-    const fd = openSync(path, APPEND, FILE_MODE);
+    const notFile = () => new StoreError(`refused: ${conv.transcript} is not a regular file`, conv.transcript);
+    let fd: number;
     try {
-      // Opened without waiting: a FIFO there is refused, not written to.
-      if (!fstatSync(fd).isFile()) throw new StoreError(`refused: ${conv.transcript} is not a regular file`, conv.transcript);
+      fd = openSync(folder.at(TRANSCRIPT), APPEND, FILE_MODE);
+    } catch (e) {
+      // Opened without waiting: a FIFO no one reads says ENXIO.
+      if (isErrno(e, "ENXIO")) throw notFile();
+      throw e;
+    }
+    try {
+      if (!fstatSync(fd).isFile()) throw notFile();
       writeAll(fd, text);
     } finally {
       closeSync(fd);

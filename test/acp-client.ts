@@ -44,8 +44,13 @@ export interface Daemon {
   stop(signal?: NodeJS.Signals): Promise<Exit>;
 }
 
-export function startDaemon(args: string[], env: NodeJS.ProcessEnv = {}): Daemon {
-  const child = spawn(process.execPath, [MAIN, ...args], { env: { ...process.env, ...env }, stdio: ["pipe", "pipe", "pipe"] });
+/**
+ * The built daemon as a child process. `via` is a command line it is started through, given the
+ * daemon's own as its arguments (a shell that sets the umask first, say).
+ */
+export function startDaemon(args: string[], env: NodeJS.ProcessEnv = {}, via: string[] = []): Daemon {
+  const [command, ...before] = [...via, process.execPath];
+  const child = spawn(command as string, [...before, MAIN, ...args], { env: { ...process.env, ...env }, stdio: ["pipe", "pipe", "pipe"] });
   let err = "";
   const watchers: { pattern: RegExp; resolve: (line: string) => void }[] = [];
   child.stderr?.setEncoding("utf8").on("data", (d: string) => {

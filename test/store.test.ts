@@ -1,7 +1,7 @@
 // The store on disk: numbered events under many writers, the conversation lock across processes,
 // names, files that fail their schema, links, and the derived files beside the events.
 import { spawnSync } from "node:child_process";
-import { existsSync, mkdirSync, mkdtempSync, readFileSync, readdirSync, rmSync, symlinkSync, utimesSync, writeFileSync } from "node:fs";
+import { existsSync, linkSync, mkdirSync, mkdtempSync, readFileSync, readdirSync, rmSync, symlinkSync, utimesSync, writeFileSync } from "node:fs";
 import { hostname, tmpdir } from "node:os";
 import { dirname, join } from "node:path";
 import fc from "fast-check";
@@ -12,6 +12,7 @@ import {
   listSkills,
   appendEvent,
   appendTranscript,
+  cachedEventBytes,
   ensureConversation,
   eventName,
   forgetEvents,
@@ -27,6 +28,7 @@ import {
   readTranscript,
   replaceTranscript,
   transcriptTail,
+  withConversationLock,
   writeMark,
   writeSettings,
 } from "../store/index.js";
@@ -504,5 +506,127 @@ describe("the derived files beside the events", () => {
       expect(() => narrowToolsList(conv, ["memory"])).toThrow(StoreError);
       expect(readFileSync(conv.tools, "utf8")).toBe(garbage);
     }
+  });
+});
+
+describe("hostile files in the agent's folder", () => {
+  const mkfifo = (path: string) => expect(spawnSync("mkfifo", [path]).status).toBe(0);
+
+  it("a FIFO, a folder or a socket where a file should be is refused at once, never waited on", () => {
+    const dir = tempDir();
+    const p = paths({ dir });
+    const conv = p.conversation("t");
+    ensureConversation(conv);
+    mkfifo(conv.event(1));
+    expect(() => readEventsFrom(conv, 1)).toThrow(`${conv.event(1)} is not a regular file`);
+    mkdirSync(p.instructions);
+    mkfifo(p.instruction);
+    expect(() => readStanding({ dir })).toThrow("is not a regular file");
+    mkdirSync(p.notes, { recursive: true });
+    expect(() => readNotes({ dir })).toThrow("is not a regular file");
+    mkfifo(p.config);
+    expect(() => readSettings({ dir })).toThrow("is not a regular file");
+    mkfifo(conv.tools);
+    expect(() => readToolsList(conv)).toThrow("is not a regular file");
+    // Derived files: one that isn't a regular file is made again.
+    mkfifo(conv.window);
+    expect(readMark(conv)).toBeUndefined();
+    mkfifo(conv.transcript);
+    expect(transcriptTail(conv)).toBe("");
+    expect(() => appendTranscript(conv, "added\n")).toThrow("is not a regular file");
+    replaceTranscript(conv, "made again\n");
+    expect(readTranscript(conv)).toBe("made again\n");
+  });
+
+  it("skills/ that is a link is refused; so is a folder on the way that is a file", () => {
+    const outside = tempDir();
+    mkdirSync(join(outside, "planted"));
+    writeFileSync(join(outside, "planted", "SKILL.md"), "---\nname: planted\ndescription: from outside\n---\n");
+    const dir = tempDir();
+    symlinkSync(outside, paths({ dir }).skills);
+    expect(() => listSkills({ dir })).toThrow(`${paths({ dir }).skills} is a symbolic link`);
+    const dir2 = tempDir();
+    writeFileSync(paths({ dir: dir2 }).instructions, "a file where a folder should be\n");
+    expect(() => readStanding({ dir: dir2 })).toThrow("is not a folder");
+  });
+
+  it("a file the harness only reads with a second name (a hard link) is refused; an event with one is read", async () => {
+    const secret = join(tempDir(), "secret.txt");
+    writeFileSync(secret, "a 0600 file of the machine\n", { mode: 0o600 });
+    const dir = tempDir();
+    const p = paths({ dir });
+    mkdirSync(p.instructions);
+    mkdirSync(p.memory);
+    mkdirSync(join(p.skills, "s"), { recursive: true });
+    linkSync(secret, p.instruction);
+    linkSync(secret, p.notes);
+    linkSync(secret, join(p.skills, "s", "SKILL.md"));
+    expect(() => readStanding({ dir })).toThrow("has 4 names (a hard link)");
+    expect(() => readNotes({ dir })).toThrow("has 4 names (a hard link)");
+    expect(() => listSkills({ dir })).toThrow("has 4 names (a hard link)");
+    const settings = join(tempDir(), "config.json");
+    writeFileSync(settings, JSON.stringify({ model: { provider: "p", name: "m", base_url: "http://127.0.0.1:1/v1", key: "sk-other-agent" } }));
+    linkSync(settings, p.config);
+    expect(() => readSettings({ dir })).toThrow("has 2 names (a hard link)");
+
+    // A conversation snapshotted with hard links (cp -al) reads as the original.
+    const conv = p.conversation("t");
+    await appendEvent(conv, userMessage("one"));
+    await appendEvent(conv, userMessage("two"));
+    const copy = paths({ dir: tempDir() });
+    expect(spawnSync("cp", ["-al", p.chats, copy.chats]).status).toBe(0);
+    forgetEvents();
+    expect(readEventsFrom(copy.conversation("t"), 1).map((e) => "text" in e.event && e.event.text)).toEqual(["one", "two"]);
+  });
+
+  it("an event that is not JSON is named, never quoted: it may be a file with a secret", () => {
+    const dir = tempDir();
+    const conv = paths({ dir }).conversation("t");
+    ensureConversation(conv);
+    writeFileSync(conv.event(1), "SECRET-TOKEN sk-live-0123456789 {");
+    let message = "";
+    try {
+      readEventsFrom(conv, 1);
+    } catch (e) {
+      message = (e as Error).message;
+    }
+    expect(message).toContain(`event ${conv.event(1)} is not JSON`);
+    expect(message).not.toMatch(/SECRET|sk-live/);
+  });
+
+  it("a .lock that is a dangling link or a FIFO is taken at once, not after the stale period", async () => {
+    for (const plant of [(lock: string) => symlinkSync("/nonexistent/lock", lock), mkfifo]) {
+      const conv = paths({ dir: tempDir() }).conversation("t");
+      ensureConversation(conv);
+      plant(conv.lock);
+      // Waiting less than the shortest stale period: only a lock taken at once gets in.
+      expect(await withConversationLock(conv, async () => "held", { stale: 2000, wait: 1000 })).toBe("held");
+      expect(existsSync(conv.lock)).toBe(false);
+    }
+  });
+
+  it("parsed events are held to their bound in bytes, however many long conversations are read", () => {
+    const dir = tempDir();
+    const big = userMessage("y".repeat(1024 * 1024));
+    const line = `${JSON.stringify(big)}\n`;
+    const { max } = cachedEventBytes();
+    forgetEvents();
+    // Three conversations, each over half the bound: together well over it.
+    for (const thread of ["a", "b", "c"]) {
+      const conv = paths({ dir }).conversation(thread);
+      ensureConversation(conv);
+      const count = Math.ceil(max / 2 / line.length) + 1;
+      for (let n = 1; n <= count; n++) writeFileSync(conv.event(n), line);
+      expect(readEventsFrom(conv, 1)).toHaveLength(count);
+      expect(cachedEventBytes().held).toBeLessThanOrEqual(max);
+    }
+    forgetEvents();
+  });
+
+  it("no temporary file outlives a failed write (a file size limit here)", async () => {
+    const dir = tempDir();
+    const run = spawnSync("sh", ["-c", 'ulimit -f 8; exec "$@"', "sh", process.execPath, WORKER, "big", dir, "t", String(64 * 1024)], { encoding: "utf8" });
+    expect(run.stdout.trim().split("\n")).toEqual(["append failed EFBIG", "replace failed EFBIG"]);
+    expect(readdirSync(paths({ dir }).conversation("t").dir)).toEqual([]);
   });
 });

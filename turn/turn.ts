@@ -308,9 +308,12 @@ export async function runTurn(input: TurnInput, listener: TurnListener): Promise
   const conv = paths(input.agent).conversation(input.thread);
   const lost = new AbortController();
   const signal = input.signal ? AbortSignal.any([input.signal, lost.signal]) : lost.signal;
-  return withConversationLock(conv, () => new Turn(input, listener, signal).run(), {
+  const outcome = await withConversationLock(conv, () => new Turn(input, listener, signal).run(), {
     ...(input.signal ? { signal: input.signal } : {}),
     // Another process took the conversation over: stop writing to it.
     onCompromised: (err) => lost.abort(err),
   });
+  // Stopped because the lock was lost, not by the client: said as that, never as a cancel.
+  if (lost.signal.aborted) throw new LockLostError(conv, (lost.signal.reason as Error | undefined)?.message ?? "taken over");
+  return outcome;
 }

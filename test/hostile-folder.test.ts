@@ -1,0 +1,264 @@
+// The agent's folder as hostile ground, against the built daemon: a FIFO where a file should be, a
+// conversation folder swapped for a link mid-turn, files of any size, a paused process whose lock was
+// taken over, any umask, a derived file that can't be written, a store or facts error.
+import { spawnSync } from "node:child_process";
+import { existsSync, mkdirSync, readdirSync, renameSync, statSync, symlinkSync, truncateSync, writeFileSync } from "node:fs";
+import { join } from "node:path";
+import * as acp from "@agentclientprotocol/sdk";
+import type { ContentBlock } from "@agentclientprotocol/sdk";
+import { describe, expect, it, onTestFailed } from "vitest";
+import type { Event } from "../protocol/index.js";
+import { paths, readEventsFrom } from "../store/index.js";
+import { configure, daemonTestHooks, openClient, scriptedSettings, startDaemon, stdioStream, tempDir, type Client, type Daemon } from "./acp-client.js";
+import type { ModelServer } from "./model-server.js";
+import { BIN } from "./fixtures/built.js";
+import { deferred } from "./fixtures/deferred.js";
+
+let server: ModelServer;
+const cleanup = daemonTestHooks([BIN, "dist/daemon/serve.js", "dist/acp/app.js"], (s) => (server = s));
+
+function folder(): string {
+  const dir = tempDir("lnk-hostile-");
+  cleanup.push(() => dir.remove());
+  return dir.path;
+}
+
+function agent(extra: Record<string, unknown> = {}): string {
+  const dir = folder();
+  configure(dir, scriptedSettings(server.url, extra));
+  return dir;
+}
+
+function daemon(dir: string, env: NodeJS.ProcessEnv = {}, via: string[] = []): Daemon {
+  const d = startDaemon(["--agent", dir], env, via);
+  cleanup.push(() => d.stop("SIGKILL"));
+  onTestFailed(() => void process.stderr.write(`the daemon's log:\n${d.stderr()}\n`));
+  return d;
+}
+
+async function client(d: Daemon): Promise<Client> {
+  const c = await openClient(stdioStream(d.child));
+  cleanup.push(() => c.close());
+  return c;
+}
+
+const text = (s: string): ContentBlock[] => [{ type: "text", text: s }];
+
+async function session(c: Client, thread?: string): Promise<string> {
+  const res = await c.agent.request(acp.methods.agent.session.new, { cwd: "/", mcpServers: [], ...(thread ? { _meta: { link: { thread } } } : {}) });
+  return res.sessionId;
+}
+
+function prompt(c: Client, sessionId: string, words: string) {
+  return c.agent.request(acp.methods.agent.session.prompt, { sessionId, prompt: text(words) });
+}
+
+async function failure(p: Promise<unknown>): Promise<{ code: number; message: string }> {
+  try {
+    await p;
+  } catch (e) {
+    return e as { code: number; message: string };
+  }
+  throw new Error("expected the request to fail");
+}
+
+function events(dir: string, thread: string): Event[] {
+  return readEventsFrom(paths({ dir }).conversation(thread), 1).map((e) => e.event);
+}
+
+const shape = (e: Event) => ("role" in e ? `${e.kind}:${e.role}` : e.kind);
+
+function mkfifo(path: string): void {
+  const made = spawnSync("mkfifo", [path]);
+  if (made.status !== 0) throw new Error(`mkfifo ${path}: ${String(made.stderr)}`);
+}
+
+const mode = (path: string) => statSync(path).mode & 0o777;
+
+describe("a FIFO where the store expects a file", { timeout: 60_000 }, () => {
+  it("notes.md or config.json: the turn fails with why, stored; the daemon still answers and stops on SIGTERM", async () => {
+    for (const where of ["memory/notes.md", "config.json"]) {
+      const dir = agent();
+      mkdirSync(join(dir, "memory"), { recursive: true });
+      const d = daemon(dir);
+      const c = await client(d);
+      const sessionId = await session(c);
+      // Made after session/new, which reads the settings too.
+      const fifo = join(dir, where);
+      if (existsSync(fifo)) renameSync(fifo, `${fifo}.was`);
+      mkfifo(fifo);
+      const err = await failure(prompt(c, sessionId, "hello"));
+      expect(err.message).toContain("is not a regular file");
+      expect(events(dir, sessionId).map(shape)).toEqual(["message:user", "failure"]);
+      // Still answering: a new client request, then a clean stop.
+      expect((await c.agent.request(acp.methods.agent.session.list, {})).sessions).toHaveLength(1);
+      expect(await d.stop("SIGTERM")).toEqual({ code: 0, signal: null });
+      expect(server.requests).toHaveLength(0);
+    }
+  });
+
+  it("window.json, derived: made again, and the turn is answered", async () => {
+    const dir = agent();
+    const d = daemon(dir);
+    const c = await client(d);
+    const sessionId = await session(c);
+    mkfifo(paths({ dir }).conversation(sessionId).window);
+    expect(await prompt(c, sessionId, "hello")).toMatchObject({ stopReason: "end_turn" });
+    expect(events(dir, sessionId).map(shape)).toEqual(["message:user", "message:assistant"]);
+    expect(statSync(paths({ dir }).conversation(sessionId).window).isFile()).toBe(true);
+  });
+});
+
+describe("a conversation folder swapped for a link mid-turn", { timeout: 60_000 }, () => {
+  it("gets nothing written outside: not through the link, not into the folder moved away", async () => {
+    const dir = agent();
+    const outside = folder();
+    const d = daemon(dir);
+    const c = await client(d);
+    const sessionId = await session(c);
+    const conv = paths({ dir }).conversation(sessionId);
+    const asked = deferred();
+    const answer = deferred();
+    server.script(async () => {
+      asked.resolve();
+      await answer.promise;
+      return { text: "an answer that must land nowhere" };
+    });
+    const turn = failure(prompt(c, sessionId, "hello"));
+    await asked.promise;
+    const moved = join(outside, "moved");
+    renameSync(conv.dir, moved);
+    symlinkSync(outside, conv.dir);
+    answer.resolve();
+    const err = await turn;
+    expect(err.message).toMatch(/replaced while it was written|symbolic link/);
+    // The question was written before the swap, into the folder since moved; nothing after it.
+    expect(readdirSync(moved).filter((n) => n.endsWith(".json"))).toEqual(["000000000001.json"]);
+    expect(readdirSync(outside).sort()).toEqual(["moved"]);
+  });
+});
+
+describe("files of any size", { timeout: 60_000 }, () => {
+  it("a 1.5 GB sparse notes.md is read only as far as its section holds; a 1.5 GB event is refused, saying so", async () => {
+    const dir = agent();
+    mkdirSync(join(dir, "memory"));
+    const notes = join(dir, "memory", "notes.md");
+    writeFileSync(notes, "remember: the gate code is 4711\n");
+    truncateSync(notes, 1.5 * 1024 ** 3);
+    const d = daemon(dir);
+    const c = await client(d);
+    const sessionId = await session(c);
+    expect(await prompt(c, sessionId, "hello")).toMatchObject({ stopReason: "end_turn" });
+    const system = String(server.requests[0]?.body.messages?.[0]?.content);
+    expect(system).toContain("the gate code is 4711");
+    // The section's most (16,000 characters) with the note that it was cut: never the file whole.
+    expect(system.length).toBeLessThan(20_000);
+    expect(system).toContain("[cut:");
+
+    const conv = paths({ dir }).conversation(sessionId);
+    const big = conv.event(3);
+    writeFileSync(big, "{");
+    truncateSync(big, 1.5 * 1024 ** 3);
+    const err = await failure(prompt(c, sessionId, "again"));
+    expect(err.message).toContain("000000000003.json is 1536 MiB, over the limit of 64 MiB");
+  });
+});
+
+describe("permissions", { timeout: 60_000 }, () => {
+  it("conversations are private: folders 0700 and files 0600 under umask 000 and 022", async () => {
+    for (const umask of ["000", "022"]) {
+      const dir = agent();
+      const d = daemon(dir, {}, ["sh", "-c", `umask ${umask}; exec "$@"`, "sh"]);
+      const c = await client(d);
+      const sessionId = await session(c);
+      expect(await prompt(c, sessionId, "hello")).toMatchObject({ stopReason: "end_turn" });
+      const conv = paths({ dir }).conversation(sessionId);
+      expect([mode(paths({ dir }).chats), mode(conv.dir)]).toEqual([0o700, 0o700]);
+      for (const name of readdirSync(conv.dir)) expect([name, mode(join(conv.dir, name))]).toEqual([name, 0o600]);
+      expect(readdirSync(conv.dir).sort()).toEqual(["000000000001.json", "000000000002.json", "transcript.md", "window.json"]);
+      await d.stop();
+    }
+  });
+});
+
+describe("a process paused past its lock's stale period", { timeout: 60_000 }, () => {
+  it("writes nothing once another process took the conversation over, not even its answer", async () => {
+    const dir = agent();
+    const env = { LNK_LOCK_STALE_MS: "2000" };
+    const a = daemon(dir, env);
+    const ca = await client(a);
+    const sessionId = await session(ca, "paused");
+    const asked = deferred();
+    const release = deferred();
+    server.script(async () => {
+      asked.resolve();
+      await release.promise;
+      return { text: "the paused process's answer" };
+    });
+    const first = failure(prompt(ca, sessionId, "from the process that will be paused"));
+    await asked.promise;
+    a.child.kill("SIGSTOP");
+    try {
+      // Another process takes the conversation once the paused one's lock is stale, and answers.
+      const b = daemon(dir, env);
+      const cb = await client(b);
+      server.script({ text: "the other process's answer" });
+      expect(await prompt(cb, sessionId, "from the other process")).toMatchObject({ stopReason: "end_turn" });
+    } finally {
+      a.child.kill("SIGCONT");
+    }
+    release.resolve();
+    const err = await first;
+    expect(err.message).toContain("its lock was lost");
+    expect(events(dir, sessionId).map((e) => ("text" in e ? e.text : e.kind))).toEqual([
+      "from the process that will be paused",
+      "from the other process",
+      "the other process's answer",
+    ]);
+  });
+});
+
+describe("a derived file that can't be written after the answer is stored", { timeout: 60_000 }, () => {
+  it("is a warning in the log, never a failed turn; the link's target is left alone", async () => {
+    const dir = agent();
+    const outside = join(folder(), "target.md");
+    writeFileSync(outside, "untouched\n");
+    const d = daemon(dir);
+    const c = await client(d);
+    const sessionId = await session(c);
+    symlinkSync(outside, paths({ dir }).conversation(sessionId).transcript);
+    expect(await prompt(c, sessionId, "hello")).toMatchObject({ stopReason: "end_turn" });
+    expect(events(dir, sessionId).map(shape)).toEqual(["message:user", "message:assistant"]);
+    expect(await d.waitForLog(/"turn warning".*derived files/)).toContain("symbolic link");
+    expect(spawnSync("cat", [outside]).stdout.toString()).toBe("untouched\n");
+  });
+});
+
+describe("a store or facts error", { timeout: 60_000 }, () => {
+  it("keeps the question and a failure event saying why: a bad facts file, a skills/ that is a link", async () => {
+    const config = folder();
+    mkdirSync(join(config, "lnk"));
+    writeFileSync(join(config, "lnk", "model-facts.toml"), "[models\nbroken =");
+    const dir = agent();
+    const d = daemon(dir, { XDG_CONFIG_HOME: config });
+    const c = await client(d);
+    const sessionId = await session(c);
+    const err = await failure(prompt(c, sessionId, "hello"));
+    expect(err.message).toContain("model-facts.toml");
+    const stored = events(dir, sessionId);
+    expect(stored.map(shape)).toEqual(["message:user", "failure"]);
+    expect(stored[1]).toMatchObject({ reason: "internal", message: expect.stringContaining("model-facts.toml") });
+
+    const other = agent();
+    const elsewhere = folder();
+    mkdirSync(join(elsewhere, "planted"));
+    writeFileSync(join(elsewhere, "planted", "SKILL.md"), "---\nname: planted\ndescription: read from outside\n---\n");
+    symlinkSync(elsewhere, join(other, "skills"));
+    const d2 = daemon(other);
+    const c2 = await client(d2);
+    const s2 = await session(c2);
+    expect((await failure(prompt(c2, s2, "hello"))).message).toContain("skills is a symbolic link");
+    expect(events(other, s2).map(shape)).toEqual(["message:user", "failure"]);
+    expect(server.requests).toHaveLength(0);
+  });
+});
