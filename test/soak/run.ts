@@ -3,11 +3,13 @@
 // killed with SIGKILL at random moments and started again, N times (at most M minutes); then every
 // conversation takes one more turn on a daemon left alive, and the disk is checked. Prints a summary
 // and exits 1 on any violation (man lnk-link-harness-soak(7)).
-import { mkdirSync, mkdtempSync, rmSync } from "node:fs";
+import { spawnSync } from "node:child_process";
+import { existsSync, mkdirSync, mkdtempSync, rmSync, truncateSync, unlinkSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { parseArgs } from "node:util";
 import { z } from "zod";
+import { forgetEvents, paths, readEventsFrom } from "../../store/index.js";
 import { configure, scriptedSettings } from "../acp-client.js";
 import { startModelServer } from "../model-server.js";
 import { checkAcks, checkCalls, checkTranscript, readConversation } from "./check.js";
@@ -49,7 +51,46 @@ interface Summary {
   answered: number;
   unanswered: number;
   temps: number;
+  /** FIFOs planted where a derived file was, between kills. */
+  fifos: number;
   violations: string[];
+}
+
+/** What the agent remembers, in a notes.md made 1.5 GB sparse: read only as far as its section holds. */
+const NOTES = "The soak's agent remembers: answer briefly.\n";
+
+/** Plants a FIFO where a conversation's derived file (window.json or transcript.md) is: made again at its next turn. */
+function plantFifo(dir: string, rng: Rng): boolean {
+  const path = join(dir, rng.pick(["window.json", "transcript.md"]));
+  if (!existsSync(dir)) return false;
+  try {
+    unlinkSync(path);
+  } catch {
+    // none yet
+  }
+  return spawnSync("mkfifo", [path]).status === 0;
+}
+
+/**
+ * A copy of the conversations made with hard links (cp -al): every event has two names, and the store
+ * reads each conversation of the copy as the original.
+ */
+function checkHardLinkedCopy(agent: string, into: string, threads: string[], violations: string[]): void {
+  if (spawnSync("cp", ["-al", join(agent, "chats"), join(into, "chats")]).status !== 0) {
+    violations.push("cp -al of the conversations failed");
+    return;
+  }
+  forgetEvents();
+  for (const thread of threads) {
+    try {
+      const original = readEventsFrom(paths({ dir: agent }).conversation(thread), 1);
+      forgetEvents();
+      const copy = readEventsFrom(paths({ dir: into }).conversation(thread), 1);
+      if (JSON.stringify(copy) !== JSON.stringify(original)) violations.push(`${thread}: its hard-linked copy reads otherwise than the original`);
+    } catch (e) {
+      violations.push(`${thread}: its hard-linked copy can't be read: ${(e as Error).message}`);
+    }
+  }
 }
 
 function options(argv: string[]): Options {
@@ -102,12 +143,17 @@ async function soak(o: Options & { dir: string }): Promise<Summary> {
   const violations: string[] = [];
   const byMoment: Summary["byMoment"] = {};
   let kills = 0;
+  let fifos = 0;
   try {
     mkdirSync(o.dir, { recursive: true });
     const agent = join(o.dir, "agent");
     const socket = join(o.dir, "control.sock");
     // A small window, so the window's mark moves (and is rebuilt after kills) as conversations grow.
-    configure(agent, scriptedSettings(server.url, { window: { max: 6_000 } }));
+    // The notes' section held small, so the sparse notes.md below leaves the window to the conversation.
+    configure(agent, scriptedSettings(server.url, { window: { max: 6_000 }, instructions: { notes: { max: 200 } } }));
+    mkdirSync(join(agent, "memory"), { recursive: true });
+    writeFileSync(join(agent, "memory", "notes.md"), NOTES);
+    truncateSync(join(agent, "memory", "notes.md"), 1.5 * 1024 ** 3);
     const args = ["--agent", agent, "--socket", socket];
     tool = await startTool(o.tool);
     const env = () => linkFreeEnv({ LNK_TOOL_EVERYTHING: rng.pick(tool?.sources ?? []) });
@@ -131,6 +177,8 @@ async function soak(o: Options & { dir: string }): Promise<Summary> {
       const moment = (await awaitTrigger(trigger, bus, rng, PATIENCE_MS)) ? trigger : "patience";
       await gen.kill("SIGKILL");
       kills++;
+      // With no daemon up, a derived file of a conversation becomes a FIFO: the next turn makes it again.
+      if (rng.int(3) === 0 && plantFifo(join(agent, "chats", rng.pick(threads)), rng)) fifos++;
       byMoment[moment] = (byMoment[moment] ?? 0) + 1;
       if (kills % 10 === 0) say(`${kills} kills, ${record.acks.length} turns acknowledged`);
     }
@@ -167,6 +215,12 @@ async function soak(o: Options & { dir: string }): Promise<Summary> {
       totals.unanswered += calls.unanswered;
     }
     if (record.acks.length === 0) violations.push("no turn was acknowledged: the soak tested nothing");
+    const copy = join(o.dir, "hard-linked");
+    mkdirSync(copy, { recursive: true });
+    checkHardLinkedCopy(agent, copy, threads, violations);
+    if (!server.requests.some((r) => JSON.stringify(r.body.messages?.[0] ?? "").includes("answer briefly"))) {
+      violations.push("the notes in the sparse notes.md never reached the model");
+    }
     return {
       seed: o.seed,
       tool: o.tool,
@@ -179,6 +233,7 @@ async function soak(o: Options & { dir: string }): Promise<Summary> {
       acknowledged: record.acks.length,
       refused: record.errors.length,
       ...totals,
+      fifos,
       violations,
     };
   } finally {
@@ -194,6 +249,7 @@ function print(s: Summary): void {
   say(`kills by moment: ${moments || "none"}`);
   say(`${s.prompts} prompts sent, ${s.acknowledged} turns acknowledged, ${s.refused} answered with an error`);
   say(`${s.events} events; ${s.calls} tool calls: ${s.answered} answered, ${s.unanswered} answered as unanswered at the next turn; ${s.temps} temp files left by kills`);
+  say(`notes.md 1.5 GB sparse; ${s.fifos} FIFOs planted where a derived file was; a hard-linked copy of the conversations read back`);
   for (const v of s.violations.slice(0, 40)) say(`violation: ${v}`);
   if (s.violations.length > 40) say(`… and ${s.violations.length - 40} more`);
   say(`violations ${s.violations.length}`);

@@ -1,0 +1,186 @@
+// The agent's folder, fuzzed: FIFOs, links to a secret file of the machine, hard links to it, dangling
+// links, sparse 1.5 GB files and folders planted where the store reads or writes, some of them while a
+// turn runs (a conversation folder swapped for a link mid-turn). Each time the daemon answers the
+// prompt (an answer or a JSON-RPC error), goes on answering, stops on SIGTERM, never sends the secret
+// to the model, a log line or a client, and changes nothing outside the agent's folder.
+import { spawnSync } from "node:child_process";
+import { linkSync, mkdirSync, mkdtempSync, readdirSync, renameSync, rmSync, statSync, symlinkSync, truncateSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { dirname, join, relative, sep } from "node:path";
+import * as acp from "@agentclientprotocol/sdk";
+import fc from "fast-check";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { writeSettings } from "../store/index.js";
+import { answerText, openClient, scriptedSettings, startDaemon, stdioStream } from "./acp-client.js";
+import { assertBuilt, BIN } from "./fixtures/built.js";
+import { deferred } from "./fixtures/deferred.js";
+import { startModelServer, type ModelServer } from "./model-server.js";
+
+const ANSWER_MS = 20_000;
+const THREAD = "t";
+
+/** Where a thing is planted, relative to the agent's folder. */
+const WHERE = [
+  "config.json",
+  "instructions",
+  "instructions/instruction.md",
+  "memory/notes.md",
+  "skills",
+  "skills/s",
+  "skills/s/SKILL.md",
+  "chats",
+  `chats/${THREAD}`,
+  `chats/${THREAD}/000000000001.json`,
+  `chats/${THREAD}/window.json`,
+  `chats/${THREAD}/transcript.md`,
+  `chats/${THREAD}/tools.json`,
+  `chats/${THREAD}/.lock`,
+] as const;
+const WHAT = ["fifo", "link to the secret", "hard link to the secret", "dangling link", "link to a folder outside", "sparse file", "folder"] as const;
+
+interface Planting {
+  where: (typeof WHERE)[number];
+  what: (typeof WHAT)[number];
+  /** Planted while the turn waits on the model, rather than before the prompt. */
+  during: boolean;
+}
+
+const planting: fc.Arbitrary<Planting> = fc.record({ where: fc.constantFrom(...WHERE), what: fc.constantFrom(...WHAT), during: fc.boolean() });
+
+let outer: string;
+let secret: string;
+let elsewhere: string;
+let server: ModelServer;
+const SECRET = `SECRET-${Math.random().toString(36).slice(2)}-must-never-leave`;
+
+/** Every file under `root` (but `skip`), with its size and time, and every folder. */
+function listing(root: string, skip: string): string[] {
+  const out: string[] = [];
+  const walk = (dir: string) => {
+    for (const d of readdirSync(dir, { withFileTypes: true })) {
+      const path = join(dir, d.name);
+      if (path === skip || path.startsWith(`${skip}${sep}`)) continue;
+      if (d.isDirectory()) {
+        out.push(`${relative(root, path)}${sep}`);
+        walk(path);
+      } else out.push(`${relative(root, path)} ${statSync(path, { throwIfNoEntry: false })?.size}`);
+    }
+  };
+  walk(root);
+  return out.sort();
+}
+
+/** Makes room at `path` (moving what is there aside, inside the agent's folder) and plants `what`. */
+function plant(agent: string, p: Planting): void {
+  const path = join(agent, p.where);
+  mkdirSync(dirname(path), { recursive: true });
+  try {
+    renameSync(path, join(agent, `.aside-${Math.random().toString(36).slice(2)}`));
+  } catch {
+    // nothing there
+  }
+  switch (p.what) {
+    case "fifo":
+      expect(spawnSync("mkfifo", [path]).status).toBe(0);
+      return;
+    case "link to the secret":
+      symlinkSync(secret, path);
+      return;
+    case "hard link to the secret":
+      linkSync(secret, path);
+      return;
+    case "dangling link":
+      symlinkSync(join(elsewhere, "nothing-here"), path);
+      return;
+    case "link to a folder outside":
+      symlinkSync(elsewhere, path);
+      return;
+    case "sparse file":
+      writeFileSync(path, '{"v":1,"note":"sparse"');
+      truncateSync(path, 1.5 * 1024 ** 3);
+      return;
+    case "folder":
+      mkdirSync(path);
+      return;
+    default: {
+      const never: never = p.what;
+      throw new Error(`unknown planting ${String(never)}`);
+    }
+  }
+}
+
+beforeAll(async () => {
+  assertBuilt([BIN, "dist/acp/app.js", "dist/store/index.js"], ["acp", "daemon", "turn", "store", "protocol"]);
+  outer = mkdtempSync(join(tmpdir(), "lnk-fuzz-folder-"));
+  secret = join(outer, "secret.txt");
+  writeFileSync(secret, `${SECRET}\n`, { mode: 0o600 });
+  elsewhere = join(outer, "elsewhere");
+  mkdirSync(elsewhere);
+  server = await startModelServer();
+});
+
+afterAll(async () => {
+  await server?.close();
+  if (outer) rmSync(outer, { recursive: true, force: true });
+});
+
+async function check(plantings: Planting[]): Promise<void> {
+  const agent = mkdtempSync(join(outer, "agent-"));
+  writeSettings({ dir: agent }, scriptedSettings(server.url) as Parameters<typeof writeSettings>[1]);
+  const before = listing(outer, agent);
+  const requests = server.requests.length;
+  const d = startDaemon(["--agent", agent]);
+  try {
+    const c = await openClient(stdioStream(d.child));
+    await c.agent.request(acp.methods.agent.session.new, { cwd: agent, mcpServers: [], _meta: { link: { thread: THREAD } } });
+    for (const p of plantings.filter((x) => !x.during)) plant(agent, p);
+    const asked = deferred();
+    const go = deferred();
+    server.script(async () => {
+      asked.resolve();
+      await go.promise;
+      return { text: "an answer" };
+    });
+    const turn = c.agent.request(acp.methods.agent.session.prompt, { sessionId: THREAD, prompt: [{ type: "text", text: "hello" }] }).then(
+      (r) => ({ result: r.stopReason as string }),
+      (e: unknown) => ({ error: (e as { code?: number; message?: string }).message ?? String(e) }),
+    );
+    // The turn asks the model, or ends before it (refused): either way, plant what comes during it.
+    await Promise.race([asked.promise, turn]);
+    for (const p of plantings.filter((x) => x.during)) plant(agent, p);
+    go.resolve();
+    let timer: NodeJS.Timeout | undefined;
+    const late = new Promise<never>((_, reject) => (timer = setTimeout(() => reject(new Error("the prompt was not answered")), ANSWER_MS)));
+    const outcome = await Promise.race([turn, late]).finally(() => clearTimeout(timer));
+    expect(JSON.stringify(outcome)).not.toContain(SECRET);
+    // Still answering, and nothing of the secret went anywhere.
+    await c.agent.request(acp.methods.agent.session.list, {});
+    expect(answerText(c.updates)).not.toContain(SECRET);
+    for (const r of server.requests.slice(requests)) expect(JSON.stringify(r.body)).not.toContain(SECRET);
+    c.close();
+    expect(await d.stop("SIGTERM")).toEqual({ code: 0, signal: null });
+    expect(d.stderr()).not.toContain(SECRET);
+    expect(listing(outer, agent)).toEqual(before);
+  } finally {
+    await d.stop("SIGKILL");
+    // The scripted reply of a turn that never asked the model is dropped.
+    while (server.pending > 0) await dropPending();
+    rmSync(agent, { recursive: true, force: true });
+  }
+}
+
+/** Takes a scripted reply no turn took, so the next run's turn gets its own. */
+async function dropPending(): Promise<void> {
+  await fetch(`${server.url}/chat/completions`, { method: "POST", headers: { "content-type": "application/json" }, body: JSON.stringify({ model: "x", messages: [] }) })
+    .then((r) => r.text())
+    .catch(() => undefined);
+}
+
+describe("the agent's folder, fuzzed", () => {
+  it("FIFOs, links, hard links, sparse files and folders where files should be, before or during a turn", { timeout: 240_000 }, async () => {
+    await fc.assert(
+      fc.asyncProperty(fc.array(planting, { minLength: 1, maxLength: 3 }), (ps) => check(ps)),
+      { numRuns: 24 },
+    );
+  });
+});
