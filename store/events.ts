@@ -1,5 +1,5 @@
 // A conversation's events: one file each, numbered, written once (temp file + link), never rewritten.
-import { existsSync, linkSync, readdirSync } from "node:fs";
+import { existsSync, linkSync, lstatSync, readdirSync } from "node:fs";
 import { dirname } from "node:path";
 import { Event, StoreError, describeIssues, type Numbered } from "../protocol/index.js";
 import { checkNoLinks, isErrno, jsonFault, LIMITS, readNoFollow, unlinkQuiet, writeTempAsync } from "./files.js";
@@ -103,7 +103,11 @@ function parseEvent(path: string, text: string): Event {
 
 /** The event numbered n, or undefined when there is none yet. */
 export function readEvent(conv: ConversationPaths, n: number): Event | undefined {
-  return readCached(conv, cache.of(conv.dir), n);
+  const events = cache.of(conv.dir);
+  const known = events.get(n);
+  if (known) return known;
+  checkConversationLinks(conv);
+  return readCached(conv, events, n);
 }
 
 function readCached(conv: ConversationPaths, events: Map<number, Event>, n: number): Event | undefined {
@@ -148,6 +152,7 @@ export function readEventsFrom(conv: ConversationPaths, from: number): Numbered[
 
 /** Every event number in the folder, by listing it (grows with the conversation: for rebuilds only). */
 export function listEventNumbers(conv: ConversationPaths): number[] {
+  checkConversationLinks(conv);
   let names: string[];
   try {
     names = readdirSync(conv.dir);
@@ -223,6 +228,7 @@ export async function appendEvent(conv: ConversationPaths, event: Event): Promis
 /** The conversations (threads) of an agent's chats folder. */
 export function listThreads(chats: string): string[] {
   try {
+    if (lstatSync(chats).isSymbolicLink()) throw new StoreError(`refused: ${chats} is a symbolic link`, chats);
     return readdirSync(chats, { withFileTypes: true })
       .filter((d) => d.isDirectory() && !d.name.startsWith("."))
       .map((d) => d.name)

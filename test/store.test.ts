@@ -17,8 +17,11 @@ import {
   eventName,
   forgetEvents,
   lastEventNumber,
+  listEventNumbers,
+  listThreads,
   narrowToolsList,
   paths,
+  readEvent,
   readEventsFrom,
   readMark,
   readNotes,
@@ -346,6 +349,11 @@ describe("links are refused, not followed", () => {
     symlinkSync(outside, join(dir2, "chats"));
     expect(() => readEventsFrom(paths({ dir: dir2 }).conversation("t"), 1)).toThrow(StoreError);
     await expect(appendEvent(paths({ dir: dir2 }).conversation("u"), userMessage("x"))).rejects.toThrow(StoreError);
+    // Not read one by one, not listed, not numbered, not found as threads.
+    expect(() => readEvent(conv, 1)).toThrow(StoreError);
+    expect(() => listEventNumbers(conv)).toThrow(StoreError);
+    expect(() => lastEventNumber(paths({ dir: dir2 }).conversation("t"))).toThrow(StoreError);
+    expect(() => listThreads(paths({ dir: dir2 }).chats)).toThrow(StoreError);
     // Nothing was written through either link.
     expect(readdirSync(outside).sort()).toEqual([eventName(1), "t"]);
     expect(readdirSync(join(outside, "t"))).toEqual([eventName(1)]);
