@@ -65,6 +65,8 @@ export interface ReadOptions {
   cut?: boolean;
   /** Refuse a file with more than one name (a hard link): for the files the harness reads but never writes. */
   single?: boolean;
+  /** Follow a symbolic link: for a file of the user's outside the agent's folder (their facts file). */
+  follow?: boolean;
 }
 
 /** What is wrong with an open file for reading it, if anything. */
@@ -85,7 +87,7 @@ function refusal(path: string, st: Stats, o: ReadOptions): string | undefined {
  * (fstat) only when that read comes back empty or full, or when it must have one name.
  */
 export function readNoFollow(path: string, o: ReadOptions = { max: LIMITS.event }): string {
-  const fd = openSync(path, NOFOLLOW);
+  const fd = openSync(path, o.follow ? NOFOLLOW & ~constants.O_NOFOLLOW : NOFOLLOW);
   let checked = false;
   const check = () => {
     checked = true;

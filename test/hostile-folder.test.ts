@@ -249,6 +249,18 @@ describe("a store or facts error", { timeout: 60_000 }, () => {
     expect(stored.map(shape)).toEqual(["message:user", "failure"]);
     expect(stored[1]).toMatchObject({ reason: "internal", message: expect.stringContaining("model-facts.toml") });
 
+    // Your facts file a FIFO: refused at once, never waited on.
+    const fifoConfig = folder();
+    mkdirSync(join(fifoConfig, "lnk"));
+    mkfifo(join(fifoConfig, "lnk", "model-facts.toml"));
+    const fifoAgent = agent();
+    const d1 = daemon(fifoAgent, { XDG_CONFIG_HOME: fifoConfig });
+    const c1 = await client(d1);
+    const s1 = await session(c1);
+    expect((await failure(prompt(c1, s1, "hello"))).message).toContain("is not a regular file");
+    expect(events(fifoAgent, s1).map(shape)).toEqual(["message:user", "failure"]);
+    expect(await d1.stop("SIGTERM")).toEqual({ code: 0, signal: null });
+
     const other = agent();
     const elsewhere = folder();
     mkdirSync(join(elsewhere, "planted"));

@@ -1,10 +1,12 @@
 // A model's window: from your facts file, a runtime's report, Link's facts, or the unknown window.
 // Spec: "Where does a model's window come from?" (decisions.txt).
-import { existsSync, readFileSync } from "node:fs";
+import { existsSync } from "node:fs";
+import { fileURLToPath } from "node:url";
 import { homedir } from "node:os";
 import { join } from "node:path";
 import { parse as parseToml } from "smol-toml";
 import { ModelFacts, describeIssues, type ModelFact, type Settings } from "../protocol/index.js";
+import { readNoFollow } from "../store/index.js";
 
 export const UNKNOWN_WINDOW = 32_768;
 export const DEFAULT_ANSWER = 4_096;
@@ -17,10 +19,14 @@ const shippedPath = () => SHIPPED.find((u) => existsSync(u)) ?? SHIPPED[0]!;
 
 export class FactsError extends Error {}
 
+/** The most of a facts file read: Link's own is a few KiB. */
+const FACTS_MAX = 1024 * 1024;
+
 function loadFacts(path: string | URL, required: boolean): Record<string, ModelFact> {
   let text: string;
   try {
-    text = readFileSync(path, "utf8");
+    // Without waiting (a FIFO there would stop the daemon), a regular file only, and bounded.
+    text = readNoFollow(typeof path === "string" ? path : fileURLToPath(path), { max: FACTS_MAX, follow: true });
   } catch (e) {
     if (!required && (e as NodeJS.ErrnoException).code === "ENOENT") return {};
     throw new FactsError(`cannot read model facts ${String(path)}: ${(e as Error).message}`);
