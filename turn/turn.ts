@@ -60,6 +60,7 @@ function answerEvent(answer: ModelAnswer, o: { model: string; provider: string; 
     ...(answer.usage ? { usage: answer.usage } : {}),
     latency_ms: answer.latencyMs,
     ...(answer.cost !== undefined ? { cost: answer.cost } : {}),
+    ...(answer.leftOut ? { left_out: answer.leftOut } : {}),
     ...(answer.thinking ? { thinking: answer.thinking } : {}),
     ...(o.toolCalls.length ? { tool_calls: o.toolCalls } : {}),
     stop: o.stop,
