@@ -68,6 +68,8 @@ export const AssistantMessage = z
     latency_ms: z.number().nonnegative(),
     /** Only when the provider reports it; never estimated. */
     cost: z.number().nonnegative().optional(),
+    /** The provider's numbers left out of usage and cost as no count or cost can be: `<field> <value as sent>`. */
+    left_out: z.array(z.string()).optional(),
     thinking: Thinking.optional(),
     tool_calls: z.array(ToolCall).optional(),
     stop: StopReason,

@@ -33,6 +33,35 @@ export const WindowSettings = z
   })
   .strict();
 
+/** Seconds; a day at most, so every bound fits a timer (Node's longest is 24.8 days). */
+const seconds = z.number().positive().max(86_400);
+
+/** Bounds on the model call and the tools, in seconds (man: lnk-link-harness-turn(7)). */
+export const TimeoutsSettings = z
+  .object({
+    /** The longest one request to the model may take, from sending it to its last chunk. */
+    model: seconds.optional(),
+    /** The longest the model's stream may go without a chunk of data (keepalive comments are not data). */
+    model_idle: seconds.optional(),
+    /** The longest wait before asking the model again that a provider may ask for; longer fails the turn. */
+    retry_wait: z.number().nonnegative().max(86_400).optional(),
+    /** The longest one tool call may take, progress reported or not. */
+    tool_call: seconds.optional(),
+    /** The longest a tool call may go without an answer or a progress report. */
+    tool_idle: seconds.optional(),
+  })
+  .strict();
+export type TimeoutsSettings = z.infer<typeof TimeoutsSettings>;
+
+/** What each bound is when the settings name none, in seconds. */
+export const TIMEOUT_DEFAULTS: Required<TimeoutsSettings> = {
+  model: 1_800,
+  model_idle: 300,
+  retry_wait: 60,
+  tool_call: 600,
+  tool_idle: 120,
+};
+
 export const SECTION_NAMES = ["base", "model", "tools", "environment", "skills", "standing", "notes"] as const;
 export const SectionName = z.enum(SECTION_NAMES);
 export type SectionName = z.infer<typeof SectionName>;
@@ -83,6 +112,7 @@ export const Settings = z
       .optional(),
     /** The chat's verbosity when a message names none (spec [connections] activity). */
     verbosity: Verbosity.optional(),
+    timeouts: TimeoutsSettings.optional(),
   })
   .strict();
 export type Settings = z.infer<typeof Settings>;

@@ -118,13 +118,39 @@ export function readToolsList(conv: ConversationPaths): string[] | undefined {
   return parsed.data.tools;
 }
 
+/** Between a tool and its call in a call's name, `<tool>__<call>` (a tool's name never holds it). */
+const SEPARATOR = "__";
+
+/** An entry covers a call's name when it is that name, or names the call's tool (all its calls). */
+function covers(entry: string, name: string): boolean {
+  return entry === name || (!entry.includes(SEPARATOR) && name.startsWith(`${entry}${SEPARATOR}`));
+}
+
 /**
- * Keeps a subagent's list: the first list is kept as given; a later list narrows it (only names
- * in both stay) and never widens it. Returns the list now in force.
+ * The calls both lists allow, as entries: where one entry covers the other (`memory` and
+ * `memory__search`), the narrower stays. Each entry of a list is a tool's name (all its calls) or a
+ * call's name, so lists of either kind narrow by calls, never by matching words.
+ */
+export function intersectToolsLists(before: readonly string[], later: readonly string[]): string[] {
+  const both: string[] = [];
+  for (const a of before) {
+    for (const b of later) {
+      const narrower = covers(a, b) ? b : covers(b, a) ? a : undefined;
+      if (narrower !== undefined && !both.includes(narrower)) both.push(narrower);
+    }
+  }
+  // An entry another one holds adds nothing: ["memory", "memory__search"] is ["memory"].
+  return both.filter((e) => !both.some((o) => o !== e && covers(o, e)));
+}
+
+/**
+ * Keeps a subagent's list: the first list is kept as given (once each name); a later list narrows it
+ * to the calls both allow and never widens it. Returns the list now in force.
  */
 export function narrowToolsList(conv: ConversationPaths, tools: readonly string[]): string[] {
   const before = readToolsList(conv);
-  const now = before === undefined ? [...new Set(tools)] : before.filter((t) => tools.includes(t));
-  replaceInFolder(conv, TOOLS, `${JSON.stringify({ v: 1, tools: now })}\n`, true);
+  const now = before === undefined ? [...new Set(tools)] : intersectToolsLists(before, tools);
+  replaceInFolder(conv, TOOLS, `${JSON.stringify({ v: 1, tools: now })}
+`, true);
   return now;
 }

@@ -29,6 +29,8 @@ afterAll(() => {
 const text = fc.string({ maxLength: 30 });
 const name = fc.string({ minLength: 1, maxLength: 30 });
 const tokens = fc.integer({ min: 1, max: 2_000_000 });
+/** A bound in seconds: more than nothing, at most a day. */
+const seconds = fc.double({ min: 0.001, max: 86_400, noNaN: true });
 /** Keys JSON objects may hold that a JavaScript object treats specially. */
 const odd = fc.constantFrom("__proto__", "constructor", "prototype", "toString", "hasOwnProperty");
 const hostilePath = fc.constantFrom("../../etc/passwd", "/etc/shadow", "a/../../b", "notes\u0000.md", ".hidden", "C:\\x");
@@ -57,6 +59,10 @@ const validSettings = fc.record(
     tools: fc.dictionary(fc.oneof({ weight: 6, arbitrary: fc.stringMatching(/^[a-z0-9][a-z0-9_-]{0,10}$/) }, { weight: 1, arbitrary: odd }), name, { maxKeys: 3 }),
     environment: fc.record({ files: fc.oneof(text, hostilePath), channels: fc.array(text, { maxLength: 3 }) }, { requiredKeys: [] }),
     verbosity: fc.constantFrom(...VERBOSITIES),
+    timeouts: fc.record(
+      { model: seconds, model_idle: seconds, retry_wait: fc.oneof(fc.constant(0), seconds), tool_call: seconds, tool_idle: seconds },
+      { requiredKeys: [] },
+    ),
   },
   { requiredKeys: ["model"] },
 );
@@ -162,6 +168,38 @@ describe("settings, fuzzed", () => {
     ] as const) {
       expect(() => parseSettings(JSON.stringify(settings))).toThrow(new SettingsError(`invalid settings: ${where}: the key "__proto__" is not allowed`));
     }
+  });
+
+  it("a timeout that is not a number of seconds a timer can hold is refused, naming it", () => {
+    const model = { provider: "p", name: "m", base_url: "http://127.0.0.1:9/v1", key: SECRET };
+    const bad: [string, string][] = [
+      ["model", "0"],
+      ["model", "-1"],
+      ["model_idle", "86401"],
+      ["model_idle", "1e999"],
+      ["tool_call", "1e308"],
+      ["tool_call", "-1e-9"],
+      ["tool_idle", '"60"'],
+      ["tool_idle", "null"],
+      ["retry_wait", "-0.5"],
+      ["retry_wait", "true"],
+      ["model", "[]"],
+      ["model", "{}"],
+      ["__proto__", "1"],
+      ["total", "1"],
+    ];
+    for (const [key, value] of bad) {
+      const text = `{"model": ${JSON.stringify(model)}, "timeouts": {"${key}": ${value}}}`;
+      expect(() => parseSettings(text), `${key}: ${value}`).toThrow(SettingsError);
+      try {
+        parseSettings(text);
+      } catch (e) {
+        expect((e as Error).message).toMatch(/timeouts/);
+        expect((e as Error).message).not.toContain(SECRET);
+      }
+    }
+    const bounds = { model: 0.5, model_idle: 86_400, retry_wait: 0, tool_call: 1, tool_idle: 0.001 };
+    expect(parseSettings(JSON.stringify({ model, timeouts: bounds })).timeouts).toEqual(bounds);
   });
 
   it("the parser: each is accepted and reads back as sent, or refused with one line that never quotes the key", () => {

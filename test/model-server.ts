@@ -39,6 +39,16 @@ export const AnswerReplySchema = z.strictObject({
   finish_reason: z.string().optional(),
   /** Send headers and a first chunk, then never finish (kill and cancel tests). */
   hang: z.boolean().optional(),
+  /**
+   * Send headers, the first chunk and `after` more, then no data again: only an SSE comment
+   * (`: keepalive`) every `keepaliveMs` when set, until the client hangs up (stalled-stream tests).
+   */
+  stall: z.strictObject({ after: z.number().int().nonnegative(), keepaliveMs: z.number().positive().optional() }).optional(),
+  /**
+   * The usage object exactly as sent, as JSON text, in place of the one made from `usage`: a
+   * provider's odd numbers (negative, fractional, `1e999`, strings) reach the client as they are.
+   */
+  usageJson: z.string().optional(),
 });
 
 export const ErrorReplySchema = z.strictObject({
@@ -47,6 +57,10 @@ export const ErrorReplySchema = z.strictObject({
     message: z.string(),
     code: z.string().optional(),
     type: z.string().optional(),
+    /** Response headers sent with the error (`retry-after`, `retry-after-ms`, `x-should-retry`). */
+    headers: z.record(z.string(), z.string()).optional(),
+    /** Append the request's Authorization header to the message, as some endpoints echo the key they refused. */
+    echoAuthorization: z.boolean().optional(),
   }),
 });
 
@@ -172,16 +186,18 @@ function usageOf(reply: AnswerReply, request: RecordedRequest, toolCalls: Call[]
   };
 }
 
-function sendJson(res: ServerResponse, status: number, body: unknown): void {
+function sendJson(res: ServerResponse, status: number, body: unknown, headers: Record<string, string> = {}): void {
   const text = JSON.stringify(body);
-  res.writeHead(status, { "content-type": "application/json", "content-length": Buffer.byteLength(text) });
+  res.writeHead(status, { ...headers, "content-type": "application/json", "content-length": Buffer.byteLength(text) });
   res.end(text);
 }
 
 // The body OpenAI sends with an error status.
-function sendError(res: ServerResponse, error: ErrorReply["error"]): void {
+function sendError(res: ServerResponse, error: ErrorReply["error"], request?: RecordedRequest): void {
   const type = error.type ?? (error.status >= 500 ? "server_error" : "invalid_request_error");
-  sendJson(res, error.status, { error: { message: error.message, type, code: error.code ?? null, param: null } });
+  const auth = request?.headers.authorization;
+  const message = error.echoAuthorization ? `${error.message} (you sent: ${auth ?? "no Authorization header"})` : error.message;
+  sendJson(res, error.status, { error: { message, type, code: error.code ?? null, param: null } }, error.headers);
 }
 
 /** Sleeps unless the client hangs up first; false when it did. */
@@ -229,15 +245,28 @@ async function answer(res: ServerResponse, request: RecordedRequest, reply: Answ
     for (const piece of pieces(call.arguments, 3)) rest.push(delta({ tool_calls: [{ index, function: { arguments: piece } }] }));
   });
   rest.push(delta({}, finish));
-  if (includeUsage) rest.push(chunk([], { usage }));
+  // The usage object is spliced in as text, so numbers JSON can hold but a check would refuse reach the client.
+  const USAGE_MARK = "\u0000usage\u0000";
+  if (includeUsage) rest.push(chunk([], { usage: reply.usageJson !== undefined ? USAGE_MARK : usage }));
+  const encode = (data: object) => {
+    const text = JSON.stringify(data);
+    return reply.usageJson !== undefined ? text.replace(JSON.stringify(USAGE_MARK), () => reply.usageJson ?? "null") : text;
+  };
 
   res.writeHead(200, { "content-type": "text/event-stream; charset=utf-8", "cache-control": "no-cache", "x-request-id": newId("req_") });
   const send = (data: string) => res.write(`data: ${data}\n\n`);
   send(JSON.stringify(delta({ role: "assistant", content: "" })));
   if (reply.hang) return; // The response stays open until the client or close() ends the socket.
+  if (reply.stall) {
+    for (const data of rest.slice(0, reply.stall.after)) send(encode(data));
+    const every = reply.stall.keepaliveMs;
+    // Comments only, never data: the stream looks alive and says nothing, until the client hangs up.
+    while (every !== undefined && (await wait(every, gone))) res.write(": keepalive\n\n");
+    return;
+  }
   for (const data of rest) {
     if (!(await wait(reply.chunkDelayMs, gone))) return;
-    send(JSON.stringify(data));
+    send(encode(data));
   }
   send("[DONE]");
   res.end();
@@ -309,7 +338,7 @@ export async function startModelServer(opts: ModelServerOptions = {}): Promise<M
 
     const step = queue.shift() ?? server.fallback;
     const reply = typeof step === "function" ? await step(request) : step;
-    if ("error" in reply) return sendError(res, reply.error);
+    if ("error" in reply) return sendError(res, reply.error, request);
     await answer(res, request, reply, gone);
   }
 

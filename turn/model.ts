@@ -1,9 +1,11 @@
 // The model call: any OpenAI-compatible chat-completions endpoint, streamed, accumulated here.
 // Unknown delta keys (reasoning_content, reasoning, reasoning_details) are appended, not overwritten.
+import { setTimeout as sleep } from "node:timers/promises";
 import { z } from "zod";
-import type { Settings, Thinking, ToolCall, Usage } from "../protocol/index.js";
+import { TIMEOUT_DEFAULTS, type Settings, type Thinking, type TimeoutsSettings, type ToolCall, type Usage } from "../protocol/index.js";
 import { encodeBody } from "./body.js";
 import type { ChatMessage } from "./prompt.js";
+import { envSecrets, redactor, settingsSecrets, type Redactor } from "./redact.js";
 import type { OfferedCall } from "./tools.js";
 
 const Delta = z
@@ -27,22 +29,24 @@ const Delta = z
   })
   .loose();
 
+/** The provider's usage as it came: every number checked by hand, so one odd value never loses the chunk. */
+const Reported = z
+  .object({
+    prompt_tokens: z.unknown().optional(),
+    completion_tokens: z.unknown().optional(),
+    prompt_tokens_details: z.object({ cached_tokens: z.unknown().optional() }).loose().nullish().catch(undefined),
+    // DeepSeek names its cache hits so.
+    prompt_cache_hit_tokens: z.unknown().optional(),
+    // Only some providers (OpenRouter) report what a request cost.
+    cost: z.unknown().optional(),
+  })
+  .loose();
+
 const Chunk = z
   .object({
     id: z.string().nullish(),
     choices: z.array(z.object({ delta: Delta.nullish(), finish_reason: z.string().nullish() }).loose()).nullish(),
-    usage: z
-      .object({
-        prompt_tokens: z.number().nullish(),
-        completion_tokens: z.number().nullish(),
-        prompt_tokens_details: z.object({ cached_tokens: z.number().nullish() }).loose().nullish(),
-        // DeepSeek names its cache hits so.
-        prompt_cache_hit_tokens: z.number().nullish(),
-        // Only some providers (OpenRouter) report what a request cost.
-        cost: z.number().nullish(),
-      })
-      .loose()
-      .nullish(),
+    usage: Reported.nullish().catch(undefined),
   })
   .loose();
 
@@ -65,6 +69,8 @@ export interface ModelAnswer {
   toolCalls: ToolCall[];
   usage?: Usage;
   cost?: number;
+  /** The provider's numbers left out of `usage` and `cost` as not sane, each `<field> <value as sent>`. */
+  leftOut?: string[];
   responseId?: string;
   finishReason?: string;
   latencyMs: number;
@@ -89,6 +95,7 @@ export class ModelError extends Error {
 
 /** The key is never logged; without one (Link's proxy adds it) a placeholder is sent. */
 const PLACEHOLDER_KEY = "link-proxy-adds-the-key";
+/** A request the endpoint refused for now (429, 5xx…) or never reached is asked again this many times. */
 export const MAX_RETRIES = 2;
 
 type OpenAIClass = typeof import("openai").default;
@@ -102,7 +109,8 @@ async function client(settings: Settings): Promise<InstanceType<OpenAIClass>> {
   const id = `${settings.model.base_url}\0${key}`;
   let c = clients.get(id);
   if (!c) {
-    c = new OpenAICtor({ baseURL: settings.model.base_url, apiKey: key, maxRetries: MAX_RETRIES, timeout: 10 * 60_000 });
+    // No retries of the client's own: its wait before one honours any retry-after and can't be cut short.
+    c = new OpenAICtor({ baseURL: settings.model.base_url, apiKey: key, maxRetries: 0 });
     clients.set(id, c);
   }
   return c;
@@ -113,17 +121,59 @@ function isTooLong(status: number | undefined, code: string | null | undefined, 
   return (status === 400 || status === 413) && /context|too long|maximum.*tokens|prompt is too long|token limit/i.test(message);
 }
 
-/** What an error of the endpoint means for the turn. */
-async function classify(e: unknown): Promise<ModelError> {
+/** What went wrong, and whether asking again may help and how long the endpoint asked to wait first. */
+interface Classified {
+  error: ModelError;
+  retry: boolean;
+  /** The wait the endpoint asked for (retry-after-ms, retry-after), in ms. */
+  asked?: number;
+}
+
+/** What an error of the endpoint means for the turn; its words never hold a secret. */
+async function classify(e: unknown, secrets: Redactor): Promise<Classified> {
   const { APIError, APIConnectionError } = await import("openai");
-  if (e instanceof APIConnectionError) return new ModelError("network", `cannot reach the model: ${e.message}`);
+  if (e instanceof APIConnectionError) {
+    return { error: new ModelError("network", secrets.redact(`cannot reach the model: ${e.message}`)), retry: true };
+  }
   if (e instanceof APIError) {
     const status = typeof e.status === "number" ? e.status : undefined;
-    const message = e.message.replace(/\s+/g, " ");
-    if (isTooLong(status, e.code, message)) return new ModelError("context_too_long", message, status);
-    return new ModelError("model_error", `the model answered ${status ?? "an error"}: ${message}`, status);
+    // The SDK's message starts with the status, which the failure says already.
+    const message = secrets.redact(e.message.replace(/\s+/g, " ").replace(/^\d{3} /, ""));
+    if (isTooLong(status, e.code, message)) return { error: new ModelError("context_too_long", message, status), retry: false };
+    const error = new ModelError("model_error", `the model answered ${status ?? "an error"}: ${message}`, status);
+    const asked = retryAfter(e.headers);
+    return { error, retry: status !== undefined && shouldRetry(status, e.headers), ...(asked !== undefined ? { asked } : {}) };
   }
-  return new ModelError("network", `the model's stream failed: ${(e as Error).message ?? String(e)}`);
+  return { error: new ModelError("network", secrets.redact(`the model's stream failed: ${(e as Error).message ?? String(e)}`)), retry: false };
+}
+
+/** As the endpoint says (x-should-retry), else the statuses that mean "not now": 408, 409, 429, 5xx. */
+function shouldRetry(status: number, headers: Headers | undefined): boolean {
+  const said = headers?.get("x-should-retry");
+  if (said === "true" || said === "false") return said === "true";
+  return status === 408 || status === 409 || status === 429 || status >= 500;
+}
+
+/** The wait an endpoint asks for before a retry, in ms: retry-after-ms, else retry-after (seconds or a date). */
+function retryAfter(headers: Headers | undefined): number | undefined {
+  const ms = Number.parseFloat(headers?.get("retry-after-ms") ?? "");
+  if (Number.isFinite(ms) && ms >= 0) return ms;
+  const after = headers?.get("retry-after")?.trim();
+  if (!after) return undefined;
+  const s = Number(after);
+  if (Number.isFinite(s)) return s >= 0 ? s * 1000 : undefined;
+  const date = Date.parse(after);
+  return Number.isFinite(date) ? Math.max(0, date - Date.now()) : undefined;
+}
+
+/** Exponential backoff with jitter, as the openai client's own: 0.5 s, 1 s, … at most 8 s. */
+function backoff(retry: number): number {
+  return Math.min(500 * 2 ** retry, 8_000) * (1 - Math.random() * 0.25);
+}
+
+/** Seconds as a person reads them: 3600, 0.5. */
+function secondsText(ms: number): string {
+  return String(Number((ms / 1000).toFixed(3)));
 }
 
 function toolParams(calls: readonly OfferedCall[]) {
@@ -144,79 +194,185 @@ export function requestBody(req: Pick<ModelRequest, "settings" | "model" | "mess
   return encodeBody({ ...params, model: req.model }, req.messages, tail, req.conversation);
 }
 
-/** Asks the model once, streaming; text deltas go to onText as they arrive. */
+/** A bound of the settings that cut a request short, in the words of the failure it makes. */
+class Cut extends Error {}
+
+/** A count of tokens is a non-negative whole number; a cost a finite non-negative one. */
+const saneCount = (v: unknown): v is number => typeof v === "number" && Number.isSafeInteger(v) && v >= 0;
+const saneCost = (v: unknown): v is number => typeof v === "number" && Number.isFinite(v) && v >= 0;
+/** A value as the provider sent it, short. */
+const sent = (v: unknown): string => (typeof v === "number" ? String(v) : (JSON.stringify(v) ?? String(v)).slice(0, 40));
+
+/** One answer as it streams in: text, thinking and calls appended, the provider's numbers checked. */
+class Streamed {
+  text = "";
+  reasoningContent: string | undefined;
+  reasoning: string | undefined;
+  reasoningDetails: unknown[] | undefined;
+  readonly calls: { id: string; name: string; arguments: string }[] = [];
+  usage: Usage | undefined;
+  cost: number | undefined;
+  readonly leftOut = new Map<string, string>();
+  responseId: string | undefined;
+  finishReason: string | undefined;
+
+  constructor(private readonly onText: ((delta: string) => void) | undefined) {}
+
+  add(raw: unknown): void {
+    const chunk = Chunk.safeParse(raw);
+    if (!chunk.success) return;
+    const { id, choices, usage: u } = chunk.data;
+    if (id) this.responseId ??= id;
+    if (u) this.report(u);
+    for (const choice of choices ?? []) {
+      if (choice.finish_reason) this.finishReason = choice.finish_reason;
+      const d = choice.delta;
+      if (!d) continue;
+      if (d.reasoning_content) this.reasoningContent = (this.reasoningContent ?? "") + d.reasoning_content;
+      if (d.reasoning) this.reasoning = (this.reasoning ?? "") + d.reasoning;
+      if (d.reasoning_details) this.reasoningDetails = [...(this.reasoningDetails ?? []), ...d.reasoning_details];
+      if (d.content) {
+        this.text += d.content;
+        this.onText?.(d.content);
+      }
+      for (const tc of d.tool_calls ?? []) {
+        const at = (this.calls[tc.index] ??= { id: "", name: "", arguments: "" });
+        if (tc.id) at.id = tc.id;
+        if (tc.function?.name) at.name += tc.function.name;
+        if (tc.function?.arguments) at.arguments += tc.function.arguments;
+      }
+    }
+  }
+
+  /** The provider's counts, each kept only when sane: an odd one counts as 0 (as a missing one does) and is named. */
+  private report(u: z.infer<typeof Reported>): void {
+    const count = (field: string, v: unknown): number => {
+      this.leftOut.delete(field);
+      if (v === undefined || v === null) return 0;
+      if (saneCount(v)) return v;
+      this.leftOut.set(field, `${field} ${sent(v)}`);
+      return 0;
+    };
+    const cachedField = u.prompt_tokens_details?.cached_tokens != null ? "cached_tokens" : "prompt_cache_hit_tokens";
+    this.usage = {
+      in: count("prompt_tokens", u.prompt_tokens),
+      out: count("completion_tokens", u.completion_tokens),
+      cached: count(cachedField, u.prompt_tokens_details?.cached_tokens ?? u.prompt_cache_hit_tokens),
+    };
+    if (u.cost === undefined || u.cost === null) return;
+    this.leftOut.delete("cost");
+    if (saneCost(u.cost)) this.cost = u.cost;
+    else this.leftOut.set("cost", `cost ${sent(u.cost)}`);
+  }
+
+  answer(waited: number, aborted: boolean): ModelAnswer {
+    const thinking: Thinking = {};
+    if (this.reasoningContent !== undefined) thinking.reasoning_content = this.reasoningContent;
+    if (this.reasoning !== undefined) thinking.reasoning = this.reasoning;
+    if (this.reasoningDetails !== undefined) thinking.reasoning_details = this.reasoningDetails;
+    const toolCalls = this.calls
+      .filter((c) => c && c.name)
+      .map((c, i) => ({ id: c.id || `call_${this.responseId ?? "x"}_${i}`, name: c.name, arguments: c.arguments || "{}" }));
+    return {
+      text: this.text,
+      ...(Object.keys(thinking).length ? { thinking } : {}),
+      toolCalls,
+      ...(this.usage ? { usage: this.usage } : {}),
+      ...(this.cost !== undefined ? { cost: this.cost } : {}),
+      ...(this.leftOut.size ? { leftOut: [...this.leftOut.values()] } : {}),
+      ...(this.responseId ? { responseId: this.responseId } : {}),
+      ...(this.finishReason ? { finishReason: this.finishReason } : {}),
+      latencyMs: Math.round(waited),
+      waitedMs: waited,
+      aborted,
+    };
+  }
+}
+
+/**
+ * Asks the model, streaming; text deltas go to onText as they arrive. A request the endpoint refuses
+ * for now is asked again, after the wait it asks for when that is within `timeouts.retry_wait`; every
+ * wait and every request ends at once when the signal aborts.
+ */
 export async function askModel(req: ModelRequest): Promise<ModelAnswer> {
   const c = await client(req.settings);
   const body = requestBody(req);
+  const limits = { ...TIMEOUT_DEFAULTS, ...req.settings.timeouts };
+  const secrets = redactor(settingsSecrets(req.settings), envSecrets(process.env));
   // From here on it is the model's time: the request on its way, the model thinking, its answer coming.
   const started = performance.now();
-  let text = "";
-  let reasoningContent: string | undefined;
-  let reasoning: string | undefined;
-  let reasoningDetails: unknown[] | undefined;
-  const calls: { id: string; name: string; arguments: string }[] = [];
-  let usage: Usage | undefined;
-  let cost: number | undefined;
-  let responseId: string | undefined;
-  let finishReason: string | undefined;
+  for (let retry = 0; ; retry++) {
+    const into = new Streamed(req.onText);
+    let failed: unknown;
+    try {
+      await streamOnce(c, body, req, limits, into);
+    } catch (e) {
+      failed = e;
+    }
+    if (failed === undefined || req.signal?.aborted) return into.answer(performance.now() - started, req.signal?.aborted ?? false);
+    if (failed instanceof Cut) throw new ModelError("network", `the model's stream was cut: ${failed.message}`);
+    const { error, retry: again, asked } = await classify(failed, secrets);
+    if (!again || retry >= MAX_RETRIES) throw error;
+    const cap = limits.retry_wait * 1000;
+    if (asked !== undefined && asked > cap) {
+      throw new ModelError(
+        error.reason,
+        `${error.message} (it asked to wait ${secondsText(asked)} s before trying again, longer than the ${secondsText(cap)} s a retry waits at most (timeouts.retry_wait))`,
+        error.status,
+      );
+    }
+    try {
+      await sleep(Math.min(asked ?? backoff(retry), cap), undefined, req.signal ? { signal: req.signal } : {});
+    } catch {
+      // Cancelled while waiting: nothing was answered.
+      return into.answer(performance.now() - started, true);
+    }
+  }
+}
+
+/**
+ * One request and its stream, into `into`. Throws the client's error, or a Cut when a bound of the
+ * settings ended it. Its own signal follows the turn's and is dropped after, so no listener is left
+ * on the turn's signal by the client, whatever it adds.
+ */
+async function streamOnce(
+  c: InstanceType<OpenAIClass>,
+  body: Uint8Array,
+  req: ModelRequest,
+  limits: Required<TimeoutsSettings>,
+  into: Streamed,
+): Promise<void> {
+  const own = new AbortController();
+  const follow = (): void => own.abort(req.signal?.reason);
+  if (req.signal?.aborted) follow();
+  else req.signal?.addEventListener("abort", follow, { once: true });
+  const idleMs = limits.model_idle * 1000;
+  const idle = setTimeout(() => own.abort(new Cut(`the model sent nothing for ${secondsText(idleMs)} s (timeouts.model_idle)`)), idleMs);
+  const totalMs = limits.model * 1000;
+  const total = setTimeout(() => own.abort(new Cut(`the model's answer took longer than ${secondsText(totalMs)} s (timeouts.model)`)), totalMs);
   try {
     // Sent as encoded: fields the SDK doesn't know (reasoning_content on a message) pass through.
     const stream: AsyncIterable<unknown> = await c.post("/chat/completions", {
       body,
       headers: { "content-type": "application/json" },
       stream: true,
-      signal: req.signal ?? null,
+      signal: own.signal,
+      maxRetries: 0,
+      // The settings' bounds end it first.
+      timeout: Math.ceil(totalMs) + 1_000,
     });
+    // Only data counts as progress: the SSE parser never yields a comment (`: keepalive`).
     for await (const raw of stream) {
-      const chunk = Chunk.safeParse(raw);
-      if (!chunk.success) continue;
-      const { id, choices, usage: u } = chunk.data;
-      if (id) responseId ??= id;
-      if (u) {
-        const cached = u.prompt_tokens_details?.cached_tokens ?? u.prompt_cache_hit_tokens ?? 0;
-        usage = { in: u.prompt_tokens ?? 0, out: u.completion_tokens ?? 0, cached };
-        if (typeof u.cost === "number") cost = u.cost;
-      }
-      for (const choice of choices ?? []) {
-        if (choice.finish_reason) finishReason = choice.finish_reason;
-        const d = choice.delta;
-        if (!d) continue;
-        if (d.reasoning_content) reasoningContent = (reasoningContent ?? "") + d.reasoning_content;
-        if (d.reasoning) reasoning = (reasoning ?? "") + d.reasoning;
-        if (d.reasoning_details) reasoningDetails = [...(reasoningDetails ?? []), ...d.reasoning_details];
-        if (d.content) {
-          text += d.content;
-          req.onText?.(d.content);
-        }
-        for (const tc of d.tool_calls ?? []) {
-          const at = (calls[tc.index] ??= { id: "", name: "", arguments: "" });
-          if (tc.id) at.id = tc.id;
-          if (tc.function?.name) at.name += tc.function.name;
-          if (tc.function?.arguments) at.arguments += tc.function.arguments;
-        }
-      }
+      idle.refresh();
+      into.add(raw);
     }
   } catch (e) {
-    if (!req.signal?.aborted) throw await classify(e);
+    if (!(own.signal.reason instanceof Cut)) throw e;
+  } finally {
+    clearTimeout(idle);
+    clearTimeout(total);
+    req.signal?.removeEventListener("abort", follow);
   }
-  const waited = performance.now() - started;
-  const thinking: Thinking = {};
-  if (reasoningContent !== undefined) thinking.reasoning_content = reasoningContent;
-  if (reasoning !== undefined) thinking.reasoning = reasoning;
-  if (reasoningDetails !== undefined) thinking.reasoning_details = reasoningDetails;
-  const toolCalls = calls
-    .filter((c) => c && c.name)
-    .map((c, i) => ({ id: c.id || `call_${responseId ?? "x"}_${i}`, name: c.name, arguments: c.arguments || "{}" }));
-  return {
-    text,
-    ...(Object.keys(thinking).length ? { thinking } : {}),
-    toolCalls,
-    ...(usage ? { usage } : {}),
-    ...(cost !== undefined ? { cost } : {}),
-    ...(responseId ? { responseId } : {}),
-    ...(finishReason ? { finishReason } : {}),
-    latencyMs: Math.round(waited),
-    waitedMs: waited,
-    aborted: req.signal?.aborted ?? false,
-  };
+  // An abort ends the stream without a throw: say which bound it was.
+  if (own.signal.reason instanceof Cut && !req.signal?.aborted) throw own.signal.reason;
 }

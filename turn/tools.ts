@@ -1,10 +1,20 @@
 // The tools a turn may offer and call: the interface the turn uses; the MCP implementation is the daemon's.
 // Spec: "How does Link Harness get tools?" through "How many calls does a turn make?" (decisions.txt).
+import type { Settings, TimeoutsSettings } from "../protocol/index.js";
+import { paths, type AgentRef } from "../store/index.js";
+import { settingsSecrets } from "./redact.js";
 
 /** Where a tool (an MCP server) is reached. */
 export type ToolSource =
   | { type: "http"; url: string; headers?: Record<string, string> }
-  | { type: "stdio"; command: string; args: string[]; env?: Record<string, string> };
+  | {
+      type: "stdio";
+      command: string;
+      args: string[];
+      env?: Record<string, string>;
+      /** The folder it starts in; left out, the workspace the turn opens its tools with. */
+      cwd?: string;
+    };
 
 /** A tool: one MCP server, named as the model sees it before `__`. */
 export interface ToolServer {
@@ -47,6 +57,20 @@ export interface OpenOptions {
   /** A subagent's list (tools.json): tool names or `<tool>__<call>` names; left out, every tool. */
   allowed?: readonly string[];
   signal?: AbortSignal;
+  /** The workspace, where stdio tools start: the agent's files folder. */
+  cwd?: string;
+  /** Bounds on each call, in seconds (the settings' timeouts). */
+  timeouts?: Pick<TimeoutsSettings, "tool_call" | "tool_idle">;
+  /** Secrets the tools' own sources and the environment don't hold (the model's key): never in an answer. */
+  secrets?: readonly string[];
+}
+
+/**
+ * What a turn opens its tools with besides its list: the workspace, the settings' bounds, their
+ * secrets. Spec: "The workspace, the folder an agent's tools work in, is the agent's files folder."
+ */
+export function openOptions(agent: AgentRef, settings: Settings): Pick<OpenOptions, "cwd" | "timeouts" | "secrets"> {
+  return { cwd: paths(agent).files, ...(settings.timeouts ? { timeouts: settings.timeouts } : {}), secrets: settingsSecrets(settings) };
 }
 
 /** The process's tools: keeps memory's session and each tool's list of calls between turns. */

@@ -9,7 +9,7 @@ import { forgetHistories, History } from "./history.js";
 import { askModel, ModelError, type ModelAnswer } from "./model.js";
 import { eventsToMessages, type ChatMessage } from "./prompt.js";
 import { composeSections, messageHeader, systemPrompt } from "./sections.js";
-import type { ToolBox } from "./tools.js";
+import { openOptions, type ToolBox } from "./tools.js";
 import { updateTranscript } from "./transcript.js";
 import type { IncomingMessage, TurnInput, TurnListener, TurnOutcome } from "./types.js";
 import { roughTokens } from "./window.js";
@@ -60,6 +60,7 @@ function answerEvent(answer: ModelAnswer, o: { model: string; provider: string; 
     ...(answer.usage ? { usage: answer.usage } : {}),
     latency_ms: answer.latencyMs,
     ...(answer.cost !== undefined ? { cost: answer.cost } : {}),
+    ...(answer.leftOut ? { left_out: answer.leftOut } : {}),
     ...(answer.thinking ? { thinking: answer.thinking } : {}),
     ...(o.toolCalls.length ? { tool_calls: o.toolCalls } : {}),
     stop: o.stop,
@@ -139,7 +140,7 @@ class Turn {
       try {
         if (this.input.tools && this.input.toolServers?.length) {
           const allowed = readToolsList(this.conv);
-          box = await this.input.tools.open(this.input.toolServers, { ...(allowed ? { allowed } : {}), signal: this.signal });
+          box = await this.input.tools.open(this.input.toolServers, { ...(allowed ? { allowed } : {}), signal: this.signal, ...openOptions(this.input.agent, settings) });
         }
         return await this.rounds(settings, box);
       } finally {

@@ -1,5 +1,7 @@
 // The process's tools: each tool's list of calls, memory's kept session, and each turn's own sessions.
 // Spec: "Does a turn hold anything of its tools? Only memory's session, kept between turns."
+import { TIMEOUT_DEFAULTS } from "../../protocol/index.js";
+import { envSecrets, redactor, sourceSecrets, type Redactor } from "../../turn/redact.js";
 import type { OfferedCall, OpenOptions, ToolAnswer, ToolBox, ToolHost, ToolServer } from "../../turn/tools.js";
 import { MEMORY_TOOL, TOOL_SEPARATOR } from "../../turn/tools.js";
 import { log } from "../log.js";
@@ -14,8 +16,10 @@ export interface McpToolHostOptions {
   listTimeoutMs?: number;
   /** How long a session may take to start. */
   startTimeoutMs?: number;
-  /** How long a call may go without an answer or a progress report. */
+  /** How long a call may go without an answer or a progress report; a turn's settings (timeouts.tool_idle) win. */
   callTimeoutMs?: number;
+  /** How long a call may take, progress or not; a turn's settings (timeouts.tool_call) win. */
+  callTotalMs?: number;
 }
 
 const DEFAULTS: Required<McpToolHostOptions> = {
@@ -23,8 +27,20 @@ const DEFAULTS: Required<McpToolHostOptions> = {
   memoryMaxAgeMs: 60 * 60_000,
   listTimeoutMs: 10_000,
   startTimeoutMs: 30_000,
-  callTimeoutMs: 120_000,
+  callTimeoutMs: TIMEOUT_DEFAULTS.tool_idle * 1000,
+  callTotalMs: TIMEOUT_DEFAULTS.tool_call * 1000,
 };
+
+/** The secrets a tool's log lines and errors are cleared of: the environment's and its source's own. */
+function secretsOf(servers: readonly ToolServer[], extra: readonly string[] = []): Redactor {
+  return redactor(envSecrets(process.env), ...servers.map((s) => sourceSecrets(s.source)), [...extra]);
+}
+
+/** A stdio tool starts in the workspace, unless its source names a folder of its own. */
+function inWorkspace(server: ToolServer, cwd: string | undefined): ToolServer {
+  if (cwd === undefined || server.source.type !== "stdio" || server.source.cwd !== undefined) return server;
+  return { ...server, source: { ...server.source, cwd } };
+}
 
 /** A session being started or up; `session` is set once it is. */
 class Held {
@@ -83,12 +99,16 @@ export class McpToolHost implements ToolHost {
 
   async open(servers: readonly ToolServer[], opts: OpenOptions = {}): Promise<ToolBox> {
     if (this.closed) throw new Error("the tool host is closed");
-    const tools = uniqueSorted(servers);
+    const tools = uniqueSorted(servers).map((s) => inWorkspace(s, opts.cwd));
     const unlisted = tools.filter((t) => !this.lists.has(sourceKey(t)));
     // Spec: "a process that hasn't listed them yet lists all of them at once when its first turn starts".
     await Promise.all(unlisted.map((t) => this.waitForList(t, opts.signal)));
     if (this.closed) throw new Error("the tool host is closed");
-    const box = new TurnTools(this, this.offer(tools, opts.allowed), this.opts.callTimeoutMs);
+    const bounds = {
+      timeoutMs: opts.timeouts?.tool_idle !== undefined ? opts.timeouts.tool_idle * 1000 : this.opts.callTimeoutMs,
+      totalMs: opts.timeouts?.tool_call !== undefined ? opts.timeouts.tool_call * 1000 : this.opts.callTotalMs,
+    };
+    const box = new TurnTools(this, this.offer(tools, opts.allowed), bounds, secretsOf(tools, opts.secrets));
     this.boxes.add(box);
     return box;
   }
@@ -120,7 +140,7 @@ export class McpToolHost implements ToolHost {
       await within(abortable(job, signal), this.opts.listTimeoutMs);
     } catch (e) {
       // Spec: "A tool that was never listed and doesn't answer is left out of that turn only."
-      log.warn("tool left out of this turn", { tool: server.name, why: message(e) });
+      log.warn("tool left out of this turn", { tool: server.name, why: secretsOf([server]).redact(message(e)) });
     }
   }
 
@@ -134,7 +154,7 @@ export class McpToolHost implements ToolHost {
       });
       return;
     }
-    const session = await ToolSession.start(server, this.opts.startTimeoutMs, this.shutdown.signal);
+    const session = await ToolSession.start(server, this.opts.startTimeoutMs, secretsOf([server]), this.shutdown.signal);
     try {
       this.lists.set(key, await session.list(this.opts.listTimeoutMs, this.shutdown.signal));
     } finally {
@@ -168,7 +188,7 @@ export class McpToolHost implements ToolHost {
   /** Starts a session and asks its list again (spec: "asked again whenever a session starts"). */
   startSession<H extends Held>(server: ToolServer, signal: AbortSignal, Kind: new (...a: ConstructorParameters<typeof Held>) => H): H {
     const key = sourceKey(server);
-    return new Kind(ToolSession.start(server, this.opts.startTimeoutMs, signal), async (session) => {
+    return new Kind(ToolSession.start(server, this.opts.startTimeoutMs, secretsOf([server]), signal), async (session) => {
       const calls = await session.list(this.opts.listTimeoutMs, signal);
       this.lists.set(key, calls);
       return calls;
@@ -244,7 +264,8 @@ class TurnTools implements ToolBox {
   constructor(
     private readonly host: McpToolHost,
     entries: readonly Entry[],
-    private readonly callTimeoutMs: number,
+    private readonly bounds: { timeoutMs: number; totalMs: number },
+    private readonly secrets: Redactor,
   ) {
     this.offered = Object.freeze(
       entries.map(({ name, tool, call, description, parameters }) => ({ name, tool, call, description, parameters })),
@@ -252,7 +273,13 @@ class TurnTools implements ToolBox {
     for (const e of entries) this.entries.set(e.name, e);
   }
 
+  /** Every answer, a tool's own or one about it, comes back without a secret the turn knows of. */
   async call(name: string, args: Record<string, unknown>, signal?: AbortSignal): Promise<ToolAnswer> {
+    const answer = await this.answer(name, args, signal);
+    return { ...answer, text: this.secrets.redact(answer.text) };
+  }
+
+  private async answer(name: string, args: Record<string, unknown>, signal?: AbortSignal): Promise<ToolAnswer> {
     try {
       const entry = this.entries.get(name);
       // Spec: "a call to a tool the subagent wasn't offered is answered as one there isn't".
@@ -319,7 +346,7 @@ class TurnTools implements ToolBox {
       return unavailable(entry.tool, message(e));
     }
     try {
-      return await session.call(entry.name, entry.call, args, { timeoutMs: this.callTimeoutMs, ...(signal ? { signal } : {}) });
+      return await session.call(entry.name, entry.call, args, { ...this.bounds, ...(signal ? { signal } : {}) });
     } catch (e) {
       if (!(e instanceof SessionLost)) throw e;
       // Dropped, so the next call or turn starts it again.
@@ -349,7 +376,7 @@ function unavailable(tool: string, why: string): ToolAnswer {
 function sourceKey(server: ToolServer): string {
   const s = server.source;
   return s.type === "stdio"
-    ? JSON.stringify([server.name, s.type, s.command, s.args, Object.entries(s.env ?? {}).sort()])
+    ? JSON.stringify([server.name, s.type, s.command, s.args, Object.entries(s.env ?? {}).sort(), s.cwd ?? null])
     : JSON.stringify([server.name, s.type, s.url, Object.entries(s.headers ?? {}).sort()]);
 }
 

@@ -1,9 +1,11 @@
 // One MCP session with one tool: start it (stdio child or Streamable HTTP), list its calls, call
 // one, end it. The MCP SDK is loaded on first use so the daemon answers `initialize` fast.
+import { statSync } from "node:fs";
 import type { Client } from "@modelcontextprotocol/sdk/client/index.js";
 import type { StdioClientTransport } from "@modelcontextprotocol/sdk/client/stdio.js";
 import type { StreamableHTTPClientTransport } from "@modelcontextprotocol/sdk/client/streamableHttp.js";
 import type { CallToolResult, Tool } from "@modelcontextprotocol/sdk/types.js";
+import type { Redactor } from "../../turn/redact.js";
 import type { ToolAnswer, ToolServer } from "../../turn/tools.js";
 import { log } from "../log.js";
 
@@ -47,8 +49,37 @@ export interface ListedCall {
 
 export interface CallOptions {
   signal?: AbortSignal;
+  /** The longest the call may go without an answer or a progress report (timeouts.tool_idle). */
   timeoutMs: number;
+  /** The longest it may take, progress or not (timeouts.tool_call). */
+  totalMs: number;
 }
+
+/** The total bound of a call ran out: the call is cancelled (the tool is told), as a timeout. */
+class TotalBound {}
+
+/**
+ * A signal that follows `parent` until `done()`. The SDK adds a listener to a request's signal and
+ * never takes it off: it gets this one, dropped with the request, never a turn's or the host's, on
+ * which eight rounds of calls would leave as many listeners.
+ */
+function follow(parent: AbortSignal | undefined): { controller: AbortController; done(): void } {
+  const controller = new AbortController();
+  const abort = (): void => controller.abort(parent?.reason);
+  if (parent?.aborted) abort();
+  else parent?.addEventListener("abort", abort, { once: true });
+  return { controller, done: () => parent?.removeEventListener("abort", abort) };
+}
+
+function isFolder(path: string): boolean {
+  try {
+    return statSync(path).isDirectory();
+  } catch {
+    return false;
+  }
+}
+
+const seconds = (ms: number): string => String(Number((ms / 1000).toFixed(3)));
 
 /** Thrown by `call` when the session can't be used again (it closed, or the call timed out). */
 export class SessionLost extends Error {}
@@ -65,18 +96,27 @@ export class ToolSession {
     private readonly client: Client,
     private readonly transport: StdioClientTransport | StreamableHTTPClientTransport,
     private readonly exited: Promise<void>,
+    private readonly secrets: Redactor,
   ) {}
 
-  /** Starts a session; throws with a reason a person can read. Never leaves a child behind. */
-  static async start(server: ToolServer, timeoutMs: number, signal?: AbortSignal): Promise<ToolSession> {
+  /**
+   * Starts a session; throws with a reason a person can read. Never leaves a child behind. A stdio
+   * tool starts in its source's `cwd`; what it writes on stderr is logged with `secrets` taken out.
+   */
+  static async start(server: ToolServer, timeoutMs: number, secrets: Redactor, signal?: AbortSignal): Promise<ToolSession> {
     const sdk = await loadSdk();
     const source = server.source;
+    // Else the child's spawn fails as if its command were missing (ENOENT).
+    if (source.type === "stdio" && source.cwd !== undefined && !isFolder(source.cwd)) {
+      throw new Error(`it can't start in ${source.cwd}: there is no such folder`);
+    }
     const transport =
       source.type === "stdio"
         ? new sdk.StdioClientTransport({
             command: source.command,
             args: source.args,
             env: { ...sdk.getDefaultEnvironment(), ...source.env },
+            ...(source.cwd !== undefined ? { cwd: source.cwd } : {}),
             stderr: "pipe",
           })
         : new sdk.StreamableHTTPClientTransport(new URL(source.url), { requestInit: { headers: source.headers ?? {} } });
@@ -85,7 +125,7 @@ export class ToolSession {
       transport.onclose = () => resolve();
     });
     const client = new sdk.Client(CLIENT_INFO, { capabilities: {} });
-    const session = new ToolSession(server.name, sdk, client, transport, exited);
+    const session = new ToolSession(server.name, sdk, client, transport, exited, secrets);
     if ("stderr" in transport) {
       // Drained always: an unread pipe would stall a chatty child.
       transport.stderr?.on("data", (chunk: Buffer) => session.keepStderr(chunk.toString("utf8")));
@@ -93,12 +133,15 @@ export class ToolSession {
     client.onclose = () => {
       session.lost = true;
     };
-    client.onerror = (error) => log.debug("tool session error", { tool: server.name, error: error.message });
+    client.onerror = (error) => log.debug("tool session error", { tool: server.name, error: secrets.redact(error.message) });
+    const own = follow(signal);
     try {
-      await client.connect(transport, { timeout: timeoutMs, ...(signal ? { signal } : {}) });
+      await client.connect(transport, { timeout: timeoutMs, signal: own.controller.signal });
     } catch (e) {
       await session.close();
       throw new Error(session.describe(e), { cause: e });
+    } finally {
+      own.done();
     }
     return session;
   }
@@ -113,10 +156,10 @@ export class ToolSession {
     const calls: ListedCall[] = [];
     let cursor: string | undefined;
     for (let page = 0; page < MAX_LIST_PAGES; page++) {
-      const result = await this.client.listTools(cursor === undefined ? {} : { cursor }, {
-        timeout: timeoutMs,
-        ...(signal ? { signal } : {}),
-      });
+      const own = follow(signal);
+      const result = await this.client
+        .listTools(cursor === undefined ? {} : { cursor }, { timeout: timeoutMs, signal: own.controller.signal })
+        .finally(own.done);
       for (const tool of result.tools) {
         if (tool.execution?.taskSupport === "required") continue;
         calls.push(listed(tool));
@@ -129,30 +172,37 @@ export class ToolSession {
 
   /**
    * One call. An `isError` result is an answer; a thrown MCP error (the server died, a timeout) is
-   * SessionLost, any other thrown error an answer, and an aborted signal `cancelled`.
+   * SessionLost, any other thrown error an answer, and an aborted signal `cancelled`. A call that
+   * reports progress goes on past `timeoutMs`, never past `totalMs`.
    */
   async call(name: string, call: string, args: Record<string, unknown>, opts: CallOptions): Promise<ToolAnswer> {
+    const own = follow(opts.signal);
+    const bound = setTimeout(() => own.controller.abort(new TotalBound()), opts.totalMs);
     try {
       const result = await this.client.request(
         { method: "tools/call", params: { name: call, arguments: args } },
         this.sdk.CallToolResultSchema,
         {
           timeout: opts.timeoutMs,
-          // A tool that reports progress is still working: its timeout starts again.
+          // A tool that reports progress is still working: its timeout starts again, up to the total.
           resetTimeoutOnProgress: true,
+          maxTotalTimeout: opts.totalMs,
           onprogress: () => {},
-          ...(opts.signal ? { signal: opts.signal } : {}),
+          signal: own.controller.signal,
         },
       );
       return { text: answerText(result), error: result.isError === true };
     } catch (e) {
       if (opts.signal?.aborted) return { text: `${name} was cancelled`, error: true };
-      const why = this.describe(e);
-      if (this.lost || this.isSessionError(e)) {
+      const what = this.failure(e, opts, own.controller.signal.reason instanceof TotalBound);
+      if (this.lost || own.controller.signal.aborted || this.isSessionError(e)) {
         this.lost = true;
-        throw new SessionLost(`${name} failed: ${why}`);
+        throw new SessionLost(`${name} ${what}`);
       }
-      return { text: `${name} failed: ${why}`, error: true };
+      return { text: `${name} ${what}`, error: true };
+    } finally {
+      clearTimeout(bound);
+      own.done();
     }
   }
 
@@ -181,7 +231,20 @@ export class ToolSession {
 
   private keepStderr(text: string): void {
     this.stderrTail = (this.stderrTail + text).slice(-STDERR_KEPT);
-    log.debug("tool stderr", { tool: this.tool, text: text.trimEnd() });
+    if (process.env.LNK_DEBUG) log.debug("tool stderr", { tool: this.tool, text: this.secrets.redact(text.trimEnd()) });
+  }
+
+  /** What became of a call that threw: a bound of the settings that ran out, in their words, or the error. */
+  private failure(e: unknown, bounds: CallOptions, totalRanOut: boolean): string {
+    const { McpError, ErrorCode } = this.sdk;
+    // Ours ran out (and cancelled the call), or the SDK's own total, checked at each progress report.
+    if (totalRanOut || (e instanceof McpError && /Maximum total timeout/.test(e.message))) {
+      return `was still running after ${seconds(bounds.totalMs)} s, the most a tool call may take (timeouts.tool_call)`;
+    }
+    if (e instanceof McpError && e.code === ErrorCode.RequestTimeout) {
+      return `sent no answer or progress for ${seconds(bounds.timeoutMs)} s (timeouts.tool_idle)`;
+    }
+    return `failed: ${this.describe(e)}`;
   }
 
   /** An error, with the last line the tool wrote on stderr when there is one. */

@@ -1,0 +1,192 @@
+// The model call against a hostile or broken endpoint, over the built daemon on stdio with the real ACP
+// client: a key echoed back in an error, a provider that asks to wait an hour, a stream that stalls
+// or only keeps itself alive, and usage numbers no count can be. Each turn ends with what a person
+// can act on, promptly, and nothing secret is kept, sent or logged.
+import { readdirSync, readFileSync } from "node:fs";
+import { join } from "node:path";
+import * as acp from "@agentclientprotocol/sdk";
+import type { ContentBlock } from "@agentclientprotocol/sdk";
+import { describe, expect, it, onTestFailed } from "vitest";
+import { paths, readEventsFrom } from "../store/index.js";
+import { answerText, configure, daemonTestHooks, openClient, scriptedSettings, startDaemon, stdioStream, tempDir, type Client, type Daemon } from "./acp-client.js";
+import type { ModelServer } from "./model-server.js";
+import { BIN, ROOT } from "./fixtures/built.js";
+
+let server: ModelServer;
+const cleanup = daemonTestHooks([BIN, "dist/daemon/serve.js", "dist/acp/app.js"], (s) => (server = s));
+
+const KEY = "sk-live-0123456789abcdef-SECRET";
+
+function agent(extra: Record<string, unknown> = {}, model: Record<string, unknown> = {}): string {
+  const dir = tempDir("lnk-hardening-model-");
+  cleanup.push(() => dir.remove());
+  const settings = scriptedSettings(server.url, extra) as { model: Record<string, unknown> };
+  configure(dir.path, { ...settings, model: { ...settings.model, ...model } });
+  return dir.path;
+}
+
+function daemon(dir: string, env: NodeJS.ProcessEnv = {}): Daemon {
+  const d = startDaemon(["--agent", dir], env);
+  cleanup.push(() => d.stop("SIGKILL"));
+  onTestFailed(() => void process.stderr.write(`the daemon's log:\n${d.stderr()}\n`));
+  return d;
+}
+
+async function session(d: Daemon): Promise<{ c: Client; sessionId: string }> {
+  const c = await openClient(stdioStream(d.child));
+  cleanup.push(() => c.close());
+  const { sessionId } = await c.agent.request(acp.methods.agent.session.new, { cwd: ROOT, mcpServers: [] });
+  return { c, sessionId };
+}
+
+const text = (s: string): ContentBlock[] => [{ type: "text", text: s }];
+const prompt = (c: Client, sessionId: string, s: string) => c.agent.request(acp.methods.agent.session.prompt, { sessionId, prompt: text(s) });
+
+async function failure(p: Promise<unknown>): Promise<{ code: number; message: string }> {
+  try {
+    await p;
+  } catch (e) {
+    return e as { code: number; message: string };
+  }
+  throw new Error("expected the request to fail");
+}
+
+const events = (dir: string, thread: string) => readEventsFrom(paths({ dir }).conversation(thread), 1).map((e) => e.event);
+
+/** Every file of a conversation's folder, as text. */
+function onDisk(dir: string, thread: string): string {
+  const folder = paths({ dir }).conversation(thread).dir;
+  return readdirSync(folder)
+    .map((n) => readFileSync(join(folder, n), "utf8"))
+    .join("\n");
+}
+
+describe("an endpoint that echoes the key", { timeout: 30_000 }, () => {
+  it("the key, from the settings or LNK_MODEL_KEY, is in no event, ACP error or log line", async () => {
+    const cases = [
+      { dir: agent({}, { key: KEY }), env: {} },
+      { dir: agent(), env: { LNK_MODEL_KEY: KEY } },
+    ];
+    for (const { dir, env } of cases) {
+      const d = daemon(dir, env);
+      const { c, sessionId } = await session(d);
+      server.script({ error: { status: 401, message: "Incorrect API key provided", code: "invalid_api_key", echoAuthorization: true } });
+      const failed = await failure(prompt(c, sessionId, "hello"));
+      // The endpoint did get the key, and said it back.
+      expect(server.requests.at(-1)?.headers.authorization).toBe(`Bearer ${KEY}`);
+      expect(failed.code).toBe(-32603);
+      expect(failed.message).toMatch(/401: Incorrect API key provided \(you sent: Bearer \[redacted\]\)/);
+      expect(JSON.stringify(failed)).not.toContain(KEY);
+      const [, fail] = events(dir, sessionId);
+      expect(fail).toMatchObject({ kind: "failure", reason: "model_error", status: 401 });
+      expect(onDisk(dir, sessionId)).not.toContain(KEY);
+      expect(JSON.stringify(c.updates)).not.toContain(KEY);
+      expect(await d.stop()).toEqual({ code: 0, signal: null });
+      expect(d.stderr()).toMatch(/"failure":"the model answered 401/);
+      expect(d.stderr()).not.toContain(KEY);
+    }
+  });
+});
+
+describe("a provider that asks to wait before a retry", { timeout: 30_000 }, () => {
+  it("an hour: the turn fails at once with a failure event saying how long it asked for", async () => {
+    const dir = agent();
+    const d = daemon(dir);
+    const { c, sessionId } = await session(d);
+    server.script({ error: { status: 429, message: "Rate limit reached", headers: { "retry-after": "3600" } } }, { text: "never asked" });
+    const failed = await failure(prompt(c, sessionId, "hello"));
+    expect(failed.message).toMatch(/asked to wait 3600 s before trying again, longer than the 60 s a retry waits at most \(timeouts\.retry_wait\)/);
+    expect(server.requests).toHaveLength(1);
+    expect(events(dir, sessionId).at(-1)).toMatchObject({ kind: "failure", reason: "model_error", status: 429 });
+  });
+
+  it("a second: it is waited, asked again, and answered", async () => {
+    const dir = agent();
+    const d = daemon(dir);
+    const { c, sessionId } = await session(d);
+    server.script({ error: { status: 429, message: "Rate limit reached", headers: { "retry-after": "1" } } }, { text: "Answered after the wait." });
+    expect(await prompt(c, sessionId, "hello")).toMatchObject({ stopReason: "end_turn" });
+    expect(server.requests).toHaveLength(2);
+    expect(answerText(c.updates)).toBe("Answered after the wait.");
+    expect(events(dir, sessionId).at(-1)).toMatchObject({ kind: "message", role: "assistant", text: "Answered after the wait." });
+  });
+
+  it("the wait ends with session/cancel, and with SIGTERM", async () => {
+    const dir = agent();
+    const d = daemon(dir);
+    const { c, sessionId } = await session(d);
+    // 50 s, within the 60 s a retry waits: longer than this test may take.
+    const slow = { error: { status: 503, message: "Overloaded", headers: { "retry-after": "50" } } };
+    server.script(slow);
+    const cancelled = prompt(c, sessionId, "one");
+    await server.waitForRequest(1);
+    await c.agent.notify(acp.methods.agent.session.cancel, { sessionId });
+    expect(await cancelled).toMatchObject({ stopReason: "cancelled" });
+
+    server.script(slow);
+    void prompt(c, sessionId, "two").catch(() => undefined);
+    await server.waitForRequest(2);
+    expect(await d.stop("SIGTERM")).toEqual({ code: 0, signal: null });
+    expect(server.requests).toHaveLength(2);
+    const users = events(dir, sessionId).filter((e) => e.kind === "message" && e.role === "user");
+    expect(users.map((e) => (e as { text: string }).text)).toEqual(["one", "two"]);
+  });
+});
+
+describe("a stream that stalls", { timeout: 30_000 }, () => {
+  it("after its first chunk, or with only keepalive comments: the idle timeout ends the turn, saying so", async () => {
+    const dir = agent({ timeouts: { model_idle: 0.5 } });
+    const d = daemon(dir);
+    const { c, sessionId } = await session(d);
+    server.script({ text: "Hello, this never ends", chunks: 4, stall: { after: 1 } });
+    const stalled = await failure(prompt(c, sessionId, "one"));
+    expect(stalled.message).toMatch(/the model sent nothing for 0\.5 s \(timeouts\.model_idle\)/);
+    expect(answerText(c.updates)).toBe("Hello");
+
+    server.script({ text: "never sent", stall: { after: 0, keepaliveMs: 50 } });
+    const alive = await failure(prompt(c, sessionId, "two"));
+    expect(alive.message).toMatch(/the model sent nothing for 0\.5 s \(timeouts\.model_idle\)/);
+    const failures = events(dir, sessionId).filter((e) => e.kind === "failure");
+    expect(failures).toMatchObject([
+      { reason: "network", message: expect.stringMatching(/timeouts\.model_idle/) },
+      { reason: "network", message: expect.stringMatching(/timeouts\.model_idle/) },
+    ]);
+    // The endpoint saw the client hang up both streams.
+    expect(server.requests.map((r) => r.aborted)).toEqual([true, true]);
+  });
+
+  it("that goes on too long: the total timeout ends the turn, saying so", async () => {
+    const dir = agent({ timeouts: { model: 1, model_idle: 10 } });
+    const d = daemon(dir);
+    const { c, sessionId } = await session(d);
+    server.script({ text: "x".repeat(200), chunks: 200, chunkDelayMs: 50 });
+    const long = await failure(prompt(c, sessionId, "one"));
+    expect(long.message).toMatch(/the model's answer took longer than 1 s \(timeouts\.model\)/);
+    expect(events(dir, sessionId).at(-1)).toMatchObject({ kind: "failure", reason: "network" });
+  });
+});
+
+describe("usage numbers no count can be", { timeout: 30_000 }, () => {
+  it("the answer is kept and streamed; sane numbers are kept, the others left out and named", async () => {
+    const dir = agent();
+    const d = daemon(dir);
+    const { c, sessionId } = await session(d);
+    server.script(
+      {
+        text: "Kept despite the numbers.",
+        usageJson: '{"prompt_tokens":-5,"completion_tokens":2.5,"total_tokens":"NaN","prompt_tokens_details":{"cached_tokens":1e999},"cost":-1}',
+      },
+      { text: "Kept again.", usageJson: '{"prompt_tokens":12,"completion_tokens":3,"prompt_tokens_details":{"cached_tokens":null},"cost":"NaN"}' },
+    );
+    expect(await prompt(c, sessionId, "one")).toMatchObject({ stopReason: "end_turn" });
+    expect(await prompt(c, sessionId, "two")).toMatchObject({ stopReason: "end_turn", usage: { inputTokens: 12, outputTokens: 3 } });
+    expect(answerText(c.updates)).toBe("Kept despite the numbers.Kept again.");
+    const answers = events(dir, sessionId).filter((e) => e.kind === "message" && e.role === "assistant");
+    expect(answers).toHaveLength(2);
+    expect(answers[0]).toMatchObject({ text: "Kept despite the numbers.", usage: { in: 0, out: 0, cached: 0 } });
+    expect(answers[0]).toHaveProperty("left_out", ["prompt_tokens -5", "completion_tokens 2.5", "cached_tokens Infinity", "cost -1"]);
+    expect(answers[0]).not.toHaveProperty("cost");
+    expect(answers[1]).toMatchObject({ text: "Kept again.", usage: { in: 12, out: 3, cached: 0 }, left_out: ['cost "NaN"'] });
+    expect(answers[1]).not.toHaveProperty("cost");
+  });
+});

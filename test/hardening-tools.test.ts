@@ -1,0 +1,162 @@
+// Tools against the limits a long-lived daemon needs, over the built daemon on stdio with the real ACP
+// client and real MCP servers: a call that reports progress forever is still bounded, a stdio tool
+// starts in the agent's files folder, a tool that says a secret has it taken out, and eight rounds
+// leave no listener behind.
+import { mkdirSync, readdirSync, readFileSync, realpathSync } from "node:fs";
+import { join } from "node:path";
+import * as acp from "@agentclientprotocol/sdk";
+import type { ContentBlock, SessionNotification, SessionUpdate } from "@agentclientprotocol/sdk";
+import { beforeAll, describe, expect, it, onTestFailed } from "vitest";
+import { z } from "zod";
+import { paths, readEventsFrom } from "../store/index.js";
+import { configure, daemonTestHooks, openClient, scriptedSettings, startDaemon, stdioStream, tempDir, type Client, type Daemon } from "./acp-client.js";
+import type { ModelServer } from "./model-server.js";
+import { assertBuilt, BIN, ROOT } from "./fixtures/built.js";
+
+const EVERYTHING = `"${process.execPath}" "${ROOT}node_modules/@modelcontextprotocol/server-everything/dist/index.js" stdio`;
+const PROBE = join(ROOT, "dist/test/probe-server.js");
+
+let server: ModelServer;
+const cleanup = daemonTestHooks([BIN, "dist/daemon/serve.js", "dist/acp/app.js"], (s) => (server = s));
+// The probe runs from dist/, as the daemon does.
+beforeAll(() => assertBuilt(["dist/test/probe-server.js"], ["test/probe-server.ts"]));
+
+function agent(extra: Record<string, unknown> = {}): string {
+  const dir = tempDir("lnk-hardening-tools-");
+  cleanup.push(() => dir.remove());
+  configure(dir.path, scriptedSettings(server.url, extra));
+  return dir.path;
+}
+
+function daemon(args: string[], env: NodeJS.ProcessEnv = {}): Daemon {
+  const d = startDaemon(args, env);
+  cleanup.push(() => d.stop("SIGKILL"));
+  onTestFailed(() => void process.stderr.write(`the daemon's log:\n${d.stderr()}\n`));
+  return d;
+}
+
+async function session(d: Daemon, mcpServers: acp.McpServer[] = []): Promise<{ c: Client; sessionId: string }> {
+  const c = await openClient(stdioStream(d.child));
+  cleanup.push(() => c.close());
+  const { sessionId } = await c.agent.request(acp.methods.agent.session.new, { cwd: ROOT, mcpServers });
+  return { c, sessionId };
+}
+
+const text = (s: string): ContentBlock[] => [{ type: "text", text: s }];
+const prompt = (c: Client, sessionId: string, s: string) => c.agent.request(acp.methods.agent.session.prompt, { sessionId, prompt: text(s) });
+const of = <K extends SessionUpdate["sessionUpdate"]>(updates: readonly SessionNotification[], kind: K) =>
+  updates.map((u) => u.update).filter((u): u is Extract<SessionUpdate, { sessionUpdate: K }> => u.sessionUpdate === kind);
+const results = (dir: string, thread: string) =>
+  readEventsFrom(paths({ dir }).conversation(thread), 1)
+    .map((e) => e.event)
+    .filter((e) => e.kind === "tool_result");
+/** What the daemon wrote on stderr: one JSON object a line, nothing else. */
+const logLines = (d: Daemon) =>
+  d
+    .stderr()
+    .trim()
+    .split("\n")
+    .map((line) => z.record(z.string(), z.unknown()).parse(JSON.parse(line)));
+
+describe("a tool call's bounds", { timeout: 30_000 }, () => {
+  it("a call that reports progress all along still ends at timeouts.tool_call, answered as failed", async () => {
+    const dir = agent({ timeouts: { tool_call: 1 } });
+    const d = daemon(["--agent", dir], { LNK_TOOL_EVERYTHING: EVERYTHING });
+    const { c, sessionId } = await session(d);
+    // Progress every 0.25 s for 20 s: each report would start a call's own timeout again.
+    const long = { duration: 20, steps: 80 };
+    server.script({ tool_calls: [{ id: "long", name: "everything__trigger-long-running-operation", arguments: long }] }, { text: "It took too long." });
+    expect(await prompt(c, sessionId, "run it")).toMatchObject({ stopReason: "end_turn" });
+    const [result] = results(dir, sessionId);
+    expect(result).toMatchObject({ error: true, text: expect.stringMatching(/still running after 1 s, the most a tool call may take \(timeouts\.tool_call\)/) });
+    expect(of(c.updates, "tool_call_update").at(-1)).toMatchObject({ status: "failed" });
+    // The model was told, and answered.
+    expect(JSON.stringify(server.requests[1]?.body.messages)).toContain("timeouts.tool_call");
+  });
+});
+
+describe("a stdio tool's folder", { timeout: 30_000 }, () => {
+  it("is the agent's files folder, not the daemon's working folder", async () => {
+    const dir = agent();
+    const files = join(dir, "workspace");
+    mkdirSync(files);
+    const d = daemon(["--agent", dir, "--files", files], { LNK_TOOL_PROBE: `"${process.execPath}" "${PROBE}"` });
+    const own: acp.McpServer = { name: "mine", command: process.execPath, args: [PROBE], env: [] };
+    const { c, sessionId } = await session(d, [own]);
+    server.script({ tool_calls: [{ name: "probe__cwd", arguments: {} }, { name: "mine__cwd", arguments: {} }] }, { text: "Both in the workspace." });
+    expect(await prompt(c, sessionId, "where are you?")).toMatchObject({ stopReason: "end_turn" });
+    const answers = results(dir, sessionId).map((r) => (r as { text: string; error: boolean }));
+    expect(answers.map((a) => a.error)).toEqual([false, false]);
+    expect(answers.map((a) => a.text)).toEqual([realpathSync(files), realpathSync(files)]);
+    expect(realpathSync(files)).not.toBe(realpathSync(process.cwd()));
+  });
+});
+
+describe("a tool that says a secret", { timeout: 30_000 }, () => {
+  it("has it taken out of its answers, its stderr, the events, the updates and the log", async () => {
+    const token = "tok-0123456789abcdef-SECRET";
+    const password = "pa55w0rd-SECRET";
+    const dir = agent();
+    // A URL with credentials that leads nowhere, and a tool whose own environment holds a token.
+    const d = daemon(["--agent", dir], { LNK_DEBUG: "1", LNK_TOOL_NOWHERE: `http://user:${password}@127.0.0.1:9/mcp` });
+    const own: acp.McpServer = { name: "probe", command: process.execPath, args: [PROBE], env: [{ name: "PROBE_API_TOKEN", value: token }] };
+    const { c, sessionId } = await session(d, [own]);
+    server.script(
+      { tool_calls: [{ name: "probe__env", arguments: { name: "PROBE_API_TOKEN" } }] },
+      { tool_calls: [{ name: "probe__crash", arguments: { name: "PROBE_API_TOKEN" } }] },
+      { text: "Done." },
+    );
+    expect(await prompt(c, sessionId, "tell me your token")).toMatchObject({ stopReason: "end_turn" });
+    const answers = results(dir, sessionId).map((r) => r as { text: string; error: boolean });
+    expect(answers[0]).toEqual(expect.objectContaining({ error: false, text: "PROBE_API_TOKEN=[redacted]" }));
+    expect(answers[1]).toEqual(expect.objectContaining({ error: true, text: expect.stringMatching(/crashing with PROBE_API_TOKEN=\[redacted\]/) }));
+    const folder = paths({ dir }).conversation(sessionId).dir;
+    for (const name of readdirSync(folder)) expect(readFileSync(join(folder, name), "utf8")).not.toContain(token);
+    expect(JSON.stringify(c.updates)).not.toContain(token);
+    expect(JSON.stringify(server.requests.map((r) => r.body))).not.toContain(token);
+    expect(await d.stop()).toEqual({ code: 0, signal: null });
+    // The tool's stderr was logged (LNK_DEBUG), with the token taken out.
+    expect(d.stderr()).toMatch(/crashing with PROBE_API_TOKEN=\[redacted\]/);
+    expect(d.stderr()).not.toContain(token);
+    expect(d.stderr()).not.toContain(password);
+  });
+});
+
+describe("eight rounds of calls", { timeout: 60_000 }, () => {
+  it("leave no abort listener behind: no MaxListenersExceededWarning, the log all JSON", async () => {
+    const dir = agent();
+    const d = daemon(["--agent", dir], { LNK_TOOL_EVERYTHING: EVERYTHING });
+    const { c, sessionId } = await session(d);
+    server.fallback = (r) =>
+      (r.body as { tool_choice?: string }).tool_choice === "none"
+        ? { text: "stopping here" }
+        : { tool_calls: [{ name: "everything__echo", arguments: { message: "again" } }, { name: "everything__get-sum", arguments: { a: 1, b: 2 } }] };
+    expect(await prompt(c, sessionId, "loop")).toMatchObject({ stopReason: "end_turn" });
+    expect(server.requests).toHaveLength(9);
+    expect(results(dir, sessionId)).toHaveLength(16);
+    // A second turn in the same process adds nothing either.
+    expect(await prompt(c, sessionId, "loop again")).toMatchObject({ stopReason: "end_turn" });
+    expect(await d.stop()).toEqual({ code: 0, signal: null });
+    expect(d.stderr()).not.toMatch(/MaxListenersExceeded/);
+    expect(logLines(d).every((l) => l.level !== "error")).toBe(true);
+  });
+});
+
+describe("a subagent's narrowed tools", { timeout: 30_000 }, () => {
+  it("a tool's name then one of its calls, in either order, leave that call offered", async () => {
+    const d = daemon(["--agent", agent()], { LNK_TOOL_EVERYTHING: EVERYTHING });
+    const c = await openClient(stdioStream(d.child));
+    cleanup.push(() => c.close());
+    const offered: string[][] = [];
+    for (const [thread, lists] of [
+      ["sub-a", [["everything"], ["everything__echo"]]],
+      ["sub-b", [["everything__echo"], ["everything"]]],
+    ] as const) {
+      for (const tools of lists) await c.agent.request(acp.methods.agent.session.new, { cwd: ROOT, mcpServers: [], _meta: { link: { thread, tools } } });
+      server.script({ text: "Only echo." });
+      await prompt(c, thread, "what can you call?");
+      offered.push(((server.requests.at(-1)?.body as { tools?: { function: { name: string } }[] }).tools ?? []).map((t) => t.function.name));
+    }
+    expect(offered).toEqual([["everything__echo"], ["everything__echo"]]);
+  });
+});

@@ -1,0 +1,27 @@
+// A tool that tells about itself, for tests: an MCP server on stdio whose calls answer with the
+// folder it was started in and a variable of its environment, or write to stderr and exit.
+// Usage: node dist/test/probe-server.js
+import { McpServer } from "@modelcontextprotocol/sdk/server/mcp.js";
+import { StdioServerTransport } from "@modelcontextprotocol/sdk/server/stdio.js";
+import { z } from "zod";
+
+const server = new McpServer({ name: "probe", version: "1.0.0" });
+
+server.registerTool("cwd", { description: "The folder this tool was started in." }, () => ({
+  content: [{ type: "text", text: process.cwd() }],
+}));
+
+server.registerTool("env", { description: "The value of a variable of this tool's environment.", inputSchema: { name: z.string() } }, ({ name }) => ({
+  content: [{ type: "text", text: `${name}=${process.env[name] ?? ""}` }],
+}));
+
+server.registerTool(
+  "crash",
+  { description: "Writes a variable of its environment to stderr, then exits before answering.", inputSchema: { name: z.string() } },
+  ({ name }) => {
+    process.stderr.write(`crashing with ${name}=${process.env[name] ?? ""}\n`, () => process.exit(3));
+    return new Promise<never>(() => {});
+  },
+);
+
+await server.connect(new StdioServerTransport());
