@@ -151,7 +151,8 @@ describe("a stream that stalls", { timeout: 30_000 }, () => {
       { reason: "network", message: expect.stringMatching(/timeouts\.model_idle/) },
       { reason: "network", message: expect.stringMatching(/timeouts\.model_idle/) },
     ]);
-    // The endpoint saw the client hang up both streams.
+    // The endpoint saw the client hang up both streams (once the server has seen each end).
+    await Promise.all(server.requests.map((r) => r.ended));
     expect(server.requests.map((r) => r.aborted)).toEqual([true, true]);
   });
 

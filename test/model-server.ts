@@ -95,6 +95,8 @@ export interface RecordedRequest {
   time: number;
   /** Set when the client hung up before the answer was complete. */
   aborted: boolean;
+  /** Settles once the exchange is over (answered, or hung up): `aborted` is final then. */
+  ended: Promise<void>;
 }
 
 export type ReplyFn = (request: RecordedRequest) => Reply | Promise<Reply>;
@@ -302,6 +304,7 @@ export async function startModelServer(opts: ModelServerOptions = {}): Promise<M
       json = undefined;
     }
     const parsed = ChatRequestSchema.safeParse(json);
+    let ended!: () => void;
     const request: RecordedRequest = {
       method: req.method ?? "GET",
       path,
@@ -309,9 +312,11 @@ export async function startModelServer(opts: ModelServerOptions = {}): Promise<M
       body: parsed.success ? parsed.data : {},
       time: Date.now(),
       aborted: false,
+      ended: new Promise<void>((resolve) => (ended = resolve)),
     };
     res.on("close", () => {
       if (!res.writableFinished) request.aborted = true;
+      ended();
     });
     record(request);
 
