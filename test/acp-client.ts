@@ -44,8 +44,9 @@ export interface Daemon {
   stop(signal?: NodeJS.Signals): Promise<Exit>;
 }
 
-export function startDaemon(args: string[], env: NodeJS.ProcessEnv = {}): Daemon {
-  const child = spawn(process.execPath, [MAIN, ...args], { env: { ...process.env, ...env }, stdio: ["pipe", "pipe", "pipe"] });
+/** The daemon as a child process: the built bin, or `bin` (a copy of the build, say). */
+export function startDaemon(args: string[], env: NodeJS.ProcessEnv = {}, bin = MAIN): Daemon {
+  const child = spawn(process.execPath, [bin, ...args], { env: { ...process.env, ...env }, stdio: ["pipe", "pipe", "pipe"] });
   let err = "";
   const watchers: { pattern: RegExp; resolve: (line: string) => void }[] = [];
   child.stderr?.setEncoding("utf8").on("data", (d: string) => {

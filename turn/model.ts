@@ -3,6 +3,7 @@
 import { z } from "zod";
 import type { Settings, Thinking, ToolCall, Usage } from "../protocol/index.js";
 import { encodeBody } from "./body.js";
+import { lazyImport } from "./load.js";
 import type { ChatMessage } from "./prompt.js";
 import type { OfferedCall } from "./tools.js";
 
@@ -92,12 +93,14 @@ const PLACEHOLDER_KEY = "link-proxy-adds-the-key";
 export const MAX_RETRIES = 2;
 
 type OpenAIClass = typeof import("openai").default;
+/** A load that failed is tried again by the next turn (turn/load.ts). */
+const openaiModule = lazyImport(() => import("openai"), () => import.meta.resolve("openai"));
 let OpenAICtor: OpenAIClass | undefined;
 const clients = new Map<string, InstanceType<OpenAIClass>>();
 
 async function client(settings: Settings): Promise<InstanceType<OpenAIClass>> {
   // Loaded when a turn first needs it, so the daemon starts fast.
-  OpenAICtor ??= (await import("openai")).default;
+  OpenAICtor ??= (await openaiModule()).default;
   const key = settings.model.key ?? process.env.LNK_MODEL_KEY ?? PLACEHOLDER_KEY;
   const id = `${settings.model.base_url}\0${key}`;
   let c = clients.get(id);
@@ -115,7 +118,7 @@ function isTooLong(status: number | undefined, code: string | null | undefined, 
 
 /** What an error of the endpoint means for the turn. */
 async function classify(e: unknown): Promise<ModelError> {
-  const { APIError, APIConnectionError } = await import("openai");
+  const { APIError, APIConnectionError } = await openaiModule();
   if (e instanceof APIConnectionError) return new ModelError("network", `cannot reach the model: ${e.message}`);
   if (e instanceof APIError) {
     const status = typeof e.status === "number" ? e.status : undefined;
