@@ -10,7 +10,7 @@ import { promptContent } from "./content.js";
 import type { AcpDeps } from "./deps.js";
 import { toRequestError } from "./errors.js";
 import { initializeResult } from "./initialize.js";
-import { NewSessionLink, OVERSIZED_METHOD, ParamsError, PromptLink, SessionLink, parseLink } from "./meta.js";
+import { NewSessionLink, OVERSIZED_METHOD, ParamsError, PromptLink, SessionLink, TOO_DEEP_METHOD, parseLink } from "./meta.js";
 import { configOptions, setModel } from "./model.js";
 import { replay } from "./replay.js";
 import { Sessions, type SessionState } from "./sessions.js";
@@ -18,6 +18,7 @@ import type { Outbox } from "./outbox.js";
 import { Turns, type StartTurn } from "./turns.js";
 
 const Oversized = z.object({ bytes: z.number(), max: z.number() });
+const TooDeep = z.object({ max: z.number() });
 
 /** What every connection shares: the agent's sessions and the turns running. */
 export class AcpState {
@@ -217,6 +218,13 @@ export function createAgentApp(state: AcpState, outbox: Outbox): acp.AgentApp {
       Oversized,
       guard(({ params }) => {
         throw acp.RequestError.invalidRequest(params, `the message of ${params.bytes} bytes is over this agent's limit of ${params.max}`);
+      }),
+    )
+    .onRequest(
+      TOO_DEEP_METHOD,
+      TooDeep,
+      guard(({ params }) => {
+        throw acp.RequestError.invalidRequest(params, `the message nests arrays and objects deeper than this agent's limit of ${params.max}`);
       }),
     );
 }

@@ -2,7 +2,7 @@
 import { z } from "zod";
 import { From, Thread, Verbosity, describeIssues } from "../protocol/index.js";
 
-export { INITIALIZE_META, OVERSIZED_METHOD } from "./initialize.js";
+export { INITIALIZE_META, OVERSIZED_METHOD, TOO_DEEP_METHOD } from "./initialize.js";
 
 const name = z.string().min(1).max(256);
 
