@@ -22,12 +22,21 @@ export type NewSessionLink = z.infer<typeof NewSessionLink>;
 /** session/load, session/resume and every other session request: only the agent may be named. */
 export const SessionLink = z.object({ agent: name.optional() });
 
+/** Whether an event can hold the time: its UTC form (what the event keeps) has a year from 0000 to 9999. */
+function holdable(time: string): boolean {
+  const ms = Date.parse(time);
+  return Number.isFinite(ms) && /^\d{4}-/.test(new Date(ms).toISOString());
+}
+
+/** When a message was sent: ISO 8601 with an offset, and a time an event can hold. */
+const MessageTime = z.iso.datetime({ offset: true }).refine(holdable, "must be a time an event can hold: a year from 0000 to 9999 in UTC");
+
 /** session/prompt: who the message is from (left out, the owner), where and when, and the chat's verbosity. */
 export const PromptLink = z.object({
   agent: name.optional(),
   from: From.optional(),
   channel: name.optional(),
-  time: z.iso.datetime({ offset: true }).optional(),
+  time: MessageTime.optional(),
   verbosity: Verbosity.optional(),
 });
 export type PromptLink = z.infer<typeof PromptLink>;

@@ -1,7 +1,8 @@
 // The daemon as a process, against what goes wrong around it: a module that fails to load once, two
 // daemons starting on one stale socket, a read-only agent folder, a restart between a group's turns.
 // Each runs the built daemon as a child process with the scripted model server.
-import { copyFileSync, cpSync, lstatSync, mkdirSync, readFileSync, readdirSync, symlinkSync, writeFileSync } from "node:fs";
+import { spawn, spawnSync } from "node:child_process";
+import { copyFileSync, cpSync, existsSync, lstatSync, mkdirSync, readFileSync, readdirSync, symlinkSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import * as acp from "@agentclientprotocol/sdk";
 import type { ContentBlock } from "@agentclientprotocol/sdk";
@@ -19,9 +20,9 @@ import {
   type Client,
   type Daemon,
 } from "./acp-client.js";
-import { BIN, ROOT } from "./fixtures/built.js";
+import { BIN, MAIN, ROOT } from "./fixtures/built.js";
 import { linkFreeEnv } from "./fixtures/env.js";
-import type { ModelServer, RecordedRequest } from "./model-server.js";
+import { lastUserText, type ModelServer, type RecordedRequest } from "./model-server.js";
 
 const EVERYTHING = `"${process.execPath}" "${join(ROOT, "node_modules/@modelcontextprotocol/server-everything/dist/index.js")}" stdio`;
 
@@ -160,5 +161,73 @@ describe("the agent, when it failed to load", { timeout: 120_000 }, () => {
     void c.agent.request(acp.methods.agent.session.list, {}).catch(() => undefined);
     expect(await d.exited).toEqual({ code: 1, signal: null });
     expect(d.stderr()).toMatch(/"level":"error","msg":"connection ended","error":"the agent could not be loaded: /);
+  });
+});
+
+describe("what session/new and session/prompt refuse, and why", { timeout: 60_000 }, () => {
+  it("a time no event can hold is refused -32602 and writes nothing; one at the edge of what it can hold is taken", async () => {
+    const dir = agent();
+    const d = watch(startDaemon(["--agent", dir], linkFreeEnv()));
+    const c = await client(d);
+    const { sessionId } = await c.agent.request(acp.methods.agent.session.new, { cwd: dir, mcpServers: [] });
+    const prompt = (time: string) => c.agent.request(acp.methods.agent.session.prompt, { sessionId, prompt: text("when?"), _meta: { link: { time } } });
+    // Past Date's range, or in range but a year past 9999 or before 0000 once in UTC.
+    for (const time of ["+999999-01-01T00:00:00Z", "275760-09-13T00:00:00.001Z", "9999-12-31T23:59:59-23:59", "0000-01-01T00:00:00+23:59"]) {
+      expect(await failure(prompt(time)), time).toMatchObject({ code: -32602, message: expect.stringMatching(/time/) });
+    }
+    expect(readdirSync(join(dir, "chats", sessionId))).toEqual([]);
+    server.script({ text: "at the edge" });
+    expect(await prompt("9999-12-31T23:59:59+00:00")).toMatchObject({ stopReason: "end_turn" });
+    expect(lastUserText(server.requests.at(-1) as RecordedRequest)).toMatch(/^\[9999-12-31 23:59 UTC · direct · your owner\]/);
+  });
+
+  it("a thread name with a bidirectional control character is refused -32602, and no folder is made", async () => {
+    const dir = agent();
+    const d = watch(startDaemon(["--agent", dir], linkFreeEnv()));
+    const c = await client(d);
+    for (const thread of ["evil\u202Egpj.exe", "a\u202Ab", "\u2066x\u2069", "a\u2067b", "left\u200Eright", "a\u200Fb", "a\u061Cb"]) {
+      const refused = await failure(c.agent.request(acp.methods.agent.session.new, { cwd: dir, mcpServers: [], _meta: { link: { thread } } }));
+      expect(refused, JSON.stringify(thread)).toMatchObject({ code: -32602, message: expect.stringMatching(/bidirectional/) });
+    }
+    // A group's thread is made of its channel and id: the same rule holds.
+    const group = await failure(c.agent.request(acp.methods.agent.session.new, { cwd: dir, mcpServers: [], _meta: { link: { channel: "telegram", group: "g\u202E1" } } }));
+    expect(group.code).toBe(-32602);
+    expect(existsSync(join(dir, "chats")) ? readdirSync(join(dir, "chats")) : []).toEqual([]);
+  });
+
+  const roBind = (() => {
+    if (process.getuid?.() !== 0) return false;
+    const probe = tempDir("lnk-hard-ro-");
+    try {
+      const r = spawnSync("unshare", ["-m", "sh", "-c", 'mount --bind -o ro "$0" "$0" && touch "$0/x"', probe.path], { encoding: "utf8" });
+      return /Read-only file system/.test(r.stderr);
+    } finally {
+      probe.remove();
+    }
+  })();
+
+  it.skipIf(!roBind)("session/new on a read-only agent folder says EROFS, the real cause, not ENOENT", async () => {
+    const dir = agent();
+    // The daemon in a mount namespace of its own, where the agent's folder is bound read-only onto itself.
+    const child = spawn("unshare", ["-m", "sh", "-c", 'mount --bind -o ro "$0" "$0" && exec "$1" "$2" --agent "$0"', dir, process.execPath, MAIN], {
+      env: linkFreeEnv(),
+      stdio: ["pipe", "pipe", "pipe"],
+    });
+    let log = "";
+    child.stderr.setEncoding("utf8").on("data", (s: string) => (log += s));
+    const exited = new Promise((resolve) => child.once("exit", resolve));
+    cleanup.push(async () => {
+      child.kill("SIGKILL");
+      await exited;
+    });
+    onTestFailed(() => void process.stderr.write(`the daemon's log:\n${log}\n`));
+    const c = await openClient(stdioStream(child));
+    cleanup.push(() => c.close());
+    for (const link of [{ thread: "t1" }, {}]) {
+      const refused = await failure(c.agent.request(acp.methods.agent.session.new, { cwd: dir, mcpServers: [], _meta: { link } }));
+      expect(refused.code).toBe(-32603);
+      expect(refused.message).toMatch(/EROFS/);
+      expect(refused.message).not.toMatch(/ENOENT/);
+    }
   });
 });
