@@ -1,6 +1,8 @@
 // `_meta.link`: Link's extensions on ACP requests and responses (DESIGN.md "ACP mapping").
+import { basename } from "node:path";
 import { z } from "zod";
 import { From, Thread, Verbosity, describeIssues } from "../protocol/index.js";
+import type { AgentRef } from "../store/index.js";
 
 export { INITIALIZE_META, OVERSIZED_METHOD, TOO_DEEP_METHOD } from "./initialize.js";
 
@@ -49,10 +51,27 @@ export class ParamsError extends Error {
   }
 }
 
-/** Parses `_meta.link` of a request's params; absent is the same as `{}`. */
-export function parseLink<S extends z.ZodType>(schema: S, meta: Record<string, unknown> | null | undefined): z.infer<S> {
+/**
+ * The name of the agent this process serves: the name of its own folder, `--agent`'s last part.
+ * A process serves one agent, and knows no other name of it (Link's SharedAgents and Bind, which
+ * name it, are for `--agents` and `--blank`, not built yet).
+ */
+export function servedAgent(agent: AgentRef): string {
+  return basename(agent.dir);
+}
+
+/**
+ * Parses `_meta.link` of a request's params; absent is the same as `{}`. Its `agent`, when given,
+ * must be the agent this process serves (`served`): a request for another is refused, never
+ * answered as this one.
+ */
+export function parseLink<S extends z.ZodType<{ agent?: string | undefined }>>(schema: S, meta: Record<string, unknown> | null | undefined, served: string): z.infer<S> {
   const raw = meta?.link ?? {};
   const parsed = schema.safeParse(raw);
   if (!parsed.success) throw new ParamsError(`_meta.link: ${describeIssues(parsed.error)}`);
+  const asked = parsed.data.agent;
+  if (asked !== undefined && asked !== served) {
+    throw new ParamsError(`_meta.link.agent: this process serves the agent ${JSON.stringify(served)} alone, not ${JSON.stringify(asked)}`);
+  }
   return parsed.data;
 }

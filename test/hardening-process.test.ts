@@ -3,7 +3,7 @@
 // Each runs the built daemon as a child process with the scripted model server.
 import { spawn, spawnSync } from "node:child_process";
 import { copyFileSync, cpSync, existsSync, lstatSync, mkdirSync, readFileSync, readdirSync, symlinkSync, writeFileSync } from "node:fs";
-import { join } from "node:path";
+import { basename, join } from "node:path";
 import * as acp from "@agentclientprotocol/sdk";
 import type { ContentBlock } from "@agentclientprotocol/sdk";
 import { describe, expect, it, onTestFailed } from "vitest";
@@ -229,5 +229,48 @@ describe("what session/new and session/prompt refuse, and why", { timeout: 60_00
       expect(refused.message).toMatch(/EROFS/);
       expect(refused.message).not.toMatch(/ENOENT/);
     }
+  });
+});
+
+describe("_meta.link.agent", { timeout: 60_000 }, () => {
+  it("naming the agent this process serves (its folder's name) is taken; naming another is refused -32602, and its cancel stops nothing", async () => {
+    const dir = agent();
+    const name = basename(dir);
+    const d = watch(startDaemon(["--agent", dir], linkFreeEnv()));
+    const c = await client(d);
+    const other = { link: { agent: "someone-else" } };
+    const own = { link: { agent: name } };
+    const { sessionId } = await c.agent.request(acp.methods.agent.session.new, { cwd: dir, mcpServers: [], _meta: own });
+    const refusals = [
+      c.agent.request(acp.methods.agent.session.new, { cwd: dir, mcpServers: [], _meta: other }),
+      c.agent.request(acp.methods.agent.session.list, { _meta: other }),
+      c.agent.request(acp.methods.agent.session.load, { sessionId, cwd: dir, mcpServers: [], _meta: other }),
+      c.agent.request(acp.methods.agent.session.resume, { sessionId, cwd: dir, mcpServers: [], _meta: other }),
+      c.agent.request(acp.methods.agent.session.prompt, { sessionId, prompt: text("for whom?"), _meta: other }),
+      c.agent.request(acp.methods.agent.session.close, { sessionId, _meta: other }),
+    ];
+    for (const refused of refusals) {
+      expect(await failure(refused)).toMatchObject({ code: -32602, message: expect.stringContaining(`serves the agent ${JSON.stringify(name)} alone, not "someone-else"`) });
+    }
+    // Nothing was written for another agent: one conversation, with no event.
+    expect(readdirSync(join(dir, "chats"))).toEqual([sessionId]);
+    expect(readdirSync(join(dir, "chats", sessionId))).toEqual([]);
+    expect(server.requests).toHaveLength(0);
+
+    // A turn runs; a cancel for another agent leaves it, one for this agent stops it.
+    let release!: () => void;
+    const gate = new Promise<void>((resolve) => (release = resolve));
+    server.script(async () => {
+      await gate;
+      return { text: "finished" };
+    });
+    const running = c.agent.request(acp.methods.agent.session.prompt, { sessionId, prompt: text("work"), _meta: own });
+    await server.waitForRequest(1);
+    await c.agent.notify(acp.methods.agent.session.cancel, { sessionId, _meta: other });
+    // Notifications and requests are handled in the order they are read: once this is answered, the cancel was seen.
+    await c.agent.request(acp.methods.agent.session.list, {});
+    release();
+    expect(await running).toMatchObject({ stopReason: "end_turn" });
+    expect(answerText(c.updates)).toBe("finished");
   });
 });
