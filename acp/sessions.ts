@@ -35,7 +35,10 @@ export interface SessionState {
   cwd?: string;
   /** The client's own MCP servers, added to this conversation's tools. */
   mcpServers: McpServer[];
-  /** The channel named at session/new: a prompt's channel when it names none. */
+  /**
+   * A prompt's channel when it names none: the one named at session/new, or, for a session this
+   * process didn't make, the channel of the conversation's last user message (a group's too).
+   */
   channel?: string;
 }
 
@@ -43,6 +46,8 @@ const PAGE = 100;
 const TITLE_MAX = 80;
 /** How far into a conversation its title (the first user message) is looked for. */
 const TITLE_SEARCH = 8;
+/** How far back from a conversation's newest event its last user message is looked for, for its channel. */
+export const CHANNEL_SEARCH = 256;
 
 /**
  * Why a folder could not be made, when making it said ENOENT: Node's recursive mkdir answers a
@@ -127,7 +132,7 @@ export class Sessions {
   /** session/load and session/resume: the conversation must exist; the session takes the client's servers. */
   attach(sessionId: string, cwd: string, mcpServers: McpServer[]): SessionState {
     if (!this.exists(sessionId)) throw new SessionNotFound(sessionId);
-    const known = this.open.get(sessionId);
+    const known = this.open.get(sessionId) ?? this.fromEvents(sessionId);
     return this.remember({ ...known, thread: sessionId, cwd, mcpServers });
   }
 
@@ -136,7 +141,29 @@ export class Sessions {
     const known = this.open.get(sessionId);
     if (known && this.exists(sessionId)) return known;
     if (!this.exists(sessionId)) throw new SessionNotFound(sessionId);
-    return this.remember({ thread: sessionId, mcpServers: [] });
+    return this.remember(this.fromEvents(sessionId));
+  }
+
+  /**
+   * A session this process didn't make, from its conversation's events: its channel is the one its
+   * last user message came on (read from the newest back, at most CHANNEL_SEARCH events), so a
+   * group's prompts are headed with the group's channel after a restart too.
+   */
+  private fromEvents(thread: string): SessionState {
+    const conv = this.conversation(thread);
+    try {
+      const last = lastEventNumber(conv);
+      for (let n = last; n > Math.max(0, last - CHANNEL_SEARCH); n--) {
+        const event = readEvent(conv, n);
+        if (event?.kind === EVENT_KINDS.message && event.role === "user") {
+          return { thread, mcpServers: [], ...(event.channel !== undefined ? { channel: event.channel } : {}) };
+        }
+      }
+    } catch (e) {
+      // The channel is a default: a conversation that can't be read says why at its turn.
+      this.log.warn("a session's channel could not be read from its events", { thread, error: (e as Error).message });
+    }
+    return { thread, mcpServers: [] };
   }
 
   close(sessionId: string): void {

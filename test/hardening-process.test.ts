@@ -274,3 +274,38 @@ describe("_meta.link.agent", { timeout: 60_000 }, () => {
     expect(answerText(c.updates)).toBe("finished");
   });
 });
+
+describe("a group's conversation after a restart", { timeout: 60_000 }, () => {
+  it("is headed with the group's channel, not direct, when a prompt names none: prompted at once, or resumed first", async () => {
+    const dir = agent();
+    const header = () => lastUserText(server.requests.at(-1) as RecordedRequest).split("\n")[0] ?? "";
+    const restart = async () => {
+      const d = watch(startDaemon(["--agent", dir], linkFreeEnv()));
+      return { d, c: await client(d) };
+    };
+
+    const first = await restart();
+    const made = await first.c.agent.request(acp.methods.agent.session.new, { cwd: dir, mcpServers: [], _meta: { link: { channel: "telegram", group: "g42" } } });
+    expect(made.sessionId).toBe("telegram-g42");
+    const prompt = (c: Client, s: string) => c.agent.request(acp.methods.agent.session.prompt, { sessionId: made.sessionId, prompt: text(s) });
+    await prompt(first.c, "before the restart");
+    expect(header()).toMatch(/ · telegram · /);
+    first.c.close();
+    first.d.child.stdin?.end();
+    expect(await first.d.exited).toEqual({ code: 0, signal: null });
+
+    const second = await restart();
+    await prompt(second.c, "after the restart");
+    expect(header()).toMatch(/ · telegram · /);
+    second.c.close();
+    await second.d.stop();
+
+    const third = await restart();
+    await third.c.agent.request(acp.methods.agent.session.resume, { sessionId: made.sessionId, cwd: dir, mcpServers: [] });
+    await prompt(third.c, "after a resume");
+    expect(header()).toMatch(/ · telegram · /);
+    // A prompt that names its channel still wins.
+    await third.c.agent.request(acp.methods.agent.session.prompt, { sessionId: made.sessionId, prompt: text("elsewhere"), _meta: { link: { channel: "signal" } } });
+    expect(header()).toMatch(/ · signal · /);
+  });
+});
