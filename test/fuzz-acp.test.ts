@@ -513,6 +513,36 @@ describe("raw lines that are not requests", () => {
   });
 });
 
+describe("hostile values, each sent once", () => {
+  it("bidirectional thread names, times no event can hold and other agents' names are refused -32602 and write nothing", async () => {
+    const sent: [string, unknown][] = [
+      ...HOSTILE.filter((t) => /[\u202A-\u202E\u2066-\u2069\u200E\u200F\u061C]/.test(t)).flatMap((thread): [string, unknown][] => [
+        ["session/new", { cwd: "/tmp", mcpServers: [], _meta: { link: { thread } } }],
+        ["session/new", { cwd: "/tmp", mcpServers: [], _meta: { link: { channel: "telegram", group: thread } } }],
+      ]),
+      ...UNHOLDABLE_TIMES.map((time): [string, unknown] => ["session/prompt", { sessionId: MAIN, prompt: [{ type: "text", text: "when?" }], _meta: { link: { time } } }]),
+      ...["other-agent", "Agent", " agent"].flatMap((name): [string, unknown][] => {
+        const _meta = { link: { agent: name } };
+        return [
+          ["session/new", { cwd: "/tmp", mcpServers: [], _meta }],
+          ["session/load", { sessionId: MAIN, cwd: "/tmp", mcpServers: [], _meta }],
+          ["session/resume", { sessionId: MAIN, cwd: "/tmp", _meta }],
+          ["session/list", { _meta }],
+          ["session/set_config_option", { sessionId: MAIN, configId: "model", value: "other-model", _meta }],
+          ["session/prompt", { sessionId: MAIN, prompt: [{ type: "text", text: "for whom?" }], _meta }],
+          ["session/close", { sessionId: MAIN, _meta }],
+        ];
+      }),
+    ];
+    for (const [method, params] of sent) {
+      const before = snapshot();
+      const answer = await request(method, params);
+      expect(answer, `${method} ${JSON.stringify(params)}`).toMatchObject({ error: { code: -32602 } });
+      expect(snapshot()).toEqual(before);
+    }
+  });
+});
+
 describe("a line nested deeper than the daemon reads", () => {
   const arrays = (n: number) => `${"[".repeat(n)}${"]".repeat(n)}`;
 
