@@ -46,7 +46,11 @@ export interface Daemon {
 
 /** The daemon as a child process: the built bin, or `bin` (a copy of the build, say). */
 export function startDaemon(args: string[], env: NodeJS.ProcessEnv = {}, bin = MAIN): Daemon {
-  const child = spawn(process.execPath, [bin, ...args], { env: { ...process.env, ...env }, stdio: ["pipe", "pipe", "pipe"] });
+  return watchDaemon(spawn(process.execPath, [bin, ...args], { env: { ...process.env, ...env }, stdio: ["pipe", "pipe", "pipe"] }));
+}
+
+/** A daemon started another way (under `sh -c 'ulimit …'`, say), with its stdio piped: watched as startDaemon's are. */
+export function watchDaemon(child: ChildProcess): Daemon {
   let err = "";
   const watchers: { pattern: RegExp; resolve: (line: string) => void }[] = [];
   child.stderr?.setEncoding("utf8").on("data", (d: string) => {

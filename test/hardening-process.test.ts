@@ -3,6 +3,7 @@
 // Each runs the built daemon as a child process with the scripted model server.
 import { spawn, spawnSync } from "node:child_process";
 import { copyFileSync, cpSync, existsSync, lstatSync, mkdirSync, readFileSync, readdirSync, symlinkSync, writeFileSync } from "node:fs";
+import { connect as netConnect, type Socket } from "node:net";
 import { basename, join } from "node:path";
 import * as acp from "@agentclientprotocol/sdk";
 import type { ContentBlock } from "@agentclientprotocol/sdk";
@@ -17,6 +18,7 @@ import {
   startDaemon,
   stdioStream,
   tempDir,
+  watchDaemon,
   type Client,
   type Daemon,
 } from "./acp-client.js";
@@ -131,6 +133,61 @@ describe("a module that failed to load once", { timeout: 120_000 }, () => {
   });
 });
 
+describe("a moment of EMFILE at the first turn", { timeout: 120_000 }, () => {
+  // With no file left, the turn's own module fails to load; with one, the first of the modules it imports takes it and the others fail.
+  it.skipIf(!existsSync("/proc/self/fd")).each([
+    [0, "the turn's module"],
+    [1, "modules the turn's module imports"],
+  ])("fails that turn only: the next loads what the first could not (%i files left: %s)", async (free) => {
+    const dir = agent();
+    const socket = join(dir, "control.sock");
+    const LIMIT = 128;
+    const d = watch(
+      watchDaemon(
+        spawn("sh", ["-c", `ulimit -n ${LIMIT} && exec "$0" "$@"`, process.execPath, MAIN, "--agent", dir, "--socket", socket], {
+          env: linkFreeEnv(),
+          stdio: ["pipe", "pipe", "pipe"],
+        }),
+      ),
+    );
+    await d.waitForLog(/"serving ACP"/);
+    const a = await socketStream(socket);
+    cleanup.push(() => a.socket.destroy());
+    const c = await openClient(a.stream);
+    const { sessionId } = await c.agent.request(acp.methods.agent.session.new, { cwd: dir, mcpServers: [] });
+
+    // Connections until the daemon can take no more: each one it takes holds a file of it open, and
+    // answers initialize; the first it can't take is closed unanswered.
+    const held: Socket[] = [];
+    for (let n = 0; n < LIMIT; n++) {
+      const conn = netConnect(socket);
+      conn.on("error", () => undefined);
+      held.push(conn);
+      conn.write(`${JSON.stringify({ jsonrpc: "2.0", id: 1, method: "initialize", params: { protocolVersion: 1 } })}\n`);
+      const taken = await new Promise<boolean>((resolve) => {
+        conn.once("data", () => resolve(true));
+        conn.once("close", () => resolve(false));
+      });
+      if (!taken) break;
+    }
+    const letGo = (conn: Socket) =>
+      new Promise<void>((resolve) => {
+        if (conn.destroyed) return resolve();
+        conn.once("close", () => resolve());
+        conn.end();
+      });
+    await Promise.all(held.splice(0, free).map(letGo));
+    const first = await failure(c.agent.request(acp.methods.agent.session.prompt, { sessionId, prompt: text("one") }));
+    expect(first).toMatchObject({ code: -32603, message: expect.stringMatching(free === 0 ? /EMFILE.*turn\/turn\.js/ : /EMFILE.*turn\/(?!turn\.js)\w+\.js/) });
+
+    // Each connection let go, and closed by the daemon: its file is free again.
+    await Promise.all(held.map(letGo));
+    server.script({ text: "two answered" });
+    expect(await c.agent.request(acp.methods.agent.session.prompt, { sessionId, prompt: text("two") })).toMatchObject({ stopReason: "end_turn" });
+    expect(answerText(c.updates)).toBe("two answered");
+  });
+});
+
 describe("the agent, when it failed to load", { timeout: 120_000 }, () => {
   it("is loaded again for the next connection to the socket", async () => {
     const build = copyOfBuild([]);
@@ -209,20 +266,15 @@ describe("what session/new and session/prompt refuse, and why", { timeout: 60_00
   it.skipIf(!roBind)("session/new on a read-only agent folder says EROFS, the real cause, not ENOENT", async () => {
     const dir = agent();
     // The daemon in a mount namespace of its own, where the agent's folder is bound read-only onto itself.
-    const child = spawn("unshare", ["-m", "sh", "-c", 'mount --bind -o ro "$0" "$0" && exec "$1" "$2" --agent "$0"', dir, process.execPath, MAIN], {
-      env: linkFreeEnv(),
-      stdio: ["pipe", "pipe", "pipe"],
-    });
-    let log = "";
-    child.stderr.setEncoding("utf8").on("data", (s: string) => (log += s));
-    const exited = new Promise((resolve) => child.once("exit", resolve));
-    cleanup.push(async () => {
-      child.kill("SIGKILL");
-      await exited;
-    });
-    onTestFailed(() => void process.stderr.write(`the daemon's log:\n${log}\n`));
-    const c = await openClient(stdioStream(child));
-    cleanup.push(() => c.close());
+    const d = watch(
+      watchDaemon(
+        spawn("unshare", ["-m", "sh", "-c", 'mount --bind -o ro "$0" "$0" && exec "$1" "$2" --agent "$0"', dir, process.execPath, MAIN], {
+          env: linkFreeEnv(),
+          stdio: ["pipe", "pipe", "pipe"],
+        }),
+      ),
+    );
+    const c = await client(d);
     for (const link of [{ thread: "t1" }, {}]) {
       const refused = await failure(c.agent.request(acp.methods.agent.session.new, { cwd: dir, mcpServers: [], _meta: { link } }));
       expect(refused.code).toBe(-32603);
