@@ -10,7 +10,7 @@ import { promptContent } from "./content.js";
 import type { AcpDeps } from "./deps.js";
 import { toRequestError } from "./errors.js";
 import { initializeResult } from "./initialize.js";
-import { NewSessionLink, OVERSIZED_METHOD, ParamsError, PromptLink, SessionLink, parseLink } from "./meta.js";
+import { NewSessionLink, OVERSIZED_METHOD, ParamsError, PromptLink, SessionLink, TOO_DEEP_METHOD, parseLink, servedAgent } from "./meta.js";
 import { configOptions, setModel } from "./model.js";
 import { replay } from "./replay.js";
 import { Sessions, type SessionState } from "./sessions.js";
@@ -18,6 +18,7 @@ import type { Outbox } from "./outbox.js";
 import { Turns, type StartTurn } from "./turns.js";
 
 const Oversized = z.object({ bytes: z.number(), max: z.number() });
+const TooDeep = z.object({ max: z.number() });
 
 /** What every connection shares: the agent's sessions and the turns running. */
 export class AcpState {
@@ -78,6 +79,7 @@ function promptResponse(outcome: TurnOutcome): PromptResponse {
 export function createAgentApp(state: AcpState, outbox: Outbox): acp.AgentApp {
   const { deps, sessions, turns } = state;
   const { log } = deps;
+  const served = servedAgent(deps.agent);
 
   // Each handler's failure is answered with an error a person can act on.
   const guard =
@@ -131,7 +133,7 @@ export function createAgentApp(state: AcpState, outbox: Outbox): acp.AgentApp {
     .onRequest(
       acp.methods.agent.session.new,
       guard(({ params }) => {
-        const link = parseLink(NewSessionLink, params._meta);
+        const link = parseLink(NewSessionLink, params._meta, served);
         checkServers(params.mcpServers);
         const session = sessions.create(link, params.cwd, params.mcpServers);
         return { sessionId: session.thread, configOptions: configOptions(sessions, session.thread, state.settings()) };
@@ -140,7 +142,7 @@ export function createAgentApp(state: AcpState, outbox: Outbox): acp.AgentApp {
     .onRequest(
       acp.methods.agent.session.load,
       guard(async ({ params, client }) => {
-        parseLink(SessionLink, params._meta);
+        parseLink(SessionLink, params._meta, served);
         checkServers(params.mcpServers);
         const session = sessions.attach(params.sessionId, params.cwd, params.mcpServers);
         const settings = state.settings();
@@ -153,7 +155,7 @@ export function createAgentApp(state: AcpState, outbox: Outbox): acp.AgentApp {
     .onRequest(
       acp.methods.agent.session.resume,
       guard(({ params }) => {
-        parseLink(SessionLink, params._meta);
+        parseLink(SessionLink, params._meta, served);
         checkServers(params.mcpServers ?? []);
         const session = sessions.attach(params.sessionId, params.cwd, params.mcpServers ?? []);
         return { configOptions: configOptions(sessions, session.thread, state.settings()) };
@@ -162,14 +164,14 @@ export function createAgentApp(state: AcpState, outbox: Outbox): acp.AgentApp {
     .onRequest(
       acp.methods.agent.session.list,
       guard(({ params }) => {
-        parseLink(SessionLink, params._meta);
+        parseLink(SessionLink, params._meta, served);
         return sessions.list(params.cursor);
       }),
     )
     .onRequest(
       acp.methods.agent.session.close,
       guard(({ params }) => {
-        parseLink(SessionLink, params._meta);
+        parseLink(SessionLink, params._meta, served);
         sessions.close(params.sessionId);
         // Closing a session ends its work: its running turn is stopped, as /stop would.
         turns.cancel(sessions.conversation(params.sessionId).dir);
@@ -179,7 +181,7 @@ export function createAgentApp(state: AcpState, outbox: Outbox): acp.AgentApp {
     .onRequest(
       acp.methods.agent.session.setConfigOption,
       guard(async ({ params }) => {
-        parseLink(SessionLink, params._meta);
+        parseLink(SessionLink, params._meta, served);
         const session = sessions.get(params.sessionId);
         await setModel(sessions, session.thread, params.configId, params.value);
         return { configOptions: configOptions(sessions, session.thread, state.settings()) };
@@ -188,7 +190,7 @@ export function createAgentApp(state: AcpState, outbox: Outbox): acp.AgentApp {
     .onRequest(
       acp.methods.agent.session.prompt,
       guard(async ({ params, client }) => {
-        const link = parseLink(PromptLink, params._meta);
+        const link = parseLink(PromptLink, params._meta, served);
         const session = sessions.get(params.sessionId);
         const content = promptContent(params.prompt);
         const settings = state.settings();
@@ -212,6 +214,12 @@ export function createAgentApp(state: AcpState, outbox: Outbox): acp.AgentApp {
       }),
     )
     .onNotification(acp.methods.agent.session.cancel, ({ params }) => {
+      // A cancel for another agent, or one that can't be read, stops nothing of this one's.
+      try {
+        parseLink(SessionLink, params._meta, served);
+      } catch {
+        return;
+      }
       if (!sessions.exists(params.sessionId)) return;
       turns.cancel(sessions.conversation(params.sessionId).dir);
     })
@@ -220,6 +228,13 @@ export function createAgentApp(state: AcpState, outbox: Outbox): acp.AgentApp {
       Oversized,
       guard(({ params }) => {
         throw acp.RequestError.invalidRequest(params, `the message of ${params.bytes} bytes is over this agent's limit of ${params.max}`);
+      }),
+    )
+    .onRequest(
+      TOO_DEEP_METHOD,
+      TooDeep,
+      guard(({ params }) => {
+        throw acp.RequestError.invalidRequest(params, `the message nests arrays and objects deeper than this agent's limit of ${params.max}`);
       }),
     );
 }

@@ -14,6 +14,8 @@ export const INITIALIZE_META = {
 
 /** Stands in for a message too large to read (daemon/lines.ts), so its request still gets an answer. */
 export const OVERSIZED_METHOD = "_link/oversized";
+/** Stands in for a message that nests too deep to read (daemon/lines.ts), so its request still gets an answer. */
+export const TOO_DEEP_METHOD = "_link/too-deep";
 
 export function initializeResult(version: string) {
   return {

@@ -1,8 +1,10 @@
 // `_meta.link`: Link's extensions on ACP requests and responses (DESIGN.md "ACP mapping").
+import { basename } from "node:path";
 import { z } from "zod";
 import { From, Thread, Verbosity, describeIssues } from "../protocol/index.js";
+import type { AgentRef } from "../store/index.js";
 
-export { INITIALIZE_META, OVERSIZED_METHOD } from "./initialize.js";
+export { INITIALIZE_META, OVERSIZED_METHOD, TOO_DEEP_METHOD } from "./initialize.js";
 
 const name = z.string().min(1).max(256);
 
@@ -22,12 +24,21 @@ export type NewSessionLink = z.infer<typeof NewSessionLink>;
 /** session/load, session/resume and every other session request: only the agent may be named. */
 export const SessionLink = z.object({ agent: name.optional() });
 
+/** Whether an event can hold the time: its UTC form (what the event keeps) has a year from 0000 to 9999. */
+function holdable(time: string): boolean {
+  const ms = Date.parse(time);
+  return Number.isFinite(ms) && /^\d{4}-/.test(new Date(ms).toISOString());
+}
+
+/** When a message was sent: ISO 8601 with an offset, and a time an event can hold. */
+const MessageTime = z.iso.datetime({ offset: true }).refine(holdable, "must be a time an event can hold: a year from 0000 to 9999 in UTC");
+
 /** session/prompt: who the message is from (left out, the owner), where and when, and the chat's verbosity. */
 export const PromptLink = z.object({
   agent: name.optional(),
   from: From.optional(),
   channel: name.optional(),
-  time: z.iso.datetime({ offset: true }).optional(),
+  time: MessageTime.optional(),
   verbosity: Verbosity.optional(),
 });
 export type PromptLink = z.infer<typeof PromptLink>;
@@ -40,10 +51,27 @@ export class ParamsError extends Error {
   }
 }
 
-/** Parses `_meta.link` of a request's params; absent is the same as `{}`. */
-export function parseLink<S extends z.ZodType>(schema: S, meta: Record<string, unknown> | null | undefined): z.infer<S> {
+/**
+ * The name of the agent this process serves: the name of its own folder, `--agent`'s last part.
+ * A process serves one agent, and knows no other name of it (Link's SharedAgents and Bind, which
+ * name it, are for `--agents` and `--blank`, not built yet).
+ */
+export function servedAgent(agent: AgentRef): string {
+  return basename(agent.dir);
+}
+
+/**
+ * Parses `_meta.link` of a request's params; absent is the same as `{}`. Its `agent`, when given,
+ * must be the agent this process serves (`served`): a request for another is refused, never
+ * answered as this one.
+ */
+export function parseLink<S extends z.ZodType<{ agent?: string | undefined }>>(schema: S, meta: Record<string, unknown> | null | undefined, served: string): z.infer<S> {
   const raw = meta?.link ?? {};
   const parsed = schema.safeParse(raw);
   if (!parsed.success) throw new ParamsError(`_meta.link: ${describeIssues(parsed.error)}`);
+  const asked = parsed.data.agent;
+  if (asked !== undefined && asked !== served) {
+    throw new ParamsError(`_meta.link.agent: this process serves the agent ${JSON.stringify(served)} alone, not ${JSON.stringify(asked)}`);
+  }
   return parsed.data;
 }

@@ -1,7 +1,8 @@
 // ACP sessions ↔ conversations: a session id is its conversation's thread, so a session lives on disk
 // and any process (this one after a restart too) can take it up again.
 import { randomBytes } from "node:crypto";
-import { lstatSync, statSync } from "node:fs";
+import { accessSync, constants, lstatSync, statSync } from "node:fs";
+import { dirname } from "node:path";
 import type { McpServer, SessionInfo } from "@agentclientprotocol/sdk";
 import { EVENT_KINDS, Thread, type Event, type Numbered } from "../protocol/index.js";
 import {
@@ -34,7 +35,10 @@ export interface SessionState {
   cwd?: string;
   /** The client's own MCP servers, added to this conversation's tools. */
   mcpServers: McpServer[];
-  /** The channel named at session/new: a prompt's channel when it names none. */
+  /**
+   * A prompt's channel when it names none: the one named at session/new, or, for a session this
+   * process didn't make, the channel of the conversation's last user message (a group's too).
+   */
   channel?: string;
 }
 
@@ -42,6 +46,33 @@ const PAGE = 100;
 const TITLE_MAX = 80;
 /** How far into a conversation its title (the first user message) is looked for. */
 const TITLE_SEARCH = 8;
+/** How far back from a conversation's newest event its last user message is looked for, for its channel. */
+export const CHANNEL_SEARCH = 256;
+
+/**
+ * Why a folder could not be made, when making it said ENOENT: Node's recursive mkdir answers a
+ * failure it doesn't expect (EROFS, a read-only file system; ENOSPC; EDQUOT) with the ENOENT of
+ * the folder it then failed to find. The folder nearest `dir` that exists says the real cause, when
+ * it can't be written in; else the ENOENT was the real one.
+ */
+function whyNotMade(e: unknown, dir: string): unknown {
+  if (!isErrno(e, "ENOENT")) return e;
+  let at = dirname(dir);
+  while (at !== dirname(at)) {
+    try {
+      lstatSync(at);
+      break;
+    } catch {
+      at = dirname(at);
+    }
+  }
+  try {
+    accessSync(at, constants.W_OK);
+  } catch (cause) {
+    return Object.assign(new Error(`cannot make ${dir}: ${(cause as Error).message}`), { code: (cause as NodeJS.ErrnoException).code });
+  }
+  return e;
+}
 
 /** A new thread: sortable by when it began, unique by its random tail. */
 function newThread(): string {
@@ -89,7 +120,11 @@ export class Sessions {
       while (this.exists(thread));
     }
     const conv = this.conversation(thread);
-    ensureConversation(conv);
+    try {
+      ensureConversation(conv);
+    } catch (e) {
+      throw whyNotMade(e, conv.dir);
+    }
     if (link.tools !== undefined) narrowToolsList(conv, link.tools);
     return this.remember({ thread, cwd, mcpServers, ...(link.channel !== undefined ? { channel: link.channel } : {}) });
   }
@@ -97,7 +132,7 @@ export class Sessions {
   /** session/load and session/resume: the conversation must exist; the session takes the client's servers. */
   attach(sessionId: string, cwd: string, mcpServers: McpServer[]): SessionState {
     if (!this.exists(sessionId)) throw new SessionNotFound(sessionId);
-    const known = this.open.get(sessionId);
+    const known = this.open.get(sessionId) ?? this.fromEvents(sessionId);
     return this.remember({ ...known, thread: sessionId, cwd, mcpServers });
   }
 
@@ -106,7 +141,29 @@ export class Sessions {
     const known = this.open.get(sessionId);
     if (known && this.exists(sessionId)) return known;
     if (!this.exists(sessionId)) throw new SessionNotFound(sessionId);
-    return this.remember({ thread: sessionId, mcpServers: [] });
+    return this.remember(this.fromEvents(sessionId));
+  }
+
+  /**
+   * A session this process didn't make, from its conversation's events: its channel is the one its
+   * last user message came on (read from the newest back, at most CHANNEL_SEARCH events), so a
+   * group's prompts are headed with the group's channel after a restart too.
+   */
+  private fromEvents(thread: string): SessionState {
+    const conv = this.conversation(thread);
+    try {
+      const last = lastEventNumber(conv);
+      for (let n = last; n > Math.max(0, last - CHANNEL_SEARCH); n--) {
+        const event = readEvent(conv, n);
+        if (event?.kind === EVENT_KINDS.message && event.role === "user") {
+          return { thread, mcpServers: [], ...(event.channel !== undefined ? { channel: event.channel } : {}) };
+        }
+      }
+    } catch (e) {
+      // The channel is a default: a conversation that can't be read says why at its turn.
+      this.log.warn("a session's channel could not be read from its events", { thread, error: (e as Error).message });
+    }
+    return { thread, mcpServers: [] };
   }
 
   close(sessionId: string): void {

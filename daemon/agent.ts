@@ -5,6 +5,7 @@ import * as acp from "@agentclientprotocol/sdk";
 import { AcpState, createAgentApp } from "../acp/app.js";
 import { Outbox } from "../acp/outbox.js";
 import type { AgentRef } from "../store/paths.js";
+import { lazy, lazyImport } from "../turn/load.js";
 import type { ToolHost } from "../turn/tools.js";
 import { log } from "./log.js";
 import { discoverTools } from "./tools/discover.js";
@@ -23,15 +24,19 @@ export interface RunningAgent {
   readonly turns: number;
 }
 
+// Loaded when the first prompt needs them; a load that failed is tried again by the next prompt.
+const turnModule = lazyImport(() => import("../turn/turn.js"), () => new URL("../turn/turn.js", import.meta.url).href);
+const hostModule = lazyImport(() => import("./tools/host.js"), () => new URL("./tools/host.js", import.meta.url).href);
+
 export function startAgent(o: AgentOptions): RunningAgent {
   let host: Promise<ToolHost> | undefined;
+  const toolHost = lazy(async () => new (await hostModule()).McpToolHost());
   const state = new AcpState({
     agent: o.agent,
     version: o.version,
     log,
-    // Loaded when the first prompt needs it.
-    runTurn: async (input, listener) => (await import("../turn/turn.js")).runTurn(input, listener),
-    toolHost: () => (host ??= import("./tools/host.js").then(({ McpToolHost }) => new McpToolHost())),
+    runTurn: async (input, listener) => (await turnModule()).runTurn(input, listener),
+    toolHost: () => (host = toolHost()),
     discoverTools: (settings, servers) => discoverTools(process.env, { ...(settings ? { settings } : {}), acp: servers }),
   });
   return {

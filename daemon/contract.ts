@@ -1,11 +1,20 @@
 // Link Harness's own Contract: what it says of itself when asked `contract` (spec: contract.txt).
-import { CONTRACT_VERSION, FEATURES, type Contract } from "../protocol/index.js";
+// It claims a part of the contract, or a feature, only once it works.
+import { CONTRACT_VERSION, FEATURES, type Contract, type Feature } from "../protocol/index.js";
+
+/** Features not built yet: left out of the list, so Link refuses a spec that turns one on. */
+export const NOT_BUILT: readonly Feature[] = [
+  // The instructions of the repository the agent works in (its AGENTS.md and the like) are not read.
+  "repo-instructions",
+];
 
 export function contract(): Contract {
   return {
     version: CONTRACT_VERSION,
     // It reaches its model at model.base_url, Link's proxy, which holds the key.
     proxy: true,
+    // It serves ACP on stdio or a Unix socket, and takes no port from LNK_PORT ("left out, 200").
+    ports: 0,
     // Its endpoint reads who a message is from (session/prompt _meta.link.from).
     from: true,
     // It keeps a conversation's tools (tools.json: a subagent's list narrows, never widens).
@@ -20,7 +29,7 @@ export function contract(): Contract {
     // It reads memory/notes.md at each turn.
     notes: true,
     native_memory: false,
-    // Link Harness honours every feature as the spec says.
-    features: Object.fromEntries(FEATURES.map((f) => [f, "spec" as const])),
+    // Each feature built, as the spec says.
+    features: Object.fromEntries(FEATURES.filter((f) => !NOT_BUILT.includes(f)).map((f) => [f, "spec" as const])),
   };
 }

@@ -6,7 +6,7 @@
 // function) is then left out.
 import type { Readable, Writable } from "node:stream";
 import { initializeResult } from "../acp/initialize.js";
-import { concat, limitLines } from "./lines.js";
+import { MAX_DEPTH, concat, limitLines, nestsDeeper } from "./lines.js";
 
 const NEWLINE = 0x0a;
 /** An initialize request is small: a first line longer than this isn't answered ahead. */
@@ -110,10 +110,11 @@ export function front(input: Readable, output: Writable, web: WebStreams, versio
   const first = (async () => {
     const read = await readFirstLine(input, FIRST_LINE_MAX);
     ahead = read.chunks;
-    // A line over the bound goes on to be refused as oversized, not answered here.
+    // A line over the bounds goes on to be refused as oversized or too deep, not answered here.
     if (read.nl >= 0 && read.nl <= max) {
       const head = read.chunks.length === 1 ? read.chunks[0]! : concat(read.chunks);
-      const id = initializeId(decoder.decode(head.subarray(0, read.nl)));
+      const line = head.subarray(0, read.nl);
+      const id = nestsDeeper(line, MAX_DEPTH) ? undefined : initializeId(decoder.decode(line));
       if (id !== undefined) {
         skip = id;
         const answer = `${JSON.stringify({ jsonrpc: "2.0", id, result: initializeResult(version) })}\n`;

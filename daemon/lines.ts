@@ -1,11 +1,23 @@
 // Bounds each incoming line: a message over the limit is dropped as it streams in (never held whole)
 // and stands in as a small request the agent refuses, so the connection lives on and the client's
-// request still gets an answer.
-import { OVERSIZED_METHOD } from "../acp/initialize.js";
+// request still gets an answer. So does a message that nests deeper than the limit: the SDK's answer
+// to one (its error echoes what it read) overflowed the stack and closed the connection.
+import { OVERSIZED_METHOD, TOO_DEEP_METHOD } from "../acp/initialize.js";
 
 /** How much of an oversized line is kept to find its request id. */
 const HEAD = 4096;
+/**
+ * How deep a message may nest its arrays and objects. ACP's own messages nest about a dozen deep;
+ * this leaves room for what a client puts under `_meta`.
+ */
+export const MAX_DEPTH = 128;
 const NEWLINE = 0x0a;
+const QUOTE = 0x22;
+const BACKSLASH = 0x5c;
+const OPEN_ARRAY = 0x5b;
+const OPEN_OBJECT = 0x7b;
+const CLOSE_ARRAY = 0x5d;
+const CLOSE_OBJECT = 0x7d;
 
 /** The parts joined into one array of `length` bytes. */
 export function concat(parts: readonly Uint8Array[], length = parts.reduce((n, p) => n + p.length, 0)): Uint8Array {
@@ -54,7 +66,43 @@ export function oversizedLine(head: string, bytes: number, max: number): string 
   return `${JSON.stringify(stand)}\n`;
 }
 
-/** Passes newline-delimited messages through, each at most `max` bytes. */
+/** Whether the JSON text in `bytes` nests arrays and objects deeper than `max`; brackets in strings don't count. */
+export function nestsDeeper(bytes: Uint8Array, max: number): boolean {
+  // A line with few brackets can't nest deep: they are counted first, natively, and most lines stop here.
+  let brackets = 0;
+  for (const open of [OPEN_ARRAY, OPEN_OBJECT]) {
+    for (let at = bytes.indexOf(open); at >= 0 && brackets <= max; at = bytes.indexOf(open, at + 1)) brackets++;
+  }
+  if (brackets <= max) return false;
+  // UTF-8 never uses these bytes inside a longer character, so the bytes are scanned as they are.
+  let depth = 0;
+  let inString = false;
+  for (let i = 0; i < bytes.length; i++) {
+    const c = bytes[i];
+    if (inString) {
+      if (c === BACKSLASH) i++;
+      else if (c === QUOTE) inString = false;
+    } else if (c === QUOTE) inString = true;
+    else if (c === OPEN_ARRAY || c === OPEN_OBJECT) {
+      if (++depth > max) return true;
+    } else if (c === CLOSE_ARRAY || c === CLOSE_OBJECT) depth--;
+  }
+  return false;
+}
+
+/** The line that stands in for one nested too deep: a request the agent refuses, or (no id found) not a request at all. */
+export function tooDeepLine(text: string, max: number): string {
+  const id = topLevelId(text);
+  const stand = id !== undefined ? { jsonrpc: "2.0", id, method: TOO_DEEP_METHOD, params: { max } } : `message nests deeper than the limit of ${max}`;
+  return `${JSON.stringify(stand)}\n`;
+}
+
+/** A whole line as it goes on: itself, or its stand-in when it nests too deep. */
+function checked(line: Uint8Array, decoder: TextDecoder, encoder: TextEncoder): Uint8Array {
+  return nestsDeeper(line, MAX_DEPTH) ? encoder.encode(tooDeepLine(decoder.decode(line), MAX_DEPTH)) : line;
+}
+
+/** Passes newline-delimited messages through, each at most `max` bytes and nested at most MAX_DEPTH deep. */
 export function limitLines(max: number): TransformStream<Uint8Array, Uint8Array> {
   const encoder = new TextEncoder();
   const decoder = new TextDecoder();
@@ -86,7 +134,7 @@ export function limitLines(max: number): TransformStream<Uint8Array, Uint8Array>
           dropping = undefined;
         } else {
           parts.push(Uint8Array.of(NEWLINE));
-          controller.enqueue(concat(parts, length + 1));
+          controller.enqueue(checked(concat(parts, length + 1), decoder, encoder));
         }
         parts = [];
         length = 0;
@@ -95,7 +143,7 @@ export function limitLines(max: number): TransformStream<Uint8Array, Uint8Array>
     },
     flush(controller) {
       if (dropping) controller.enqueue(encoder.encode(oversizedLine(dropping.head, dropping.bytes, max)));
-      else if (length > 0) controller.enqueue(concat(parts, length));
+      else if (length > 0) controller.enqueue(checked(concat(parts, length), decoder, encoder));
     },
   });
 }

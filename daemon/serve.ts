@@ -3,6 +3,7 @@
 // the agent (the ACP SDK, the schemas, the sessions) is loaded right after.
 import type { Socket } from "node:net";
 import { Duplex, Readable, Writable } from "node:stream";
+import { lazy, lazyImport } from "../turn/load.js";
 import type { RunningAgent } from "./agent.js";
 import { UsageError, agentRef, type Command } from "./cli.js";
 import { front, type WebStreams } from "./front.js";
@@ -14,6 +15,16 @@ import { version } from "./version.js";
 export const DEFAULT_MAX_BYTES = 32 * 1024 * 1024;
 /** How long the agent waits to load when no request comes first. */
 const LOAD_AFTER_MS = 100;
+/** How long a connection waits before each new attempt to load the agent: a moment of EMFILE passes. */
+const LOAD_AGAIN_MS = [100, 500, 2_000];
+
+/** The agent could not be loaded for a connection, after every attempt. */
+class AgentUnavailable extends Error {
+  constructor(cause: unknown) {
+    super(`the agent could not be loaded: ${cause instanceof Error ? cause.message : String(cause)}`);
+    this.name = "AgentUnavailable";
+  }
+}
 
 /** The largest message read, in bytes; LNK_ACP_MAX_BYTES overrides the default. */
 function maxMessageBytes(env: NodeJS.ProcessEnv): number {
@@ -34,9 +45,15 @@ export async function serve(command: Extract<Command, { kind: "serve" }>): Promi
   const agent = agentRef(command.agent);
   const ver = version();
 
+  // A load that failed (a moment of EMFILE, say) is tried again, never kept.
+  const agentModule = lazyImport(() => import("./agent.js"), () => new URL("./agent.js", import.meta.url).href);
+  const started = lazy(async () => (await agentModule()).startAgent({ agent, version: ver, max }));
   let loading: Promise<RunningAgent> | undefined;
-  const load = () => (loading ??= import("./agent.js").then(({ startAgent }) => startAgent({ agent, version: ver, max })));
-  const timer = setTimeout(load, LOAD_AFTER_MS);
+  const load = () => (loading = started());
+  const timer = setTimeout(
+    () => void load().catch((e: unknown) => log.warn("loading the agent failed: the next connection tries again", { error: (e as Error).message })),
+    LOAD_AFTER_MS,
+  );
 
   // A daemon outlives any one failure: whatever escapes a handler is logged, never fatal.
   process.on("unhandledRejection", (e) => log.error("unhandled rejection", { error: e instanceof Error ? e.message : String(e) }));
@@ -49,12 +66,13 @@ export async function serve(command: Extract<Command, { kind: "serve" }>): Promi
     (stopping ??= (async () => {
       clearTimeout(timer);
       control?.server.close();
-      await (await loading)?.stop(abort);
+      await (await loading?.catch(() => undefined))?.stop(abort);
       for (const socket of connections) socket.destroy();
       control?.remove();
       log.info("stopped");
     })());
 
+  let exitCode = 0;
   let stopped!: () => void;
   const done = new Promise<void>((resolve) => (stopped = resolve));
   // Kept for the process's life (not `once`): a module that re-raises a signal when no other
@@ -72,11 +90,25 @@ export async function serve(command: Extract<Command, { kind: "serve" }>): Promi
   process.on("SIGTERM", onSignal);
   process.on("SIGINT", onSignal);
 
+  /** The agent for a connection: loaded, or loaded again after a short wait, a few times. */
+  const loadFor = async (): Promise<RunningAgent> => {
+    for (let attempt = 0; ; attempt++) {
+      try {
+        return await load();
+      } catch (e) {
+        const wait = LOAD_AGAIN_MS[attempt];
+        if (wait === undefined || stopping) throw new AgentUnavailable(e);
+        log.warn("loading the agent failed: trying again", { error: (e as Error).message, ms: wait });
+        await new Promise((resolve) => setTimeout(resolve, wait));
+      }
+    }
+  };
+
   const connect = async (input: Readable, output: Writable, web: WebStreams): Promise<void> => {
     const c = front(input, output, web, ver, max);
     await c.first;
     clearTimeout(timer);
-    return (await load()).connect(c.input, c.output);
+    return (await loadFor()).connect(c.input, c.output);
   };
 
   if (command.socket) {
@@ -87,7 +119,7 @@ export async function serve(command: Extract<Command, { kind: "serve" }>): Promi
       socket.on("close", () => connections.delete(socket));
       const web = () => Duplex.toWeb(socket) as ReturnType<WebStreams>;
       void connect(socket, socket, web)
-        .catch((e: unknown) => log.warn("connection ended", { error: (e as Error).message }))
+        .catch((e: unknown) => log[e instanceof AgentUnavailable ? "error" : "warn"]("connection ended", { error: (e as Error).message }))
         .finally(() => socket.destroy());
     });
     control.server.on("error", (e) => log.error("control socket error", { error: e.message }));
@@ -98,11 +130,15 @@ export async function serve(command: Extract<Command, { kind: "serve" }>): Promi
     log.info("serving ACP", { stdio: true, agent: agent.dir });
     const web = () => ({ readable: Readable.toWeb(process.stdin) as ReadableStream<Uint8Array>, writable: Writable.toWeb(process.stdout) });
     void connect(process.stdin, process.stdout, web)
-      .catch((e: unknown) => log.warn("connection ended", { error: (e as Error).message }))
+      .catch((e: unknown) => {
+        // Its one connection can't be served: the daemon ends, and says so by its exit status.
+        if (e instanceof AgentUnavailable) exitCode = 1;
+        log[exitCode ? "error" : "warn"]("connection ended", { error: (e as Error).message });
+      })
       // The client went away: the turns it started still finish and are kept, then the daemon ends.
       .then(() => stop(false))
       .then(stopped);
   }
   await done;
-  process.exit(0);
+  process.exit(exitCode);
 }

@@ -1,5 +1,9 @@
-// The Unix control socket: created mode 0600, a stale one from a dead process replaced, a live one never taken.
-import { chmodSync, lstatSync, unlinkSync } from "node:fs";
+// The Unix control socket: created mode 0600, a stale one from a dead process replaced, a live one
+// never taken. Taking it is one step for the processes starting on it at once: a lock file beside it,
+// `<path>.lock`, is held while the socket is probed, a stale one removed and the new one listened on.
+// Without it, two daemons could each find the socket stale, and the second remove the first's new
+// socket and serve in its place, the first left serving on a socket no one can reach.
+import { chmodSync, closeSync, linkSync, lstatSync, openSync, readFileSync, renameSync, unlinkSync, writeSync } from "node:fs";
 import { connect, createServer, type Server, type Socket } from "node:net";
 import { isErrno } from "../store/errno.js";
 
@@ -13,6 +17,102 @@ export class ServeError extends Error {
 }
 
 const PROBE_MS = 2000;
+/**
+ * A lock is held for a probe (at most PROBE_MS) and a listen. One older than this was left by a
+ * process that hangs, or names a pid used again since: it is stale, as is one whose process is gone.
+ */
+export const LOCK_STALE_MS = 30_000;
+/** How often a lock held by another process is looked at again. */
+const LOCK_POLL_MS = 50;
+
+/** The lock file beside the socket at `path`. */
+export const lockPath = (path: string): string => `${path}.lock`;
+
+/** Whether a process of this pid is running (one of another user's counts). */
+function running(pid: number): boolean {
+  try {
+    process.kill(pid, 0);
+    return true;
+  } catch (e) {
+    return !isErrno(e, "ESRCH");
+  }
+}
+
+/** Makes the lock, holding this process's pid; its inode, or undefined when another holds it. */
+function makeLock(lock: string): number | undefined {
+  let fd: number;
+  try {
+    fd = openSync(lock, "wx", 0o600);
+  } catch (e) {
+    if (isErrno(e, "EEXIST")) return undefined;
+    throw new ServeError(`cannot make the lock ${lock}: ${(e as Error).message}`);
+  }
+  try {
+    writeSync(fd, `${process.pid}\n`);
+  } finally {
+    closeSync(fd);
+  }
+  return lstatSync(lock).ino;
+}
+
+/** The lock another process holds: its pid (NaN while it is being written), inode and age; undefined once gone. */
+function readLock(lock: string): { pid: number; ino: number; age: number } | undefined {
+  try {
+    const st = lstatSync(lock);
+    const text = readFileSync(lock, "utf8").trim();
+    return { pid: /^\d+$/.test(text) ? Number(text) : NaN, ino: st.ino, age: Date.now() - st.mtimeMs };
+  } catch (e) {
+    if (isErrno(e, "ENOENT")) return undefined;
+    throw new ServeError(`cannot read the lock ${lock}: ${(e as Error).message}`);
+  }
+}
+
+/**
+ * Removes a stale lock, and only that one: it is moved aside first, in one step, and looked at
+ * there; a lock made in its place meanwhile, by a process that found it stale too, is put back.
+ */
+function breakLock(lock: string, stale: { ino: number }): void {
+  const aside = `${lock}.${process.pid}.stale`;
+  try {
+    renameSync(lock, aside);
+  } catch (e) {
+    if (isErrno(e, "ENOENT")) return;
+    throw new ServeError(`cannot remove the stale lock ${lock}: ${(e as Error).message}`);
+  }
+  try {
+    if (lstatSync(aside).ino !== stale.ino) linkSync(aside, lock);
+  } catch {
+    // Another lock is there already: it holds.
+  } finally {
+    try {
+      unlinkSync(aside);
+    } catch {
+      // already gone
+    }
+  }
+}
+
+/** Takes the socket's lock, waiting while another live process holds it; gives the way to let it go. */
+async function takeLock(path: string): Promise<() => void> {
+  const lock = lockPath(path);
+  for (;;) {
+    const ino = makeLock(lock);
+    if (ino !== undefined) {
+      return () => {
+        try {
+          if (lstatSync(lock).ino === ino) unlinkSync(lock);
+        } catch {
+          // already gone
+        }
+      };
+    }
+    const held = readLock(lock);
+    if (held === undefined) continue;
+    const gone = Number.isInteger(held.pid) && (held.pid === process.pid || !running(held.pid));
+    if (gone || held.age > LOCK_STALE_MS) breakLock(lock, held);
+    else await new Promise((resolve) => setTimeout(resolve, LOCK_POLL_MS));
+  }
+}
 
 /** Whether a process answers on the socket at `path`. */
 function answers(path: string): Promise<boolean> {
@@ -44,7 +144,11 @@ async function clearStale(path: string): Promise<void> {
   }
   if (!st.isSocket()) throw new ServeError(`${path} exists and is not a socket: not replaced`);
   if (await answers(path)) throw new ServeError(`${path} is in use by a running process: not taken`);
-  unlinkSync(path);
+  try {
+    unlinkSync(path);
+  } catch (e) {
+    if (!isErrno(e, "ENOENT")) throw new ServeError(`cannot remove the stale socket ${path}: ${(e as Error).message}`);
+  }
 }
 
 export interface ControlSocket {
@@ -53,8 +157,20 @@ export interface ControlSocket {
   remove(): void;
 }
 
-/** Listens on `path` with mode 0600 from the start: the umask is narrowed while the socket is made. */
+/**
+ * Listens on `path` with mode 0600 from the start: the umask is narrowed while the socket is made.
+ * The socket's lock is held from the probe to the listen, and let go once the socket answers.
+ */
 export async function listenSocket(path: string, onConnection: (socket: Socket) => void): Promise<ControlSocket> {
+  const release = await takeLock(path);
+  try {
+    return await listenLocked(path, onConnection);
+  } finally {
+    release();
+  }
+}
+
+async function listenLocked(path: string, onConnection: (socket: Socket) => void): Promise<ControlSocket> {
   await clearStale(path);
   const server = createServer(onConnection);
   const umask = process.umask(0o177);

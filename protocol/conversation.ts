@@ -23,7 +23,13 @@ export type WindowMark = z.infer<typeof WindowMark>;
 export const ToolsList = z.object({ v: z.literal(1), tools: z.array(z.string()) }).strict();
 export type ToolsList = z.infer<typeof ToolsList>;
 
-/** A thread name: a conversation's folder. No `/`, `..`, NUL or leading dot; bounded length. */
+/**
+ * Bidirectional controls (embeddings, overrides, isolates, marks): a name holding one reads other
+ * than it is, `evil\u202Egpj.exe` shown as `evilexe.jpg`.
+ */
+const BIDI_CONTROLS = /[\u202A-\u202E\u2066-\u2069\u200E\u200F\u061C]/;
+
+/** A thread name: a conversation's folder. No `/`, `..`, NUL, control or bidirectional control character, or leading dot; bounded length. */
 export const THREAD_MAX = 128;
 /** A folder's name is at most 255 bytes on the usual file systems (NAME_MAX). */
 export const THREAD_MAX_BYTES = 255;
@@ -36,4 +42,5 @@ export const Thread = z
   .refine((s) => !/[/\\\0]/.test(s), "must not hold '/', '\\' or NUL")
   .refine((s) => !s.includes(".."), "must not hold '..'")
   // A lone surrogate has no UTF-8 form: two such names would become one folder.
-  .refine((s) => !/[\p{Cc}\p{Cs}]/u.test(s), "must not hold control characters or lone surrogates");
+  .refine((s) => !/[\p{Cc}\p{Cs}]/u.test(s), "must not hold control characters or lone surrogates")
+  .refine((s) => !BIDI_CONTROLS.test(s), "must not hold bidirectional control characters (U+202A to U+202E, U+2066 to U+2069, U+200E, U+200F, U+061C)");

@@ -45,12 +45,17 @@ export interface Daemon {
 }
 
 /**
- * The built daemon as a child process. `via` is a command line it is started through, given the
- * daemon's own as its arguments (a shell that sets the umask first, say).
+ * The daemon as a child process: the built bin, or `bin` (a copy of the build, say). `via` is a
+ * command line it is started through, given the daemon's own as its arguments (a shell that sets
+ * the umask first, say).
  */
-export function startDaemon(args: string[], env: NodeJS.ProcessEnv = {}, via: string[] = []): Daemon {
-  const [command, ...before] = [...via, process.execPath];
-  const child = spawn(command as string, [...before, MAIN, ...args], { env: { ...process.env, ...env }, stdio: ["pipe", "pipe", "pipe"] });
+export function startDaemon(args: string[], env: NodeJS.ProcessEnv = {}, o: { bin?: string; via?: string[] } = {}): Daemon {
+  const [command, ...before] = [...(o.via ?? []), process.execPath];
+  return watchDaemon(spawn(command as string, [...before, o.bin ?? MAIN, ...args], { env: { ...process.env, ...env }, stdio: ["pipe", "pipe", "pipe"] }));
+}
+
+/** A daemon started another way (under `sh -c 'ulimit …'`, say), with its stdio piped: watched as startDaemon's are. */
+export function watchDaemon(child: ChildProcess): Daemon {
   let err = "";
   const watchers: { pattern: RegExp; resolve: (line: string) => void }[] = [];
   child.stderr?.setEncoding("utf8").on("data", (d: string) => {

@@ -44,13 +44,32 @@ function expectOneLine(r: Run): void {
 const valid = { model: { provider: "openai", name: "gpt-test", base_url: "http://127.0.0.1:9/v1", key: "sk-VALID-456" } };
 
 describe.concurrent("contract, --version, --help", () => {
-  it("contract prints the Contract: version 2, every feature as the spec says", async () => {
+  it("contract prints the Contract: version 2, no port, and what is built, each feature built as the spec says", async () => {
     const r = await cli(["contract"]);
     expect(r.code, r.stderr).toBe(0);
     expect(r.stderr).toBe("");
     const contract = Contract.parse(JSON.parse(r.stdout));
-    expect(contract.version).toBe(2);
-    expect(contract.features).toEqual(Object.fromEntries(FEATURES.map((f) => [f, "spec"])));
+    // Every key: a key left out means no, and the parts not built yet (proof, recovering answers,
+    // several agents a process, starting blank, the instructions and conversations commands, ASP
+    // state, identity both ways) are left out.
+    expect(contract).toEqual({
+      version: 2,
+      proxy: true,
+      // It serves on stdio or a Unix socket: it takes no port (left out, Link would give it 200).
+      ports: 0,
+      from: true,
+      tools: true,
+      parts: true,
+      instructions: true,
+      folders: true,
+      acp: true,
+      notes: true,
+      native_memory: false,
+      features: expect.any(Object),
+    });
+    // A repository's own instructions (AGENTS.md) are not read: that feature is not claimed.
+    expect(contract.features).not.toHaveProperty("repo-instructions");
+    expect(contract.features).toEqual(Object.fromEntries(FEATURES.filter((f) => f !== "repo-instructions").map((f) => [f, "spec"])));
     // Asking for the contract writes nothing.
     expect(readdirSync(home).filter((n) => !n.startsWith("agent-"))).toEqual([]);
   });

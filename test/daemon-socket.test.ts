@@ -1,7 +1,7 @@
 // The built daemon on its Unix control socket: mode 0600, many connections at once sharing one
 // process, a stale socket replaced and a live one never taken, clients that misbehave or go away.
 import { spawn } from "node:child_process";
-import { existsSync, statSync, writeFileSync } from "node:fs";
+import { existsSync, statSync, utimesSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { createInterface } from "node:readline";
 import * as acp from "@agentclientprotocol/sdk";
@@ -40,6 +40,30 @@ async function client(socket: string): Promise<Client & { hangUp(): void }> {
 }
 
 const text = (s: string): ContentBlock[] => [{ type: "text", text: s }];
+
+/** Leaves a stale socket at `path`: a process listens there, then dies without removing it. */
+async function staleSocket(path: string): Promise<void> {
+  const dead = spawn(process.execPath, ["-e", `require("node:net").createServer().listen(${JSON.stringify(path)}, () => console.log("up"))`]);
+  await new Promise((resolve) => dead.stdout.once("data", resolve));
+  dead.kill("SIGKILL");
+  await new Promise((resolve) => dead.once("exit", resolve));
+  expect(existsSync(path)).toBe(true);
+}
+
+/** The pid of a process that has ended. */
+async function deadPid(): Promise<number> {
+  const gone = spawn(process.execPath, ["-e", "0"]);
+  const pid = gone.pid as number;
+  await new Promise((resolve) => gone.once("exit", resolve));
+  return pid;
+}
+
+/** "serving" once the daemon serves, else how it exited. */
+const outcome = (d: Daemon): Promise<string> =>
+  d.waitForLog(/"serving ACP"/).then(
+    () => "serving",
+    async () => `exit ${(await d.exited).code}`,
+  );
 
 describe("the control socket", () => {
   it("is mode 0600 and serves many clients at once, their turns side by side; SIGTERM removes it", async () => {
@@ -84,12 +108,7 @@ describe("the control socket", () => {
 
   it("replaces a stale socket from a dead process, never takes a live one, and refuses a file that isn't a socket", async () => {
     const { dir, socket } = place();
-    // A process that listens, then dies without removing its socket.
-    const dead = spawn(process.execPath, ["-e", `require("node:net").createServer().listen(${JSON.stringify(socket)}, () => console.log("up"))`]);
-    await new Promise((resolve) => dead.stdout.once("data", resolve));
-    dead.kill("SIGKILL");
-    await new Promise((resolve) => dead.once("exit", resolve));
-    expect(existsSync(socket)).toBe(true);
+    await staleSocket(socket);
 
     const live = await serving(dir, socket);
     const c = await client(socket);
@@ -109,6 +128,45 @@ describe("the control socket", () => {
     expect((await third.exited).code).toBe(2);
     expect(third.stderr()).toMatch(/not a socket/);
     expect(existsSync(plain)).toBe(true);
+  });
+
+  it("two daemons starting at once on one stale socket: one serves on it, the other exits 2 saying it is in use, round after round", async () => {
+    const { dir, socket } = place();
+    for (let round = 0; round < 10; round++) {
+      await staleSocket(socket);
+      const pair = [startDaemon(["--agent", dir, "--socket", socket]), startDaemon(["--agent", dir, "--socket", socket])];
+      for (const d of pair) cleanup.push(() => d.stop("SIGKILL"));
+      const outcomes = await Promise.all(pair.map(outcome));
+      expect([...outcomes].sort(), `round ${round}: ${pair.map((d) => d.stderr()).join("")}`).toEqual(["exit 2", "serving"]);
+      const [served, refused] = outcomes[0] === "serving" ? pair : [pair[1], pair[0]];
+      expect(refused?.stderr().trim().split("\n")).toEqual([expect.stringMatching(/^lnk-link-harness: .*control\.sock is in use by a running process: not taken$/)]);
+      // The socket file is the serving daemon's: it answers, and goes with it.
+      const c = await client(socket);
+      expect(await c.agent.request(acp.methods.agent.session.list, {})).toEqual({ sessions: [] });
+      expect(existsSync(`${socket}.lock`)).toBe(false);
+      expect(await served?.stop("SIGTERM")).toEqual({ code: 0, signal: null });
+      expect(existsSync(socket)).toBe(false);
+    }
+  });
+
+  it("a lock left beside the socket by a process that is gone, or held too long, is taken over", async () => {
+    const { dir, socket } = place();
+    const lock = `${socket}.lock`;
+    await staleSocket(socket);
+    writeFileSync(lock, `${await deadPid()}\n`);
+    const first = await serving(dir, socket);
+    expect(existsSync(lock)).toBe(false);
+    expect(await first.stop("SIGTERM")).toEqual({ code: 0, signal: null });
+
+    // A live pid (this test's), but a lock far older than a start takes: its pid was used again.
+    writeFileSync(lock, `${process.pid}\n`);
+    const old = new Date(Date.now() - 10 * 60_000);
+    utimesSync(lock, old, old);
+    const second = await serving(dir, socket);
+    expect(existsSync(lock)).toBe(false);
+    const c = await client(socket);
+    expect(await c.agent.request(acp.methods.agent.session.list, {})).toEqual({ sessions: [] });
+    expect(second.child.exitCode).toBeNull();
   });
 
   it("a client that hangs up mid-turn: the turn still finishes and is kept, and another client sees it", async () => {

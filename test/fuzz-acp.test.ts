@@ -11,6 +11,7 @@ import type { Readable } from "node:stream";
 import fc from "fast-check";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { z } from "zod";
+import { MAX_DEPTH, nestsDeeper } from "../daemon/lines.js";
 import { configure, scriptedSettings, startDaemon, type Daemon } from "./acp-client.js";
 import { assertBuilt, BIN } from "./fixtures/built.js";
 import { startModelServer, type ModelServer } from "./model-server.js";
@@ -213,6 +214,11 @@ const HOSTILE = [
   "é".repeat(200),
   "chats",
   "..%2f..%2fetc",
+  // Bidirectional controls: a name that reads other than it is.
+  "evil\u202Egpj.exe",
+  "\u2066x\u2069",
+  "a\u200Fb",
+  "a\u061Cb",
 ];
 const hostile = fc.constantFrom(...HOSTILE);
 
@@ -232,6 +238,12 @@ class Big {
 
 /** Huge strings: under and over the line limit. */
 const huge = fc.constantFrom(MAX_BYTES / 2, MAX_BYTES - 2000, MAX_BYTES + 10).map((n) => new Big("h".repeat(n), `"h" × ${n}`));
+
+/** Times whose form is right but which no event can hold: out of Date's range, or outside years 0000 to 9999. */
+const UNHOLDABLE_TIMES = ["+999999-01-01T00:00:00Z", "275760-09-13T00:00:00.001Z", "9999-12-31T23:59:59-23:59", "0000-01-01T00:00:00+23:59"];
+
+/** The agent this daemon serves is named by its folder: any other name is refused. */
+const AGENT_NAME = "agent";
 
 /** A value nested `depth` deep, in objects or arrays. */
 const deep = fc.tuple(fc.integer({ min: 50, max: 3000 }), fc.boolean()).map(([depth, arrays]) => {
@@ -267,13 +279,13 @@ const meta = fc.oneof(
         link: mostly(
           fc.record(
             {
-              agent: mostly(fc.string({ minLength: 1, maxLength: 20 })),
+              agent: mostly(fc.oneof(fc.constant(AGENT_NAME), fc.string({ minLength: 1, maxLength: 20 }), fc.constantFrom("other-agent", "Agent", "agent ", " agent"))),
               thread: mostly(threadish),
               channel: mostly(fc.oneof(fc.string({ minLength: 1, maxLength: 20 }), hostile)),
               group: mostly(fc.oneof(fc.string({ minLength: 1, maxLength: 20 }), hostile)),
               tools: mostly(fc.array(fc.string({ maxLength: 20 }), { maxLength: 4 })),
               from: mostly(fc.record({ id: fc.string(), name: fc.string(), owner: fc.boolean() }, { requiredKeys: ["id", "owner"] })),
-              time: mostly(fc.oneof(fc.date({ noInvalidDate: true }).map((d) => d.toISOString()), fc.string())),
+              time: mostly(fc.oneof(fc.date({ noInvalidDate: true }).map((d) => d.toISOString()), fc.string(), fc.constantFrom(...UNHOLDABLE_TIMES))),
               verbosity: mostly(fc.oneof(fc.constantFrom("off", "new", "all", "verbose"), fc.string())),
               unknown: weird,
             },
@@ -386,10 +398,10 @@ describe("every request the daemon serves, fuzzed", () => {
         const line = JSON.stringify({ jsonrpc: "2.0", method: "session/cancel", ...(p === undefined ? {} : { params: p }) });
         wire.send(line);
         expect(await request("session/list", {})).toHaveProperty("result");
-        // A line over the limit can't be read as a notification: it is refused as one error with `id: null`.
-        const oversized = Buffer.byteLength(line) > MAX_BYTES;
-        if (oversized) await wire.nullErrorCount(nulls + 1);
-        expect(wire.nullErrors.length).toBe(nulls + (oversized ? 1 : 0));
+        // A line over the limits can't be read as a notification: it is refused as one error with `id: null`.
+        const unread = Buffer.byteLength(line) > MAX_BYTES || nestsDeeper(Buffer.from(line), MAX_DEPTH);
+        if (unread) await wire.nullErrorCount(nulls + 1);
+        expect(wire.nullErrors.length).toBe(nulls + (unread ? 1 : 0));
         expect(snapshot()).toEqual(before);
       }),
       runs(100),
@@ -428,6 +440,12 @@ const notJson = fc.string({ minLength: 1, maxLength: 200 }).filter((t) => {
 const scalar = fc.oneof(fc.integer(), fc.double({ noNaN: true, noDefaultInfinity: true }), fc.string({ maxLength: 30 }), fc.boolean(), fc.constant(null));
 const req = (id: unknown, extra: object = {}) => ({ jsonrpc: "2.0", id, method: "initialize", params: { protocolVersion: 1 }, ...extra });
 
+/** JSON nested deeper than the daemon reads, and small enough to be read: arrays up to 30,000 deep, objects up to 9,000. */
+const tooDeep = fc.oneof(
+  fc.integer({ min: MAX_DEPTH + 1, max: 30_000 }).map((n) => `${"[".repeat(n)}${"]".repeat(n)}`),
+  fc.integer({ min: MAX_DEPTH + 1, max: 9_000 }).map((n) => `${'{"d":'.repeat(n)}0${"}".repeat(n)}`),
+);
+
 /** A line and what it must be answered with: one error with `id: null`, an answer under its id, or nothing. */
 type Case = { line: string; answer: "null-error" } | { line: string; answer: "id"; id: string | number; code?: number } | { line: string; answer: "none" };
 const shown = (c: Case): Case =>
@@ -451,6 +469,21 @@ const rawCases: fc.Arbitrary<Case> = fc
     fc.constantFrom("q".repeat(MAX_BYTES + 1), `{"jsonrpc":"2.0","method":"session/cancel","params":{"x":"${"c".repeat(MAX_BYTES)}"}}`).map(
       (line): Case => ({ line, answer: "null-error" }),
     ),
+    // Nested deeper than MAX_DEPTH, under the byte limit: with a request id to answer under (before
+    // or after what is deep), or none.
+    fc.tuple(tooDeep, fc.nat({ max: 2 }), fc.constantFrom("params", "method", "meta, id last")).map(([deep, k, where]): Case => {
+      const rid = nextId(k);
+      const id = JSON.stringify(rid);
+      const line =
+        where === "params"
+          ? `{"jsonrpc":"2.0","id":${id},"method":"session/list","params":${deep}}`
+          : where === "method"
+            ? `{"jsonrpc":"2.0","id":${id},"method":${deep}}`
+            : `{"jsonrpc":"2.0","method":"session/new","params":{"cwd":"/tmp","mcpServers":[],"_meta":${deep}},"id":${id}}`;
+      return { line, answer: "id", id: rid, code: -32600 };
+    }),
+    tooDeep.map((deep): Case => ({ line: `{"jsonrpc":"2.0","id":${deep},"method":"session/list","params":{}}`, answer: "null-error" })),
+    tooDeep.map((deep): Case => ({ line: `{"jsonrpc":"2.0","method":"session/cancel","params":{"sessionId":${deep}}}`, answer: "null-error" })),
   )
   .map(shown);
 
@@ -480,6 +513,57 @@ describe("raw lines that are not requests", () => {
   });
 });
 
+describe("hostile values, each sent once", () => {
+  it("bidirectional thread names, times no event can hold and other agents' names are refused -32602 and write nothing", async () => {
+    const sent: [string, unknown][] = [
+      ...HOSTILE.filter((t) => /[\u202A-\u202E\u2066-\u2069\u200E\u200F\u061C]/.test(t)).flatMap((thread): [string, unknown][] => [
+        ["session/new", { cwd: "/tmp", mcpServers: [], _meta: { link: { thread } } }],
+        ["session/new", { cwd: "/tmp", mcpServers: [], _meta: { link: { channel: "telegram", group: thread } } }],
+      ]),
+      ...UNHOLDABLE_TIMES.map((time): [string, unknown] => ["session/prompt", { sessionId: MAIN, prompt: [{ type: "text", text: "when?" }], _meta: { link: { time } } }]),
+      ...["other-agent", "Agent", " agent"].flatMap((name): [string, unknown][] => {
+        const _meta = { link: { agent: name } };
+        return [
+          ["session/new", { cwd: "/tmp", mcpServers: [], _meta }],
+          ["session/load", { sessionId: MAIN, cwd: "/tmp", mcpServers: [], _meta }],
+          ["session/resume", { sessionId: MAIN, cwd: "/tmp", _meta }],
+          ["session/list", { _meta }],
+          ["session/set_config_option", { sessionId: MAIN, configId: "model", value: "other-model", _meta }],
+          ["session/prompt", { sessionId: MAIN, prompt: [{ type: "text", text: "for whom?" }], _meta }],
+          ["session/close", { sessionId: MAIN, _meta }],
+        ];
+      }),
+    ];
+    for (const [method, params] of sent) {
+      const before = snapshot();
+      const answer = await request(method, params);
+      expect(answer, `${method} ${JSON.stringify(params)}`).toMatchObject({ error: { code: -32602 } });
+      expect(snapshot()).toEqual(before);
+    }
+  });
+});
+
+describe("a line nested deeper than the daemon reads", () => {
+  const arrays = (n: number) => `${"[".repeat(n)}${"]".repeat(n)}`;
+
+  it("is answered -32600 under its id on stdio, and the next request is served; one just within the limit is read", async () => {
+    // 30,000 deep: the SDK's own answer to it overflowed the stack and closed the connection.
+    for (const line of [
+      `{"jsonrpc":"2.0","id":"deep-1","method":"session/list","params":${arrays(30_000)}}`,
+      `{"jsonrpc":"2.0","id":"deep-2","method":${arrays(30_000)}}`,
+      `{"jsonrpc":"2.0","method":"session/list","params":{"_meta":${arrays(MAX_DEPTH)}},"id":"deep-3"}`,
+    ]) {
+      wire.send(line);
+      const id = /"id":"(deep-\d)"/.exec(line)?.[1] ?? "";
+      expect(await wire.answer(id)).toMatchObject({ error: { code: -32600, message: expect.stringMatching(new RegExp(`limit of ${MAX_DEPTH}$`)) } });
+      expect(await request("session/list", {})).toHaveProperty("result");
+    }
+    // The whole line nests MAX_DEPTH deep: the top object, params, then _meta's arrays.
+    wire.send(`{"jsonrpc":"2.0","id":"within","method":"session/list","params":{"_meta":{"x":${arrays(MAX_DEPTH - 3)}}}}`);
+    expect(await wire.answer("within")).toHaveProperty("result");
+  });
+});
+
 describe("the first lines of a connection, before and around initialize", () => {
   let socket: string;
   let served: Daemon;
@@ -495,6 +579,30 @@ describe("the first lines of a connection, before and around initialize", () => 
   afterAll(async () => {
     await served?.stop("SIGKILL");
     if (sockets) rmSync(sockets, { recursive: true, force: true });
+  });
+
+  it("a first line nested too deep, initialize too, is answered -32600 under its id, and the connection then serves", async () => {
+    // Objects 9,000 deep: under this daemon's byte limit.
+    const deep = `${'{"d":'.repeat(9_000)}0${"}".repeat(9_000)}`;
+    for (const first of [
+      `{"jsonrpc":"2.0","id":"deep-init","method":"initialize","params":{"protocolVersion":1,"_meta":${deep}}}`,
+      `{"jsonrpc":"2.0","id":"deep-init","method":${deep}}`,
+    ]) {
+      const conn = connect(socket);
+      await new Promise<void>((resolve, reject) => conn.once("connect", resolve).once("error", reject));
+      try {
+        const peer = new Wire(conn, (text) => conn.write(text));
+        peer.send(first);
+        expect(await peer.answer("deep-init")).toMatchObject({ error: { code: -32600 } });
+        peer.send(JSON.stringify({ jsonrpc: "2.0", id: "init", method: "initialize", params: { protocolVersion: 1 } }));
+        expect(await peer.answer("init")).toHaveProperty("result");
+        peer.send(JSON.stringify({ jsonrpc: "2.0", id: "list", method: "session/list", params: {} }));
+        expect(await peer.answer("list")).toHaveProperty("result");
+        expect(peer.strays).toEqual([]);
+      } finally {
+        conn.destroy();
+      }
+    }
   });
 
   const requestCase = (method: string, params: fc.Arbitrary<unknown>) =>

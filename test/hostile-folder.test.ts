@@ -30,7 +30,7 @@ function agent(extra: Record<string, unknown> = {}): string {
 }
 
 function daemon(dir: string, env: NodeJS.ProcessEnv = {}, via: string[] = []): Daemon {
-  const d = startDaemon(["--agent", dir], env, via);
+  const d = startDaemon(["--agent", dir], env, { via });
   cleanup.push(() => d.stop("SIGKILL"));
   onTestFailed(() => void process.stderr.write(`the daemon's log:\n${d.stderr()}\n`));
   return d;

@@ -4,6 +4,7 @@ import { setTimeout as sleep } from "node:timers/promises";
 import { z } from "zod";
 import { TIMEOUT_DEFAULTS, type Settings, type Thinking, type TimeoutsSettings, type ToolCall, type Usage } from "../protocol/index.js";
 import { encodeBody } from "./body.js";
+import { lazyImport } from "./load.js";
 import type { ChatMessage } from "./prompt.js";
 import { envSecrets, redactor, settingsSecrets, type Redactor } from "./redact.js";
 import type { OfferedCall } from "./tools.js";
@@ -99,12 +100,14 @@ const PLACEHOLDER_KEY = "link-proxy-adds-the-key";
 export const MAX_RETRIES = 2;
 
 type OpenAIClass = typeof import("openai").default;
+/** A load that failed is tried again by the next turn (turn/load.ts). */
+const openaiModule = lazyImport(() => import("openai"), () => import.meta.resolve("openai"));
 let OpenAICtor: OpenAIClass | undefined;
 const clients = new Map<string, InstanceType<OpenAIClass>>();
 
 async function client(settings: Settings): Promise<InstanceType<OpenAIClass>> {
   // Loaded when a turn first needs it, so the daemon starts fast.
-  OpenAICtor ??= (await import("openai")).default;
+  OpenAICtor ??= (await openaiModule()).default;
   const key = settings.model.key ?? process.env.LNK_MODEL_KEY ?? PLACEHOLDER_KEY;
   const id = `${settings.model.base_url}\0${key}`;
   let c = clients.get(id);
@@ -131,7 +134,7 @@ interface Classified {
 
 /** What an error of the endpoint means for the turn; its words never hold a secret. */
 async function classify(e: unknown, secrets: Redactor): Promise<Classified> {
-  const { APIError, APIConnectionError } = await import("openai");
+  const { APIError, APIConnectionError } = await openaiModule();
   if (e instanceof APIConnectionError) {
     return { error: new ModelError("network", secrets.redact(`cannot reach the model: ${e.message}`)), retry: true };
   }

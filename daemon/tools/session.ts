@@ -7,6 +7,7 @@ import type { StreamableHTTPClientTransport } from "@modelcontextprotocol/sdk/cl
 import type { CallToolResult, Tool } from "@modelcontextprotocol/sdk/types.js";
 import type { Redactor } from "../../turn/redact.js";
 import type { ToolAnswer, ToolServer } from "../../turn/tools.js";
+import { lazy, lazyImport } from "../../turn/load.js";
 import { log } from "../log.js";
 
 const CLIENT_INFO = { name: "lnk-link-harness", version: "0.1.0" };
@@ -16,13 +17,17 @@ const EXIT_MS = 6_000;
 const MAX_LIST_PAGES = 100;
 const STDERR_KEPT = 2_000;
 
+// Each module of the SDK is loaded again after a failed load (turn/load.ts), never kept failed.
+const sdkUrl = (path: string) => () => import.meta.resolve(`@modelcontextprotocol/sdk/${path}`);
+const sdkModules = [
+  lazyImport(() => import("@modelcontextprotocol/sdk/client/index.js"), sdkUrl("client/index.js")),
+  lazyImport(() => import("@modelcontextprotocol/sdk/client/stdio.js"), sdkUrl("client/stdio.js")),
+  lazyImport(() => import("@modelcontextprotocol/sdk/client/streamableHttp.js"), sdkUrl("client/streamableHttp.js")),
+  lazyImport(() => import("@modelcontextprotocol/sdk/types.js"), sdkUrl("types.js")),
+] as const;
+
 async function importSdk() {
-  const [client, stdio, http, types] = await Promise.all([
-    import("@modelcontextprotocol/sdk/client/index.js"),
-    import("@modelcontextprotocol/sdk/client/stdio.js"),
-    import("@modelcontextprotocol/sdk/client/streamableHttp.js"),
-    import("@modelcontextprotocol/sdk/types.js"),
-  ]);
+  const [client, stdio, http, types] = await Promise.all([sdkModules[0](), sdkModules[1](), sdkModules[2](), sdkModules[3]()]);
   return {
     Client: client.Client,
     StdioClientTransport: stdio.StdioClientTransport,
@@ -34,11 +39,7 @@ async function importSdk() {
   };
 }
 type Sdk = Awaited<ReturnType<typeof importSdk>>;
-let sdkLoad: Promise<Sdk> | undefined;
-function loadSdk(): Promise<Sdk> {
-  sdkLoad ??= importSdk();
-  return sdkLoad;
-}
+const loadSdk: () => Promise<Sdk> = lazy(importSdk);
 
 /** A call a tool lists, as the MCP server names it. */
 export interface ListedCall {
