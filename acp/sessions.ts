@@ -1,8 +1,7 @@
 // ACP sessions ↔ conversations: a session id is its conversation's thread, so a session lives on disk
 // and any process (this one after a restart too) can take it up again.
 import { randomBytes } from "node:crypto";
-import { accessSync, constants, lstatSync, statSync } from "node:fs";
-import { dirname } from "node:path";
+import { lstatSync, statSync } from "node:fs";
 import type { McpServer, SessionInfo } from "@agentclientprotocol/sdk";
 import { EVENT_KINDS, Thread, type Event, type Numbered } from "../protocol/index.js";
 import {
@@ -48,31 +47,6 @@ const TITLE_MAX = 80;
 const TITLE_SEARCH = 8;
 /** How far back from a conversation's newest event its last user message is looked for, for its channel. */
 export const CHANNEL_SEARCH = 256;
-
-/**
- * Why a folder could not be made, when making it said ENOENT: Node's recursive mkdir answers a
- * failure it doesn't expect (EROFS, a read-only file system; ENOSPC; EDQUOT) with the ENOENT of
- * the folder it then failed to find. The folder nearest `dir` that exists says the real cause, when
- * it can't be written in; else the ENOENT was the real one.
- */
-function whyNotMade(e: unknown, dir: string): unknown {
-  if (!isErrno(e, "ENOENT")) return e;
-  let at = dirname(dir);
-  while (at !== dirname(at)) {
-    try {
-      lstatSync(at);
-      break;
-    } catch {
-      at = dirname(at);
-    }
-  }
-  try {
-    accessSync(at, constants.W_OK);
-  } catch (cause) {
-    return Object.assign(new Error(`cannot make ${dir}: ${(cause as Error).message}`), { code: (cause as NodeJS.ErrnoException).code });
-  }
-  return e;
-}
 
 /** A new thread: sortable by when it began, unique by its random tail. */
 function newThread(): string {
@@ -120,11 +94,7 @@ export class Sessions {
       while (this.exists(thread));
     }
     const conv = this.conversation(thread);
-    try {
-      ensureConversation(conv);
-    } catch (e) {
-      throw whyNotMade(e, conv.dir);
-    }
+    ensureConversation(conv);
     if (link.tools !== undefined) narrowToolsList(conv, link.tools);
     return this.remember({ thread, cwd, mcpServers, ...(link.channel !== undefined ? { channel: link.channel } : {}) });
   }

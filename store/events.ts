@@ -235,6 +235,7 @@ export function listThreads(chats: string): string[] {
       .sort();
   } catch (e) {
     if (isErrno(e, "ENOENT")) return [];
+    if (isErrno(e, "ENOTDIR")) throw new StoreError(`refused: ${chats} is not a folder`, chats);
     throw e;
   }
 }

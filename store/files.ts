@@ -209,14 +209,30 @@ const CREATE = constants.O_WRONLY | constants.O_CREAT | constants.O_EXCL | const
 
 /**
  * Makes a folder and those above it that are missing, each of mode 0700 exactly: the mode asked of
- * mkdir is narrowed by the umask, which may as well take the owner's own access away.
+ * mkdir is narrowed by the umask, which may as well take the owner's own access away. Each is made
+ * on its own, not by Node's recursive mkdir, which answers a failure it doesn't expect (EROFS, a
+ * read-only file system; ENOSPC; EDQUOT) with the ENOENT of the folder it then failed to find.
  */
 export function makeFolder(dir: string): void {
-  const first = mkdirSync(dir, { recursive: true, mode: FOLDER_MODE });
-  if (first === undefined) return;
+  const missing: string[] = [];
   for (let at = dir; ; at = dirname(at)) {
+    try {
+      lstatSync(at);
+      break;
+    } catch (e) {
+      if (!isErrno(e, "ENOENT") || dirname(at) === at) throw e;
+      missing.push(at);
+    }
+  }
+  for (const at of missing.reverse()) {
+    try {
+      mkdirSync(at, FOLDER_MODE);
+    } catch (e) {
+      // Made meanwhile by another writer: the same.
+      if (!isErrno(e, "EEXIST")) throw e;
+      continue;
+    }
     chmodSync(at, FOLDER_MODE);
-    if (at === first || dirname(at) === at) return;
   }
 }
 

@@ -39,7 +39,18 @@ export function parseSettings(text: string): SettingsT {
   if (proto !== undefined) throw new SettingsError(`invalid settings: ${proto}: the key "__proto__" is not allowed`);
   const parsed = Settings.safeParse(raw);
   if (!parsed.success) throw new SettingsError(`invalid settings: ${describeIssues(parsed.error)}`);
+  settingsText(parsed.data);
   return parsed.data;
+}
+
+/** config.json's text for settings; refused over the most a turn reads, so nothing is written that can't be read. */
+function settingsText(settings: SettingsT): string {
+  const text = `${JSON.stringify(settings, null, 2)}\n`;
+  const bytes = Buffer.byteLength(text);
+  if (bytes > LIMITS.settings) {
+    throw new SettingsError(`invalid settings: as config.json they take ${bytes} bytes, over the limit of ${LIMITS.settings}`);
+  }
+  return text;
 }
 
 function deepFreeze<T>(value: T): T {
@@ -83,7 +94,7 @@ export function writeSettings(agent: AgentRef, settings: SettingsT): void {
   if (!checked.success) throw new SettingsError(`invalid settings: ${describeIssues(checked.error)}`);
   const p = paths(agent);
   checkNoLinks(p.dir, p.config);
-  replaceFile(p.config, `${JSON.stringify(checked.data, null, 2)}\n`, 0o600);
+  replaceFile(p.config, settingsText(checked.data), 0o600);
 }
 
 /**

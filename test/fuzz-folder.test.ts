@@ -4,7 +4,7 @@
 // prompt (an answer or a JSON-RPC error), goes on answering, stops on SIGTERM, never sends the secret
 // to the model, a log line or a client, and changes nothing outside the agent's folder.
 import { spawnSync } from "node:child_process";
-import { linkSync, mkdirSync, mkdtempSync, readdirSync, renameSync, rmSync, statSync, symlinkSync, truncateSync, writeFileSync } from "node:fs";
+import { linkSync, lstatSync, mkdirSync, mkdtempSync, readdirSync, renameSync, rmSync, statSync, symlinkSync, truncateSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { dirname, join, relative, sep } from "node:path";
 import * as acp from "@agentclientprotocol/sdk";
@@ -73,7 +73,15 @@ function listing(root: string, skip: string): string[] {
 /** Makes room at `path` (moving what is there aside, inside the agent's folder) and plants `what`. */
 function plant(agent: string, p: Planting): void {
   const path = join(agent, p.where);
-  mkdirSync(dirname(path), { recursive: true });
+  // A planting before this one put a link or a file where a folder on the way would be: that one
+  // stands, and nothing is made through it (the test must not write outside itself either).
+  let at = agent;
+  for (const part of relative(agent, dirname(path)).split(sep).filter(Boolean)) {
+    at = join(at, part);
+    const st = lstatSync(at, { throwIfNoEntry: false });
+    if (st === undefined) mkdirSync(at);
+    else if (!st.isDirectory()) return;
+  }
   try {
     renameSync(path, join(agent, `.aside-${Math.random().toString(36).slice(2)}`));
   } catch {
@@ -130,12 +138,12 @@ async function check(plantings: Planting[]): Promise<void> {
   const before = listing(outer, agent);
   const requests = server.requests.length;
   const d = startDaemon(["--agent", agent]);
+  const go = deferred();
   try {
     const c = await openClient(stdioStream(d.child));
     await c.agent.request(acp.methods.agent.session.new, { cwd: agent, mcpServers: [], _meta: { link: { thread: THREAD } } });
     for (const p of plantings.filter((x) => !x.during)) plant(agent, p);
     const asked = deferred();
-    const go = deferred();
     server.script(async () => {
       asked.resolve();
       await go.promise;
@@ -153,8 +161,12 @@ async function check(plantings: Planting[]): Promise<void> {
     const late = new Promise<never>((_, reject) => (timer = setTimeout(() => reject(new Error("the prompt was not answered")), ANSWER_MS)));
     const outcome = await Promise.race([turn, late]).finally(() => clearTimeout(timer));
     expect(JSON.stringify(outcome)).not.toContain(SECRET);
-    // Still answering, and nothing of the secret went anywhere.
-    await c.agent.request(acp.methods.agent.session.list, {});
+    // Still answering (a list, or an error saying why there is none), and nothing of the secret went anywhere.
+    const list = await c.agent.request(acp.methods.agent.session.list, {}).then(
+      (r) => JSON.stringify(r),
+      (e: unknown) => String((e as { message?: string }).message),
+    );
+    expect(list).not.toContain(SECRET);
     expect(answerText(c.updates)).not.toContain(SECRET);
     for (const r of server.requests.slice(requests)) expect(JSON.stringify(r.body)).not.toContain(SECRET);
     c.close();
@@ -162,6 +174,7 @@ async function check(plantings: Planting[]): Promise<void> {
     expect(d.stderr()).not.toContain(SECRET);
     expect(listing(outer, agent)).toEqual(before);
   } finally {
+    go.resolve();
     await d.stop("SIGKILL");
     // The scripted reply of a turn that never asked the model is dropped.
     while (server.pending > 0) await dropPending();
