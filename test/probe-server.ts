@@ -1,5 +1,6 @@
 // A tool that tells about itself, for tests: an MCP server on stdio whose calls answer with the
-// folder it was started in and a variable of its environment, or write to stderr and exit.
+// folder it was started in and a variable of its environment, or write to stderr and exit, or answer
+// only once several calls run at once (so a test sees calls side by side, not by the clock).
 // Usage: node dist/test/probe-server.js
 import { McpServer } from "@modelcontextprotocol/sdk/server/mcp.js";
 import { StdioServerTransport } from "@modelcontextprotocol/sdk/server/stdio.js";
@@ -21,6 +22,39 @@ server.registerTool(
   ({ name }) => {
     process.stderr.write(`crashing with ${name}=${process.env[name] ?? ""}\n`, () => process.exit(3));
     return new Promise<never>(() => {});
+  },
+);
+
+// Calls of `meet` running now, and those waiting for the others.
+let running = 0;
+const waiting = new Set<(met: number) => void>();
+server.registerTool(
+  "meet",
+  {
+    description: "Answers once `count` calls of it are running at once in this process (alone, after 15 s).",
+    inputSchema: { count: z.number().int().min(1) },
+  },
+  async ({ count }) => {
+    running++;
+    let met = running;
+    if (met >= count) {
+      for (const wake of waiting) wake(met);
+      waiting.clear();
+    } else {
+      met = await new Promise<number>((resolve) => {
+        const wake = (n: number) => {
+          clearTimeout(timer);
+          resolve(n);
+        };
+        const timer = setTimeout(() => {
+          waiting.delete(wake);
+          resolve(running);
+        }, 15_000);
+        waiting.add(wake);
+      });
+    }
+    running--;
+    return { content: [{ type: "text", text: met >= count ? `met ${met}` : `alone: ${met} running` }] };
   },
 );
 
