@@ -7,7 +7,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { Duplex, Readable, Writable } from "node:stream";
 import * as acp from "@agentclientprotocol/sdk";
-import { afterEach, beforeAll, beforeEach } from "vitest";
+import { afterEach, beforeAll, beforeEach, onTestFailed } from "vitest";
 import { assertBuilt, MAIN } from "./fixtures/built.js";
 import { startModelServer, type ModelServer } from "./model-server.js";
 import type { ClientContext, SessionNotification } from "@agentclientprotocol/sdk";
@@ -171,4 +171,28 @@ export function daemonTestHooks(outputs: string[], use: (server: ModelServer) =>
     for (const f of cleanup.splice(0).reverse()) await f();
   });
   return cleanup;
+}
+
+/** The error a request was answered with; throws when it was answered with a result. */
+export async function failure(p: Promise<unknown>): Promise<{ code: number; message: string }> {
+  try {
+    await p;
+  } catch (e) {
+    return e as { code: number; message: string };
+  }
+  throw new Error("expected the request to fail");
+}
+
+/** Stops the daemon once the test is over (pushed onto `cleanup`), and prints its log should the test fail. */
+export function watched(d: Daemon, cleanup: (() => unknown)[]): Daemon {
+  cleanup.push(() => d.stop("SIGKILL"));
+  onTestFailed(() => void process.stderr.write(`the daemon's log:\n${d.stderr()}\n`));
+  return d;
+}
+
+/** The ACP SDK client on the daemon's stdio, closed once the test is over. */
+export async function stdioClient(d: Daemon, cleanup: (() => unknown)[]): Promise<Client> {
+  const c = await openClient(stdioStream(d.child));
+  cleanup.push(() => c.close());
+  return c;
 }

@@ -1,5 +1,6 @@
 // The ACP layer in process, against a stand-in turn: sessions, steering, cancel, tool calls always
 // closed, errors, replay, prompt content and oversized lines.
+import { failure } from "./acp-client.js";
 import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
@@ -59,14 +60,6 @@ function setup(runTurn: Run) {
 
 const done = (extra: Partial<TurnOutcome> = {}): TurnOutcome => ({ stop: "end_turn", modelMs: 0, ...extra });
 
-async function rejection(p: Promise<unknown>): Promise<{ code: number; message: string }> {
-  try {
-    await p;
-  } catch (e) {
-    return e as { code: number; message: string };
-  }
-  throw new Error("expected the request to fail");
-}
 
 describe("initialize and sessions", () => {
   it("advertises what is supported, with Link's contract under _meta", async () => {
@@ -108,24 +101,24 @@ describe("initialize and sessions", () => {
     const { state } = setup(async () => done());
     const c = await connect(state);
     const newWith = (link: unknown) => c.agent.request(acp.methods.agent.session.new, { cwd: "/", mcpServers: [], _meta: { link } });
-    expect((await rejection(newWith({ thread: "../escape" }))).code).toBe(-32602);
-    expect((await rejection(newWith({ group: "9" }))).code).toBe(-32602);
-    expect((await rejection(newWith({ tools: "memory" }))).code).toBe(-32602);
+    expect((await failure(newWith({ thread: "../escape" }))).code).toBe(-32602);
+    expect((await failure(newWith({ group: "9" }))).code).toBe(-32602);
+    expect((await failure(newWith({ tools: "memory" }))).code).toBe(-32602);
     const s = await newWith({ thread: "t1" });
     const prompt = (meta: unknown) =>
       c.agent.request(acp.methods.agent.session.prompt, { sessionId: s.sessionId, prompt: [{ type: "text", text: "hi" }], _meta: { link: meta } });
-    const bad = await rejection(prompt({ from: { id: 7 } }));
+    const bad = await failure(prompt({ from: { id: 7 } }));
     expect(bad.code).toBe(-32602);
     expect(bad.message).toMatch(/from/);
-    expect((await rejection(prompt({ verbosity: "loud" }))).code).toBe(-32602);
+    expect((await failure(prompt({ verbosity: "loud" }))).code).toBe(-32602);
     const empty = c.agent.request(acp.methods.agent.session.prompt, { sessionId: s.sessionId, prompt: [] });
-    expect((await rejection(empty)).code).toBe(-32602);
+    expect((await failure(empty)).code).toBe(-32602);
     const setOther = c.agent.request(acp.methods.agent.session.setConfigOption, { sessionId: s.sessionId, configId: "mode", value: "x" });
-    expect((await rejection(setOther)).code).toBe(-32602);
+    expect((await failure(setOther)).code).toBe(-32602);
     const unknown = { sessionId: "nobody", prompt: [{ type: "text" as const, text: "hi" }] };
-    expect((await rejection(c.agent.request(acp.methods.agent.session.prompt, unknown))).code).toBe(-32002);
-    expect((await rejection(c.agent.request(acp.methods.agent.session.resume, { sessionId: "nobody", cwd: "/" }))).code).toBe(-32002);
-    expect((await rejection(c.agent.request(acp.methods.agent.session.load, { sessionId: "../x", cwd: "/", mcpServers: [] }))).code).toBe(-32002);
+    expect((await failure(c.agent.request(acp.methods.agent.session.prompt, unknown))).code).toBe(-32002);
+    expect((await failure(c.agent.request(acp.methods.agent.session.resume, { sessionId: "nobody", cwd: "/" }))).code).toBe(-32002);
+    expect((await failure(c.agent.request(acp.methods.agent.session.load, { sessionId: "../x", cwd: "/", mcpServers: [] }))).code).toBe(-32002);
     c.close();
   });
 });
@@ -164,7 +157,7 @@ describe("prompts", () => {
       throw new Error("the tool host fell over");
     });
     const { c, prompt } = await session(state);
-    const err = await rejection(prompt("go"));
+    const err = await failure(prompt("go"));
     expect(err.code).toBe(-32603);
     expect(err.message).toBe("Internal error: the tool host fell over");
     expect(c.updates.map((u) => u.update)).toMatchObject([

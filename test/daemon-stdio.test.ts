@@ -3,22 +3,11 @@
 import { createInterface } from "node:readline";
 import * as acp from "@agentclientprotocol/sdk";
 import type { ContentBlock, SessionNotification, SessionUpdate } from "@agentclientprotocol/sdk";
-import { describe, expect, it, onTestFailed } from "vitest";
+import { describe, expect, it } from "vitest";
 import { z } from "zod";
 import { paths, readEventsFrom } from "../store/index.js";
 import { MAX_RETRIES } from "../turn/model.js";
-import {
-  answerText,
-  configure,
-  daemonTestHooks,
-  openClient,
-  scriptedSettings,
-  startDaemon,
-  stdioStream,
-  tempDir,
-  type Client,
-  type Daemon,
-} from "./acp-client.js";
+import { answerText, configure, daemonTestHooks, scriptedSettings, startDaemon, tempDir, type Client, type Daemon, failure, stdioClient, watched } from "./acp-client.js";
 import type { ModelServer, RecordedRequest } from "./model-server.js";
 import { BIN, ROOT } from "./fixtures/built.js";
 import { deferred } from "./fixtures/deferred.js";
@@ -38,28 +27,16 @@ function agent(extra: Record<string, unknown> = {}): string {
 /** The daemon on stdio; `withTools` names the everything MCP server as Link's bridge would. */
 function daemon(dir: string, env: NodeJS.ProcessEnv = {}, withTools = false): Daemon {
   const d = startDaemon(["--agent", dir], { ...(withTools ? { LNK_TOOL_EVERYTHING: EVERYTHING } : {}), ...env });
-  cleanup.push(() => d.stop("SIGKILL"));
-  onTestFailed(() => void process.stderr.write(`the daemon's log:\n${d.stderr()}\n`));
-  return d;
+  return watched(d, cleanup);
 }
 
 async function client(d: Daemon): Promise<Client> {
-  const c = await openClient(stdioStream(d.child));
-  cleanup.push(() => c.close());
-  return c;
+  return stdioClient(d, cleanup);
 }
 
 const text = (s: string): ContentBlock[] => [{ type: "text", text: s }];
 const contents = (r: RecordedRequest) => JSON.stringify(r.body.messages ?? []);
 
-async function failure(p: Promise<unknown>): Promise<{ code: number; message: string }> {
-  try {
-    await p;
-  } catch (e) {
-    return e as { code: number; message: string };
-  }
-  throw new Error("expected the request to fail");
-}
 
 /** Every tool_call has a final tool_call_update (completed or failed). */
 function openCalls(updates: readonly SessionNotification[]): string[] {

@@ -6,9 +6,9 @@ import { readdirSync, readFileSync } from "node:fs";
 import { join } from "node:path";
 import * as acp from "@agentclientprotocol/sdk";
 import type { ContentBlock } from "@agentclientprotocol/sdk";
-import { describe, expect, it, onTestFailed } from "vitest";
+import { describe, expect, it } from "vitest";
 import { paths, readEventsFrom } from "../store/index.js";
-import { answerText, configure, daemonTestHooks, openClient, scriptedSettings, startDaemon, stdioStream, tempDir, type Client, type Daemon } from "./acp-client.js";
+import { answerText, configure, daemonTestHooks, openClient, scriptedSettings, startDaemon, stdioStream, tempDir, type Client, type Daemon, failure, watched } from "./acp-client.js";
 import type { ModelServer } from "./model-server.js";
 import { BIN, ROOT } from "./fixtures/built.js";
 
@@ -27,9 +27,7 @@ function agent(extra: Record<string, unknown> = {}, model: Record<string, unknow
 
 function daemon(dir: string, env: NodeJS.ProcessEnv = {}): Daemon {
   const d = startDaemon(["--agent", dir], env);
-  cleanup.push(() => d.stop("SIGKILL"));
-  onTestFailed(() => void process.stderr.write(`the daemon's log:\n${d.stderr()}\n`));
-  return d;
+  return watched(d, cleanup);
 }
 
 async function session(d: Daemon): Promise<{ c: Client; sessionId: string }> {
@@ -42,14 +40,6 @@ async function session(d: Daemon): Promise<{ c: Client; sessionId: string }> {
 const text = (s: string): ContentBlock[] => [{ type: "text", text: s }];
 const prompt = (c: Client, sessionId: string, s: string) => c.agent.request(acp.methods.agent.session.prompt, { sessionId, prompt: text(s) });
 
-async function failure(p: Promise<unknown>): Promise<{ code: number; message: string }> {
-  try {
-    await p;
-  } catch (e) {
-    return e as { code: number; message: string };
-  }
-  throw new Error("expected the request to fail");
-}
 
 const events = (dir: string, thread: string) => readEventsFrom(paths({ dir }).conversation(thread), 1).map((e) => e.event);
 

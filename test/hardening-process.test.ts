@@ -7,21 +7,8 @@ import { connect as netConnect, type Socket } from "node:net";
 import { basename, join } from "node:path";
 import * as acp from "@agentclientprotocol/sdk";
 import type { ContentBlock } from "@agentclientprotocol/sdk";
-import { describe, expect, it, onTestFailed } from "vitest";
-import {
-  answerText,
-  configure,
-  daemonTestHooks,
-  openClient,
-  scriptedSettings,
-  socketStream,
-  startDaemon,
-  stdioStream,
-  tempDir,
-  watchDaemon,
-  type Client,
-  type Daemon,
-} from "./acp-client.js";
+import { describe, expect, it } from "vitest";
+import { answerText, configure, daemonTestHooks, openClient, scriptedSettings, socketStream, startDaemon, tempDir, watchDaemon, type Client, type Daemon, failure, stdioClient, watched } from "./acp-client.js";
 import { BIN, MAIN, ROOT } from "./fixtures/built.js";
 import { linkFreeEnv } from "./fixtures/env.js";
 import { lastUserText, type ModelServer, type RecordedRequest } from "./model-server.js";
@@ -39,28 +26,16 @@ function agent(extra: Record<string, unknown> = {}): string {
 }
 
 function watch(d: Daemon): Daemon {
-  cleanup.push(() => d.stop("SIGKILL"));
-  onTestFailed(() => void process.stderr.write(`the daemon's log:\n${d.stderr()}\n`));
-  return d;
+  return watched(d, cleanup);
 }
 
 async function client(d: Daemon): Promise<Client> {
-  const c = await openClient(stdioStream(d.child));
-  cleanup.push(() => c.close());
-  return c;
+  return stdioClient(d, cleanup);
 }
 
 const text = (s: string): ContentBlock[] => [{ type: "text", text: s }];
 const toolNames = (r: RecordedRequest | undefined) => ((r?.body as { tools?: { function: { name: string } }[] } | undefined)?.tools ?? []).map((t) => t.function.name);
 
-async function failure(p: Promise<unknown>): Promise<{ code: number; message: string }> {
-  try {
-    await p;
-  } catch (e) {
-    return e as { code: number; message: string };
-  }
-  throw new Error("expected the request to fail");
-}
 
 /**
  * `dst` as `src` seen through symbolic links, but for the files named in `own` (paths relative to

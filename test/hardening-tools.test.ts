@@ -6,10 +6,10 @@ import { mkdirSync, readdirSync, readFileSync, realpathSync } from "node:fs";
 import { join } from "node:path";
 import * as acp from "@agentclientprotocol/sdk";
 import type { ContentBlock, SessionNotification, SessionUpdate } from "@agentclientprotocol/sdk";
-import { beforeAll, describe, expect, it, onTestFailed } from "vitest";
+import { beforeAll, describe, expect, it } from "vitest";
 import { z } from "zod";
 import { paths, readEventsFrom } from "../store/index.js";
-import { configure, daemonTestHooks, openClient, scriptedSettings, startDaemon, stdioStream, tempDir, type Client, type Daemon } from "./acp-client.js";
+import { configure, daemonTestHooks, openClient, scriptedSettings, startDaemon, stdioStream, tempDir, type Client, type Daemon, watched } from "./acp-client.js";
 import type { ModelServer } from "./model-server.js";
 import { assertBuilt, BIN, ROOT } from "./fixtures/built.js";
 
@@ -30,9 +30,7 @@ function agent(extra: Record<string, unknown> = {}): string {
 
 function daemon(args: string[], env: NodeJS.ProcessEnv = {}): Daemon {
   const d = startDaemon(args, env);
-  cleanup.push(() => d.stop("SIGKILL"));
-  onTestFailed(() => void process.stderr.write(`the daemon's log:\n${d.stderr()}\n`));
-  return d;
+  return watched(d, cleanup);
 }
 
 async function session(d: Daemon, mcpServers: acp.McpServer[] = []): Promise<{ c: Client; sessionId: string }> {

@@ -6,10 +6,10 @@ import { existsSync, mkdirSync, readdirSync, renameSync, statSync, symlinkSync, 
 import { join } from "node:path";
 import * as acp from "@agentclientprotocol/sdk";
 import type { ContentBlock } from "@agentclientprotocol/sdk";
-import { describe, expect, it, onTestFailed } from "vitest";
+import { describe, expect, it } from "vitest";
 import type { Event } from "../protocol/index.js";
 import { paths, readEventsFrom } from "../store/index.js";
-import { configure, daemonTestHooks, openClient, scriptedSettings, startDaemon, stdioStream, tempDir, type Client, type Daemon } from "./acp-client.js";
+import { configure, daemonTestHooks, scriptedSettings, startDaemon, tempDir, type Client, type Daemon, failure, stdioClient, watched } from "./acp-client.js";
 import type { ModelServer } from "./model-server.js";
 import { BIN } from "./fixtures/built.js";
 import { deferred } from "./fixtures/deferred.js";
@@ -31,15 +31,11 @@ function agent(extra: Record<string, unknown> = {}): string {
 
 function daemon(dir: string, env: NodeJS.ProcessEnv = {}, via: string[] = []): Daemon {
   const d = startDaemon(["--agent", dir], env, { via });
-  cleanup.push(() => d.stop("SIGKILL"));
-  onTestFailed(() => void process.stderr.write(`the daemon's log:\n${d.stderr()}\n`));
-  return d;
+  return watched(d, cleanup);
 }
 
 async function client(d: Daemon): Promise<Client> {
-  const c = await openClient(stdioStream(d.child));
-  cleanup.push(() => c.close());
-  return c;
+  return stdioClient(d, cleanup);
 }
 
 const text = (s: string): ContentBlock[] => [{ type: "text", text: s }];
@@ -53,14 +49,6 @@ function prompt(c: Client, sessionId: string, words: string) {
   return c.agent.request(acp.methods.agent.session.prompt, { sessionId, prompt: text(words) });
 }
 
-async function failure(p: Promise<unknown>): Promise<{ code: number; message: string }> {
-  try {
-    await p;
-  } catch (e) {
-    return e as { code: number; message: string };
-  }
-  throw new Error("expected the request to fail");
-}
 
 function events(dir: string, thread: string): Event[] {
   return readEventsFrom(paths({ dir }).conversation(thread), 1).map((e) => e.event);

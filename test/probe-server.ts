@@ -5,6 +5,7 @@
 import { McpServer } from "@modelcontextprotocol/sdk/server/mcp.js";
 import { StdioServerTransport } from "@modelcontextprotocol/sdk/server/stdio.js";
 import { z } from "zod";
+import { meeting } from "./fixtures/meeting.js";
 
 const server = new McpServer({ name: "probe", version: "1.0.0" });
 
@@ -25,9 +26,7 @@ server.registerTool(
   },
 );
 
-// Calls of `meet` running now, and those waiting for the others.
-let running = 0;
-const waiting = new Set<(met: number) => void>();
+const meet = meeting(15_000);
 server.registerTool(
   "meet",
   {
@@ -35,25 +34,7 @@ server.registerTool(
     inputSchema: { count: z.number().int().min(1) },
   },
   async ({ count }) => {
-    running++;
-    let met = running;
-    if (met >= count) {
-      for (const wake of waiting) wake(met);
-      waiting.clear();
-    } else {
-      met = await new Promise<number>((resolve) => {
-        const wake = (n: number) => {
-          clearTimeout(timer);
-          resolve(n);
-        };
-        const timer = setTimeout(() => {
-          waiting.delete(wake);
-          resolve(running);
-        }, 15_000);
-        waiting.add(wake);
-      });
-    }
-    running--;
+    const met = await meet(count);
     return { content: [{ type: "text", text: met >= count ? `met ${met}` : `alone: ${met} running` }] };
   },
 );
