@@ -2,9 +2,10 @@
 // links, sparse 1.5 GB files and folders planted where the store reads or writes, some of them while a
 // turn runs (a conversation folder swapped for a link mid-turn). Each time the daemon answers the
 // prompt (an answer or a JSON-RPC error), goes on answering, stops on SIGTERM, never sends the secret
-// to the model, a log line or a client, and changes nothing outside the agent's folder.
+// to the model, a log line or a client, and changes nothing outside the agent's folder. Half the
+// time the model refuses the key and echoes it back: the key reaches no log line, client or event.
 import { spawnSync } from "node:child_process";
-import { linkSync, lstatSync, mkdirSync, mkdtempSync, readdirSync, renameSync, rmSync, statSync, symlinkSync, truncateSync, writeFileSync } from "node:fs";
+import { linkSync, lstatSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, renameSync, rmSync, statSync, symlinkSync, truncateSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { dirname, join, relative, sep } from "node:path";
 import * as acp from "@agentclientprotocol/sdk";
@@ -52,6 +53,23 @@ let secret: string;
 let elsewhere: string;
 let server: ModelServer;
 const SECRET = `SECRET-${Math.random().toString(36).slice(2)}-must-never-leave`;
+/** The model's key, in the settings: an endpoint that refuses it echoes it back, and it must go no further. */
+const KEY = `sk-fuzz-${Math.random().toString(36).slice(2)}-key`;
+
+/** Every file's text under the agent's chats/ that is a regular file of one name (not a planted hard link). */
+function chatsText(agent: string): string {
+  let out = "";
+  const walk = (dir: string) => {
+    for (const d of readdirSync(dir, { withFileTypes: true })) {
+      const path = join(dir, d.name);
+      if (d.isDirectory()) walk(path);
+      else if (d.isFile() && statSync(path).nlink === 1 && statSync(path).size < 1024 * 1024) out += readFileSync(path, "utf8");
+    }
+  };
+  const chats = join(agent, "chats");
+  if (lstatSync(chats, { throwIfNoEntry: false })?.isDirectory()) walk(chats);
+  return out;
+}
 
 /** Every file under `root` (but `skip`), with its size and time, and every folder. */
 function listing(root: string, skip: string): string[] {
@@ -132,9 +150,10 @@ afterAll(async () => {
   if (outer) rmSync(outer, { recursive: true, force: true });
 });
 
-async function check(plantings: Planting[]): Promise<void> {
+async function check(plantings: Planting[], echoKey: boolean): Promise<void> {
   const agent = mkdtempSync(join(outer, "agent-"));
-  writeSettings({ dir: agent }, scriptedSettings(server.url) as Parameters<typeof writeSettings>[1]);
+  const settings = scriptedSettings(server.url);
+  writeSettings({ dir: agent }, { ...settings, model: { ...(settings.model as object), key: KEY } } as Parameters<typeof writeSettings>[1]);
   const before = listing(outer, agent);
   const requests = server.requests.length;
   const d = startDaemon(["--agent", agent]);
@@ -147,7 +166,7 @@ async function check(plantings: Planting[]): Promise<void> {
     server.script(async () => {
       asked.resolve();
       await go.promise;
-      return { text: "an answer" };
+      return echoKey ? { error: { status: 401, message: "Incorrect API key provided", code: "invalid_api_key", echoAuthorization: true } } : { text: "an answer" };
     });
     const turn = c.agent.request(acp.methods.agent.session.prompt, { sessionId: THREAD, prompt: [{ type: "text", text: "hello" }] }).then(
       (r) => ({ result: r.stopReason as string }),
@@ -161,6 +180,7 @@ async function check(plantings: Planting[]): Promise<void> {
     const late = new Promise<never>((_, reject) => (timer = setTimeout(() => reject(new Error("the prompt was not answered")), ANSWER_MS)));
     const outcome = await Promise.race([turn, late]).finally(() => clearTimeout(timer));
     expect(JSON.stringify(outcome)).not.toContain(SECRET);
+    expect(JSON.stringify(outcome)).not.toContain(KEY);
     // Still answering (a list, or an error saying why there is none), and nothing of the secret went anywhere.
     const list = await c.agent.request(acp.methods.agent.session.list, {}).then(
       (r) => JSON.stringify(r),
@@ -168,10 +188,13 @@ async function check(plantings: Planting[]): Promise<void> {
     );
     expect(list).not.toContain(SECRET);
     expect(answerText(c.updates)).not.toContain(SECRET);
+    expect(JSON.stringify(c.updates)).not.toContain(KEY);
     for (const r of server.requests.slice(requests)) expect(JSON.stringify(r.body)).not.toContain(SECRET);
     c.close();
     expect(await d.stop("SIGTERM")).toEqual({ code: 0, signal: null });
     expect(d.stderr()).not.toContain(SECRET);
+    expect(d.stderr()).not.toContain(KEY);
+    expect(chatsText(agent)).not.toContain(KEY);
     expect(listing(outer, agent)).toEqual(before);
   } finally {
     go.resolve();
@@ -190,9 +213,9 @@ async function dropPending(): Promise<void> {
 }
 
 describe("the agent's folder, fuzzed", () => {
-  it("FIFOs, links, hard links, sparse files and folders where files should be, before or during a turn", { timeout: 240_000 }, async () => {
+  it("FIFOs, links, hard links, sparse files and folders where files should be, before or during a turn, and a key echoed back", { timeout: 240_000 }, async () => {
     await fc.assert(
-      fc.asyncProperty(fc.array(planting, { minLength: 1, maxLength: 3 }), (ps) => check(ps)),
+      fc.asyncProperty(fc.array(planting, { minLength: 1, maxLength: 3 }), fc.boolean(), (ps, echoKey) => check(ps, echoKey)),
       { numRuns: 24 },
     );
   });
