@@ -38,30 +38,68 @@ See man lnk-link-harness.`;
 
 /** The agent's folder when no --agent is given: $LNK_AGENT_DIR, else under $XDG_DATA_HOME. */
 export function defaultAgentDir(env: NodeJS.ProcessEnv = process.env): string {
-  if (env.LNK_AGENT_DIR) return resolve(env.LNK_AGENT_DIR);
+  if (env.LNK_AGENT_DIR) {
+    checkTilde("LNK_AGENT_DIR", env.LNK_AGENT_DIR);
+    return resolve(env.LNK_AGENT_DIR);
+  }
   const data = env.XDG_DATA_HOME || join(homedir(), ".local", "share");
   return join(data, "lnk-link-harness", "agent");
+}
+
+const OPTIONS = {
+  help: { type: "boolean", short: "h" },
+  version: { type: "boolean", short: "V" },
+  agent: { type: "string" },
+  files: { type: "string" },
+  home: { type: "string" },
+  socket: { type: "string" },
+  agents: { type: "string" },
+  blank: { type: "string" },
+} as const;
+
+/** How many single-character edits turn `a` into `b`. */
+function distance(a: string, b: string): number {
+  let row = Array.from({ length: b.length + 1 }, (_, j) => j);
+  for (let i = 1; i <= a.length; i++) {
+    const next = [i];
+    for (let j = 1; j <= b.length; j++) {
+      next[j] = Math.min((row[j] ?? 0) + 1, (next[j - 1] ?? 0) + 1, (row[j - 1] ?? 0) + (a[i - 1] === b[j - 1] ? 0 : 1));
+    }
+    row = next;
+  }
+  return row[b.length] ?? 0;
+}
+
+/** An option the command line doesn't know, named, with the one meant when it is close to one. */
+function unknownOption(arg: string): UsageError {
+  const name = arg.replace(/^-+/, "").split("=")[0] ?? "";
+  const near = Object.keys(OPTIONS)
+    .map((o) => ({ o, d: distance(name, o) }))
+    .filter(({ d }) => d <= 2)
+    .sort((a, b) => a.d - b.d)[0];
+  return new UsageError(`unknown option ${arg.split("=")[0]}${near ? `: did you mean --${near.o}?` : ""} (see --help)`);
+}
+
+/**
+ * Refuses a path that begins with a literal `~`: no shell expanded it (a command line given as one
+ * string, as acpx and Link's own config spawn it), so it would name a folder called `~` here.
+ */
+function checkTilde(what: string, value: string): void {
+  if (!value.startsWith("~")) return;
+  const rest = value.slice(1);
+  const hint = rest === "" || rest.startsWith("/") ? `write $HOME${rest} (or the full path) instead` : "write the full path instead";
+  throw new UsageError(`${what} ${JSON.stringify(value)}: a path that begins with "~" is not expanded here, since no shell saw it: ${hint}`);
 }
 
 export function parseCommandLine(argv: string[], env: NodeJS.ProcessEnv = process.env): Command {
   let parsed;
   try {
-    parsed = parseArgs({
-      args: argv,
-      allowPositionals: true,
-      strict: true,
-      options: {
-        help: { type: "boolean", short: "h" },
-        version: { type: "boolean", short: "V" },
-        agent: { type: "string" },
-        files: { type: "string" },
-        home: { type: "string" },
-        socket: { type: "string" },
-        agents: { type: "string" },
-        blank: { type: "string" },
-      },
-    });
+    parsed = parseArgs({ args: argv, allowPositionals: true, strict: true, options: OPTIONS });
   } catch (e) {
+    if ((e as { code?: string }).code === "ERR_PARSE_ARGS_UNKNOWN_OPTION") {
+      const arg = /'([^']+)'/.exec((e as Error).message)?.[1];
+      if (arg !== undefined) throw unknownOption(arg);
+    }
     throw new UsageError((e as Error).message.split("\n")[0] ?? "bad arguments");
   }
   const { values: v, positionals } = parsed;
@@ -69,6 +107,7 @@ export function parseCommandLine(argv: string[], env: NodeJS.ProcessEnv = proces
   if (v.version) return { kind: "version" };
   for (const [name, value] of Object.entries(v)) {
     if (typeof value === "string" && value.length === 0) throw new UsageError(`--${name} needs a value`);
+    if (typeof value === "string") checkTilde(`--${name}`, value);
   }
   const agent: AgentOptions = {
     agent: v.agent ? resolve(v.agent) : defaultAgentDir(env),
@@ -99,6 +138,7 @@ export function parseCommandLine(argv: string[], env: NodeJS.ProcessEnv = proces
     case "configure":
       only(["agent", "files", "home"], "configure");
       if (rest.length > 1) throw new UsageError("configure takes at most one FILE");
+      if (rest[0] !== undefined) checkTilde("FILE", rest[0]);
       return { kind: "configure", agent, ...(rest[0] !== undefined ? { file: resolve(rest[0]) } : {}) };
     case "state": {
       only(["agent", "files", "home"], "state");

@@ -4,6 +4,10 @@ import { SettingsError, parseSettings, paths, writeSettings, type AgentRef } fro
 import { UsageError, agentRef, type AgentOptions } from "./cli.js";
 
 function readInput(file: string | undefined): string {
+  // Waiting silently on a terminal would look like a hang.
+  if (file === undefined && process.stdin.isTTY) {
+    throw new UsageError("configure reads the settings as JSON from FILE or from stdin, and stdin is a terminal: name a FILE, or pipe the JSON in (configure --agent DIR < settings.json)");
+  }
   try {
     return readFileSync(file ?? 0, "utf8");
   } catch (e) {

@@ -1,7 +1,9 @@
 // Serving ACP on stdio, or on a Unix control socket shared by many connections at once. This path
 // loads nothing heavy: each connection's first request, initialize, is answered by its front, and
 // the agent (the ACP SDK, the schemas, the sessions) is loaded right after.
+import { existsSync, statSync } from "node:fs";
 import type { Socket } from "node:net";
+import { join } from "node:path";
 import { Duplex, Readable, Writable } from "node:stream";
 import { lazy, lazyImport } from "../turn/load.js";
 import type { RunningAgent } from "./agent.js";
@@ -37,10 +39,29 @@ function maxMessageBytes(env: NodeJS.ProcessEnv): number {
   return n;
 }
 
+/**
+ * Refuses to serve an agent that isn't there: a folder that doesn't exist (a mistyped --agent), a
+ * file, or a folder without settings, each with the command that fixes it. Else the daemon would
+ * start without complaint and fail at the first prompt.
+ */
+function checkAgent(dir: string): void {
+  const fix = `lnk-link-harness configure --agent ${dir} < settings.json`;
+  let st;
+  try {
+    st = statSync(dir);
+  } catch (e) {
+    if ((e as NodeJS.ErrnoException).code === "ENOENT") throw new UsageError(`there is no agent at ${dir}: the folder does not exist; make it with its settings: ${fix}`);
+    throw new UsageError(`cannot use the agent's folder ${dir}: ${(e as Error).message}`);
+  }
+  if (!st.isDirectory()) throw new UsageError(`${dir} is a file, not an agent's folder: name the folder with --agent`);
+  if (!existsSync(join(dir, "config.json"))) throw new UsageError(`the agent at ${dir} has no settings yet: ${fix}`);
+}
+
 export async function serve(command: Extract<Command, { kind: "serve" }>): Promise<void> {
   if (command.agents) throw new UsageError("--agents is not supported yet: run one process per agent");
   if (command.blank) throw new UsageError("--blank is not supported yet: name the agent with --agent");
   const max = maxMessageBytes(process.env);
+  checkAgent(command.agent.agent);
   captureConsole();
   const agent = agentRef(command.agent);
   const ver = version();

@@ -3,8 +3,9 @@
 // `<path>.lock`, is held while the socket is probed, a stale one removed and the new one listened on.
 // Without it, two daemons could each find the socket stale, and the second remove the first's new
 // socket and serve in its place, the first left serving on a socket no one can reach.
-import { chmodSync, closeSync, linkSync, lstatSync, openSync, readFileSync, renameSync, unlinkSync, writeSync } from "node:fs";
+import { chmodSync, closeSync, linkSync, lstatSync, openSync, readFileSync, renameSync, statSync, unlinkSync, writeSync } from "node:fs";
 import { connect, createServer, type Server, type Socket } from "node:net";
+import { dirname } from "node:path";
 import { isErrno } from "../store/errno.js";
 
 /** A serving failure the person starting the daemon must fix: one line on stderr, exit 2. */
@@ -161,7 +162,28 @@ export interface ControlSocket {
  * Listens on `path` with mode 0600 from the start: the umask is narrowed while the socket is made.
  * The socket's lock is held from the probe to the listen, and let go once the socket answers.
  */
+/** The longest path a Unix socket may have here: sun_path holds 108 bytes with its final NUL. */
+export const SOCKET_PATH_MAX = 107;
+
+/** What stands in the way of a socket at `path` before anything is made: said as the real cause. */
+function checkPlace(path: string): void {
+  const bytes = Buffer.byteLength(path);
+  if (bytes > SOCKET_PATH_MAX) {
+    throw new ServeError(`${path} is ${bytes} bytes long: a Unix socket's path is at most ${SOCKET_PATH_MAX} bytes, so choose a shorter one`);
+  }
+  const folder = dirname(path);
+  let st;
+  try {
+    st = statSync(folder);
+  } catch (e) {
+    if (isErrno(e, "ENOENT")) throw new ServeError(`the folder ${folder} does not exist: make it first (mkdir -p ${folder})`);
+    throw new ServeError(`cannot use the folder ${folder}: ${(e as Error).message}`);
+  }
+  if (!st.isDirectory()) throw new ServeError(`${folder} is not a folder: the socket can't be made in it`);
+}
+
 export async function listenSocket(path: string, onConnection: (socket: Socket) => void): Promise<ControlSocket> {
+  checkPlace(path);
   const release = await takeLock(path);
   try {
     return await listenLocked(path, onConnection);

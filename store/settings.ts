@@ -38,9 +38,15 @@ export function parseSettings(text: string): SettingsT {
   const proto = protoKey(raw);
   if (proto !== undefined) throw new SettingsError(`invalid settings: ${proto}: the key "__proto__" is not allowed`);
   const parsed = Settings.safeParse(raw);
-  if (!parsed.success) throw new SettingsError(`invalid settings: ${describeIssues(parsed.error)}`);
+  if (!parsed.success) throw new SettingsError(`invalid settings: ${describeIssues(parsed.error)}${keyHint(parsed.error)}`);
   settingsText(parsed.data);
   return parsed.data;
+}
+
+/** A key that other programs name otherwise (api_key, apiKey): says what this one is called. */
+function keyHint(error: { issues: readonly { code: string; path: PropertyKey[]; keys?: readonly string[] }[] }): string {
+  const misnamed = error.issues.some((i) => i.code === "unrecognized_keys" && i.path.join(".") === "model" && i.keys?.some((k) => /^(api[_-]?key|apikey|token|secret)$/i.test(k)));
+  return misnamed ? ' (the model\'s key is named "key")' : "";
 }
 
 /** config.json's text for settings; refused over the most a turn reads, so nothing is written that can't be read. */

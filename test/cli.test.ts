@@ -1,5 +1,5 @@
 // The built command line as a child process: what it prints, how it exits, and what it writes.
-import { chmodSync, mkdirSync, mkdtempSync, readFileSync, readdirSync, rmSync, statSync, writeFileSync } from "node:fs";
+import { chmodSync, mkdirSync, mkdtempSync, readFileSync, readdirSync, realpathSync, rmSync, statSync, symlinkSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
@@ -7,7 +7,7 @@ import { z } from "zod";
 import { Contract, FEATURES, Settings } from "../protocol/index.js";
 import { writeSettings } from "../store/index.js";
 import { BIN, MAIN, ROOT, assertBuilt } from "./fixtures/built.js";
-import { killAll, run, type Run } from "./fixtures/child.js";
+import { Child, killAll, run, type Run } from "./fixtures/child.js";
 
 const SECRET = "sk-SECRET-123";
 
@@ -274,5 +274,143 @@ describe.concurrent("state", () => {
     mkdirSync(join(home, "other-home"), { recursive: true });
     const byHome = await run(process.execPath, [MAIN, "state"], { env: { PATH: process.env.PATH ?? "", HOME: join(home, "other-home") }, ms: 15_000 });
     expect(JSON.parse(byHome.stdout)).toEqual(expected(join(home, "other-home", ".local", "share", "lnk-link-harness", "agent")));
+  });
+});
+
+describe.concurrent("a newcomer's first commands", () => {
+  /** The CLI run from a folder of its own, so anything it makes in its working folder is seen. */
+  async function cliIn(cwd: string, args: string[], input = ""): Promise<Run> {
+    return run(process.execPath, [MAIN, ...args], {
+      cwd,
+      input,
+      env: { PATH: process.env.PATH ?? "/usr/bin:/bin", HOME: home, XDG_DATA_HOME: join(home, "data") },
+      ms: 15_000,
+    });
+  }
+
+  it('a path that begins with "~" (no shell expanded it) is refused, saying what to write, and nothing is made', async () => {
+    const cwd = tempDir();
+    for (const args of [["--agent", "~/agent"], ["configure", "--agent", "~/agent"], ["configure", "--agent", join(cwd, "a"), "~/settings.json"], ["--socket", "~/agent.sock"]]) {
+      const r = await cliIn(cwd, args, JSON.stringify(valid));
+      expect(r.code, r.stderr).toBe(2);
+      expectOneLine(r);
+      expect(r.stderr).toContain('a path that begins with "~" is not expanded here');
+      expect(r.stderr).toContain("$HOME/");
+    }
+    const env = await run(process.execPath, [MAIN], { cwd, env: { PATH: process.env.PATH ?? "", HOME: home, LNK_AGENT_DIR: "~/agent" }, ms: 15_000 });
+    expect(env.stderr).toContain("LNK_AGENT_DIR");
+    expect(readdirSync(cwd)).toEqual([]);
+  });
+
+  it("a mistyped option names the one meant", async () => {
+    const r = await cli(["--agnet", "x"]);
+    expect(r.code).toBe(2);
+    expectOneLine(r);
+    expect(r.stderr).toBe("lnk-link-harness: unknown option --agnet: did you mean --agent? (see --help)\n");
+    expect((await cli(["--frobnicate"])).stderr).toBe("lnk-link-harness: unknown option --frobnicate (see --help)\n");
+  });
+
+  it("serving an agent that isn't there is refused at start, with the command that fixes it, and nothing is made", async () => {
+    const cwd = tempDir();
+    const missing = join(cwd, "no-such-agent");
+    const file = join(cwd, "a-file");
+    writeFileSync(file, "");
+    const empty = join(cwd, "empty");
+    mkdirSync(empty);
+    const cases: [string, string][] = [
+      [missing, `there is no agent at ${missing}: the folder does not exist; make it with its settings: lnk-link-harness configure --agent ${missing} < settings.json`],
+      [file, `${file} is a file, not an agent's folder: name the folder with --agent`],
+      [empty, `the agent at ${empty} has no settings yet: lnk-link-harness configure --agent ${empty} < settings.json`],
+    ];
+    for (const [dir, said] of cases) {
+      const r = await cliIn(cwd, ["--agent", dir]);
+      expect(r.code, r.stderr).toBe(2);
+      expect(r.stderr).toBe(`lnk-link-harness: ${said}\n`);
+    }
+    expect(readdirSync(cwd).sort()).toEqual(["a-file", "empty"]);
+    expect(readdirSync(empty)).toEqual([]);
+  });
+
+  it("a socket in a folder that doesn't exist, or with a path over 107 bytes, says the real cause and makes nothing", async () => {
+    const agent = tempDir();
+    writeSettings({ dir: agent }, valid);
+    const place = tempDir();
+    const inMissing = join(place, "missing", "agent.sock");
+    const r1 = await cli(["--agent", agent, "--socket", inMissing]);
+    expect(r1.code, r1.stderr).toBe(2);
+    expect(r1.stderr).toBe(`lnk-link-harness: the folder ${join(place, "missing")} does not exist: make it first (mkdir -p ${join(place, "missing")})\n`);
+    const long = join(place, `${"s".repeat(120 - place.length)}.sock`);
+    const r2 = await cli(["--agent", agent, "--socket", long]);
+    expect(r2.code, r2.stderr).toBe(2);
+    expect(r2.stderr).toContain(`bytes long: a Unix socket's path is at most 107 bytes, so choose a shorter one`);
+    expect(readdirSync(place)).toEqual([]);
+  });
+
+  it("configure with a terminal for stdin says what it reads rather than waiting", async () => {
+    const dir = tempDir();
+    // `script` gives the command a terminal of its own.
+    const r = await run("script", ["-qec", `"${process.execPath}" "${MAIN}" configure --agent "${dir}"`, "/dev/null"], {
+      env: { PATH: process.env.PATH ?? "", HOME: home },
+      ms: 15_000,
+    });
+    expect(r.code).toBe(2);
+    expect(r.stdout).toContain("stdin is a terminal: name a FILE, or pipe the JSON in");
+    expect(readdirSync(dir)).toEqual([]);
+  });
+
+  it('a key named "api_key" is refused naming "key", never quoting it', async () => {
+    const dir = tempDir();
+    const r = await cli(["configure", "--agent", dir], { input: JSON.stringify({ model: { ...valid.model, key: undefined, api_key: SECRET } }) });
+    expect(r.code).toBe(2);
+    expectOneLine(r);
+    expect(r.stderr).toContain('(the model\'s key is named "key")');
+    expect(r.stderr).not.toContain(SECRET);
+  });
+
+  it("the documented install puts the command and its man pages in place", { timeout: 60_000 }, async () => {
+    const prefix = tempDir();
+    const install = await run("npm", ["install", "-g", "--prefix", prefix, "--no-audit", "--no-fund", ROOT], { env: { ...process.env }, ms: 50_000 });
+    expect(install.code, install.stderr).toBe(0);
+    const version = await run(join(prefix, "bin", "lnk-link-harness"), ["--version"], { ms: 15_000 });
+    expect(version.stdout).toMatch(/^lnk-link-harness \d+\.\d+\.\d+\n$/);
+    for (const [section, page] of [["1", "lnk-link-harness"], ["5", "lnk-link-harness-folder"], ["7", "lnk-link-harness-turn"], ["7", "lnk-link-harness-acp"]] as const) {
+      // As a user's shell has it: the install's bin/ on the PATH, from which man finds share/man (whose
+      // pages npm links to the package's own, which man names).
+      const installed = join(prefix, "share", "man", `man${section}`, `${page}.${section}`);
+      const found = await run("man", ["-w", section, page], { cwd: prefix, env: { PATH: `${join(prefix, "bin")}:/usr/local/bin:/usr/bin:/bin` }, ms: 15_000 });
+      expect(found.stdout.trim(), found.stderr).toBe(realpathSync(installed));
+      // Not found without the install on the PATH.
+      const without = await run("man", ["-w", section, page], { cwd: prefix, env: { PATH: "/usr/local/bin:/usr/bin:/bin" }, ms: 15_000 });
+      expect(without.code).not.toBe(0);
+    }
+  });
+});
+
+describe("the README's way to try it without a model", () => {
+  it("runs as written: the scripted model, an agent configured for it, acpx's exec answered", { timeout: 60_000 }, async () => {
+    const readme = readFileSync(join(ROOT, "README.md"), "utf8");
+    const section = readme.slice(readme.indexOf("### Trying it without a model"));
+    const blocks = [...section.matchAll(/```sh\n([\s\S]*?)```/g)].map((m) => m[1] ?? "");
+    const [start, talk] = blocks;
+    expect(start).toContain("npm run model");
+    // `npm run model` builds, then runs this: the build is there already.
+    const model = new Child(process.execPath, [join(ROOT, "dist", "test", "model-server.js")]);
+    try {
+      const url = (await model.line((l) => l.startsWith("http://"))).trim();
+      // The command as installed (npm install -g .), and acpx as npx finds it.
+      const bin = tempDir();
+      symlinkSync(MAIN, join(bin, "lnk-link-harness"));
+      const script = (talk ?? "").replaceAll("http://127.0.0.1:40123/v1", url);
+      const r = await run("sh", ["-ec", script], {
+        cwd: ROOT,
+        env: { PATH: `${bin}:${join(ROOT, "node_modules", ".bin")}:${process.env.PATH ?? ""}`, HOME: tempDir() },
+        ms: 50_000,
+      });
+      expect(r.code, r.stderr).toBe(0);
+      expect(r.stdout).toContain("echo: hello");
+    } finally {
+      model.proc.kill();
+      await model.exited;
+    }
   });
 });

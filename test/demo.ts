@@ -46,7 +46,11 @@ function show({ update }: SessionNotification): void {
   }
 }
 
-async function main(): Promise<void> {
+async function main(argv: string[]): Promise<void> {
+  // The folder is removed at the end, unless asked to keep it for a look (npm run demo -- --keep).
+  const keep = argv.includes("--keep");
+  const unknown = argv.find((a) => a !== "--keep");
+  if (unknown !== undefined) throw new Error(`unknown argument ${unknown}; usage: npm run demo [-- --keep]`);
   const folder = tempDir("lnk-demo-");
   const agentDir = join(folder.path, "agent");
   const model = await startModelServer();
@@ -92,14 +96,15 @@ async function main(): Promise<void> {
       out(`  ${relative(folder.path, conv.event(n))}  ${what}\n`);
     }
     out(`\nThe daemon's log (stderr):\n${daemon.stderr().replace(/^/gm, "  ").trimEnd()}\n`);
-    out(`\nRemove the demo's folder with: rm -rf ${folder.path}\n`);
+    out(keep ? `\nThe demo's folder is kept: ${folder.path}\n` : `\nThe demo's folder was removed (npm run demo -- --keep keeps it).\n`);
   } finally {
     await daemon.stop();
     await model.close();
+    if (!keep) folder.remove();
   }
 }
 
-main().then(
+main(process.argv.slice(2)).then(
   () => process.exit(0),
   (e: unknown) => {
     process.stderr.write(`demo failed: ${e instanceof Error ? e.message : String(e)}\n`);

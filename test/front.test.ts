@@ -8,6 +8,7 @@ import { z } from "zod";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { PROTOCOL_VERSION, initializeResult } from "../acp/initialize.js";
 import { version } from "../daemon/version.js";
+import { writeSettings } from "../store/index.js";
 import { assertBuilt, BIN, MAIN } from "./fixtures/built.js";
 import { Child, run } from "./fixtures/child.js";
 
@@ -16,6 +17,8 @@ let dir: string;
 beforeAll(() => {
   assertBuilt([BIN, "dist/daemon/front.js", "dist/daemon/agent.js"], ["daemon", "acp"]);
   dir = mkdtempSync(join(tmpdir(), "lh-front-"));
+  // An agent the daemon will serve: settings of its own (its model is never asked here).
+  writeSettings({ dir }, { model: { provider: "p", name: "m", base_url: "http://127.0.0.1:9/v1" } });
 });
 afterAll(() => rmSync(dir, { recursive: true, force: true }));
 

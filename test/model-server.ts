@@ -134,7 +134,8 @@ export function lastUserText(request: RecordedRequest): string {
   return user ? contentText(user.content) : "";
 }
 
-export const echoReply: ReplyFn = (request) => ({ text: `echo: ${lastUserText(request)}` });
+/** Echoes the last user message's last line: the message itself, without the line that heads it (date, channel, speaker). */
+export const echoReply: ReplyFn = (request) => ({ text: `echo: ${lastUserText(request).split("\n").at(-1) ?? ""}` });
 
 function contentText(content: ChatMessage["content"]): string {
   if (typeof content === "string") return content;

@@ -6,7 +6,8 @@ import { ROOT } from "./fixtures/built.js";
 import { freePort } from "./fixtures/port.js";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
+import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it } from "vitest";
+import { z } from "zod";
 import { discoverTools, splitCommandLine } from "../daemon/tools/discover.js";
 import { McpToolHost, type McpToolHostOptions } from "../daemon/tools/host.js";
 import type { ToolBox, ToolServer } from "../turn/tools.js";
@@ -46,12 +47,32 @@ const MEMORY_CALLS = [
 let dir: string;
 const hosts: McpToolHost[] = [];
 
+/**
+ * The log lines the code under test writes on stderr (one JSON object a line), kept for the tests to
+ * read rather than printed among the test runner's own lines, where a warning looks like a failure.
+ */
+const LogLine = z.record(z.string(), z.unknown());
+const logged: z.infer<typeof LogLine>[] = [];
+const writeStderr = process.stderr.write.bind(process.stderr);
 beforeAll(() => {
   dir = mkdtempSync(join(tmpdir(), "lnk-tools-"));
 });
+beforeEach(() => {
+  logged.length = 0;
+  process.stderr.write = ((chunk: string | Uint8Array, ...rest: unknown[]) => {
+    const text = typeof chunk === "string" ? chunk : Buffer.from(chunk).toString("utf8");
+    if (!text.startsWith('{"time":')) return (writeStderr as (...a: unknown[]) => boolean)(chunk, ...rest);
+    for (const line of text.trim().split("\n")) logged.push(LogLine.parse(JSON.parse(line)));
+    return true;
+  }) as typeof process.stderr.write;
+});
 afterEach(async () => {
   await Promise.all(hosts.splice(0).map((h) => h.close()));
+  process.stderr.write = writeStderr;
 });
+
+/** What the log said of `msg`: each line's field `key`. */
+const saidOf = (msg: string, key: string) => logged.filter((l) => l.msg === msg).map((l) => l[key]);
 afterAll(() => {
   rmSync(dir, { recursive: true, force: true });
 });
@@ -162,6 +183,10 @@ describe("discoverTools", () => {
       { name: "memory", source: { type: "stdio", command: "memory-server", args: [] } },
       { name: "ok", source: { type: "stdio", command: "ok-server", args: [] } },
     ]);
+    // Each left out with a warning that names where it came from.
+    expect(saidOf("tool left out", "origin").sort()).toEqual(
+      ["LNK_TOOL_", "LNK_TOOL_A__B", "LNK_TOOL_BADURL", "LNK_TOOL_EMPTY", "LNK_TOOL_MEMORY", "LNK_TOOL_OPEN", "settings tools.ok", "ACP mcpServers old", "ACP mcpServers ftp", "ACP mcpServers nocommand"].sort(),
+    );
   });
 
   it("splits words as a POSIX shell does, without running one", () => {
@@ -302,6 +327,7 @@ describe("McpToolHost over stdio", () => {
     const h = host({ listTimeoutMs: 5_000 });
     const first = await h.open([flaky, missing]);
     expect(names(first)).toEqual([]);
+    expect(saidOf("tool left out of this turn", "tool").sort()).toEqual(["flaky", "missing"]);
     expect(await first.call("flaky__echo", { message: "x" })).toEqual({ text: "there is no tool flaky__echo", error: true });
     await first.close();
     rmSync(broken);
@@ -503,6 +529,7 @@ describe("McpToolHost over Streamable HTTP", () => {
     const nobody: ToolServer = { name: "nobody", source: { type: "http", url: `http://127.0.0.1:${port}/mcp` } };
     const box = await h.open([tool, nobody]);
     expect(box.offered).toEqual(first.offered);
+    expect(saidOf("tool left out of this turn", "tool")).toEqual(["nobody"]);
     const answer = await box.call("everything__echo", { message: "x" });
     expect(answer.error).toBe(true);
     expect(answer.text).toMatch(/^tool everything is unavailable: /);
