@@ -3,7 +3,9 @@ import { chmodSync, mkdirSync, mkdtempSync, readFileSync, readdirSync, realpathS
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import fc from "fast-check";
 import { z } from "zod";
+import { UsageError, parseCommandLine } from "../daemon/cli.js";
 import { Contract, FEATURES, Settings } from "../protocol/index.js";
 import { writeSettings } from "../store/index.js";
 import { BIN, MAIN, ROOT, assertBuilt } from "./fixtures/built.js";
@@ -412,5 +414,27 @@ describe("the README's way to try it without a model", () => {
       model.proc.kill();
       await model.exited;
     }
+  });
+});
+
+describe("the command line, fuzzed", () => {
+  it("any argv is a command or one line of usage error, never another failure", () => {
+    const word = fc.oneof(
+      fc.constantFrom("--agent", "--agnet", "--files", "--home", "--socket", "--sokcet", "--agents", "--blank", "--help", "-h", "-V", "--", "-x", "--agent=~/a", "configure", "state", "export", "contract", "serve"),
+      fc.string({ maxLength: 12 }),
+      fc.string({ maxLength: 12 }).map((s) => `~${s}`),
+      fc.string({ maxLength: 12 }).map((s) => `--${s}`),
+    );
+    fc.assert(
+      fc.property(fc.array(word, { maxLength: 6 }), fc.option(fc.string({ maxLength: 8 }).map((s) => `~${s}`), { nil: undefined }), (argv, envDir) => {
+        try {
+          parseCommandLine(argv, envDir === undefined ? {} : { LNK_AGENT_DIR: envDir });
+        } catch (e) {
+          expect(e).toBeInstanceOf(UsageError);
+          expect((e as Error).message).not.toMatch(/\n/);
+        }
+      }),
+      { numRuns: 2000 },
+    );
   });
 });
