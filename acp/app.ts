@@ -8,7 +8,7 @@ import { readSettings } from "../store/index.js";
 import type { IncomingMessage, TurnOutcome } from "../turn/types.js";
 import { promptContent } from "./content.js";
 import type { AcpDeps } from "./deps.js";
-import { toRequestError } from "./errors.js";
+import { METHOD_NOT_FOUND, toRequestError } from "./errors.js";
 import { initializeResult } from "./initialize.js";
 import { NewSessionLink, OVERSIZED_METHOD, ParamsError, PromptLink, SessionLink, TOO_DEEP_METHOD, parseLink, servedAgent } from "./meta.js";
 import { configOptions, setModel } from "./model.js";
@@ -213,6 +213,10 @@ export function createAgentApp(state: AcpState, outbox: Outbox): acp.AgentApp {
         }
       }),
     )
+    // A method this agent doesn't serve, in plain words (the SDK's own quotes its words: "\"Method not found\": x").
+    .onRequest("*", ({ method }) => {
+      throw new acp.RequestError(METHOD_NOT_FOUND, `Method not found: ${method}`, { method });
+    })
     .onNotification(acp.methods.agent.session.cancel, ({ params }) => {
       // A cancel for another agent, or one that can't be read, stops nothing of this one's.
       try {

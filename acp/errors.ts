@@ -12,6 +12,7 @@ import { StoppingError, TurnFailed } from "./turns.js";
 export const INVALID_PARAMS = -32602;
 export const SESSION_NOT_FOUND = -32002;
 export const INTERNAL_ERROR = -32603;
+export const METHOD_NOT_FOUND = -32601;
 
 export function invalidParams(message: string): RequestError {
   return new RequestError(INVALID_PARAMS, `Invalid params: ${message}`);

@@ -17,23 +17,40 @@ function when(time: string): string {
   return `${time.slice(0, 10)} ${time.slice(11, 16)} UTC`;
 }
 
-/** Whether an event is an answer of the agent the copy holds: an assistant message with text. */
+/**
+ * Whether an event ends what the copy holds, as an answer does: an assistant message with text, or a
+ * turn that failed (its question was not being answered any more, and a person reading the copy
+ * sees that it got no answer, and why).
+ */
 export function isAnswer(event: Event): boolean {
+  if (event.kind === "failure") return true;
   return event.kind === "message" && event.role === "assistant" && event.text.trim().length > 0;
+}
+
+/** How an answer that didn't end as answered is marked, so a cut answer doesn't read as whole. */
+function cutShort(stop: string): string {
+  if (stop === "cancelled") return "\n*(cut short: the turn was stopped)*";
+  if (stop === "max_tokens") return "\n*(cut short: the answer reached its limit)*";
+  return "";
 }
 
 /** What the copy holds of events after its end, up to and including the answer numbered `upTo`. */
 function entries(events: readonly Numbered[], after: number, upTo: number): string {
   let out = "";
   for (const { n, event } of events) {
-    if (n <= after || n > upTo || event.kind !== "message") continue;
+    if (n <= after || n > upTo) continue;
+    if (event.kind === "failure") {
+      out += `**Agent** · ${when(event.time)}\n*(no answer: the turn failed: ${event.message.replace(/\s+/g, " ").trim()})*\n<!-- answer ${n} -->\n\n`;
+      continue;
+    }
+    if (event.kind !== "message") continue;
     if (event.role === "user") {
       // Only the owner's messages: a tool's call or answer, or anyone else's words, never.
       if (event.from && !event.from.owner) continue;
       const who = event.from?.name ?? "Owner";
       out += `**${who}** · ${when(event.time)}${event.channel ? ` · ${event.channel}` : ""}\n${event.text.trim()}\n\n`;
     } else if (isAnswer(event)) {
-      out += `**Agent** · ${when(event.time)}\n${event.text.trim()}\n<!-- answer ${n} -->\n\n`;
+      out += `**Agent** · ${when(event.time)}\n${event.text.trim()}${cutShort(event.stop)}\n<!-- answer ${n} -->\n\n`;
     }
   }
   return out;

@@ -1,0 +1,59 @@
+// What a newcomer and an editor meet first, over the built daemon: the copy of a conversation whose
+// answer was cut short or never came, and a method the agent doesn't serve, said plainly.
+import { readFileSync } from "node:fs";
+import * as acp from "@agentclientprotocol/sdk";
+import { describe, expect, it } from "vitest";
+import { paths } from "../store/index.js";
+import { configure, daemonTestHooks, failure, scriptedSettings, startDaemon, stdioClient, tempDir, watched, type Client } from "./acp-client.js";
+import type { ModelServer } from "./model-server.js";
+import { BIN } from "./fixtures/built.js";
+
+let server: ModelServer;
+const cleanup = daemonTestHooks([BIN, "dist/daemon/serve.js", "dist/acp/app.js"], (s) => (server = s));
+
+async function session(): Promise<{ c: Client; dir: string; sessionId: string }> {
+  const folder = tempDir("lnk-first-");
+  cleanup.push(() => folder.remove());
+  configure(folder.path, scriptedSettings(server.url));
+  const c = await stdioClient(watched(startDaemon(["--agent", folder.path]), cleanup), cleanup);
+  const { sessionId } = await c.agent.request(acp.methods.agent.session.new, { cwd: folder.path, mcpServers: [] });
+  return { c, dir: folder.path, sessionId };
+}
+
+const prompt = (c: Client, sessionId: string, text: string) => c.agent.request(acp.methods.agent.session.prompt, { sessionId, prompt: [{ type: "text", text }] });
+const transcript = (dir: string, sessionId: string) => readFileSync(paths({ dir }).conversation(sessionId).transcript, "utf8");
+
+describe("the copy of a conversation", { timeout: 60_000 }, () => {
+  it("marks an answer cut short by a cancel, so it doesn't read as whole", async () => {
+    const { c, dir, sessionId } = await session();
+    server.script({ text: "The first words, then nothing more for a long while", chunks: 50, chunkDelayMs: 300 });
+    const turn = prompt(c, sessionId, "tell me a long story");
+    await c.waitForUpdate((n) => n.update.sessionUpdate === "agent_message_chunk");
+    await c.agent.notify(acp.methods.agent.session.cancel, { sessionId });
+    expect(await turn).toMatchObject({ stopReason: "cancelled" });
+    const copy = transcript(dir, sessionId);
+    expect(copy).toContain("tell me a long story");
+    expect(copy).toMatch(/\*\(cut short: the turn was stopped\)\*\n<!-- answer 2 -->/);
+  });
+
+  it("holds a conversation whose only turn failed: the question, and that it got no answer and why", async () => {
+    const { c, dir, sessionId } = await session();
+    server.script({ error: { status: 400, message: "This model does not exist", code: "model_not_found" } });
+    expect((await failure(prompt(c, sessionId, "are you there?"))).message).toContain("This model does not exist");
+    const copy = transcript(dir, sessionId);
+    expect(copy).toContain("are you there?");
+    expect(copy).toMatch(/\*\(no answer: the turn failed: the model answered 400: This model does not exist\)\*\n<!-- answer 2 -->/);
+    // The next turn goes on from it, and the copy grows with its answer.
+    server.script({ text: "Here now." });
+    expect(await prompt(c, sessionId, "again?")).toMatchObject({ stopReason: "end_turn" });
+    expect(transcript(dir, sessionId)).toMatch(/<!-- answer 2 -->\n\n\*\*Owner\*\* · [^\n]+\nagain\?\n\n\*\*Agent\*\* · [^\n]+\nHere now\.\n<!-- answer 4 -->\n\n$/);
+  });
+});
+
+describe("a method the agent doesn't serve", { timeout: 30_000 }, () => {
+  it("is answered -32601 in plain words, naming the method", async () => {
+    const { c } = await session();
+    const err = await failure(c.agent.request("session/set_mode" as never, { sessionId: "x", modeId: "y" } as never));
+    expect(err).toMatchObject({ code: -32601, message: "Method not found: session/set_mode" });
+  });
+});
