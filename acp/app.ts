@@ -165,7 +165,7 @@ export function createAgentApp(state: AcpState, outbox: Outbox): acp.AgentApp {
       acp.methods.agent.session.list,
       guard(({ params }) => {
         parseLink(SessionLink, params._meta, served);
-        return sessions.list(params.cursor);
+        return sessions.list(params.cursor, params.cwd ?? undefined);
       }),
     )
     .onRequest(
@@ -200,6 +200,7 @@ export function createAgentApp(state: AcpState, outbox: Outbox): acp.AgentApp {
           ...(content.parts.length ? { parts: content.parts } : {}),
           ...(link.from ? { from: link.from } : {}),
           ...(channel !== undefined ? { channel } : {}),
+          ...(session.cwd !== undefined ? { cwd: session.cwd } : {}),
           ...(link.time ? { time: new Date(link.time) } : {}),
         };
         const key = sessions.conversation(session.thread).dir;

@@ -115,9 +115,10 @@ export class Sessions {
   }
 
   /**
-   * A session this process didn't make, from its conversation's events: its channel is the one its
-   * last user message came on (read from the newest back, at most CHANNEL_SEARCH events), so a
-   * group's prompts are headed with the group's channel after a restart too.
+   * A session this process didn't make, from its conversation's events: its channel and working
+   * folder are those its last user message came with (read from the newest back, at most
+   * CHANNEL_SEARCH events), so a group's prompts are headed with the group's channel after a restart
+   * too, and a session keeps the folder an editor opened it in.
    */
   private fromEvents(thread: string): SessionState {
     const conv = this.conversation(thread);
@@ -126,7 +127,12 @@ export class Sessions {
       for (let n = last; n > Math.max(0, last - CHANNEL_SEARCH); n--) {
         const event = readEvent(conv, n);
         if (event?.kind === EVENT_KINDS.message && event.role === "user") {
-          return { thread, mcpServers: [], ...(event.channel !== undefined ? { channel: event.channel } : {}) };
+          return {
+            thread,
+            mcpServers: [],
+            ...(event.channel !== undefined ? { channel: event.channel } : {}),
+            ...(event.cwd !== undefined ? { cwd: event.cwd } : {}),
+          };
         }
       }
     } catch (e) {
@@ -156,21 +162,28 @@ export class Sessions {
     return conversationModel(this.conversation(thread));
   }
 
-  /** session/list: the agent's conversations, the most recently updated first, a page at a time. */
-  list(cursor: string | null | undefined): { sessions: SessionInfo[]; nextCursor?: string } {
+  /**
+   * session/list: the agent's conversations, the most recently updated first, a page at a time;
+   * with `cwd`, only those whose working folder it is. A conversation's folder is the one its last
+   * message came with (its session's, as the client named it), else the agent's files folder.
+   */
+  list(cursor: string | null | undefined, cwd?: string): { sessions: SessionInfo[]; nextCursor?: string } {
     const start = cursor ? Number(cursor) : 0;
     if (!Number.isSafeInteger(start) || start < 0) throw new ParamsError(`cursor: ${JSON.stringify(cursor)} is not a cursor this agent gave`);
-    const cwd = paths(this.agent).files;
+    const files = paths(this.agent).files;
     const all = listThreads(paths(this.agent).chats)
       .filter((t) => Thread.safeParse(t).success)
-      .map((thread) => this.info(thread, cwd))
+      .map((thread) => this.info(thread, files))
+      .filter((info) => cwd === undefined || info.cwd === cwd)
       .sort((a, b) => (b.updatedAt ?? "").localeCompare(a.updatedAt ?? ""));
     const sessions = all.slice(start, start + PAGE);
     return start + PAGE < all.length ? { sessions, nextCursor: String(start + PAGE) } : { sessions };
   }
 
-  private info(thread: string, cwd: string): SessionInfo {
+  private info(thread: string, files: string): SessionInfo {
     const conv = this.conversation(thread);
+    // One this process holds open knows its folder; else its last message says it.
+    const cwd = this.open.get(thread)?.cwd ?? this.fromEvents(thread).cwd ?? files;
     const info: SessionInfo = { sessionId: thread, cwd };
     try {
       const last = lastEventNumber(conv);

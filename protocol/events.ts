@@ -50,6 +50,8 @@ export const UserMessage = z
     parts: z.array(Part).optional(),
     from: From.optional(),
     channel: z.string().optional(),
+    /** The working folder of the session it came in (an editor's repository), as the client named it. */
+    cwd: z.string().optional(),
     /** The line that heads the message for the model: date, time, channel, speaker. Kept so it reads the same at every turn. */
     header: z.string(),
   })

@@ -143,7 +143,8 @@ describe("prompts", () => {
       _meta: { link: { from, time: "2026-01-02T03:04:05Z", verbosity: "verbose" } },
     });
     expect(res).toEqual({ stopReason: "end_turn", usage: { inputTokens: 10, outputTokens: 2, cachedReadTokens: 4, totalTokens: 12 } });
-    expect(seen?.message).toEqual({ text: "hello", from, channel: "signal", time: new Date("2026-01-02T03:04:05Z") });
+    // The session's working folder goes with the message, to be kept with it.
+    expect(seen?.message).toEqual({ text: "hello", from, channel: "signal", cwd: "/", time: new Date("2026-01-02T03:04:05Z") });
     const kinds = c.updates.map((u) => u.update.sessionUpdate);
     expect(kinds).toEqual(["agent_message_chunk", "tool_call", "tool_call_update", "agent_message_chunk"]);
     expect(c.updates[1]?.update).toMatchObject({ title: "everything: echo", status: "in_progress", rawInput: { message: "x" }, _meta: { link: { verbosity: "verbose" } } });

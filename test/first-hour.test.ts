@@ -1,9 +1,11 @@
 // What a newcomer and an editor meet first, over the built daemon: the copy of a conversation whose
-// answer was cut short or never came, and a method the agent doesn't serve, said plainly.
+// answer was cut short or never came, a method the agent doesn't serve, said plainly, and a
+// session's working folder kept, reported and filtered by.
 import { readFileSync } from "node:fs";
+import { join } from "node:path";
 import * as acp from "@agentclientprotocol/sdk";
 import { describe, expect, it } from "vitest";
-import { paths } from "../store/index.js";
+import { paths, readEventsFrom } from "../store/index.js";
 import { configure, daemonTestHooks, failure, scriptedSettings, startDaemon, stdioClient, tempDir, watched, type Client } from "./acp-client.js";
 import type { ModelServer } from "./model-server.js";
 import { BIN } from "./fixtures/built.js";
@@ -55,5 +57,37 @@ describe("a method the agent doesn't serve", { timeout: 30_000 }, () => {
     const { c } = await session();
     const err = await failure(c.agent.request("session/set_mode" as never, { sessionId: "x", modeId: "y" } as never));
     expect(err).toMatchObject({ code: -32601, message: "Method not found: session/set_mode" });
+  });
+});
+
+describe("a session's working folder", { timeout: 60_000 }, () => {
+  it("is kept with its conversation, reported by session/list and filtered by it, across a restart", async () => {
+    const folder = tempDir("lnk-first-");
+    cleanup.push(() => folder.remove());
+    const dir = folder.path;
+    configure(dir, scriptedSettings(server.url));
+    const repoA = join(dir, "repo-a");
+    const repoB = join(dir, "repo-b");
+    const d1 = watched(startDaemon(["--agent", dir]), cleanup);
+    const c1 = await stdioClient(d1, cleanup);
+    const a = (await c1.agent.request(acp.methods.agent.session.new, { cwd: repoA, mcpServers: [] })).sessionId;
+    const b = (await c1.agent.request(acp.methods.agent.session.new, { cwd: repoB, mcpServers: [] })).sessionId;
+    await prompt(c1, a, "in repository a");
+    await prompt(c1, b, "in repository b");
+    const listed = async (c: Client, cwd?: string) =>
+      (await c.agent.request(acp.methods.agent.session.list, cwd === undefined ? {} : { cwd })).sessions.map((s) => [s.sessionId, s.cwd]).sort();
+    expect(await listed(c1)).toEqual([[a, repoA], [b, repoB]].sort());
+    expect(await listed(c1, repoA)).toEqual([[a, repoA]]);
+    expect(await listed(c1, join(dir, "elsewhere"))).toEqual([]);
+
+    c1.close();
+    d1.child.stdin?.end();
+    await d1.exited;
+    // Another process knows each folder from the conversation's own events, and keeps it.
+    const c2 = await stdioClient(watched(startDaemon(["--agent", dir]), cleanup), cleanup);
+    expect(await listed(c2, repoB)).toEqual([[b, repoB]]);
+    await prompt(c2, b, "again in b");
+    const users = readEventsFrom(paths({ dir }).conversation(b), 1).flatMap((e) => (e.event.kind === "message" && e.event.role === "user" ? [e.event.cwd] : []));
+    expect(users).toEqual([repoB, repoB]);
   });
 });

@@ -33,6 +33,7 @@ export function userEvent(message: IncomingMessage): UserMessage {
     ...(message.parts?.length ? { parts: message.parts } : {}),
     ...(message.from ? { from: message.from } : {}),
     ...(message.channel ? { channel: message.channel } : {}),
+    ...(message.cwd ? { cwd: message.cwd } : {}),
     header: messageHeader(time, message.channel, message.from),
   };
 }

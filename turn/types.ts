@@ -10,6 +10,8 @@ export interface IncomingMessage {
   /** Left out, the owner. */
   from?: From;
   channel?: string;
+  /** The working folder of the session it came in, kept with it (not sent to the model). */
+  cwd?: string;
   /** When it was sent; left out, now. */
   time?: Date;
 }
