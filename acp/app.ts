@@ -205,10 +205,22 @@ export function createAgentApp(state: AcpState, outbox: Outbox): acp.AgentApp {
         };
         const key = sessions.conversation(session.thread).dir;
         const sub = outbox.subscriber(client, session.thread);
+        // null: the conversation can't be read for one (its turn says why); no title is sent then.
+        const titleNow = (): string | undefined | null => {
+          try {
+            return sessions.title(session.thread);
+          } catch {
+            return null;
+          }
+        };
+        const untitled = titleNow() === undefined;
         // The request's own signal is not the turn's: a client that goes away leaves its turn to finish and be kept.
         try {
           return promptResponse(await turns.prompt(key, message, verbosityOf(settings, link.verbosity), startTurn(session, settings), sub));
         } finally {
+          // A conversation's first message gives it its title: the client is told, as session/list would.
+          const title = untitled ? titleNow() : undefined;
+          if (typeof title === "string") sub.send({ sessionUpdate: "session_info_update", title, updatedAt: new Date().toISOString() });
           // The turn's updates reach the client before its answer does, whatever the answer.
           await outbox.flushed();
         }

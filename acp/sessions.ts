@@ -180,6 +180,21 @@ export class Sessions {
     return start + PAGE < all.length ? { sessions, nextCursor: String(start + PAGE) } : { sessions };
   }
 
+  /** A conversation's title: its first user message's first words, found among its first events. */
+  private titleOf(conv: ConversationPaths, last: number): string | undefined {
+    for (let n = 1; n <= Math.min(last, TITLE_SEARCH); n++) {
+      const title = titleOf(readEvent(conv, n));
+      if (title) return title;
+    }
+    return undefined;
+  }
+
+  /** The conversation's title, if it has one yet. */
+  title(thread: string): string | undefined {
+    const conv = this.conversation(thread);
+    return this.titleOf(conv, lastEventNumber(conv));
+  }
+
   private info(thread: string, files: string): SessionInfo {
     const conv = this.conversation(thread);
     // One this process holds open knows its folder; else its last message says it.
@@ -189,13 +204,8 @@ export class Sessions {
       const last = lastEventNumber(conv);
       const newest = last > 0 ? readEvent(conv, last) : undefined;
       info.updatedAt = newest ? new Date(newest.time).toISOString() : statSync(conv.dir).mtime.toISOString();
-      for (let n = 1; n <= Math.min(last, TITLE_SEARCH); n++) {
-        const title = titleOf(readEvent(conv, n));
-        if (title) {
-          info.title = title;
-          break;
-        }
-      }
+      const title = this.titleOf(conv, last);
+      if (title !== undefined) info.title = title;
     } catch (e) {
       // One broken conversation is reported, and the others are still listed.
       this.log.warn("session/list: a conversation could not be read", { thread, error: (e as Error).message });
@@ -204,9 +214,11 @@ export class Sessions {
   }
 }
 
+/** A title from an event: the first line of an owner's message, its spaces made single, cut. */
 function titleOf(event: Event | undefined): string | undefined {
   if (event?.kind !== EVENT_KINDS.message || event.role !== "user") return undefined;
-  const line = event.text.replace(/\s+/g, " ").trim();
+  if (event.from !== undefined && !event.from.owner) return undefined;
+  const line = (event.text.trim().split("\n")[0] ?? "").replace(/\s+/g, " ").trim();
   if (line.length === 0) return undefined;
   return line.length > TITLE_MAX ? `${line.slice(0, TITLE_MAX - 1)}…` : line;
 }

@@ -91,3 +91,17 @@ describe("a session's working folder", { timeout: 60_000 }, () => {
     expect(users).toEqual([repoB, repoB]);
   });
 });
+
+describe("a conversation's title", { timeout: 30_000 }, () => {
+  it("is its first owner message's first line, sent as session_info_update with it, and session/list says the same", async () => {
+    const { c, sessionId } = await session();
+    await prompt(c, sessionId, "Plan the  trip to Lisbon\nwith the details");
+    const infos = c.updates.filter((n) => n.update.sessionUpdate === "session_info_update");
+    expect(infos.map((n) => [n.sessionId, (n.update as { title?: string }).title])).toEqual([[sessionId, "Plan the trip to Lisbon"]]);
+    const listed = await c.agent.request(acp.methods.agent.session.list, {});
+    expect(listed.sessions.find((s) => s.sessionId === sessionId)?.title).toBe("Plan the trip to Lisbon");
+    // Only the first message titles it.
+    await prompt(c, sessionId, "and another thing");
+    expect(c.updates.filter((n) => n.update.sessionUpdate === "session_info_update")).toHaveLength(1);
+  });
+});
