@@ -1,6 +1,6 @@
 // How a tool call looks to an ACP client: its title, its kind, its result as content.
-import type { ToolCallContent, ToolKind } from "@agentclientprotocol/sdk";
-import { TOOL_SEPARATOR } from "../turn/tools.js";
+import type { ToolCallContent, ToolCallLocation, ToolKind } from "@agentclientprotocol/sdk";
+import { TOOL_SEPARATOR, type ToolMedia } from "../turn/tools.js";
 
 /** `<tool>__<call>` → "tool: call", as a person reads it. */
 export function toolTitle(name: string): string {
@@ -44,4 +44,32 @@ export function rawInput(args: unknown): unknown {
 
 export function textContent(text: string): ToolCallContent[] {
   return text.length > 0 ? [{ type: "content", content: { type: "text", text } }] : [];
+}
+
+/** A call's answer as the client shows it: its text, then each image and resource link the tool showed. */
+export function answerContent(text: string, media: readonly ToolMedia[] = []): ToolCallContent[] {
+  return [
+    ...textContent(text),
+    ...media.map((m): ToolCallContent =>
+      m.type === "image"
+        ? { type: "content", content: { type: "image", data: m.data, mimeType: m.mimeType } }
+        : { type: "content", content: { type: "resource_link", uri: m.uri, name: m.name, ...(m.mimeType ? { mimeType: m.mimeType } : {}) } },
+    ),
+  ];
+}
+
+/** Argument names that name a file a call reads or writes. */
+const PATH_KEYS = ["path", "file", "filePath", "file_path", "filename", "source", "destination"];
+
+/** The files a call's arguments name (an absolute path under a key that names a file), for the client to follow. */
+export function locations(args: unknown): ToolCallLocation[] {
+  if (args === null || typeof args !== "object" || Array.isArray(args)) return [];
+  const out: ToolCallLocation[] = [];
+  for (const key of PATH_KEYS) {
+    const value = (args as Record<string, unknown>)[key];
+    if (typeof value === "string" && value.startsWith("/") && !out.some((l) => l.path === value)) out.push({ path: value });
+  }
+  const paths = (args as Record<string, unknown>).paths;
+  if (Array.isArray(paths)) for (const p of paths) if (typeof p === "string" && p.startsWith("/")) out.push({ path: p });
+  return out;
 }

@@ -2,7 +2,8 @@
 import type { SessionUpdate } from "@agentclientprotocol/sdk";
 import { EVENT_KINDS, type Verbosity } from "../protocol/index.js";
 import type { TurnEvent } from "../turn/types.js";
-import { rawInput, textContent, toolKind, toolTitle } from "./tools.js";
+import type { ToolMedia } from "../turn/tools.js";
+import { answerContent, locations, rawInput, toolKind, toolTitle } from "./tools.js";
 
 /** Each tool call carries its chat's verbosity, so the bridge shows or hides it as the chat chose. */
 export function verbosityMeta(verbosity: Verbosity): { link: { verbosity: Verbosity } } {
@@ -10,6 +11,8 @@ export function verbosityMeta(verbosity: Verbosity): { link: { verbosity: Verbos
 }
 
 export function toolCallUpdate(id: string, name: string, args: unknown, verbosity: Verbosity): SessionUpdate {
+  const input = rawInput(args);
+  const where = locations(input);
   return {
     sessionUpdate: "tool_call",
     toolCallId: id,
@@ -17,13 +20,14 @@ export function toolCallUpdate(id: string, name: string, args: unknown, verbosit
     name,
     kind: toolKind(name),
     status: "in_progress",
-    rawInput: rawInput(args),
+    rawInput: input,
+    ...(where.length > 0 ? { locations: where } : {}),
     _meta: verbosityMeta(verbosity),
   };
 }
 
-export function toolResultUpdate(id: string, status: "completed" | "failed", text: string, verbosity: Verbosity): SessionUpdate {
-  return { sessionUpdate: "tool_call_update", toolCallId: id, status, content: textContent(text), _meta: verbosityMeta(verbosity) };
+export function toolResultUpdate(id: string, status: "completed" | "failed", text: string, verbosity: Verbosity, media?: readonly ToolMedia[]): SessionUpdate {
+  return { sessionUpdate: "tool_call_update", toolCallId: id, status, content: answerContent(text, media), _meta: verbosityMeta(verbosity) };
 }
 
 export function textUpdate(text: string, kind: "agent_message_chunk" | "user_message_chunk" = "agent_message_chunk"): SessionUpdate {
@@ -52,7 +56,7 @@ export class TurnUpdates {
         return [toolCallUpdate(report.id, report.name, report.arguments, this.verbosity)];
       case "tool_result": {
         const opened = this.open.delete(report.id);
-        const result = toolResultUpdate(report.id, report.status, report.text, this.verbosity);
+        const result = toolResultUpdate(report.id, report.status, report.text, this.verbosity, report.media);
         // A result for a call never announced still shows as a call, then its result.
         return opened ? [result] : [toolCallUpdate(report.id, report.name, undefined, this.verbosity), result];
       }

@@ -1,14 +1,14 @@
 // What a newcomer and an editor meet first, over the built daemon: the copy of a conversation whose
 // answer was cut short or never came, a method the agent doesn't serve, said plainly, and a
 // session's working folder kept, reported and filtered by.
-import { readFileSync } from "node:fs";
+import { readFileSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import * as acp from "@agentclientprotocol/sdk";
 import { describe, expect, it } from "vitest";
 import { paths, readEventsFrom } from "../store/index.js";
 import { configure, daemonTestHooks, failure, scriptedSettings, startDaemon, stdioClient, tempDir, watched, type Client } from "./acp-client.js";
 import type { ModelServer } from "./model-server.js";
-import { BIN } from "./fixtures/built.js";
+import { BIN, ROOT } from "./fixtures/built.js";
 
 let server: ModelServer;
 const cleanup = daemonTestHooks([BIN, "dist/daemon/serve.js", "dist/acp/app.js"], (s) => (server = s));
@@ -103,5 +103,41 @@ describe("a conversation's title", { timeout: 30_000 }, () => {
     // Only the first message titles it.
     await prompt(c, sessionId, "and another thing");
     expect(c.updates.filter((n) => n.update.sessionUpdate === "session_info_update")).toHaveLength(1);
+  });
+});
+
+describe("what a tool showed", { timeout: 60_000 }, () => {
+  it("reaches the client as ACP content (an image as an image), and a file a call reads as its location", async () => {
+    const folder = tempDir("lnk-first-");
+    cleanup.push(() => folder.remove());
+    const dir = folder.path;
+    configure(dir, scriptedSettings(server.url));
+    writeFileSync(join(dir, "notes.txt"), "a file a tool reads\n");
+    const env = {
+      LNK_TOOL_EVERYTHING: `"${process.execPath}" "${join(ROOT, "node_modules/@modelcontextprotocol/server-everything/dist/index.js")}" stdio`,
+      LNK_TOOL_FS: `"${process.execPath}" "${join(ROOT, "node_modules/@modelcontextprotocol/server-filesystem/dist/index.js")}" "${dir}"`,
+    };
+    const c = await stdioClient(watched(startDaemon(["--agent", dir], env), cleanup), cleanup);
+    const { sessionId } = await c.agent.request(acp.methods.agent.session.new, { cwd: dir, mcpServers: [] });
+    server.script(
+      {
+        tool_calls: [
+          { id: "img", name: "everything__get-tiny-image", arguments: {} },
+          { id: "read", name: "fs__read_text_file", arguments: { path: join(dir, "notes.txt") } },
+        ],
+      },
+      { text: "Seen." },
+    );
+    expect(await prompt(c, sessionId, "show me")).toMatchObject({ stopReason: "end_turn" });
+    const updates = c.updates.map((n) => n.update);
+    const image = updates.find((u) => u.sessionUpdate === "tool_call_update" && u.toolCallId === "img");
+    const blocks = image?.sessionUpdate === "tool_call_update" ? (image.content ?? []) : [];
+    expect(blocks.some((b) => b.type === "content" && b.content.type === "image" && b.content.mimeType === "image/png" && b.content.data.length > 100)).toBe(true);
+    const read = updates.find((u) => u.sessionUpdate === "tool_call" && u.toolCallId === "read");
+    expect(read).toMatchObject({ locations: [{ path: join(dir, "notes.txt") }] });
+    // The model was sent text for the image (its 32 KiB rule holds), never the image's data.
+    const sent = JSON.stringify(server.requests.at(-1)?.body.messages);
+    expect(sent).toContain("[image image/png");
+    expect(sent.length).toBeLessThan(40_000);
   });
 });

@@ -1,6 +1,6 @@
 // Running one round of tool calls: all at once, each answer kept up to 32 KiB and written as it comes.
 import type { ToolCall, ToolResult } from "../protocol/index.js";
-import type { ToolBox } from "./tools.js";
+import type { ToolBox, ToolMedia } from "./tools.js";
 
 export const ANSWER_MAX_BYTES = 32 * 1024;
 
@@ -28,6 +28,8 @@ function parseArguments(raw: string): Record<string, unknown> | string {
 export interface CallAnswer {
   call: ToolCall;
   result: ToolResult;
+  /** What the tool showed beside its text, for the client (never kept, never sent to the model). */
+  media?: ToolMedia[];
 }
 
 /**
@@ -45,17 +47,18 @@ export async function runCalls(
       const args = parseArguments(call.arguments);
       let text: string;
       let error: boolean;
+      let media: ToolMedia[] | undefined;
       if (typeof args === "string") [text, error] = [args, true];
       else if (!box) [text, error] = [`there is no tool ${call.name}`, true];
       else {
         try {
           const answer = await box.call(call.name, args, signal);
-          [text, error] = [answer.text, answer.error];
+          [text, error, media] = [answer.text, answer.error, answer.media];
         } catch (e) {
           [text, error] = [`the call failed: ${(e as Error).message}`, true];
         }
       }
-      if (signal?.aborted) [text, error] = ["cancelled: the turn was stopped before the tool answered", true];
+      if (signal?.aborted) [text, error, media] = ["cancelled: the turn was stopped before the tool answered", true, undefined];
       const cut = cutAnswer(text);
       await onAnswer({
         call,
@@ -69,6 +72,7 @@ export async function runCalls(
           error,
           ...(cut.truncated ? { truncated: true } : {}),
         },
+        ...(media?.length ? { media } : {}),
       });
     }),
   );

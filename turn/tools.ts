@@ -34,10 +34,17 @@ export interface OfferedCall {
   parameters: Record<string, unknown>;
 }
 
-/** A tool's answer as text, whole (the turn cuts it to 32 KiB). */
+/**
+ * What a tool showed beside its text, for the client to show: an image, or a link to a resource. The
+ * model is sent the text alone (which names each), held to 32 KiB; this goes to the client only.
+ */
+export type ToolMedia = { type: "image"; data: string; mimeType: string } | { type: "resource_link"; uri: string; name: string; mimeType?: string };
+
+/** A tool's answer as text, whole (the turn cuts it to 32 KiB), and what it showed beside it. */
 export interface ToolAnswer {
   text: string;
   error: boolean;
+  media?: ToolMedia[];
 }
 
 /** The tools of one turn. */

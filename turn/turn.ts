@@ -252,9 +252,9 @@ class Turn {
           }
           this.listener({ type: "tool_call", id: c.id, name: c.name, arguments: args });
         }
-        await runCalls(toolCalls, box, this.signal, async ({ call, result }) => {
+        await runCalls(toolCalls, box, this.signal, async ({ call, result, media }) => {
           await this.write(result, history);
-          this.listener({ type: "tool_result", id: call.id, name: call.name, status: result.error ? "failed" : "completed", text: result.text });
+          this.listener({ type: "tool_result", id: call.id, name: call.name, status: result.error ? "failed" : "completed", text: result.text, ...(media ? { media } : {}) });
         });
         round++;
         if (this.signal.aborted) {

@@ -1,7 +1,7 @@
 // What a turn takes and what it reports: plain data, no ACP (the ACP layer maps these to session/update).
 import type { From, Part, StopReason, Usage, Event, Settings } from "../protocol/index.js";
 import type { AgentRef } from "../store/index.js";
-import type { ToolHost, ToolServer } from "./tools.js";
+import type { ToolHost, ToolMedia, ToolServer } from "./tools.js";
 
 /** A message the turn answers (or a message that steers a running turn). */
 export interface IncomingMessage {
@@ -47,7 +47,7 @@ export type TurnEvent =
   | { type: "event"; n: number; event: Event }
   | { type: "text"; delta: string }
   | { type: "tool_call"; id: string; name: string; arguments: unknown }
-  | { type: "tool_result"; id: string; name: string; status: "completed" | "failed"; text: string }
+  | { type: "tool_result"; id: string; name: string; status: "completed" | "failed"; text: string; media?: ToolMedia[] }
   | { type: "usage"; usage: Usage }
   /** Something went wrong that doesn't fail the turn (a derived file not written): for the log. */
   | { type: "warning"; message: string };

@@ -6,7 +6,7 @@ import type { StdioClientTransport } from "@modelcontextprotocol/sdk/client/stdi
 import type { StreamableHTTPClientTransport } from "@modelcontextprotocol/sdk/client/streamableHttp.js";
 import type { CallToolResult, Tool } from "@modelcontextprotocol/sdk/types.js";
 import type { Redactor } from "../../turn/redact.js";
-import type { ToolAnswer, ToolServer } from "../../turn/tools.js";
+import type { ToolAnswer, ToolMedia, ToolServer } from "../../turn/tools.js";
 import { lazy, lazyImport } from "../../turn/load.js";
 import { log } from "../log.js";
 
@@ -192,7 +192,8 @@ export class ToolSession {
           signal: own.controller.signal,
         },
       );
-      return { text: answerText(result), error: result.isError === true };
+      const media = mediaOf(result);
+      return { text: answerText(result), error: result.isError === true, ...(media.length > 0 ? { media } : {}) };
     } catch (e) {
       if (opts.signal?.aborted) return { text: `${name} was cancelled`, error: true };
       const what = this.failure(e, opts, own.controller.signal.reason instanceof TotalBound);
@@ -264,6 +265,19 @@ function listed(tool: Tool): ListedCall {
   // `$schema` is left out: some providers refuse it in a function's parameters.
   const { $schema: _schema, ...parameters } = tool.inputSchema;
   return { call: tool.name, description: tool.description ?? tool.title ?? "", parameters };
+}
+
+/** The most of an image a call's answer shows the client, in bytes of its data (a message's part may be 10 MiB). */
+const MEDIA_MAX = 10 * 1024 * 1024;
+
+/** What a result showed beside its text, for the client: its images (each at most 10 MiB) and resource links. */
+export function mediaOf(result: CallToolResult): ToolMedia[] {
+  const out: ToolMedia[] = [];
+  for (const item of result.content) {
+    if (item.type === "image" && Buffer.byteLength(item.data, "base64") <= MEDIA_MAX) out.push({ type: "image", data: item.data, mimeType: item.mimeType });
+    else if (item.type === "resource_link") out.push({ type: "resource_link", uri: item.uri, name: item.name, ...(item.mimeType ? { mimeType: item.mimeType } : {}) });
+  }
+  return out;
 }
 
 /** A result as text: text items as they are, other content described, structured content when there is no text. */
