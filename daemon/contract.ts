@@ -3,10 +3,7 @@
 import { CONTRACT_VERSION, FEATURES, type Contract, type Feature } from "../protocol/index.js";
 
 /** Features not built yet: left out of the list, so Link refuses a spec that turns one on. */
-export const NOT_BUILT: readonly Feature[] = [
-  // The instructions of the repository the agent works in (its AGENTS.md and the like) are not read.
-  "repo-instructions",
-];
+export const NOT_BUILT: readonly Feature[] = [];
 
 export function contract(): Contract {
   return {

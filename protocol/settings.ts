@@ -62,7 +62,7 @@ export const TIMEOUT_DEFAULTS: Required<TimeoutsSettings> = {
   tool_idle: 120,
 };
 
-export const SECTION_NAMES = ["base", "model", "tools", "environment", "skills", "standing", "notes"] as const;
+export const SECTION_NAMES = ["base", "model", "tools", "environment", "repository", "skills", "standing", "notes"] as const;
 export const SectionName = z.enum(SECTION_NAMES);
 export type SectionName = z.infer<typeof SectionName>;
 

@@ -1,5 +1,6 @@
 // The agent's settings, instructions, skills and notes: read at each turn, written through the store.
-import { readdirSync } from "node:fs";
+import { existsSync, readdirSync } from "node:fs";
+import { dirname, isAbsolute, join, resolve } from "node:path";
 import { Settings, StoreError, describeIssues, type Settings as SettingsT } from "../protocol/index.js";
 import { checkNoLinks, isErrno, jsonFault, LIMITS, readText, replaceFile } from "./files.js";
 import { checkThread, paths, type AgentRef } from "./paths.js";
@@ -130,6 +131,31 @@ export function readStanding(agent: AgentRef, bytes = LIMITS.settings): string |
 export function readNotes(agent: AgentRef, bytes = LIMITS.settings): string | undefined {
   const p = paths(agent);
   return readSource(p.dir, p.notes, bytes);
+}
+
+/** How far up from a working folder its repository is looked for. */
+const REPOSITORY_DEPTH = 64;
+
+/** The repository a folder is in: the nearest folder from it up that holds `.git` (a folder or, in a worktree, a file). */
+export function repositoryOf(dir: string): string | undefined {
+  if (!isAbsolute(dir)) return undefined;
+  let at = resolve(dir);
+  for (let depth = 0; depth < REPOSITORY_DEPTH; depth++) {
+    if (existsSync(join(at, ".git"))) return at;
+    const up = dirname(at);
+    if (up === at) return undefined;
+    at = up;
+  }
+  return undefined;
+}
+
+/**
+ * A repository's own instructions, its AGENTS.md, at most `bytes` of it. The repository is the
+ * client's workspace, not the agent's folder: a link there is followed (repositories often link
+ * AGENTS.md to another name), but only a regular file is read, without waiting, and bounded.
+ */
+export function readRepositoryInstructions(root: string, bytes: number): string | undefined {
+  return readText(join(root, "AGENTS.md"), { max: bytes, cut: true, follow: true });
 }
 
 /** A SKILL.md is read only for its front matter: its first 64 KiB. */

@@ -69,9 +69,8 @@ describe.concurrent("contract, --version, --help", () => {
       native_memory: false,
       features: expect.any(Object),
     });
-    // A repository's own instructions (AGENTS.md) are not read: that feature is not claimed.
-    expect(contract.features).not.toHaveProperty("repo-instructions");
-    expect(contract.features).toEqual(Object.fromEntries(FEATURES.filter((f) => f !== "repo-instructions").map((f) => [f, "spec"])));
+    // Every feature is built, a repository's own instructions (AGENTS.md) too.
+    expect(contract.features).toEqual(Object.fromEntries(FEATURES.map((f) => [f, "spec"])));
     // Asking for the contract writes nothing.
     expect(readdirSync(home).filter((n) => !n.startsWith("agent-"))).toEqual([]);
   });

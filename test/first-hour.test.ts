@@ -1,7 +1,7 @@
 // What a newcomer and an editor meet first, over the built daemon: the copy of a conversation whose
 // answer was cut short or never came, a method the agent doesn't serve, said plainly, and a
 // session's working folder kept, reported and filtered by.
-import { readFileSync, writeFileSync } from "node:fs";
+import { mkdirSync, readFileSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import * as acp from "@agentclientprotocol/sdk";
 import { describe, expect, it } from "vitest";
@@ -139,5 +139,32 @@ describe("what a tool showed", { timeout: 60_000 }, () => {
     const sent = JSON.stringify(server.requests.at(-1)?.body.messages);
     expect(sent).toContain("[image image/png");
     expect(sent.length).toBeLessThan(40_000);
+  });
+});
+
+describe("the instructions of the repository a session works in", { timeout: 60_000 }, () => {
+  it("are its AGENTS.md, for a session whose folder is in the repository; a session outside one is sent the same prompt as before", async () => {
+    const folder = tempDir("lnk-first-");
+    cleanup.push(() => folder.remove());
+    const dir = folder.path;
+    configure(dir, scriptedSettings(server.url));
+    const repo = join(dir, "repo");
+    mkdirSync(join(repo, ".git"), { recursive: true });
+    mkdirSync(join(repo, "src"));
+    writeFileSync(join(repo, "AGENTS.md"), "Indent with tabs. Run make check before you say it works.\n");
+    const plain = join(dir, "plain");
+    mkdirSync(plain);
+    const c = await stdioClient(watched(startDaemon(["--agent", dir]), cleanup), cleanup);
+    const system = async (cwd: string) => {
+      const { sessionId } = await c.agent.request(acp.methods.agent.session.new, { cwd, mcpServers: [] });
+      await prompt(c, sessionId, "hello");
+      return String(server.requests.at(-1)?.body.messages?.[0]?.content);
+    };
+    const before = await system(plain);
+    const inRepo = await system(join(repo, "src"));
+    expect(inRepo).toContain(`## The repository you work in: ${repo}\nIts AGENTS.md says:\nIndent with tabs. Run make check before you say it works.`);
+    expect(before).not.toContain("AGENTS.md");
+    // The repository's section sits after the environment and before the standing instructions; the rest is as it was.
+    expect(inRepo.replace(/\n\n## The repository you work in:[\s\S]*?works\./, "")).toBe(before);
   });
 });

@@ -1,7 +1,7 @@
 // The instructions: sections in the order of how often each changes, least first, so a provider's
 // cache holds. Spec: "Where does Link Harness take its instructions from?" (decisions.txt).
 import { SECTION_NAMES, type SectionName, type Settings } from "../protocol/index.js";
-import { listSkills, paths, readNotes, readStanding, sectionBytes, type AgentRef } from "../store/index.js";
+import { listSkills, paths, readNotes, readRepositoryInstructions, readStanding, repositoryOf, sectionBytes, type AgentRef } from "../store/index.js";
 import type { OfferedCall } from "./tools.js";
 
 export interface Section {
@@ -17,6 +17,7 @@ export const SECTION_DEFAULTS: Record<SectionName, { owner: string; max: number 
   model: { owner: "link", max: 4_000 },
   tools: { owner: "link", max: 4_000 },
   environment: { owner: "link", max: 2_000 },
+  repository: { owner: "repository", max: 16_000 },
   skills: { owner: "agent", max: 8_000 },
   standing: { owner: "owner", max: 16_000 },
   notes: { owner: "agent", max: 16_000 },
@@ -56,6 +57,18 @@ function environmentText(agent: AgentRef, settings: Settings): string {
   return lines.join("\n");
 }
 
+/**
+ * The instructions of the repository the session works in (its working folder, else the agent's
+ * files folder): its AGENTS.md. Where there is no repository, or it has none, there is no section,
+ * and the prompt is what it would be without one, byte for byte.
+ */
+function repositoryText(agent: AgentRef, cwd: string | undefined, max: number): string {
+  const root = repositoryOf(cwd ?? paths(agent).files);
+  if (root === undefined) return "";
+  const text = readRepositoryInstructions(root, sectionBytes(max))?.trim();
+  return text ? `## The repository you work in: ${root}\nIts AGENTS.md says:\n${text}` : "";
+}
+
 function skillsText(agent: AgentRef): string {
   const skills = listSkills(agent);
   if (skills.length === 0) return "";
@@ -84,13 +97,14 @@ export function cut(text: string, max: number): string {
 }
 
 /** The sections of the system prompt, each read at this turn through the store. */
-export function composeSections(agent: AgentRef, settings: Settings, calls: readonly OfferedCall[]): Section[] {
+export function composeSections(agent: AgentRef, settings: Settings, calls: readonly OfferedCall[], cwd?: string): Section[] {
   // A file is read only as far as its section can hold.
   const made: Record<SectionName, (max: number) => string> = {
     base: () => [BASE, identityText(settings)].filter(Boolean).join("\n\n"),
     model: () => "",
     tools: () => toolsText(calls),
     environment: () => environmentText(agent, settings),
+    repository: (max) => repositoryText(agent, cwd, max),
     skills: () => skillsText(agent),
     standing: (max) => {
       const text = readStanding(agent, sectionBytes(max)) ?? settings.identity?.standing;

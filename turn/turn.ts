@@ -168,7 +168,7 @@ class Turn {
 
   private async rounds(settings: Settings, box: ToolBox | undefined): Promise<TurnOutcome> {
     const calls = box?.offered ?? [];
-    const system = systemPrompt(composeSections(this.input.agent, settings, calls));
+    const system = systemPrompt(composeSections(this.input.agent, settings, calls, this.input.message.cwd));
     const fixed = roughTokens(system) + (calls.length ? roughTokens(JSON.stringify(calls.map((c) => [c.name, c.description, c.parameters]))) : 0);
     let mw: ModelWindow | undefined;
     // The conversation's share: the window less the answer's, the instructions and tools, and the margin.
