@@ -3,21 +3,38 @@ import { readFileSync } from "node:fs";
 import { SettingsError, parseSettings, paths, writeSettings, type AgentRef } from "../store/index.js";
 import { UsageError, agentRef, type AgentOptions } from "./cli.js";
 
-function readInput(file: string | undefined): string {
+/** The most of settings read: what config.json may hold, and some room for the way it is written. */
+const INPUT_MAX = 4 * 1024 * 1024;
+
+/**
+ * The settings' text, from FILE or stdin. Stdin is read as a stream: a pipe whose writer is still
+ * writing would make a synchronous read fail with EAGAIN.
+ */
+async function readInput(file: string | undefined): Promise<string> {
   // Waiting silently on a terminal would look like a hang.
   if (file === undefined && process.stdin.isTTY) {
     throw new UsageError("configure reads the settings as JSON from FILE or from stdin, and stdin is a terminal: name a FILE, or pipe the JSON in (configure --agent DIR < settings.json)");
   }
   try {
-    return readFileSync(file ?? 0, "utf8");
+    if (file !== undefined) return readFileSync(file, "utf8");
+    const chunks: Buffer[] = [];
+    let size = 0;
+    for await (const chunk of process.stdin) {
+      const bytes = Buffer.isBuffer(chunk) ? chunk : Buffer.from(String(chunk));
+      size += bytes.length;
+      if (size > INPUT_MAX) throw new UsageError(`stdin holds more than ${INPUT_MAX} bytes: settings are far smaller`);
+      chunks.push(bytes);
+    }
+    return Buffer.concat(chunks).toString("utf8");
   } catch (e) {
+    if (e instanceof UsageError) throw e;
     throw new UsageError(`cannot read ${file ?? "stdin"}: ${(e as NodeJS.ErrnoException).code ?? (e as Error).message}`);
   }
 }
 
 /** Validates settings and writes config.json through the store; nothing is written for bad input. */
 export async function configure(o: AgentOptions, file: string | undefined): Promise<void> {
-  const text = readInput(file);
+  const text = await readInput(file);
   let settings;
   try {
     settings = parseSettings(text);

@@ -359,6 +359,14 @@ describe.concurrent("a newcomer's first commands", () => {
     expect(readdirSync(dir)).toEqual([]);
   });
 
+  it("large settings on stdin are read whole, however the pipe hands them over", async () => {
+    const dir = tempDir();
+    const large = { model: { ...valid.model, params: { note: "n".repeat(900_000) } } };
+    const r = await cli(["configure", "--agent", dir], { input: JSON.stringify(large) });
+    expect(r.code, r.stderr).toBe(0);
+    expect(JSON.parse(readFileSync(join(dir, "config.json"), "utf8"))).toEqual(large);
+  });
+
   it('a key named "api_key" is refused naming "key", never quoting it', async () => {
     const dir = tempDir();
     const r = await cli(["configure", "--agent", dir], { input: JSON.stringify({ model: { ...valid.model, key: undefined, api_key: SECRET } }) });
