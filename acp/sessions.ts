@@ -174,6 +174,7 @@ export class Sessions {
     const all = listThreads(paths(this.agent).chats)
       .filter((t) => Thread.safeParse(t).success)
       .map((thread) => this.info(thread, files))
+      .filter((info): info is SessionInfo => info !== undefined)
       .filter((info) => cwd === undefined || info.cwd === cwd)
       .sort((a, b) => (b.updatedAt ?? "").localeCompare(a.updatedAt ?? ""));
     const sessions = all.slice(start, start + PAGE);
@@ -195,7 +196,7 @@ export class Sessions {
     return this.titleOf(conv, lastEventNumber(conv));
   }
 
-  private info(thread: string, files: string): SessionInfo {
+  private info(thread: string, files: string): SessionInfo | undefined {
     const conv = this.conversation(thread);
     // One this process holds open knows its folder; else its last message says it.
     const cwd = this.open.get(thread)?.cwd ?? this.fromEvents(thread).cwd ?? files;
@@ -203,6 +204,9 @@ export class Sessions {
     try {
       const last = lastEventNumber(conv);
       const newest = last > 0 ? readEvent(conv, last) : undefined;
+      // A session opened and left empty is not listed, unless this process holds it open: its folder
+      // is made at session/new, so that its id holds in any process, and empty ones would pile up.
+      if (last === 0 && !this.open.has(thread)) return undefined;
       info.updatedAt = newest ? new Date(newest.time).toISOString() : statSync(conv.dir).mtime.toISOString();
       const title = this.titleOf(conv, last);
       if (title !== undefined) info.title = title;

@@ -168,3 +168,28 @@ describe("the instructions of the repository a session works in", { timeout: 60_
     expect(inRepo.replace(/\n\n## The repository you work in:[\s\S]*?works\./, "")).toBe(before);
   });
 });
+
+describe("sessions opened and left empty", { timeout: 60_000 }, () => {
+  it("are listed only by the process that holds them open, so they don't pile up; their ids still hold anywhere", async () => {
+    const folder = tempDir("lnk-first-");
+    cleanup.push(() => folder.remove());
+    const dir = folder.path;
+    configure(dir, scriptedSettings(server.url));
+    const d1 = watched(startDaemon(["--agent", dir]), cleanup);
+    const c1 = await stdioClient(d1, cleanup);
+    const used = (await c1.agent.request(acp.methods.agent.session.new, { cwd: dir, mcpServers: [] })).sessionId;
+    const empty = (await c1.agent.request(acp.methods.agent.session.new, { cwd: dir, mcpServers: [] })).sessionId;
+    await prompt(c1, used, "something said");
+    const ids = async (c: Client) => (await c.agent.request(acp.methods.agent.session.list, {})).sessions.map((s) => s.sessionId).sort();
+    expect(await ids(c1)).toEqual([used, empty].sort());
+    c1.close();
+    d1.child.stdin?.end();
+    await d1.exited;
+    const c2 = await stdioClient(watched(startDaemon(["--agent", dir]), cleanup), cleanup);
+    expect(await ids(c2)).toEqual([used]);
+    // The empty one's id still holds: resumed, and answered.
+    await c2.agent.request(acp.methods.agent.session.resume, { sessionId: empty, cwd: dir });
+    expect(await prompt(c2, empty, "now something")).toMatchObject({ stopReason: "end_turn" });
+    expect(await ids(c2)).toEqual([used, empty].sort());
+  });
+});
