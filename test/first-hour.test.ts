@@ -13,13 +13,19 @@ import { BIN, ROOT } from "./fixtures/built.js";
 let server: ModelServer;
 const cleanup = daemonTestHooks([BIN, "dist/daemon/serve.js", "dist/acp/app.js"], (s) => (server = s));
 
-async function session(): Promise<{ c: Client; dir: string; sessionId: string }> {
+/** An agent's folder, configured for the scripted model, removed after the test. */
+function agentDir(): string {
   const folder = tempDir("lnk-first-");
   cleanup.push(() => folder.remove());
   configure(folder.path, scriptedSettings(server.url));
-  const c = await stdioClient(watched(startDaemon(["--agent", folder.path]), cleanup), cleanup);
-  const { sessionId } = await c.agent.request(acp.methods.agent.session.new, { cwd: folder.path, mcpServers: [] });
-  return { c, dir: folder.path, sessionId };
+  return folder.path;
+}
+
+async function session(): Promise<{ c: Client; dir: string; sessionId: string }> {
+  const dir = agentDir();
+  const c = await stdioClient(watched(startDaemon(["--agent", dir]), cleanup), cleanup);
+  const { sessionId } = await c.agent.request(acp.methods.agent.session.new, { cwd: dir, mcpServers: [] });
+  return { c, dir, sessionId };
 }
 
 const prompt = (c: Client, sessionId: string, text: string) => c.agent.request(acp.methods.agent.session.prompt, { sessionId, prompt: [{ type: "text", text }] });
@@ -62,10 +68,7 @@ describe("a method the agent doesn't serve", { timeout: 30_000 }, () => {
 
 describe("a session's working folder", { timeout: 60_000 }, () => {
   it("is kept with its conversation, reported by session/list and filtered by it, across a restart", async () => {
-    const folder = tempDir("lnk-first-");
-    cleanup.push(() => folder.remove());
-    const dir = folder.path;
-    configure(dir, scriptedSettings(server.url));
+    const dir = agentDir();
     const repoA = join(dir, "repo-a");
     const repoB = join(dir, "repo-b");
     const d1 = watched(startDaemon(["--agent", dir]), cleanup);
@@ -108,10 +111,7 @@ describe("a conversation's title", { timeout: 30_000 }, () => {
 
 describe("what a tool showed", { timeout: 60_000 }, () => {
   it("reaches the client as ACP content (an image as an image), and a file a call reads as its location", async () => {
-    const folder = tempDir("lnk-first-");
-    cleanup.push(() => folder.remove());
-    const dir = folder.path;
-    configure(dir, scriptedSettings(server.url));
+    const dir = agentDir();
     writeFileSync(join(dir, "notes.txt"), "a file a tool reads\n");
     const env = {
       LNK_TOOL_EVERYTHING: `"${process.execPath}" "${join(ROOT, "node_modules/@modelcontextprotocol/server-everything/dist/index.js")}" stdio`,
@@ -144,10 +144,7 @@ describe("what a tool showed", { timeout: 60_000 }, () => {
 
 describe("the instructions of the repository a session works in", { timeout: 60_000 }, () => {
   it("are its AGENTS.md, for a session whose folder is in the repository; a session outside one is sent the same prompt as before", async () => {
-    const folder = tempDir("lnk-first-");
-    cleanup.push(() => folder.remove());
-    const dir = folder.path;
-    configure(dir, scriptedSettings(server.url));
+    const dir = agentDir();
     const repo = join(dir, "repo");
     mkdirSync(join(repo, ".git"), { recursive: true });
     mkdirSync(join(repo, "src"));
@@ -171,10 +168,7 @@ describe("the instructions of the repository a session works in", { timeout: 60_
 
 describe("sessions opened and left empty", { timeout: 60_000 }, () => {
   it("are listed only by the process that holds them open, so they don't pile up; their ids still hold anywhere", async () => {
-    const folder = tempDir("lnk-first-");
-    cleanup.push(() => folder.remove());
-    const dir = folder.path;
-    configure(dir, scriptedSettings(server.url));
+    const dir = agentDir();
     const d1 = watched(startDaemon(["--agent", dir]), cleanup);
     const c1 = await stdioClient(d1, cleanup);
     const used = (await c1.agent.request(acp.methods.agent.session.new, { cwd: dir, mcpServers: [] })).sessionId;
