@@ -136,8 +136,8 @@ export class Sessions {
         }
       }
     } catch (e) {
-      // The channel is a default: a conversation that can't be read says why at its turn.
-      this.log.warn("a session's channel could not be read from its events", { thread, error: (e as Error).message });
+      // The channel and the folder are defaults: a conversation that can't be read says why at its turn.
+      this.log.warn("a session's channel and folder could not be read from its events", { thread, error: (e as Error).message });
     }
     return { thread, mcpServers: [] };
   }

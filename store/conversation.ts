@@ -1,7 +1,7 @@
 // A conversation's derived files: the transcript (copy for people and memory), window.json, tools.json.
 import { closeSync, constants, fstatSync, openSync, readSync } from "node:fs";
 import { ToolsList, WindowMark, StoreError, describeIssues } from "../protocol/index.js";
-import { FILE_MODE, isErrno, jsonFault, LIMITS, readText, replaceFile, writeAll } from "./files.js";
+import { FILE_MODE, isErrno, jsonFault, LIMITS, LinkRefused, readText, replaceFile, writeAll } from "./files.js";
 import { checkConversationLinks } from "./events.js";
 import { withFolder } from "./folder.js";
 import type { ConversationPaths } from "./paths.js";
@@ -86,7 +86,7 @@ export function readMark(conv: ConversationPaths): WindowMark | undefined {
     text = readText(conv.window, { max: LIMITS.mark });
   } catch (e) {
     // Derived: one that can't be read (too large, not a file) is made again, as a missing one is.
-    if (e instanceof StoreError && !/symbolic link/.test(e.message)) return undefined;
+    if (e instanceof StoreError && !(e instanceof LinkRefused)) return undefined;
     throw e;
   }
   if (text === undefined) return undefined;

@@ -39,12 +39,14 @@ class EventCache {
 
   /** Keeps an event of `bytes`; then forgets the conversations used least lately while over the bound. */
   add(dir: string, n: number, event: Event, bytes: number): void {
-    const m = this.entry(dir);
+    // Found without moving it: a read of many events moved it once already, through of().
+    const m = this.byDir.get(dir) ?? this.entry(dir);
     if (m.events.has(n)) return;
     m.events.set(n, event);
     m.bytes += bytes;
     this.bytes += bytes;
     if ((this.last.get(dir) ?? 0) < n) this.setLast(dir, n);
+    if (this.bytes <= EventCache.BYTES) return;
     for (const [oldest, kept] of this.byDir) {
       if (this.bytes <= EventCache.BYTES) break;
       this.byDir.delete(oldest);
@@ -52,13 +54,13 @@ class EventCache {
     }
   }
 
+  /** Keeps the highest number known of a folder; past the bound, the folder known first is forgotten. */
   setLast(dir: string, n: number): void {
-    this.last.delete(dir);
-    this.last.set(dir, n);
-    if (this.last.size > EventCache.LAST) {
+    if (!this.last.has(dir) && this.last.size >= EventCache.LAST) {
       const oldest = this.last.keys().next().value;
       if (oldest !== undefined) this.last.delete(oldest);
     }
+    this.last.set(dir, n);
   }
 
   get held(): number {
@@ -217,7 +219,6 @@ export async function appendEvent(conv: ConversationPaths, event: Event): Promis
       // The caller's own object, checked: what it holds (a turn's history) and what is read back by
       // number are one object, so what is made from it once (its message, its count) is made once.
       cache.add(conv.dir, n, event, text.length);
-      cache.setLast(conv.dir, n);
       return n;
     } finally {
       unlinkQuiet(tmp);

@@ -28,6 +28,14 @@ export const LIMITS = {
   lock: 4096,
 } as const;
 
+/** A symbolic link refused where a file or a folder of the agent's should be. */
+export class LinkRefused extends StoreError {
+  constructor(path: string) {
+    super(`refused: ${path} is a symbolic link`, path);
+    this.name = "LinkRefused";
+  }
+}
+
 /**
  * Refuses a path whose folders below `root` hold a symbolic link, or something that is not a folder:
  * a file planted in the agent's folder can't pull another file of the machine into a prompt.
@@ -45,7 +53,7 @@ export function checkNoLinks(root: string, path: string): void {
       if (isErrno(e, "ENOENT")) return;
       throw e;
     }
-    if (st.isSymbolicLink()) throw new StoreError(`refused: ${at} is a symbolic link`, at);
+    if (st.isSymbolicLink()) throw new LinkRefused(at);
     if (!st.isDirectory()) throw new StoreError(`refused: ${at} is not a folder`, at);
   }
 }
@@ -142,7 +150,7 @@ export function readText(path: string, o: ReadOptions = { max: LIMITS.event }): 
   } catch (e) {
     if (e instanceof StoreError) throw e;
     if (isErrno(e, "ENOENT") || isErrno(e, "ENOTDIR")) return undefined;
-    if (isErrno(e, "ELOOP")) throw new StoreError(`refused: ${path} is a symbolic link`, path);
+    if (isErrno(e, "ELOOP")) throw new LinkRefused(path);
     throw new StoreError(`cannot read ${path}: ${(e as Error).message}`, path);
   }
 }

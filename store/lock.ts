@@ -137,8 +137,9 @@ function readOwner(lock: string): string | undefined {
       // Never through a link, never waiting on a FIFO, never more than a lock holds.
       const text = readNoFollow(path, { max: LIMITS.lock });
       return Owner.safeParse(JSON.parse(text)).success ? text : undefined;
-    } catch (e) {
-      if (!isErrno(e, "EISDIR") && !(e instanceof StoreError && /not a regular file/.test(e.message))) return undefined;
+    } catch {
+      // Unreadable: the next path, `owner` inside it, is there only when the lock is a folder.
+      continue;
     }
   }
   return undefined;

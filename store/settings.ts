@@ -168,7 +168,7 @@ export interface Skill {
 }
 
 /** The agent's skills: each folder of skills/ with a SKILL.md (Agent Skills format). */
-export function listSkills(agent: AgentRef, bytes = SKILL_BYTES): Skill[] {
+export function listSkills(agent: AgentRef): Skill[] {
   const p = paths(agent);
   // skills/ itself is checked too: a link there would reach SKILL.md files anywhere.
   checkNoLinks(p.dir, `${p.skills}/x`);
@@ -190,7 +190,7 @@ export function listSkills(agent: AgentRef, bytes = SKILL_BYTES): Skill[] {
       continue;
     }
     const path = p.skill(name);
-    const text = readSource(p.dir, path, bytes);
+    const text = readSource(p.dir, path, SKILL_BYTES);
     if (text === undefined) continue;
     skills.push({ name: frontmatter(text, "name") ?? name, description: frontmatter(text, "description") ?? "", path });
   }
