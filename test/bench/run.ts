@@ -6,6 +6,8 @@ import { cpus, platform, release, tmpdir, totalmem } from "node:os";
 import { join } from "node:path";
 import { startModelServer } from "../model-server.js";
 import { ROOT } from "../fixtures/built.js";
+import { writeSettings } from "../../store/index.js";
+import { benchSettings } from "./agent.js";
 import { daemonMissing, setDaemonNodeArgs } from "./daemon.js";
 import { measureOverhead, FULL_PAIRS, FULL_TURNS, SCALING_PAIRS, YOUNG_COLLECTED } from "./overhead.js";
 import { watchOtherWork } from "./machine.js";
@@ -77,6 +79,8 @@ async function main(): Promise<void> {
       : { turns: 0, windowPairs: 0, drops: 0, mean: Number.NaN, min: Number.NaN, meanBetweenDrops: Number.NaN };
 
     const probe = mkdtempSync(join(tmpdir(), "lnk-link-harness-bench-probe-"));
+    // An agent with settings: the daemon serves no other.
+    writeSettings({ dir: probe }, benchSettings(server.url));
     const missing = await daemonMissing(probe).finally(() => rmSync(probe, { recursive: true, force: true }));
     if (missing) log(`the daemon is not measured: ${missing}`);
 
