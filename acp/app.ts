@@ -1,9 +1,9 @@
 // The ACP agent: one app a connection, every connection sharing the process's sessions and turns.
 import * as acp from "@agentclientprotocol/sdk";
-import type { McpServer, PromptResponse, StopReason as AcpStopReason } from "@agentclientprotocol/sdk";
+import type { AgentContext, McpServer, PromptResponse, StopReason as AcpStopReason } from "@agentclientprotocol/sdk";
 import type { Usage as AcpUsage } from "@agentclientprotocol/sdk/unstable";
 import { z } from "zod";
-import type { Settings, StopReason, Usage, Verbosity } from "../protocol/index.js";
+import type { From, Settings, StopReason, Usage, Verbosity } from "../protocol/index.js";
 import { readSettings } from "../store/index.js";
 import type { IncomingMessage, TurnOutcome } from "../turn/types.js";
 import { promptContent } from "./content.js";
@@ -12,10 +12,13 @@ import { METHOD_NOT_FOUND, toRequestError } from "./errors.js";
 import { initializeResult } from "./initialize.js";
 import { NewSessionLink, OVERSIZED_METHOD, ParamsError, PromptLink, SessionLink, TOO_DEEP_METHOD, parseLink, servedAgent } from "./meta.js";
 import { configOptions, setModel } from "./model.js";
+import { availableCommands } from "./commands.js";
+import { parseCommand, runCommand, type CommandContext } from "../turn/commands.js";
+import { statusLines } from "../turn/status.js";
 import { replay } from "./replay.js";
 import { Sessions, type SessionState } from "./sessions.js";
 import type { Outbox } from "./outbox.js";
-import { Turns, type StartTurn } from "./turns.js";
+import { Turns, type StartTurn, type Subscriber } from "./turns.js";
 
 const Oversized = z.object({ bytes: z.number(), max: z.number() });
 const TooDeep = z.object({ max: z.number() });
@@ -24,6 +27,8 @@ const TooDeep = z.object({ max: z.number() });
 export class AcpState {
   readonly sessions: Sessions;
   readonly turns: Turns;
+  /** The agent's model as `/model:set --agent` set it: this process's alone, until the agent starts again. */
+  agentModel: string | undefined;
 
   constructor(readonly deps: AcpDeps) {
     this.sessions = new Sessions(deps.agent, deps.log);
@@ -94,6 +99,48 @@ export function createAgentApp(state: AcpState, outbox: Outbox): acp.AgentApp {
 
   const verbosityOf = (settings: Settings | undefined, asked?: Verbosity): Verbosity => asked ?? settings?.verbosity ?? "new";
 
+  /** The names of the tools a session's conversation reaches, as a turn would find them. */
+  const toolNames = (session: SessionState, settings: Settings | undefined): string[] =>
+    (deps.discoverTools?.(settings?.tools, session.mcpServers) ?? []).map((t) => t.name);
+
+  const commandContext = (session: SessionState, settings: Settings | undefined, from?: From, time = new Date()): CommandContext => ({
+    agent: deps.agent,
+    thread: session.thread,
+    ...(session.conversation !== undefined ? { conversation: session.conversation } : {}),
+    settings,
+    ...(from ? { from } : {}),
+    time,
+    stop: () => turns.cancel(sessions.conversation(session.thread).dir),
+    agentModel: {
+      get: () => state.agentModel,
+      set: (model) => {
+        state.agentModel = model;
+        log.info("the agent's model is set for this process", { model: model ?? settings?.model.name });
+      },
+    },
+    status: () =>
+      statusLines({
+        agent: deps.agent,
+        thread: session.thread,
+        settings,
+        ...(state.agentModel !== undefined ? { agentModel: state.agentModel } : {}),
+        ...(session.cwd !== undefined ? { cwd: session.cwd } : {}),
+        tools: toolNames(session, settings),
+      }),
+  });
+
+  /** Tells the client the commands it can offer: after the response that opened the session. */
+  const announceCommands = (client: AgentContext, sessionId: string, later: boolean) => {
+    const send = () => outbox.send(client, sessionId, { sessionUpdate: "available_commands_update", availableCommands: availableCommands(deps.agent, log) });
+    if (later) setImmediate(send);
+    else send();
+  };
+
+  /** A command's reply: to the chat only, marked as the harness's own, stored nowhere. */
+  const reply = (sub: Subscriber, text: string) => {
+    if (text.length > 0) sub.send({ sessionUpdate: "agent_message_chunk", content: { type: "text", text }, _meta: { link: { reply: true } } });
+  };
+
   const startTurn =
     (session: SessionState, settings: Settings | undefined): StartTurn =>
     async (message, steering, signal, listener) => {
@@ -109,6 +156,8 @@ export function createAgentApp(state: AcpState, outbox: Outbox): acp.AgentApp {
         {
           agent: deps.agent,
           thread: session.thread,
+          ...(session.conversation !== undefined ? { conversation: session.conversation } : {}),
+          ...(state.agentModel !== undefined ? { agentModel: state.agentModel } : {}),
           message,
           steering,
           signal,
@@ -132,11 +181,12 @@ export function createAgentApp(state: AcpState, outbox: Outbox): acp.AgentApp {
     )
     .onRequest(
       acp.methods.agent.session.new,
-      guard(({ params }) => {
+      guard(({ params, client }) => {
         const link = parseLink(NewSessionLink, params._meta, served);
         checkServers(params.mcpServers);
         const session = sessions.create(link, params.cwd, params.mcpServers);
-        return { sessionId: session.thread, configOptions: configOptions(sessions, session.thread, state.settings()) };
+        announceCommands(client, session.id, true);
+        return { sessionId: session.id, configOptions: configOptions(sessions, session, state.settings(), state.agentModel) };
       }),
     )
     .onRequest(
@@ -147,18 +197,21 @@ export function createAgentApp(state: AcpState, outbox: Outbox): acp.AgentApp {
         const session = sessions.attach(params.sessionId, params.cwd, params.mcpServers);
         const settings = state.settings();
         // session/load answers only once the whole conversation has been shown again.
-        for (const update of replay(sessions.events(session.thread), verbosityOf(settings))) outbox.send(client, session.thread, update);
+        const verbosity = sessions.choices(session).verbosity ?? verbosityOf(settings);
+        for (const update of replay(sessions.events(session), verbosity)) outbox.send(client, session.id, update);
+        announceCommands(client, session.id, false);
         await outbox.flushed();
-        return { configOptions: configOptions(sessions, session.thread, settings) };
+        return { configOptions: configOptions(sessions, session, settings, state.agentModel) };
       }),
     )
     .onRequest(
       acp.methods.agent.session.resume,
-      guard(({ params }) => {
+      guard(({ params, client }) => {
         parseLink(SessionLink, params._meta, served);
         checkServers(params.mcpServers ?? []);
         const session = sessions.attach(params.sessionId, params.cwd, params.mcpServers ?? []);
-        return { configOptions: configOptions(sessions, session.thread, state.settings()) };
+        announceCommands(client, session.id, true);
+        return { configOptions: configOptions(sessions, session, state.settings(), state.agentModel) };
       }),
     )
     .onRequest(
@@ -172,9 +225,10 @@ export function createAgentApp(state: AcpState, outbox: Outbox): acp.AgentApp {
       acp.methods.agent.session.close,
       guard(({ params }) => {
         parseLink(SessionLink, params._meta, served);
+        const { thread } = sessions.resolve(params.sessionId);
         sessions.close(params.sessionId);
         // Closing a session ends its work: its running turn is stopped, as /stop would.
-        turns.cancel(sessions.conversation(params.sessionId).dir);
+        turns.cancel(sessions.conversation(thread).dir);
         return {};
       }),
     )
@@ -183,8 +237,9 @@ export function createAgentApp(state: AcpState, outbox: Outbox): acp.AgentApp {
       guard(async ({ params }) => {
         parseLink(SessionLink, params._meta, served);
         const session = sessions.get(params.sessionId);
-        await setModel(sessions, session.thread, params.configId, params.value);
-        return { configOptions: configOptions(sessions, session.thread, state.settings()) };
+        const settings = state.settings();
+        await setModel(commandContext(session, settings), params.configId, params.value);
+        return { configOptions: configOptions(sessions, session, settings, state.agentModel) };
       }),
     )
     .onRequest(
@@ -204,7 +259,20 @@ export function createAgentApp(state: AcpState, outbox: Outbox): acp.AgentApp {
           ...(link.time ? { time: new Date(link.time) } : {}),
         };
         const key = sessions.conversation(session.thread).dir;
-        const sub = outbox.subscriber(client, session.thread);
+        const sub = outbox.subscriber(client, session.id);
+        // The owner's command runs here and is answered by the harness, never sent to the model.
+        const parsed = parseCommand(content.text, link.from);
+        if (parsed) {
+          const outcome = await runCommand(commandContext(session, settings, link.from, message.time), parsed);
+          log.info("command", { thread: session.id, command: parsed.kind === "command" ? parsed.spec.name : parsed.kind, ...(outcome.refused ? { refused: true } : {}) });
+          if (!outcome.message) {
+            reply(sub, outcome.reply);
+            if (outcome.began) sub.send({ sessionUpdate: "session_info_update", title: outcome.began.conversation, updatedAt: new Date().toISOString(), _meta: { link: { session: outcome.began.sessionId } } });
+            await outbox.flushed();
+            return { stopReason: "end_turn" };
+          }
+          Object.assign(message, { text: outcome.message.text, ...(outcome.message.skill ? { skill: outcome.message.skill } : {}) });
+        }
         // null: the conversation can't be read for one (its turn says why); no title is sent then.
         const titleNow = (): string | undefined | null => {
           try {
@@ -237,8 +305,8 @@ export function createAgentApp(state: AcpState, outbox: Outbox): acp.AgentApp {
       } catch {
         return;
       }
-      if (!sessions.exists(params.sessionId)) return;
-      turns.cancel(sessions.conversation(params.sessionId).dir);
+      if (!sessions.known(params.sessionId)) return;
+      turns.cancel(sessions.conversation(sessions.resolve(params.sessionId).thread).dir);
     })
     .onRequest(
       OVERSIZED_METHOD,

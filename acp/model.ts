@@ -2,16 +2,19 @@
 // Spec: "A resumed conversation runs on what it chose, and a new one on the agent's."
 import type { SessionConfigOption } from "@agentclientprotocol/sdk";
 import type { Settings } from "../protocol/index.js";
-import { appendEvent } from "../store/index.js";
+import { setConversationModel, type CommandContext } from "../turn/commands.js";
 import { ParamsError } from "./meta.js";
-import type { Sessions } from "./sessions.js";
+import type { Sessions, SessionState } from "./sessions.js";
 
 export const MODEL_OPTION = "model" as const;
 
-/** The model option: its value the conversation's model; the agent's own is always offered beside it. */
-export function configOptions(sessions: Sessions, thread: string, settings: Settings | undefined): SessionConfigOption[] {
-  const agents = settings?.model.name;
-  const current = sessions.model(thread) ?? agents;
+/**
+ * The model option: its value the conversation's model; the agent's own (as `/model:set --agent` set
+ * it in this process, else as it started) is always offered beside it.
+ */
+export function configOptions(sessions: Sessions, session: SessionState, settings: Settings | undefined, agentModel?: string): SessionConfigOption[] {
+  const agents = agentModel ?? settings?.model.name;
+  const current = sessions.model(session) ?? agents;
   if (current === undefined) return [];
   const values = [...new Set([current, ...(agents !== undefined ? [agents] : [])])];
   return [
@@ -28,11 +31,13 @@ export function configOptions(sessions: Sessions, thread: string, settings: Sett
 }
 
 /**
- * Setting the model is /model:set: a command event of the conversation, read back at each of its
- * turns. Any name is taken, since a switch stays within the provider, which knows its models.
+ * Setting the model option is /model:set, through the same code: a command event of the conversation,
+ * read back at each of its turns, within the agent's provider. Its refusal is the command's reply.
  */
-export async function setModel(sessions: Sessions, thread: string, configId: string, value: unknown): Promise<void> {
+export async function setModel(ctx: CommandContext, configId: string, value: unknown): Promise<void> {
   if (configId !== MODEL_OPTION) throw new ParamsError(`configId: this agent has no option ${JSON.stringify(configId.slice(0, 80))}`);
   if (typeof value !== "string" || value.trim().length === 0) throw new ParamsError("value: the model is a non-empty name");
-  await appendEvent(sessions.conversation(thread), { v: 1, kind: "command", name: "/model:set", model: value.trim(), time: new Date().toISOString() });
+  // Not typed: kept without a text, so a loaded chat shows no message for it.
+  const outcome = await setConversationModel(ctx, value.trim(), "");
+  if (outcome.refused) throw new ParamsError(`value: ${outcome.reply}`);
 }

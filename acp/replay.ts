@@ -16,8 +16,8 @@ function imageBlock(part: Part): ContentBlock | undefined {
 
 /**
  * Every message of the conversation, in order: the user's text (and images), the agent's answers,
- * and each tool call with its final status and its answer. Commands and failures are the harness's
- * own and are not shown. A call id the model used twice is made unique, so one call's result never
+ * and each tool call with its final status and its answer; each command as it was typed. Failures
+ * and commands no one typed (a session's own /chat:resume) are the harness's own and are not shown. A call id the model used twice is made unique, so one call's result never
  * lands on another.
  */
 export function replay(events: readonly Numbered[], verbosity: Verbosity): SessionUpdate[] {
@@ -44,6 +44,8 @@ export function replay(events: readonly Numbered[], verbosity: Verbosity): Sessi
 
   const updates: SessionUpdate[] = [];
   for (const { n, event } of events) {
+    // A command shows as it was typed, so a loaded chat reads as it was; its reply was kept nowhere.
+    if (event.kind === EVENT_KINDS.command && event.text) updates.push(textUpdate(event.text, "user_message_chunk"));
     if (event.kind !== EVENT_KINDS.message) continue;
     if (event.role === "user") {
       if (event.text.length > 0) updates.push(textUpdate(event.text, "user_message_chunk"));

@@ -13,10 +13,12 @@ import {
   paths,
   readEvent,
   readEventsFrom,
+  readMark,
   type AgentRef,
   type ConversationPaths,
 } from "../store/index.js";
-import { conversationModel } from "../turn/history.js";
+import { splitSessionId, sessionIdOf, chatMap } from "../turn/chat.js";
+import { applyChoice, conversationChoices, readConversation, type Chosen } from "../turn/history.js";
 import type { Logger } from "./deps.js";
 import { ParamsError, type NewSessionLink } from "./meta.js";
 
@@ -30,7 +32,12 @@ export class SessionNotFound extends Error {
 
 /** What a session keeps beside its conversation, in this process only. */
 export interface SessionState {
+  /** The session's id: its chat's thread, or `<thread>~<conversation>` for one conversation of the chat. */
+  readonly id: string;
+  /** The chat: its folder's name. */
   readonly thread: string;
+  /** The conversation of the chat the session names; left out, the chat's current one. */
+  readonly conversation?: string;
   cwd?: string;
   /** The client's own MCP servers, added to this conversation's tools. */
   mcpServers: McpServer[];
@@ -66,6 +73,28 @@ export class Sessions {
     return paths(this.agent).conversation(thread);
   }
 
+  /**
+   * What a session id names: a chat on disk, or one conversation of a chat (`<thread>~<name>`, when no
+   * chat is named the whole id). Throws SessionNotFound when it names neither.
+   */
+  resolve(sessionId: string): { thread: string; conversation?: string } {
+    if (this.exists(sessionId)) return { thread: sessionId };
+    const { thread, conversation } = splitSessionId(sessionId);
+    if (conversation !== undefined && this.exists(thread) && readConversation(this.conversation(thread), conversation) !== undefined) return { thread, conversation };
+    throw new SessionNotFound(sessionId);
+  }
+
+  /** Whether the session id names a chat or a conversation of one. */
+  known(sessionId: string): boolean {
+    try {
+      this.resolve(sessionId);
+      return true;
+    } catch (e) {
+      if (e instanceof SessionNotFound) return false;
+      throw e;
+    }
+  }
+
   /** Whether the thread is a conversation on disk (a folder, never a link). */
   exists(thread: string): boolean {
     if (!Thread.safeParse(thread).success) return false;
@@ -96,22 +125,21 @@ export class Sessions {
     const conv = this.conversation(thread);
     ensureConversation(conv);
     if (link.tools !== undefined) narrowToolsList(conv, link.tools);
-    return this.remember({ thread, cwd, mcpServers, ...(link.channel !== undefined ? { channel: link.channel } : {}) });
+    return this.remember({ id: thread, thread, cwd, mcpServers, ...(link.channel !== undefined ? { channel: link.channel } : {}) });
   }
 
   /** session/load and session/resume: the conversation must exist; the session takes the client's servers. */
   attach(sessionId: string, cwd: string, mcpServers: McpServer[]): SessionState {
-    if (!this.exists(sessionId)) throw new SessionNotFound(sessionId);
-    const known = this.open.get(sessionId) ?? this.fromEvents(sessionId);
-    return this.remember({ ...known, thread: sessionId, cwd, mcpServers });
+    const named = this.resolve(sessionId);
+    const known = this.open.get(sessionId) ?? this.fromEvents(sessionId, named);
+    return this.remember({ ...known, cwd, mcpServers });
   }
 
   /** A session named by a prompt or a setting: opened here before, or a conversation on disk. */
   get(sessionId: string): SessionState {
     const known = this.open.get(sessionId);
-    if (known && this.exists(sessionId)) return known;
-    if (!this.exists(sessionId)) throw new SessionNotFound(sessionId);
-    return this.remember(this.fromEvents(sessionId));
+    if (known && this.exists(known.thread)) return known;
+    return this.remember(this.fromEvents(sessionId, this.resolve(sessionId)));
   }
 
   /**
@@ -120,7 +148,9 @@ export class Sessions {
    * CHANNEL_SEARCH events), so a group's prompts are headed with the group's channel after a restart
    * too, and a session keeps the folder an editor opened it in.
    */
-  private fromEvents(thread: string): SessionState {
+  private fromEvents(id: string, named: { thread: string; conversation?: string }): SessionState {
+    const { thread } = named;
+    const base = { id, thread, ...(named.conversation !== undefined ? { conversation: named.conversation } : {}) };
     const conv = this.conversation(thread);
     try {
       const last = lastEventNumber(conv);
@@ -128,7 +158,7 @@ export class Sessions {
         const event = readEvent(conv, n);
         if (event?.kind === EVENT_KINDS.message && event.role === "user") {
           return {
-            thread,
+            ...base,
             mcpServers: [],
             ...(event.channel !== undefined ? { channel: event.channel } : {}),
             ...(event.cwd !== undefined ? { cwd: event.cwd } : {}),
@@ -139,27 +169,38 @@ export class Sessions {
       // The channel and the folder are defaults: a conversation that can't be read says why at its turn.
       this.log.warn("a session's channel and folder could not be read from its events", { thread, error: (e as Error).message });
     }
-    return { thread, mcpServers: [] };
+    return { ...base, mcpServers: [] };
   }
 
   close(sessionId: string): void {
-    if (!this.exists(sessionId)) throw new SessionNotFound(sessionId);
+    this.resolve(sessionId);
     this.open.delete(sessionId);
   }
 
   private remember(state: SessionState): SessionState {
-    this.open.set(state.thread, state);
+    this.open.set(state.id, state);
     return state;
   }
 
-  /** Every event of the conversation, in order. */
-  events(thread: string): Numbered[] {
-    return readEventsFrom(this.conversation(thread), 1);
+  /**
+   * Every event of the session's conversation, in order: in a chat of several, the one it names (or
+   * the current one), a fork's shared start included.
+   */
+  events(session: SessionState): Numbered[] {
+    const conv = this.conversation(session.thread);
+    return readConversation(conv, session.conversation)?.events ?? readEventsFrom(conv, 1);
   }
 
-  /** The conversation's model: its last /model:set, if any (the turn's own rule). */
-  model(thread: string): string | undefined {
-    return conversationModel(this.conversation(thread));
+  /** What the session's conversation chose by its commands (the turn's own rule). */
+  choices(session: SessionState): Chosen {
+    const conv = this.conversation(session.thread);
+    if (session.conversation === undefined) return conversationChoices(conv);
+    return (readConversation(conv, session.conversation)?.events ?? []).reduce<Chosen>((c, e) => applyChoice(e.event, c), {});
+  }
+
+  /** The session's conversation's model: its last /model:set, if any. */
+  model(session: SessionState): string | undefined {
+    return this.choices(session).model;
   }
 
   /**
@@ -173,12 +214,41 @@ export class Sessions {
     const files = paths(this.agent).files;
     const all = listThreads(paths(this.agent).chats)
       .filter((t) => Thread.safeParse(t).success)
-      .map((thread) => this.info(thread, files))
-      .filter((info): info is SessionInfo => info !== undefined)
+      .flatMap((thread) => {
+        const chat = this.info(thread, files);
+        return chat ? [chat, ...this.conversations(thread, chat)] : [];
+      })
       .filter((info) => cwd === undefined || info.cwd === cwd)
       .sort((a, b) => (b.updatedAt ?? "").localeCompare(a.updatedAt ?? ""));
     const sessions = all.slice(start, start + PAGE);
     return start + PAGE < all.length ? { sessions, nextCursor: String(start + PAGE) } : { sessions };
+  }
+
+  /**
+   * A chat of several conversations (its window.json says so) lists each as a session of its own,
+   * `<thread>~<name>`, titled by its first owner's message, or its name.
+   */
+  private conversations(thread: string, chat: SessionInfo): SessionInfo[] {
+    const conv = this.conversation(thread);
+    try {
+      if (readMark(conv)?.conversation === undefined) return [];
+      const all = readEventsFrom(conv, 1);
+      const map = chatMap(all);
+      return [...map.conversations.keys()].map((name) => {
+        const own = map.own.get(name) ?? [];
+        const title = own.map((e) => titleOf(e.event)).find((t) => t !== undefined);
+        const newest = own.at(-1)?.event.time;
+        return {
+          sessionId: sessionIdOf(thread, name),
+          cwd: chat.cwd,
+          title: `${name}: ${title ?? "(no message yet)"}`,
+          ...(newest ? { updatedAt: new Date(newest).toISOString() } : chat.updatedAt ? { updatedAt: chat.updatedAt } : {}),
+        };
+      });
+    } catch (e) {
+      this.log.warn("session/list: a chat's conversations could not be read", { thread, error: (e as Error).message });
+      return [];
+    }
   }
 
   /** A conversation's title: its first user message's first words, found among its first events. */
@@ -199,7 +269,7 @@ export class Sessions {
   private info(thread: string, files: string): SessionInfo | undefined {
     const conv = this.conversation(thread);
     // One this process holds open knows its folder; else its last message says it.
-    const cwd = this.open.get(thread)?.cwd ?? this.fromEvents(thread).cwd ?? files;
+    const cwd = this.open.get(thread)?.cwd ?? this.fromEvents(thread, { thread }).cwd ?? files;
     const info: SessionInfo = { sessionId: thread, cwd };
     try {
       const last = lastEventNumber(conv);

@@ -43,7 +43,7 @@ export class TurnUpdates {
   /** Whether text was streamed since the last answer was written. */
   private streamed = false;
 
-  constructor(private readonly verbosity: Verbosity) {}
+  constructor(private verbosity: Verbosity) {}
 
   map(report: TurnEvent): SessionUpdate[] {
     switch (report.type) {
@@ -68,6 +68,10 @@ export class TurnUpdates {
         this.streamed = false;
         return missed ? [textUpdate(e.text)] : [];
       }
+      case "verbosity":
+        // The chat's own choice, read from its events, over what the prompt said.
+        this.verbosity = report.verbosity;
+        return [];
       case "usage":
       case "warning":
         return [];

@@ -3,6 +3,7 @@ import { parseArgs } from "node:util";
 import { homedir } from "node:os";
 import { join, resolve } from "node:path";
 import type { AgentRef } from "../store/paths.js";
+import { nearest } from "../protocol/names.js";
 
 /** Bad input on the command line (or in a file it names): one line on stderr, exit 2. */
 export class UsageError extends Error {
@@ -57,27 +58,11 @@ const OPTIONS = {
   blank: { type: "string" },
 } as const;
 
-/** How many single-character edits turn `a` into `b`. */
-function distance(a: string, b: string): number {
-  let row = Array.from({ length: b.length + 1 }, (_, j) => j);
-  for (let i = 1; i <= a.length; i++) {
-    const next = [i];
-    for (let j = 1; j <= b.length; j++) {
-      next[j] = Math.min((row[j] ?? 0) + 1, (next[j - 1] ?? 0) + 1, (row[j - 1] ?? 0) + (a[i - 1] === b[j - 1] ? 0 : 1));
-    }
-    row = next;
-  }
-  return row[b.length] ?? 0;
-}
-
 /** An option the command line doesn't know, named, with the one meant when it is close to one. */
 function unknownOption(arg: string): UsageError {
   const name = arg.replace(/^-+/, "").split("=")[0] ?? "";
-  const near = Object.keys(OPTIONS)
-    .map((o) => ({ o, d: distance(name, o) }))
-    .filter(({ d }) => d <= 2)
-    .sort((a, b) => a.d - b.d)[0];
-  return new UsageError(`unknown option ${arg.split("=")[0]}${near ? `: did you mean --${near.o}?` : ""} (see --help)`);
+  const near = nearest(name, Object.keys(OPTIONS))[0];
+  return new UsageError(`unknown option ${arg.split("=")[0]}${near ? `: did you mean --${near}?` : ""} (see --help)`);
 }
 
 /**

@@ -1,5 +1,6 @@
 // Files derived from a conversation's events, and a subagent's tool list (DESIGN.md "The agent's folders").
 import { z } from "zod";
+import { Verbosity } from "./settings.js";
 
 /** window.json: how far the count got. Derived; rebuilt when missing, stale or made for another budget. */
 export const WindowMark = z
@@ -15,6 +16,10 @@ export const WindowMark = z
     budget: z.number().int().positive(),
     /** The conversation's model as its last /model:set before that event chose it. */
     model: z.string().optional(),
+    /** The chat's verbosity as its last /verbosity:set before that event chose it. */
+    verbosity: Verbosity.optional(),
+    /** In a chat of several conversations, the one the mark counts (left out: a chat of one). */
+    conversation: z.string().optional(),
   })
   .strict();
 export type WindowMark = z.infer<typeof WindowMark>;

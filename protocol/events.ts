@@ -1,5 +1,6 @@
 // Conversation events: one JSON object a file, written once (spec: decisions.txt, DESIGN.md "Events").
 import { z } from "zod";
+import { Verbosity } from "./settings.js";
 
 export const EVENT_VERSION = 1 as const;
 
@@ -54,6 +55,8 @@ export const UserMessage = z
     cwd: z.string().optional(),
     /** The line that heads the message for the model: date, time, channel, speaker. Kept so it reads the same at every turn. */
     header: z.string(),
+    /** `/skill:<name>`: the skill's SKILL.md as it was read then, sent with the message at every turn. */
+    skill: z.object({ name: z.string(), path: z.string(), text: z.string() }).strict().optional(),
   })
   .strict();
 
@@ -94,18 +97,37 @@ export const ToolResult = z
   })
   .strict();
 
-export const COMMAND_NAMES = ["/new", "/model:set", "/chat:create", "/chat:fork", "/chat:resume", "/stop"] as const;
+/** The commands kept as events: each changes what the conversation remembers or does next (spec: commands.txt). */
+export const COMMAND_NAMES = ["/new", "/model:set", "/chat:create", "/chat:fork", "/chat:resume", "/stop", "/verbosity:set"] as const;
 export const CommandName = z.enum(COMMAND_NAMES);
+
+/**
+ * A conversation's name within its chat: `main` for the first, else the name `/chat:create` gave it
+ * or the one `/chat:fork` made. Letters, digits, `.`, `_` and `-`; a session names it after a `~`.
+ */
+export const ConversationName = z
+  .string()
+  .min(1)
+  .max(64)
+  .regex(/^[\p{L}\p{N}][\p{L}\p{N}._-]*$/u, "must be letters, digits, '.', '_' or '-', starting with a letter or digit")
+  .refine((s) => !s.includes(".."), "must not hold '..'");
 
 export const Command = z
   .object({
     ...base,
     kind: z.literal(EVENT_KINDS.command),
     name: CommandName,
-    /** /model:set: the model's name; /chat:fork and /chat:resume: the thread and event they start from. */
+    /** /model:set: the model's name (left out: back to the agent's). */
     model: z.string().optional(),
+    /** /chat:fork: the conversation it forks and the last event they share. */
     thread: z.string().optional(),
     event: z.number().int().positive().optional(),
+    /** /chat:create, /chat:fork and /chat:resume: the conversation they begin or go back to. */
+    conversation: ConversationName.optional(),
+    /** /verbosity:set: how much of its tool calls the chat shows. */
+    verbosity: Verbosity.optional(),
+    /** The command as it was typed (an alias stays as typed), so a loaded chat reads as it was. */
+    text: z.string().optional(),
     from: From.optional(),
   })
   .strict();

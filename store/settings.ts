@@ -163,6 +163,8 @@ const SKILL_BYTES = 64 * 1024;
 
 export interface Skill {
   name: string;
+  /** Its folder under skills/ (its name, unless its SKILL.md names it otherwise). */
+  folder: string;
   description: string;
   path: string;
 }
@@ -192,9 +194,14 @@ export function listSkills(agent: AgentRef): Skill[] {
     const path = p.skill(name);
     const text = readSource(p.dir, path, SKILL_BYTES);
     if (text === undefined) continue;
-    skills.push({ name: frontmatter(text, "name") ?? name, description: frontmatter(text, "description") ?? "", path });
+    skills.push({ name: frontmatter(text, "name") ?? name, folder: name, description: frontmatter(text, "description") ?? "", path });
   }
   return skills;
+}
+
+/** A skill's SKILL.md, whole (at most its limit), read as every source of the prompt is: never through a link. */
+export function readSkill(agent: AgentRef, skill: Skill): string | undefined {
+  return readSource(paths(agent).dir, skill.path, SKILL_BYTES);
 }
 
 /** One key of a SKILL.md's YAML front matter (plain `key: value` lines). */

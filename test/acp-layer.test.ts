@@ -315,6 +315,7 @@ describe("session/load replays the conversation", () => {
     expect(c.updates.map((u) => u.update)).toMatchObject([
       { sessionUpdate: "user_message_chunk", content: { text: "q" } },
       { sessionUpdate: "agent_message_chunk", content: { text: "a" } },
+      { sessionUpdate: "available_commands_update" },
     ]);
     const list = await c.agent.request(acp.methods.agent.session.list, {});
     expect(list.sessions).toMatchObject([{ sessionId: "old", title: "q", updatedAt: t }]);

@@ -98,7 +98,7 @@ describe("a conversation over stdio", { timeout: 120_000 }, () => {
     const d2 = daemon(dir, {}, true);
     const c2 = await client(d2);
     await c2.agent.request(acp.methods.agent.session.load, { sessionId, cwd: ROOT, mcpServers: [] });
-    expect(kinds(c2.updates)).toEqual(["user_message_chunk", "tool_call", "tool_call_update", "tool_call", "tool_call_update", "agent_message_chunk"]);
+    expect(kinds(c2.updates)).toEqual(["user_message_chunk", "tool_call", "tool_call_update", "tool_call", "tool_call_update", "agent_message_chunk", "available_commands_update"]);
     expect(of(c2.updates, "tool_call").map((u) => [u.title, u.status])).toEqual([
       ["everything: echo", "completed"],
       ["everything: get-sum", "failed"],
@@ -168,7 +168,9 @@ describe("a conversation over stdio", { timeout: 120_000 }, () => {
     expect(d.child.exitCode).toBeNull();
     // stdout held answers only; stderr, one JSON object a line, the SDK's complaint among them (its
     // pipe is read apart from stdout's, so the line may come a little after the answer).
-    expect(got.every((m) => m.jsonrpc === "2.0" && "id" in m)).toBe(true);
+    // (and the commands a new session offers, announced after its answer).
+    const offered = (m: Record<string, unknown>) => m.method === "session/update" && (m.params as { update?: { sessionUpdate?: string } }).update?.sessionUpdate === "available_commands_update";
+    expect(got.every((m) => m.jsonrpc === "2.0" && ("id" in m || offered(m)))).toBe(true);
     for (const until = Date.now() + 5_000; !d.stderr().includes("987") && Date.now() < until; ) await new Promise((r) => setTimeout(r, 20));
     const log = d.stderr().trim().split("\n").map((line) => z.record(z.string(), z.unknown()).parse(JSON.parse(line)));
     expect(log.some((l) => l.msg === "library" && String(l.message).includes("987"))).toBe(true);

@@ -1,35 +1,103 @@
 // Reading a conversation for a turn: from the window's mark (or the copy's last answer, if earlier)
-// on, never every message, unless the mark is missing or stale.
-import type { Event, Numbered } from "../protocol/index.js";
+// on, never every message, unless the mark is missing or stale, or the chat holds several
+// conversations (turn/chat.ts), which is read whole at a process's first turn of it.
+import { StoreError, type Command, type Event, type Numbered, type Verbosity, type WindowMark } from "../protocol/index.js";
 import { lastEventNumber, readEvent, readEventsFrom, readMark, writeMark, type ConversationPaths } from "../store/index.js";
+import { chatMap, conversationEvents, isBegin, isPlain } from "./chat.js";
 import { transcriptEnd } from "./transcript.js";
 import { countEvent, countFromMark, emptyCount, markHolds, markOf, windowEvents, type WindowCount } from "./window.js";
 
-/** The model an event chose, if it is a /model:set naming one. */
-export function chosenModel(event: Event): string | undefined {
-  return event.kind === "command" && event.name === "/model:set" ? event.model || undefined : undefined;
+/** What a conversation chose by its commands: its model and its chat's verbosity. */
+export interface Chosen {
+  model?: string;
+  verbosity?: Verbosity;
+}
+
+/** The choices after an event: a /model:set names the model (or, naming none, goes back to the agent's). */
+export function applyChoice(event: Event, chosen: Chosen): Chosen {
+  if (event.kind !== "command") return chosen;
+  if (event.name === "/model:set") {
+    const { model: _, ...rest } = chosen;
+    return event.model ? { ...rest, model: event.model } : rest;
+  }
+  if (event.name === "/verbosity:set" && event.verbosity !== undefined) return { ...chosen, verbosity: event.verbosity };
+  return chosen;
+}
+
+function choicesOf(mark: WindowMark | undefined): Chosen {
+  return {
+    ...(mark?.model !== undefined ? { model: mark.model } : {}),
+    ...(mark?.verbosity !== undefined ? { verbosity: mark.verbosity } : {}),
+  };
+}
+
+/** A conversation as read back: its name in its chat (undefined: a chat of one) and its events. */
+export interface ReadConversation {
+  conversation: string | undefined;
+  events: Numbered[];
 }
 
 /**
- * The conversation's model without loading it for a turn: its last /model:set, read from the newest
- * event back to the window's mark, else the model the mark carries from before it.
+ * A conversation's events, whole: for a chat of one, every event; else the one named (left out, the
+ * chat's current one) read back from the commands that began it. Undefined when it names none of the chat's.
  */
-export function conversationModel(conv: ConversationPaths): string | undefined {
-  const mark = readMark(conv);
-  const holds = markHolds(mark, mark?.budget ?? 0, mark ? readEvent(conv, mark.event) : undefined);
-  for (let n = lastEventNumber(conv); n >= (holds ? mark.event : 1); n--) {
-    const e = readEvent(conv, n);
-    const model = e && chosenModel(e);
-    if (model !== undefined) return model;
-  }
-  return holds ? mark.model : undefined;
+export function readConversation(conv: ConversationPaths, name?: string): ReadConversation | undefined {
+  const all = readEventsFrom(conv, 1);
+  if (isPlain(all)) return name === undefined || name === "main" ? { conversation: undefined, events: all } : undefined;
+  const map = chatMap(all);
+  const which = name ?? map.current;
+  if (!map.conversations.has(which)) return undefined;
+  return { conversation: which, events: conversationEvents(map, which) };
 }
 
-/** Where counting began, with the count and the model there: enough to count again from it. */
+/**
+ * The conversation's choices without loading it for a turn: its last /model:set and /verbosity:set,
+ * read from the newest event back to the window's mark, else those the mark carries from before it.
+ * In a chat of several conversations, the current one's, read whole.
+ */
+export function conversationChoices(conv: ConversationPaths): Chosen {
+  const mark = readMark(conv);
+  const holds = markHolds(mark, mark?.budget ?? 0, mark ? readEvent(conv, mark.event) : undefined);
+  if (mark?.conversation === undefined) {
+    const found: Numbered[] = [];
+    let plain = true;
+    for (let n = lastEventNumber(conv); n >= (holds ? mark.event : 1); n--) {
+      const e = readEvent(conv, n);
+      if (!e) continue;
+      if (isBegin(e)) {
+        plain = false;
+        break;
+      }
+      if (e.kind === "command") found.push({ n, event: e });
+    }
+    if (plain) return found.reverse().reduce((c, e) => applyChoice(e.event, c), holds ? choicesOf(mark) : {});
+  }
+  const read = readConversation(conv);
+  return (read?.events ?? []).reduce<Chosen>((c, e) => applyChoice(e.event, c), {});
+}
+
+/**
+ * The /chat:resume that makes `name` the chat's current conversation, or undefined when it is already
+ * (a chat of one is `main`). Throws when the chat has no conversation of that name.
+ */
+export function resumeEvent(conv: ConversationPaths, name: string): Command | undefined {
+  const all = readEventsFrom(conv, 1);
+  const map = chatMap(all);
+  if (!map.conversations.has(name)) throw new StoreError(`chat ${conv.thread} has no conversation ${JSON.stringify(name.slice(0, 80))} (it has: ${[...map.conversations.keys()].join(", ")})`, conv.dir);
+  if (map.current === name) return undefined;
+  return { v: 1, kind: "command", name: "/chat:resume", conversation: name, time: new Date().toISOString() };
+}
+
+/** The conversation's model: its last /model:set, if it chose one. */
+export function conversationModel(conv: ConversationPaths): string | undefined {
+  return conversationChoices(conv).model;
+}
+
+/** Where counting began, with the count and the choices there: enough to count again from it. */
 interface Begin {
   countFrom: number;
   count: WindowCount;
-  model: string | undefined;
+  chosen: Chosen;
 }
 
 function copyCount(count: WindowCount): WindowCount {
@@ -40,12 +108,13 @@ function copyCount(count: WindowCount): WindowCount {
  * What a conversation's last turn in this process left: the same as loading it again from the mark
  * that turn wrote, so the next turn goes on from it when window.json still says the same. A derived
  * cache: another process's events are read on from its last, and any other change of the mark or
- * budget loads the conversation again from disk.
+ * budget, or a command that began another conversation of the chat, loads it again from disk.
  */
 interface Kept {
   mark: string;
   budget: number;
-  model: string | undefined;
+  chosen: Chosen;
+  conversation: string | undefined;
   events: Numbered[];
   count: WindowCount;
   begin: Begin;
@@ -65,11 +134,18 @@ export class History {
     /** The events this turn holds: from where it started reading, in order. */
     readonly events: Numbered[],
     readonly count: WindowCount,
-    /** The conversation's own model (its last /model:set), if it chose one. */
-    public model: string | undefined,
+    /** What the conversation chose by its commands: its own model (its last /model:set), its chat's verbosity. */
+    public chosen: Chosen,
     private readonly markBefore: string,
     private readonly begin: Begin,
+    /** Its name in a chat of several conversations; undefined in a chat of one. */
+    readonly conversation: string | undefined,
   ) {}
+
+  /** The conversation's own model, if it chose one. */
+  get model(): string | undefined {
+    return this.chosen.model;
+  }
 
   /**
    * Loads what a turn needs. The model (its last /model:set) is found first, since the window, and so
@@ -81,34 +157,49 @@ export class History {
     const left = kept.get(conv.dir);
     if (left && left.mark === markText) {
       const more = readEventsFrom(conv, (left.events.at(-1)?.n ?? 0) + 1);
-      let model = left.model;
-      for (const e of more) model = chosenModel(e.event) ?? model;
-      const budget = await budgetFor(model);
-      if (budget === left.budget) {
-        const history = new History(conv, budget, left.events.slice(), copyCount(left.count), left.model, markText, left.begin);
-        for (const e of more) history.add(e, left.begin.countFrom);
+      // Events after a turn's own are its conversation's, unless one began another.
+      if (isPlain(more)) {
+        const chosen = more.reduce((c, e) => applyChoice(e.event, c), left.chosen);
+        const budget = await budgetFor(chosen.model);
+        if (budget === left.budget) {
+          const history = new History(conv, budget, left.events.slice(), copyCount(left.count), left.chosen, markText, left.begin, left.conversation);
+          for (const e of more) history.add(e, left.begin.countFrom);
+          return history;
+        }
+      }
+    }
+    if (mark?.conversation === undefined) {
+      const belongs = markHolds(mark, mark?.budget ?? 0, mark ? readEvent(conv, mark.event) : undefined);
+      let events: Numbered[];
+      let chosen: Chosen = {};
+      if (belongs) {
+        const end = transcriptEnd(conv);
+        events = readEventsFrom(conv, end !== undefined && end > 0 ? Math.min(mark.event, end) : mark.event);
+        chosen = choicesOf(mark);
+        for (const e of events) if (e.n >= mark.event) chosen = applyChoice(e.event, chosen);
+      } else {
+        events = readEventsFrom(conv, 1);
+        for (const e of events) chosen = applyChoice(e.event, chosen);
+      }
+      if (isPlain(events)) {
+        const budget = await budgetFor(chosen.model);
+        const holds = belongs && mark.budget === budget;
+        if (belongs && !holds) events = readEventsFrom(conv, 1);
+        const count = holds ? countFromMark(mark) : emptyCount();
+        const begin: Begin = { countFrom: holds ? mark.event : 1, count: copyCount(count), chosen: holds ? choicesOf(mark) : {} };
+        const history = new History(conv, budget, [], count, begin.chosen, markText && holds ? markText : "", begin, undefined);
+        for (const e of events) history.add(e, begin.countFrom);
         return history;
       }
     }
-    const belongs = markHolds(mark, mark?.budget ?? 0, mark ? readEvent(conv, mark.event) : undefined);
-    let events: Numbered[];
-    let model: string | undefined;
-    if (belongs) {
-      const end = transcriptEnd(conv);
-      events = readEventsFrom(conv, end !== undefined && end > 0 ? Math.min(mark.event, end) : mark.event);
-      model = mark.model;
-      for (const e of events) if (e.n >= mark.event) model = chosenModel(e.event) ?? model;
-    } else {
-      events = readEventsFrom(conv, 1);
-      for (const e of events) model = chosenModel(e.event) ?? model;
-    }
-    const budget = await budgetFor(model);
-    const holds = belongs && mark.budget === budget;
-    if (belongs && !holds) events = readEventsFrom(conv, 1);
-    const count = holds ? countFromMark(mark) : emptyCount();
-    const begin: Begin = { countFrom: holds ? mark.event : 1, count: copyCount(count), model: holds ? mark.model : undefined };
-    const history = new History(conv, budget, [], count, begin.model, markText && holds ? markText : "", begin);
-    for (const e of events) history.add(e, begin.countFrom);
+    // A chat of several conversations: its current one, read back whole and counted from its start.
+    const read = readConversation(conv);
+    const events = read?.events ?? [];
+    const chosen = events.reduce<Chosen>((c, e) => applyChoice(e.event, c), {});
+    const budget = await budgetFor(chosen.model);
+    const begin: Begin = { countFrom: 1, count: emptyCount(), chosen: {} };
+    const history = new History(conv, budget, [], emptyCount(), {}, "", begin, read?.conversation);
+    for (const e of events) history.add(e, 1);
     return history;
   }
 
@@ -116,7 +207,7 @@ export class History {
   add(e: Numbered, countFrom = 0): void {
     this.events.push(e);
     if (e.n < countFrom) return;
-    this.model = chosenModel(e.event) ?? this.model;
+    this.chosen = applyChoice(e.event, this.chosen);
     countEvent(this.count, e.n, e.event, this.budget);
   }
 
@@ -160,7 +251,7 @@ export class History {
     const before = this.events.slice(0, -1);
     this.events.length = 0;
     Object.assign(this.count, copyCount(this.begin.count));
-    this.model = this.begin.model;
+    this.chosen = this.begin.chosen;
     for (const e of before) this.add(e, this.begin.countFrom);
     this.written(actual, last.event);
   }
@@ -181,7 +272,9 @@ export class History {
       kept.delete(this.conv.dir);
       return;
     }
-    if (this.model !== undefined) mark.model = this.model;
+    if (this.chosen.model !== undefined) mark.model = this.chosen.model;
+    if (this.chosen.verbosity !== undefined) mark.verbosity = this.chosen.verbosity;
+    if (this.conversation !== undefined) mark.conversation = this.conversation;
     const text = JSON.stringify(mark);
     if (text !== this.markBefore) writeMark(this.conv, mark);
     const from = Math.min(mark.event, copyEnd !== undefined && copyEnd > 0 ? copyEnd : mark.event);
@@ -190,10 +283,11 @@ export class History {
     kept.set(this.conv.dir, {
       mark: text,
       budget: this.budget,
-      model: this.model,
+      chosen: this.chosen,
+      conversation: this.conversation,
       events: first <= 0 ? this.events.slice() : this.events.slice(first),
       count: copyCount(this.count),
-      begin: { countFrom: mark.event, count: countFromMark(mark), model: mark.model },
+      begin: { countFrom: mark.event, count: countFromMark(mark), chosen: choicesOf(mark) },
     });
     if (kept.size > KEPT_CONVERSATIONS) {
       const oldest = kept.keys().next().value;

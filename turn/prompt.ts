@@ -1,6 +1,6 @@
 // The messages a turn sends: the system prompt, then the window's events as the model reads them.
 // The same events always make the same bytes, so each request starts with the previous one.
-import type { AssistantMessage, Event, Numbered, Part } from "../protocol/index.js";
+import type { AssistantMessage, Event, Numbered, Part, UserMessage } from "../protocol/index.js";
 import { derived } from "./derived.js";
 
 export type ChatMessage =
@@ -19,8 +19,10 @@ export type ChatMessage =
 /** What a call left without an answer (a crash, a cancel) is answered with, so the prompt stays valid. */
 export const UNANSWERED = "unanswered: the turn that made this call ended before the tool answered";
 
-function userContent(header: string, text: string, parts: Part[] | undefined): ChatMessage & { role: "user" } {
-  const head = `${header}\n${text}`;
+function userContent(event: UserMessage): ChatMessage & { role: "user" } {
+  const { header, text, parts, skill } = event;
+  // A skill asked for by /skill:<name> goes with the message, as it was read then.
+  const head = `${header}\n${text}${skill ? `\n\n<skill name="${skill.name}" path="${skill.path}">\n${skill.text}\n</skill>` : ""}`;
   if (!parts?.length) return { role: "user", content: head };
   return { role: "user", content: [{ type: "text", text: head }, ...parts] };
 }
@@ -78,7 +80,7 @@ export function eventsToMessages(events: readonly Numbered[], opts: PromptOption
     switch (event.kind) {
       case "message":
         closeCalls();
-        if (event.role === "user") out.push(once(event, () => userContent(event.header, event.text, event.parts)));
+        if (event.role === "user") out.push(once(event, () => userContent(event)));
         else if (!opts.tools && event.tool_calls?.length) out.push({ role: "assistant", content: callsAsText(event, answers) });
         else {
           out.push(once(event, () => assistantMessage(event)));

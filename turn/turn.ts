@@ -5,7 +5,7 @@ import { appendEvent, forgetEvents, forgetSettings, LockLostError, paths, readSe
 import { forgetBodies } from "./body.js";
 import { runCalls } from "./calls.js";
 import { modelWindow, type ModelWindow } from "./facts.js";
-import { forgetHistories, History } from "./history.js";
+import { forgetHistories, History, resumeEvent } from "./history.js";
 import { askModel, ModelError, type ModelAnswer } from "./model.js";
 import { eventsToMessages, type ChatMessage } from "./prompt.js";
 import { composeSections, messageHeader, systemPrompt } from "./sections.js";
@@ -22,6 +22,11 @@ export function defaultMargin(window: number): number {
   return Math.max(256, Math.ceil(window * 0.05));
 }
 
+/** The conversation's share of the window: the window less the answer's, the instructions and tools, and the margin. */
+export function conversationShare(mw: ModelWindow, fixed: number, settings: Settings): number {
+  return Math.max(1, mw.window - mw.answer - fixed - (settings.window?.margin ?? defaultMargin(mw.window)));
+}
+
 export function userEvent(message: IncomingMessage): UserMessage {
   const time = message.time ?? new Date();
   return {
@@ -35,6 +40,7 @@ export function userEvent(message: IncomingMessage): UserMessage {
     ...(message.channel ? { channel: message.channel } : {}),
     ...(message.cwd ? { cwd: message.cwd } : {}),
     header: messageHeader(time, message.channel, message.from),
+    ...(message.skill ? { skill: message.skill } : {}),
   };
 }
 
@@ -172,11 +178,14 @@ class Turn {
     const fixed = roughTokens(system) + (calls.length ? roughTokens(JSON.stringify(calls.map((c) => [c.name, c.description, c.parameters]))) : 0);
     let mw: ModelWindow | undefined;
     // The conversation's share: the window less the answer's, the instructions and tools, and the margin.
+    if (this.input.conversation !== undefined) await this.enter(this.input.conversation);
+    const agentModel = this.input.agentModel ?? settings.model.name;
     const history = await History.load(this.conv, async (chosen) => {
-      mw = await modelWindow(settings, chosen ?? settings.model.name);
-      return Math.max(1, mw.window - mw.answer - fixed - (settings.window?.margin ?? defaultMargin(mw.window)));
+      mw = await modelWindow(settings, chosen ?? agentModel);
+      return conversationShare(mw, fixed, settings);
     });
-    const model = history.model ?? settings.model.name;
+    const model = history.model ?? agentModel;
+    if (history.chosen.verbosity !== undefined) this.listener({ type: "verbosity", verbosity: history.chosen.verbosity });
     const window = mw ?? (await modelWindow(settings, model));
     const budget = history.budget;
     // The message is flushed while the model is asked; should writing it fail, the ask is cut short.
@@ -269,6 +278,12 @@ class Turn {
       if (callNothing && !lastText.trim()) return this.outcome("max_turn_requests");
       return this.outcome(stop === "tool_calls" ? "end_turn" : stop);
     }
+  }
+
+  /** Makes the session's conversation the chat's current one, if another is. */
+  private async enter(conversation: string): Promise<void> {
+    const resume = resumeEvent(this.conv, conversation);
+    if (resume) await this.write(resume);
   }
 
   private pendingSteer: IncomingMessage[] = [];

@@ -1,5 +1,5 @@
 // What a turn takes and what it reports: plain data, no ACP (the ACP layer maps these to session/update).
-import type { From, Part, StopReason, Usage, Event, Settings } from "../protocol/index.js";
+import type { From, Part, StopReason, Usage, Event, Settings, Verbosity } from "../protocol/index.js";
 import type { AgentRef } from "../store/index.js";
 import type { ToolHost, ToolMedia, ToolServer } from "./tools.js";
 
@@ -14,11 +14,20 @@ export interface IncomingMessage {
   cwd?: string;
   /** When it was sent; left out, now. */
   time?: Date;
+  /** `/skill:<name>`: the skill it asks for, as read now. */
+  skill?: { name: string; path: string; text: string };
 }
 
 export interface TurnInput {
   agent: AgentRef;
   thread: string;
+  /**
+   * The conversation of the chat the message is for, when its session named one (`<thread>~<name>`):
+   * made the chat's current one first, with a /chat:resume. Left out, the chat's current one.
+   */
+  conversation?: string;
+  /** The agent's model as `/model:set --agent` set it in this process, until the agent starts again. */
+  agentModel?: string;
   message: IncomingMessage;
   /** The tools of this turn: the process's tool host, with the conversation's own MCP servers. */
   tools?: ToolHost;
@@ -49,6 +58,8 @@ export type TurnEvent =
   | { type: "tool_call"; id: string; name: string; arguments: unknown }
   | { type: "tool_result"; id: string; name: string; status: "completed" | "failed"; text: string; media?: ToolMedia[] }
   | { type: "usage"; usage: Usage }
+  /** The chat's verbosity as its own /verbosity:set chose it, found once the conversation is read. */
+  | { type: "verbosity"; verbosity: Verbosity }
   /** Something went wrong that doesn't fail the turn (a derived file not written): for the log. */
   | { type: "warning"; message: string };
 

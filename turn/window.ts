@@ -36,7 +36,10 @@ export function eventTokens(event: Event): number {
 function countTokens(event: Event): number {
   switch (event.kind) {
     case "message":
-      if (event.role === "user") return roughTokens(event.header) + 1 + roughTokens(event.text) + (event.parts?.length ?? 0) * PART_TOKENS;
+      if (event.role === "user") {
+        const skill = event.skill ? roughTokens(event.skill.text) + roughTokens(event.skill.path) + 8 : 0;
+        return roughTokens(event.header) + 1 + roughTokens(event.text) + skill + (event.parts?.length ?? 0) * PART_TOKENS;
+      }
       return (
         roughTokens(event.text) +
         (event.tool_calls ?? []).reduce((sum, c) => sum + roughTokens(c.name) + roughTokens(c.arguments), 0) +

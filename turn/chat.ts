@@ -1,0 +1,91 @@
+// A chat's conversations, read back from the command events that began them (spec: commands.txt,
+// "Why do a fork and a resume copy nothing?"). A chat keeps one log; /chat:create, /chat:fork and
+// /chat:resume say which conversation the events after them belong to, and a fork's shared start is
+// its source's events up to the fork point, the same events on disk.
+import type { Command, Event, Numbered } from "../protocol/index.js";
+
+/** The name of a chat's first conversation, the one before any /chat:create or /chat:fork. */
+export const FIRST = "main";
+
+export interface ChatConversation {
+  readonly name: string;
+  /** The event that began it (0 for the first). */
+  readonly begin: number;
+  /** A fork's source and the last event they share. */
+  readonly source?: string;
+  readonly at?: number;
+}
+
+export interface ChatMap {
+  /** The conversation the chat's next message belongs to. */
+  readonly current: string;
+  /** Every conversation of the chat, in the order they began. */
+  readonly conversations: ReadonlyMap<string, ChatConversation>;
+  /** Each conversation's own events (those written while it was the current one). */
+  readonly own: ReadonlyMap<string, readonly Numbered[]>;
+}
+
+/** Whether an event says which conversation the events after it belong to. */
+export function isBegin(event: Event): event is Command & { conversation: string } {
+  return (
+    event.kind === "command" &&
+    (event.name === "/chat:create" || event.name === "/chat:fork" || event.name === "/chat:resume") &&
+    event.conversation !== undefined
+  );
+}
+
+/** A chat whose log holds no begin command has one conversation, and every event is its. */
+export function isPlain(events: readonly Numbered[]): boolean {
+  return !events.some((e) => isBegin(e.event));
+}
+
+/**
+ * Reads a chat's log (every event, from the first) into its conversations. A begin command naming a
+ * conversation that doesn't exist (resume) or exists already (create, fork) was never written by this
+ * harness; it is read as a resume of, or a fresh start of, what it names, so no event is lost.
+ */
+export function chatMap(events: readonly Numbered[]): ChatMap {
+  const conversations = new Map<string, ChatConversation>([[FIRST, { name: FIRST, begin: 0 }]]);
+  const own = new Map<string, Numbered[]>([[FIRST, []]]);
+  let current = FIRST;
+  for (const e of events) {
+    const event = e.event;
+    if (isBegin(event)) {
+      current = event.conversation;
+      if (!conversations.has(current)) {
+        const fork = event.name === "/chat:fork" && event.thread !== undefined && event.event !== undefined && conversations.has(event.thread);
+        conversations.set(current, { name: current, begin: e.n, ...(fork ? { source: event.thread, at: event.event } : {}) });
+        own.set(current, []);
+      }
+    }
+    own.get(current)?.push(e);
+  }
+  return { current, conversations, own };
+}
+
+/**
+ * A conversation's events in order: a fork's shared start (its source's events up to the fork point,
+ * read back the same way) then its own. Sources are followed only to conversations that began before.
+ */
+export function conversationEvents(map: ChatMap, name: string): Numbered[] {
+  const conv = map.conversations.get(name);
+  if (!conv) return [];
+  const own = map.own.get(name) ?? [];
+  if (conv.source === undefined || conv.at === undefined) return own.slice();
+  const source = map.conversations.get(conv.source);
+  if (!source || source.begin >= conv.begin) return own.slice();
+  const at = Math.min(conv.at, conv.begin);
+  return [...conversationEvents(map, conv.source).filter((e) => e.n <= at), ...own];
+}
+
+/** A session's id for one conversation of a chat: `<chat>~<conversation>`. */
+export function sessionIdOf(thread: string, conversation: string): string {
+  return `${thread}~${conversation}`;
+}
+
+/** A session id's chat and, after its last `~`, the conversation it names (left out: the chat's current one). */
+export function splitSessionId(sessionId: string): { thread: string; conversation?: string } {
+  const i = sessionId.lastIndexOf("~");
+  if (i <= 0 || i === sessionId.length - 1) return { thread: sessionId };
+  return { thread: sessionId.slice(0, i), conversation: sessionId.slice(i + 1) };
+}

@@ -1,0 +1,461 @@
+// Chat commands (spec: commands.txt): one declaration table of namespace commands, each with its
+// arguments, who may run it, its handler, its help and the aliases that resolve to it. A command that
+// changes what the conversation remembers or does next is kept as a command event; its reply goes to
+// the chat only and is stored nowhere.
+import { ConversationName, nearest, type Command, type From, type Settings, type Verbosity, VERBOSITIES } from "../protocol/index.js";
+import { appendEvent, lastEventNumber, listSkills, paths, readEventsFrom, readMark, readSkill, withConversationLock, writeMark, type AgentRef, type ConversationPaths, type Skill } from "../store/index.js";
+import { chatMap, conversationEvents, FIRST, sessionIdOf, splitSessionId, type ChatMap } from "./chat.js";
+import { conversationChoices } from "./history.js";
+import type { IncomingMessage } from "./types.js";
+
+/** Who may run a command: the owner alone (`_meta.link.from` left out, or `owner: true`). */
+export type CommandWho = "owner";
+
+export interface CommandContext {
+  agent: AgentRef;
+  /** The chat (the session's thread). */
+  thread: string;
+  /** The conversation the session names (`<thread>~<name>`); left out, the chat's current one. */
+  conversation?: string;
+  settings: Settings | undefined;
+  from?: From;
+  time: Date;
+  /** /stop: ends the conversation's running turn; false when none runs. */
+  stop(): boolean;
+  /** The agent's model as `/model:set --agent` set it in this process (until the agent starts again). */
+  agentModel: { get(): string | undefined; set(model: string | undefined): void };
+  /** /status: what the conversation is and holds now, in lines. */
+  status(): Promise<string[]>;
+}
+
+export interface CommandOutcome {
+  /** What the chat is told: the harness's words, never the model's, stored nowhere. */
+  reply: string;
+  /** /skill: the message a turn answers now. */
+  message?: IncomingMessage;
+  /** A conversation a command began or went back to, with its session id. */
+  began?: { sessionId: string; conversation: string };
+  /** The command was refused: nothing was done, and the reply says why. */
+  refused?: boolean;
+}
+
+export interface CommandSpec {
+  /** Its namespace name, typed after `/`. */
+  name: string;
+  /** Its arguments, as an input hint; left out, it takes none. */
+  args?: string;
+  who: CommandWho;
+  help: string;
+  /** The familiar spellings of other harnesses that resolve to it. */
+  aliases: readonly string[];
+  run(ctx: CommandContext, args: string, typed: string): Promise<CommandOutcome>;
+}
+
+/** The most a command's arguments may be: a model or conversation name, a skill's request is the exception. */
+const ARGS_MAX = 256;
+
+class CommandRefused extends Error {}
+
+/** A reply that refuses: the command did nothing, and says why. */
+function refuse(message: string): never {
+  throw new CommandRefused(message);
+}
+
+function noArgs(name: string, args: string): void {
+  if (args.length > 0) refuse(`/${name} takes no arguments (nothing was done). Send it alone.`);
+}
+
+function conversationOf(ctx: CommandContext): ConversationPaths {
+  return paths(ctx.agent).conversation(ctx.thread);
+}
+
+function commandEvent(ctx: CommandContext, name: Command["name"], typed: string, fields: Partial<Command> = {}): Command {
+  return { v: 1, kind: "command", name, time: ctx.time.toISOString(), ...(typed ? { text: typed } : {}), ...fields, ...(ctx.from ? { from: ctx.from } : {}) };
+}
+
+/** The chat's conversations as its log says now. */
+function readChat(conv: ConversationPaths): { map: ChatMap; last: number } {
+  const all = readEventsFrom(conv, 1);
+  return { map: chatMap(all), last: all.at(-1)?.n ?? lastEventNumber(conv) };
+}
+
+/**
+ * Writes a command that says which conversation the events after it belong to. Held under the
+ * conversation's lock, so it lands between turns, never inside one; the session's own conversation
+ * is made current first, as a prompt of that session would.
+ */
+async function writeBegin(ctx: CommandContext, make: (map: ChatMap, last: number) => Command): Promise<{ n: number; event: Command }> {
+  const conv = conversationOf(ctx);
+  return withConversationLock(conv, async () => {
+    let { map, last } = readChat(conv);
+    if (ctx.conversation !== undefined && map.current !== ctx.conversation && map.conversations.has(ctx.conversation)) {
+      last = await appendEvent(conv, { v: 1, kind: "command", name: "/chat:resume", conversation: ctx.conversation, time: ctx.time.toISOString() });
+      ({ map } = readChat(conv));
+    }
+    const event = make(map, last);
+    const n = await appendEvent(conv, event);
+    // The window's mark says the chat holds several conversations now, so a listing shows each.
+    const mark = readMark(conv);
+    if (event.conversation !== undefined && mark && mark.conversation !== event.conversation) writeMark(conv, { ...mark, conversation: event.conversation });
+    return { n, event };
+  });
+}
+
+/** A conversation named in an argument: a name of this chat, or a session id of it (`<thread>~<name>`). */
+function conversationName(ctx: CommandContext, arg: string): string {
+  const { thread, conversation } = splitSessionId(arg);
+  if (conversation !== undefined) {
+    if (thread !== ctx.thread) refuse(`${arg} is a conversation of another chat: a fork or a resume stays within this chat (${ctx.thread}).`);
+    return conversation;
+  }
+  return arg;
+}
+
+function known(map: ChatMap, name: string): void {
+  if (map.conversations.has(name)) return;
+  const near = nearest(name, map.conversations.keys());
+  refuse(`This chat has no conversation ${JSON.stringify(name)}${near.length ? `: did you mean ${near.join(" or ")}?` : "."} It has: ${[...map.conversations.keys()].join(", ")}.`);
+}
+
+/** A model's name as typed: one word, printable, bounded. */
+function checkModelName(model: string): void {
+  if (model.length > ARGS_MAX || /[\s\p{Cc}]/u.test(model)) refuse(`${JSON.stringify(model.slice(0, 80))} is not a model's name: one word, at most ${ARGS_MAX} characters (nothing was done).`);
+}
+
+/** Providers whose own model names say which provider made the model (`anthropic/claude-…`). */
+const ROUTERS = new Set(["openrouter", "litellm", "together", "requesty", "aihubmix", "vercel", "cloudflare", "nebius"]);
+/** Providers Link knows by name: `<provider>/<model>` of one of these is a model of that provider. */
+const PROVIDERS = new Set([
+  "openai",
+  "anthropic",
+  "google",
+  "gemini",
+  "vertex",
+  "mistral",
+  "deepseek",
+  "groq",
+  "xai",
+  "ollama",
+  "openrouter",
+  "together",
+  "fireworks",
+  "perplexity",
+  "cohere",
+  "qwen",
+  "moonshot",
+  "zai",
+  "minimax",
+  "bedrock",
+  "azure",
+  "lmstudio",
+  "vllm",
+  "llamacpp",
+  "litellm",
+]);
+
+/**
+ * The model as this provider names it: `<provider>/<model>` of the agent's own provider is `<model>`;
+ * of another provider Link knows, refused (its key and proxy are set when the agent starts), unless
+ * the agent's provider routes to other providers' models by such names.
+ */
+export function modelWithinProvider(provider: string, model: string): string {
+  const slash = model.indexOf("/");
+  if (slash <= 0) return model;
+  const named = model.slice(0, slash).toLowerCase();
+  const own = provider.toLowerCase();
+  if (named === own) return model.slice(slash + 1);
+  if (PROVIDERS.has(named) && !ROUTERS.has(own)) {
+    refuse(
+      `${model} is a model of ${named}, and this agent's provider is ${provider}: a switch stays within the provider, whose key and proxy were set when the agent started. Switch the agent's provider in Link, which starts it again (nothing was done).`,
+    );
+  }
+  return model;
+}
+
+/** Sets or clears the conversation's model: the one code path of `/model:set` and the ACP `model` option. */
+export async function setConversationModel(ctx: CommandContext, model: string | undefined, typed: string): Promise<CommandOutcome> {
+  try {
+    return await writeModel(ctx, model, typed);
+  } catch (e) {
+    if (e instanceof CommandRefused) return { reply: e.message, refused: true };
+    throw e;
+  }
+}
+
+async function writeModel(ctx: CommandContext, model: string | undefined, typed: string): Promise<CommandOutcome> {
+  const settings = ctx.settings;
+  const conv = conversationOf(ctx);
+  if (model === undefined) {
+    await appendEvent(conv, commandEvent(ctx, "/model:set", typed));
+    const agents = ctx.agentModel.get() ?? settings?.model.name;
+    return { reply: `This conversation runs on the agent's model again${agents ? ` (${agents})` : ""}.` };
+  }
+  checkModelName(model);
+  const name = settings ? modelWithinProvider(settings.model.provider, model) : model;
+  if (name.length === 0) refuse("/model:set: the model's name is empty (nothing was done).");
+  await appendEvent(conv, commandEvent(ctx, "/model:set", typed, { model: name }));
+  return { reply: `This conversation now runs on ${name}${settings ? ` (${settings.model.provider})` : ""}; the agent's other conversations keep theirs.` };
+}
+
+async function modelSet(ctx: CommandContext, args: string, typed: string): Promise<CommandOutcome> {
+  const words = args.split(/\s+/).filter(Boolean);
+  if (words[0] === "--agent") {
+    if (words.length > 2) refuse("/model:set --agent takes one model, or none to go back to the one the agent started with (nothing was done).");
+    const model = words[1];
+    const started = ctx.settings?.model.name;
+    if (model === undefined) {
+      ctx.agentModel.set(undefined);
+      return { reply: `The agent runs on the model it started with again${started ? ` (${started})` : ""}, for every conversation that chose none.` };
+    }
+    checkModelName(model);
+    const name = ctx.settings ? modelWithinProvider(ctx.settings.model.provider, model) : model;
+    ctx.agentModel.set(name);
+    return {
+      reply: `The agent now runs on ${name} for every conversation that chose none, until it starts again: Link names its model at each start, and the settings are not changed.`,
+    };
+  }
+  if (words.length > 1) refuse(`/model:set takes one model's name, not ${words.length} words (nothing was done).`);
+  return setConversationModel(ctx, words[0], typed);
+}
+
+function verbosityOf(word: string): Verbosity | undefined {
+  const lower = word.toLowerCase();
+  if ((VERBOSITIES as readonly string[]).includes(lower)) return lower as Verbosity;
+  if (lower === "on") return "all";
+  return undefined;
+}
+
+const VERBOSITY_HELP = "off (no tool calls shown), new (a tool the first time it is called in a turn), all (every call), verbose (every call with its input and answer)";
+
+async function verbositySet(ctx: CommandContext, args: string, typed: string): Promise<CommandOutcome> {
+  const conv = conversationOf(ctx);
+  if (args.length === 0) {
+    const now = conversationChoices(conv).verbosity ?? ctx.settings?.verbosity ?? "new";
+    return { reply: `This chat's verbosity is ${now}. Set it with /verbosity:set followed by one of: ${VERBOSITY_HELP}.` };
+  }
+  const verbosity = verbosityOf(args.trim());
+  if (!verbosity) refuse(`/verbosity:set: ${JSON.stringify(args.slice(0, 40))} is not a verbosity; one of: ${VERBOSITY_HELP} (nothing was done).`);
+  await appendEvent(conv, commandEvent(ctx, "/verbosity:set", typed, { verbosity }));
+  return { reply: `This chat's verbosity is now ${verbosity}: every tool call it is shown says so.` };
+}
+
+async function newConversation(ctx: CommandContext, args: string, typed: string): Promise<CommandOutcome> {
+  noArgs("new", args);
+  await writeBegin(ctx, () => commandEvent(ctx, "/new", typed));
+  return { reply: "Started anew: the model is no longer sent what came before. It stays on disk, in the chat's transcript.md." };
+}
+
+async function chatCreate(ctx: CommandContext, args: string, typed: string): Promise<CommandOutcome> {
+  if (args.length > 0 && !ConversationName.safeParse(args).success) {
+    refuse(`/chat:create: ${JSON.stringify(args.slice(0, 80))} is not a conversation name: letters, digits, '.', '_' or '-', at most 64 (nothing was done).`);
+  }
+  const { event } = await writeBegin(ctx, (map, last) => {
+    const name = args || `chat-${last + 1}`;
+    if (map.conversations.has(name)) refuse(`This chat has a conversation ${name} already: /chat:resume ${name} goes back to it (nothing was done).`);
+    return commandEvent(ctx, "/chat:create", typed, { conversation: name });
+  });
+  const name = event.conversation ?? FIRST;
+  return {
+    reply: `Began the conversation ${name}, with nothing of before (session ${sessionIdOf(ctx.thread, name)}). /chat:resume ${ctx.conversation ?? "main"} goes back.`,
+    began: { sessionId: sessionIdOf(ctx.thread, name), conversation: name },
+  };
+}
+
+async function chatFork(ctx: CommandContext, args: string, typed: string): Promise<CommandOutcome> {
+  if (/\s/.test(args)) refuse("/chat:fork takes one argument, a conversation and, after an @, the event to fork at (nothing was done).");
+  const at = args.lastIndexOf("@");
+  const sourceArg = at >= 0 ? args.slice(0, at) : args;
+  const eventArg = at >= 0 ? args.slice(at + 1) : undefined;
+  if (eventArg !== undefined && !/^[1-9]\d{0,11}$/.test(eventArg)) refuse(`/chat:fork: ${JSON.stringify(eventArg.slice(0, 20))} is not an event's number (nothing was done).`);
+  const { event, n } = await writeBegin(ctx, (map, last) => {
+    const source = sourceArg ? conversationName(ctx, sourceArg) : map.current;
+    known(map, source);
+    const events = conversationEvents(map, source);
+    const point = eventArg !== undefined ? Number(eventArg) : events.at(-1)?.n;
+    if (point === undefined) refuse(`The conversation ${source} has no event yet to fork at (nothing was done).`);
+    if (point > last) refuse(`/chat:fork: the chat's log ends at event ${last}; ${point} is past it (nothing was done).`);
+    if (!events.some((e) => e.n <= point)) refuse(`The conversation ${source} has no event at or before ${point} (nothing was done).`);
+    return commandEvent(ctx, "/chat:fork", typed, { conversation: `fork-${last + 1}`, thread: source, event: point });
+  });
+  const name = event.conversation ?? `fork-${n}`;
+  return {
+    reply: `Forked ${event.thread ?? ""} at event ${event.event ?? ""} as the conversation ${name} (session ${sessionIdOf(ctx.thread, name)}): it shares what came before, nothing copied. /chat:resume ${event.thread ?? "main"} goes back.`,
+    began: { sessionId: sessionIdOf(ctx.thread, name), conversation: name },
+  };
+}
+
+async function chatResume(ctx: CommandContext, args: string, typed: string): Promise<CommandOutcome> {
+  if (args.length === 0) refuse("/chat:resume needs the conversation to go back to: /chat:resume <name> (nothing was done).");
+  if (/\s/.test(args)) refuse("/chat:resume takes one conversation's name (nothing was done).");
+  const name = conversationName(ctx, args);
+  let already = false;
+  await writeBegin(ctx, (map) => {
+    known(map, name);
+    if (map.current === name) {
+      already = true;
+      refuse("");
+    }
+    return commandEvent(ctx, "/chat:resume", typed, { conversation: name });
+  }).catch((e: unknown) => {
+    if (!(already && e instanceof CommandRefused)) throw e;
+  });
+  if (already) return { reply: `The conversation ${name} is the current one already.` };
+  return { reply: `Back in the conversation ${name} (session ${sessionIdOf(ctx.thread, name)}).`, began: { sessionId: sessionIdOf(ctx.thread, name), conversation: name } };
+}
+
+async function stop(ctx: CommandContext, args: string, typed: string): Promise<CommandOutcome> {
+  noArgs("stop", args);
+  if (!ctx.stop()) return { reply: "Nothing is running to stop." };
+  await appendEvent(conversationOf(ctx), commandEvent(ctx, "/stop", typed));
+  return { reply: "Stopped the running turn: what it wrote stays." };
+}
+
+function helpText(): string {
+  const lines = ["Commands (the owner's alone; anyone else's go to the agent as their words):"];
+  for (const spec of COMMANDS) {
+    lines.push(`/${spec.name}${spec.args ? ` ${spec.args}` : ""} — ${spec.help}${spec.aliases.length ? ` (also ${spec.aliases.map((a) => `/${a}`).join(", ")})` : ""}`);
+  }
+  lines.push("/skill:<name> [text] — asks the agent to use one of its skills (/<skill> alone, when no command has its name)");
+  lines.push("A message starting with // or with / then a space is not a command.");
+  return lines.join("\n");
+}
+
+/** The namespace commands: one table, every spelling resolving here. */
+export const COMMANDS: readonly CommandSpec[] = [
+  {
+    name: "new",
+    who: "owner",
+    help: "starts the conversation anew: the model is no longer sent what came before, which stays on disk",
+    aliases: ["reset", "clear"],
+    run: newConversation,
+  },
+  {
+    name: "model:set",
+    args: "[<model>] | --agent [<model>]",
+    who: "owner",
+    help: "this conversation's model, within the agent's provider; alone, back to the agent's. --agent: the agent's, until it starts again",
+    aliases: ["model"],
+    run: modelSet,
+  },
+  { name: "chat:create", args: "[<name>]", who: "owner", help: "begins another conversation in this chat, with nothing of before", aliases: [], run: chatCreate },
+  {
+    name: "chat:fork",
+    args: "[<conversation>[@<event>]]",
+    who: "owner",
+    help: "a new conversation sharing a conversation's events up to one (left out: this one, to its last)",
+    aliases: ["fork", "branch"],
+    run: chatFork,
+  },
+  { name: "chat:resume", args: "<conversation>", who: "owner", help: "goes back to a conversation of this chat", aliases: ["resume"], run: chatResume },
+  { name: "stop", who: "owner", help: "stops the running turn, as a client's cancel does", aliases: ["cancel", "abort"], run: stop },
+  {
+    name: "verbosity:set",
+    args: "[off|new|all|verbose]",
+    who: "owner",
+    help: "how much of its tool calls this chat is shown; alone, says which",
+    aliases: ["verbose", "verbosity"],
+    run: verbositySet,
+  },
+  { name: "help", who: "owner", help: "lists the commands and their aliases", aliases: ["commands", "?"], run: () => Promise.resolve({ reply: helpText() }) },
+  {
+    name: "status",
+    who: "owner",
+    help: "the conversation's model, provider, window, last turn's tokens and tools",
+    aliases: ["usage", "context"],
+    run: async (ctx, args) => {
+      noArgs("status", args);
+      return { reply: (await ctx.status()).join("\n") };
+    },
+  },
+];
+
+/**
+ * Spellings of other harnesses not mapped, and why (man: lnk-link-harness-acp(7)): /compact (the
+ * window drops its oldest turns itself), /undo and /rewind (events are never rewritten: /chat:fork at
+ * an earlier event instead), /exit and /quit (the client's, not the chat's), /think (a model's
+ * params are its settings').
+ */
+export const NOT_MAPPED = ["compact", "undo", "rewind", "exit", "quit", "think"] as const;
+
+const BY_NAME = new Map<string, CommandSpec>();
+for (const spec of COMMANDS) {
+  BY_NAME.set(spec.name, spec);
+  for (const alias of spec.aliases) BY_NAME.set(alias, spec);
+}
+
+/** What a message that starts with `/` asks for. */
+export type Parsed =
+  | { kind: "command"; spec: CommandSpec; typed: string; name: string; args: string }
+  | { kind: "skill"; name: string; args: string; typed: string }
+  | { kind: "unknown"; name: string; typed: string };
+
+const COMMAND_LINE = /^\/([^\s/]+)(?:\s+([\s\S]*))?$/u;
+
+/**
+ * Reads a message as a command: only the owner's (`from` left out, or `owner: true`), only one that
+ * starts with `/` and a name (`//x`, `/ x`, `/` alone and a path such as `/usr/bin` are messages).
+ * Undefined: not a command, the message goes to the model as it is.
+ */
+export function parseCommand(text: string, from: From | undefined): Parsed | undefined {
+  if (from !== undefined && !from.owner) return undefined;
+  const m = COMMAND_LINE.exec(text);
+  if (!m?.[1]) return undefined;
+  const typed = text;
+  const word = m[1];
+  const args = (m[2] ?? "").trim();
+  const lower = word.toLowerCase();
+  if (lower.startsWith("skill:")) return { kind: "skill", name: word.slice("skill:".length), args, typed };
+  const spec = BY_NAME.get(lower);
+  if (spec) return { kind: "command", spec, typed, name: lower, args };
+  return { kind: "unknown", name: word, typed };
+}
+
+/** The agent's own skill of a name (its folder's or its SKILL.md's). */
+function ownSkill(skills: readonly Skill[], name: string): Skill | undefined {
+  const lower = name.toLowerCase();
+  return skills.find((s) => s.folder.toLowerCase() === lower) ?? skills.find((s) => s.name.toLowerCase() === lower);
+}
+
+function skillMessage(ctx: CommandContext, skill: Skill, typed: string): CommandOutcome {
+  const text = readSkill(ctx.agent, skill);
+  if (text === undefined) refuse(`The skill ${skill.name} has no SKILL.md to read (nothing was done).`);
+  return {
+    reply: "",
+    message: { text: typed, skill: { name: skill.name, path: skill.path, text } },
+  };
+}
+
+/**
+ * Runs a parsed command. An agent's own skill of the command's name (as typed) runs instead of it; a
+ * refused or unknown command replies why and writes nothing.
+ */
+export async function runCommand(ctx: CommandContext, parsed: Parsed): Promise<CommandOutcome> {
+  try {
+    if (parsed.kind === "skill") {
+      const skills = listSkills(ctx.agent);
+      const skill = ownSkill(skills, parsed.name);
+      if (!skill) {
+        const near = nearest(parsed.name, skills.flatMap((s) => [s.folder, s.name]));
+        refuse(
+          `The agent has no skill ${JSON.stringify(parsed.name.slice(0, 80))}${near.length ? `: did you mean ${near.map((n) => `/skill:${n}`).join(" or ")}?` : "."}${skills.length ? ` Its skills: ${skills.map((s) => s.folder).join(", ")}.` : " It has none."}`,
+        );
+      }
+      return skillMessage(ctx, skill, parsed.typed);
+    }
+    const typedName = parsed.kind === "command" ? parsed.name : parsed.name.toLowerCase();
+    // One of the agent's own skills may take a command's name (spec: commands.txt).
+    const shadow = ownSkill(listSkills(ctx.agent), typedName);
+    if (shadow && (shadow.folder.toLowerCase() === typedName || shadow.name.toLowerCase() === typedName)) return skillMessage(ctx, shadow, parsed.typed);
+    if (parsed.kind === "unknown") {
+      const near = nearest(typedName, BY_NAME.keys());
+      refuse(
+        `/${parsed.name.slice(0, 64)} is not a command${near.length ? `: did you mean ${near.map((n) => `/${n}`).join(" or ")}?` : "."} /help lists them. (Not sent to the agent; start with // to send it.)`,
+      );
+    }
+    if (parsed.args.length > ARGS_MAX) refuse(`/${parsed.spec.name}: its arguments are over ${ARGS_MAX} characters (nothing was done).`);
+    return await parsed.spec.run(ctx, parsed.args, parsed.typed);
+  } catch (e) {
+    if (e instanceof CommandRefused) return { reply: e.message, refused: true };
+    throw e;
+  }
+}
