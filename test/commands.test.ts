@@ -1,0 +1,346 @@
+// Chat commands over ACP, the built daemon as a child process: each command's effect on what the
+// model is sent next (the scripted model's recorded requests) and on the events on disk, the reply
+// marked and kept nowhere, and every refusal writing nothing.
+import { mkdirSync, readFileSync, writeFileSync } from "node:fs";
+import { join } from "node:path";
+import * as acp from "@agentclientprotocol/sdk";
+import type { SessionNotification } from "@agentclientprotocol/sdk";
+import { describe, expect, it } from "vitest";
+import type { Event } from "../protocol/index.js";
+import { paths, readEventsFrom } from "../store/index.js";
+import { configure, daemonTestHooks, scriptedSettings, startDaemon, stdioClient, tempDir, watched, type Client } from "./acp-client.js";
+import { BIN, ROOT } from "./fixtures/built.js";
+import type { ModelServer, RecordedRequest } from "./model-server.js";
+
+const EVERYTHING = `"${process.execPath}" "${ROOT}node_modules/@modelcontextprotocol/server-everything/dist/index.js" stdio`;
+
+let server: ModelServer;
+const cleanup = daemonTestHooks([BIN, "dist/daemon/serve.js", "dist/acp/app.js", "dist/turn/commands.js"], (s) => (server = s));
+
+function agentDir(extra: Record<string, unknown> = {}): string {
+  const folder = tempDir("lnk-commands-");
+  cleanup.push(() => folder.remove());
+  configure(folder.path, scriptedSettings(server.url, extra));
+  return folder.path;
+}
+
+async function daemon(dir: string, env: NodeJS.ProcessEnv = {}): Promise<Client> {
+  return stdioClient(watched(startDaemon(["--agent", dir], env), cleanup), cleanup);
+}
+
+async function session(dir: string, env: NodeJS.ProcessEnv = {}): Promise<{ c: Client; sessionId: string }> {
+  const c = await daemon(dir, env);
+  const { sessionId } = await c.agent.request(acp.methods.agent.session.new, { cwd: dir, mcpServers: [] });
+  return { c, sessionId };
+}
+
+const prompt = (c: Client, sessionId: string, text: string, meta?: Record<string, unknown>) =>
+  c.agent.request(acp.methods.agent.session.prompt, { sessionId, prompt: [{ type: "text", text }], ...(meta ? { _meta: { link: meta } } : {}) });
+
+const eventsOf = (dir: string, thread: string): Event[] => readEventsFrom(paths({ dir }).conversation(thread), 1).map((e) => e.event);
+const transcriptOf = (dir: string, thread: string) => readFileSync(paths({ dir }).conversation(thread).transcript, "utf8");
+const sent = (r: RecordedRequest | undefined) => JSON.stringify(r?.body.messages ?? []);
+/** The text of the replies among the updates since `from`, and whether every one was marked as the harness's. */
+function replies(c: Client, from = 0): { text: string; allMarked: boolean } {
+  const chunks = c.updates.slice(from).filter((n) => n.update.sessionUpdate === "agent_message_chunk");
+  const text = chunks.map((n) => (n.update.sessionUpdate === "agent_message_chunk" && n.update.content.type === "text" ? n.update.content.text : "")).join("");
+  const allMarked = chunks.length > 0 && chunks.every((n) => (n.update._meta as { link?: { reply?: boolean } } | undefined)?.link?.reply === true);
+  return { text, allMarked };
+}
+
+/** Runs a command and gives its reply; it must end the prompt at once, with no request to the model. */
+async function command(c: Client, sessionId: string, text: string, meta?: Record<string, unknown>): Promise<string> {
+  const from = c.updates.length;
+  const asked = server.requests.length;
+  expect(await prompt(c, sessionId, text, meta)).toMatchObject({ stopReason: "end_turn" });
+  expect(server.requests.length).toBe(asked);
+  const r = replies(c, from);
+  expect(r.allMarked).toBe(true);
+  return r.text;
+}
+
+describe("/new", { timeout: 60_000 }, () => {
+  it("is kept as an event: the model is no longer sent what came before, which stays in the transcript; the reply is stored nowhere", async () => {
+    const dir = agentDir();
+    const { c, sessionId } = await session(dir);
+    await prompt(c, sessionId, "the gate code is 4711");
+    const reply = await command(c, sessionId, "/new");
+    expect(reply).toMatch(/Started anew/);
+    await prompt(c, sessionId, "what is the gate code?");
+    const last = sent(server.requests.at(-1));
+    expect(last).toContain("what is the gate code?");
+    expect(last).not.toContain("4711");
+    const events = eventsOf(dir, sessionId);
+    expect(events.filter((e) => e.kind === "command")).toMatchObject([{ name: "/new", text: "/new" }]);
+    // The reply is nowhere on disk: not an event, not the copy.
+    expect(JSON.stringify(events)).not.toContain("Started anew");
+    const copy = transcriptOf(dir, sessionId);
+    expect(copy).toContain("the gate code is 4711");
+    expect(copy).toContain("what is the gate code?");
+    expect(copy).not.toContain("Started anew");
+    // The alias is the same command, kept as typed.
+    await command(c, sessionId, "/reset");
+    expect(eventsOf(dir, sessionId).filter((e) => e.kind === "command")).toMatchObject([{ name: "/new" }, { name: "/new", text: "/reset" }]);
+  });
+
+  it("runs from the owner alone: anyone else's /new is kept and sent to the model as their message", async () => {
+    const dir = agentDir();
+    const { c, sessionId } = await session(dir);
+    await prompt(c, sessionId, "the gate code is 4711");
+    const before = server.requests.length;
+    await prompt(c, sessionId, "/new", { from: { id: "bob", name: "Bob", owner: false } });
+    expect(server.requests.length).toBe(before + 1);
+    const last = sent(server.requests.at(-1));
+    expect(last).toContain("4711");
+    expect(last).toContain("/new");
+    expect(eventsOf(dir, sessionId).some((e) => e.kind === "command")).toBe(false);
+    expect(eventsOf(dir, sessionId).filter((e) => e.kind === "message" && e.role === "user").at(-1)).toMatchObject({ text: "/new", from: { id: "bob" } });
+  });
+
+  it("refuses arguments, writing nothing", async () => {
+    const dir = agentDir();
+    const { c, sessionId } = await session(dir);
+    expect(await command(c, sessionId, "/new please")).toMatch(/takes no arguments/);
+    expect(eventsOf(dir, sessionId)).toHaveLength(0);
+  });
+});
+
+describe("/model:set", { timeout: 90_000 }, () => {
+  it("is this conversation's, read back at each turn and after a load in a new process; another conversation keeps the agent's", async () => {
+    const dir = agentDir();
+    const { c, sessionId } = await session(dir);
+    expect(await command(c, sessionId, "/model:set big-model")).toMatch(/now runs on big-model/);
+    await prompt(c, sessionId, "hello");
+    expect(server.requests.at(-1)?.body.model).toBe("big-model");
+    const other = await c.agent.request(acp.methods.agent.session.new, { cwd: dir, mcpServers: [] });
+    await prompt(c, other.sessionId, "hello there");
+    expect(server.requests.at(-1)?.body.model).toBe("scripted-model");
+    c.close();
+
+    const again = await daemon(dir);
+    const loaded = await again.agent.request(acp.methods.agent.session.load, { sessionId, cwd: dir, mcpServers: [] });
+    expect(loaded.configOptions?.[0]).toMatchObject({ currentValue: "big-model" });
+    await prompt(again, sessionId, "still you?");
+    expect(server.requests.at(-1)?.body.model).toBe("big-model");
+    // Alone, back to the agent's.
+    expect(await command(again, sessionId, "/model")).toMatch(/agent's model again \(scripted-model\)/);
+    await prompt(again, sessionId, "and now?");
+    expect(server.requests.at(-1)?.body.model).toBe("scripted-model");
+  });
+
+  it("stays within the agent's provider: another's is refused, saying why; the provider's own prefix is taken off", async () => {
+    const dir = agentDir();
+    const { c, sessionId } = await session(dir);
+    expect(await command(c, sessionId, "/model:set anthropic/claude-opus")).toMatch(/a model of anthropic, and this agent's provider is scripted/);
+    expect(eventsOf(dir, sessionId)).toHaveLength(0);
+    // The ACP option is the same command: refused the same way, nothing written.
+    await expect(c.agent.request(acp.methods.agent.session.setConfigOption, { sessionId, configId: "model", value: "openai/gpt-5" })).rejects.toMatchObject({
+      code: -32602,
+      message: expect.stringMatching(/a model of openai/),
+    });
+    expect(eventsOf(dir, sessionId)).toHaveLength(0);
+    await command(c, sessionId, "/model:set scripted/small-model");
+    await prompt(c, sessionId, "hi");
+    expect(server.requests.at(-1)?.body.model).toBe("small-model");
+    // Set as an option: kept as the same event, with no typed text (a loaded chat shows nothing for it).
+    await c.agent.request(acp.methods.agent.session.setConfigOption, { sessionId, configId: "model", value: "third-model" });
+    const commands = eventsOf(dir, sessionId).filter((e) => e.kind === "command");
+    expect(commands).toMatchObject([{ name: "/model:set", model: "small-model", text: "/model:set scripted/small-model" }, { name: "/model:set", model: "third-model" }]);
+    expect(commands[1]).not.toHaveProperty("text");
+  });
+
+  it("--agent changes the agent's model for conversations that chose none, in this process only, and writes no setting", async () => {
+    const dir = agentDir();
+    const config = readFileSync(join(dir, "config.json"), "utf8");
+    const { c, sessionId } = await session(dir);
+    await command(c, sessionId, "/model:set chosen-model");
+    expect(await command(c, sessionId, "/model:set --agent agent-wide")).toMatch(/until it starts again/);
+    await prompt(c, sessionId, "mine?");
+    expect(server.requests.at(-1)?.body.model).toBe("chosen-model");
+    const other = await c.agent.request(acp.methods.agent.session.new, { cwd: dir, mcpServers: [] });
+    expect(other.configOptions?.[0]).toMatchObject({ currentValue: "agent-wide" });
+    await prompt(c, other.sessionId, "yours?");
+    expect(server.requests.at(-1)?.body.model).toBe("agent-wide");
+    expect(readFileSync(join(dir, "config.json"), "utf8")).toBe(config);
+    c.close();
+    // A new process starts on the model the agent was started with.
+    const again = await daemon(dir);
+    await prompt(again, other.sessionId, "after a restart?");
+    expect(server.requests.at(-1)?.body.model).toBe("scripted-model");
+  });
+});
+
+describe("/stop", { timeout: 90_000 }, () => {
+  it("ends a turn during a slow stream, as a cancel does", async () => {
+    const dir = agentDir();
+    const { c, sessionId } = await session(dir);
+    server.script({ text: "A long answer that takes its time", chunks: 40, chunkDelayMs: 300 });
+    const turn = prompt(c, sessionId, "tell me a long story");
+    await c.waitForUpdate((n) => n.update.sessionUpdate === "agent_message_chunk");
+    expect(await command(c, sessionId, "/stop")).toMatch(/Stopped the running turn/);
+    expect(await turn).toMatchObject({ stopReason: "cancelled" });
+    expect(eventsOf(dir, sessionId).filter((e) => e.kind === "command")).toMatchObject([{ name: "/stop" }]);
+    expect(await command(c, sessionId, "/stop")).toMatch(/Nothing is running/);
+  });
+
+  it("ends a turn during a tool call, leaving no call without its final update", async () => {
+    const dir = agentDir();
+    const { c, sessionId } = await session(dir, { LNK_TOOL_EVERYTHING: EVERYTHING });
+    server.script({ tool_calls: [{ name: "everything__trigger-long-running-operation", arguments: { duration: 30, steps: 30 } }] });
+    const turn = prompt(c, sessionId, "run the long operation");
+    const call = await c.waitForUpdate((n) => n.update.sessionUpdate === "tool_call");
+    await command(c, sessionId, "/cancel");
+    expect(await turn).toMatchObject({ stopReason: "cancelled" });
+    const id = call.update.sessionUpdate === "tool_call" ? call.update.toolCallId : "";
+    const finals = c.updates.filter((n) => n.update.sessionUpdate === "tool_call_update" && n.update.toolCallId === id && (n.update.status === "failed" || n.update.status === "completed"));
+    expect(finals.length).toBeGreaterThanOrEqual(1);
+  });
+});
+
+describe("verbosity", { timeout: 60_000 }, () => {
+  it("/verbosity:set is the chat's: the next tool call carries it, over the prompt's and the agent's", async () => {
+    const dir = agentDir({ verbosity: "new" });
+    const { c, sessionId } = await session(dir, { LNK_TOOL_EVERYTHING: EVERYTHING });
+    const callOnce = async () => {
+      server.script({ tool_calls: [{ name: "everything__echo", arguments: { message: "ping" } }] }, { text: "done" });
+      const from = c.updates.length;
+      await prompt(c, sessionId, "echo ping", { verbosity: "off" });
+      return c.updates.slice(from).filter((n) => n.update.sessionUpdate === "tool_call" || n.update.sessionUpdate === "tool_call_update");
+    };
+    const verbosities = (ups: SessionNotification[]) => ups.map((n) => (n.update._meta as { link: { verbosity: string } }).link.verbosity);
+    expect(new Set(verbosities(await callOnce()))).toEqual(new Set(["off"]));
+    expect(await command(c, sessionId, "/verbosity:set verbose")).toMatch(/now verbose/);
+    expect(new Set(verbosities(await callOnce()))).toEqual(new Set(["verbose"]));
+    expect(await command(c, sessionId, "/verbosity:set loud")).toMatch(/not a verbosity/);
+    expect(await command(c, sessionId, "/verbose")).toMatch(/verbosity is verbose/);
+    expect(eventsOf(dir, sessionId).filter((e) => e.kind === "command")).toMatchObject([{ name: "/verbosity:set", verbosity: "verbose" }]);
+  });
+});
+
+describe("skills", { timeout: 60_000 }, () => {
+  it("/skill:<name> sends the skill with the message; one of the agent's own skills takes a command's name", async () => {
+    const dir = agentDir();
+    for (const [name, body] of [
+      ["weather", "---\nname: weather\ndescription: says the weather\n---\nAlways answer in degrees Celsius."],
+      ["new", "---\nname: new\ndescription: what's new\n---\nList what changed since yesterday."],
+    ]) {
+      mkdirSync(join(dir, "skills", name as string), { recursive: true });
+      writeFileSync(join(dir, "skills", name as string, "SKILL.md"), body as string);
+    }
+    const { c, sessionId } = await session(dir);
+    const offered = await c.waitForUpdate((n) => n.update.sessionUpdate === "available_commands_update");
+    const names = offered.update.sessionUpdate === "available_commands_update" ? offered.update.availableCommands.map((a) => a.name) : [];
+    expect(names).toEqual(expect.arrayContaining(["new", "model:set", "chat:fork", "skill:weather", "skill:new"]));
+    await prompt(c, sessionId, "/skill:weather in Oslo today");
+    const last = sent(server.requests.at(-1));
+    expect(last).toContain("in Oslo today");
+    expect(last).toContain("Always answer in degrees Celsius.");
+    expect(eventsOf(dir, sessionId).find((e) => e.kind === "message" && e.role === "user")).toMatchObject({ text: "/skill:weather in Oslo today", skill: { name: "weather" } });
+    // Their own skill named new runs, not the command.
+    await prompt(c, sessionId, "/new");
+    expect(sent(server.requests.at(-1))).toContain("List what changed since yesterday.");
+    expect(eventsOf(dir, sessionId).some((e) => e.kind === "command")).toBe(false);
+    expect(await command(c, sessionId, "/skill:wether")).toMatch(/did you mean \/skill:weather/);
+  });
+});
+
+describe("/help, /status and unknown commands", { timeout: 60_000 }, () => {
+  it("/help lists every command and alias; an unknown one names the nearest and is not sent", async () => {
+    const dir = agentDir();
+    const { c, sessionId } = await session(dir);
+    const help = await command(c, sessionId, "/help");
+    for (const name of ["/new", "/model:set", "/chat:create", "/chat:fork", "/chat:resume", "/stop", "/verbosity:set", "/status", "/reset", "/clear", "/fork", "/cancel"]) expect(help).toContain(name);
+    expect(await command(c, sessionId, "/nwe")).toMatch(/\/nwe is not a command: did you mean \/new/);
+    expect(eventsOf(dir, sessionId)).toHaveLength(0);
+    // Not commands: a path, a slash alone, a doubled slash, a slash then a space.
+    for (const text of ["/usr/bin/env is broken", "/", "//new", "/ new"]) {
+      const asked = server.requests.length;
+      await prompt(c, sessionId, text);
+      expect(server.requests.length).toBe(asked + 1);
+    }
+  });
+
+  it("/status tells the model, provider, window and the last turn's tokens", async () => {
+    const dir = agentDir();
+    const { c, sessionId } = await session(dir);
+    server.script({ text: "fine", usage: { prompt_tokens: 1200, completion_tokens: 30, cached_tokens: 1000 } });
+    await prompt(c, sessionId, "how are you?");
+    const status = await command(c, sessionId, "/status");
+    expect(status).toMatch(/Model: scripted-model \(the agent's\), provider scripted/);
+    expect(status).toMatch(/Window: [\d,]+ tokens \(from /);
+    expect(status).toMatch(/In the window: about [\d,]+ tokens, 2 events/);
+    expect(status).toMatch(/Last turn: 1 request, 1,200 in, 30 out, 1,000 cached/);
+  });
+});
+
+describe("chats: /chat:create, /chat:fork, /chat:resume", { timeout: 90_000 }, () => {
+  it("a fork shares its parent's events on disk: its first request starts with the parent's bytes; resume goes back", async () => {
+    const dir = agentDir();
+    const { c, sessionId } = await session(dir);
+    await prompt(c, sessionId, "one");
+    await prompt(c, sessionId, "two");
+    const parent = server.requests.at(-1)?.body.messages ?? [];
+    const forkReply = await command(c, sessionId, "/chat:fork");
+    const forkId = /session (\S+)\)/.exec(forkReply)?.[1] ?? "";
+    expect(forkId).toBe(`${sessionId}~fork-5`);
+    await prompt(c, sessionId, "three in the fork");
+    const forked = server.requests.at(-1)?.body.messages ?? [];
+    expect(JSON.stringify(forked.slice(0, parent.length))).toBe(JSON.stringify(parent));
+    expect(JSON.stringify(forked)).toContain("echo: two");
+    // Nothing copied: the log holds each event once, numbered as written.
+    const events = eventsOf(dir, sessionId);
+    expect(events.filter((e) => e.kind === "message" && e.role === "user").map((e) => (e.kind === "message" ? e.text : ""))).toEqual(["one", "two", "three in the fork"]);
+
+    expect(await command(c, sessionId, "/chat:resume main")).toMatch(/Back in the conversation main/);
+    await prompt(c, sessionId, "three in main");
+    const main = sent(server.requests.at(-1));
+    expect(main).toContain("two");
+    expect(main).not.toContain("three in the fork");
+
+    // A fork at an earlier event shares only that far.
+    await command(c, sessionId, "/chat:fork main@2");
+    await prompt(c, sessionId, "from the start");
+    const early = sent(server.requests.at(-1));
+    expect(early).toContain("one");
+    expect(early).not.toContain("two");
+
+    // The fork is a session of its own: listed, and loaded in a new process with its shared start.
+    c.close();
+    const again = await daemon(dir);
+    const list = await again.agent.request(acp.methods.agent.session.list, {});
+    expect(list.sessions.map((s) => s.sessionId)).toEqual(expect.arrayContaining([sessionId, forkId, `${sessionId}~main`]));
+    await again.agent.request(acp.methods.agent.session.load, { sessionId: forkId, cwd: dir, mcpServers: [] });
+    const shown = again.updates.filter((n) => n.sessionId === forkId && n.update.sessionUpdate === "user_message_chunk").map((n) => (n.update.sessionUpdate === "user_message_chunk" && n.update.content.type === "text" ? n.update.content.text : ""));
+    expect(shown).toEqual(["one", "two", "/chat:fork", "three in the fork"]);
+    // A prompt to the fork's session goes to the fork, whichever conversation the chat was in.
+    await prompt(again, forkId, "four in the fork");
+    const fourth = sent(server.requests.at(-1));
+    expect(fourth).toContain("three in the fork");
+    expect(fourth).not.toContain("three in main");
+  });
+
+  it("/chat:create begins with nothing of before; bad arguments are refused, writing nothing", async () => {
+    const dir = agentDir();
+    const { c, sessionId } = await session(dir);
+    await prompt(c, sessionId, "the old topic");
+    expect(await command(c, sessionId, "/chat:create work")).toMatch(/Began the conversation work/);
+    await prompt(c, sessionId, "a new topic");
+    const req = server.requests.at(-1)?.body.messages ?? [];
+    expect(req.map((m) => m.role)).toEqual(["system", "user"]);
+    const count = eventsOf(dir, sessionId).length;
+    for (const [text, why] of [
+      ["/chat:create work", /has a conversation work already/],
+      ["/chat:create no/slash", /not a conversation name/],
+      ["/chat:fork main@99", /past it/],
+      ["/chat:fork nowhere", /has no conversation "nowhere"/],
+      ["/chat:fork main@x", /not an event's number/],
+      ["/chat:resume", /needs the conversation/],
+      ["/chat:resume other-chat~main", /another chat/],
+      ["/model:set two words", /one model's name/],
+    ] as const) {
+      expect(await command(c, sessionId, text)).toMatch(why);
+    }
+    expect(eventsOf(dir, sessionId)).toHaveLength(count);
+    expect(await command(c, sessionId, "/chat:resume work")).toMatch(/current one already/);
+  });
+});
