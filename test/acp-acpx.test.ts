@@ -113,4 +113,24 @@ describe("acpx", { timeout: 120_000 }, () => {
     expect(sent).toContain("Noted: 4711.");
     expect(sent).toContain("what is the gate code?");
   });
+
+  it("drives /model:set and /new end to end: the reply printed, the next request on the model chosen, then without what came before", async () => {
+    const { home, agent } = place();
+    cleanup.push(() => Promise.all(endQueueOwners(home)));
+    await acpx(home, ["--agent", agent, "sessions", "new", "--name", "cmd"]);
+    const say = (text: string) => acpx(home, ["--agent", agent, "--format", "quiet", "prompt", "-s", "cmd", text]);
+    server.script({ text: "Noted: 4711." });
+    await say("the gate code is 4711");
+    const asked = server.requests.length;
+    expect((await say("/model:set big-model")).stdout).toMatch(/now runs on big-model/);
+    expect(server.requests.length).toBe(asked);
+    await say("which model?");
+    expect(server.requests.at(-1)?.body.model).toBe("big-model");
+    expect(JSON.stringify(server.requests.at(-1)?.body.messages)).toContain("4711");
+    expect((await say("/new")).stdout).toMatch(/Started anew/);
+    await say("what is the gate code?");
+    const last = server.requests.at(-1);
+    expect(last?.body.model).toBe("big-model");
+    expect(JSON.stringify(last?.body.messages)).not.toContain("4711");
+  });
 });

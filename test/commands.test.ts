@@ -78,6 +78,8 @@ describe("/new", { timeout: 60_000 }, () => {
     expect(copy).toContain("the gate code is 4711");
     expect(copy).toContain("what is the gate code?");
     expect(copy).not.toContain("Started anew");
+    // The command itself reads where it was typed, between the two turns.
+    expect(copy).toMatch(/4711[\s\S]*\n\/new\n[\s\S]*what is the gate code\?/);
     // The alias is the same command, kept as typed.
     await command(c, sessionId, "/reset");
     expect(eventsOf(dir, sessionId).filter((e) => e.kind === "command")).toMatchObject([{ name: "/new" }, { name: "/new", text: "/reset" }]);
@@ -194,6 +196,28 @@ describe("/stop", { timeout: 90_000 }, () => {
     const id = call.update.sessionUpdate === "tool_call" ? call.update.toolCallId : "";
     const finals = c.updates.filter((n) => n.update.sessionUpdate === "tool_call_update" && n.update.toolCallId === id && (n.update.status === "failed" || n.update.status === "completed"));
     expect(finals.length).toBeGreaterThanOrEqual(1);
+  });
+});
+
+describe("a command while a turn runs", { timeout: 60_000 }, () => {
+  it("/model:set is answered at once, for the next turn; /new waits for the turn and lands after its answer", async () => {
+    const dir = agentDir();
+    const { c, sessionId } = await session(dir);
+    server.script({ text: "slowly, then done", chunks: 10, chunkDelayMs: 150 });
+    const turn = prompt(c, sessionId, "a slow one");
+    await c.waitForUpdate((n) => n.update.sessionUpdate === "agent_message_chunk");
+    expect(await command(c, sessionId, "/model:set next-model")).toMatch(/now runs on next-model/);
+    const renewed = prompt(c, sessionId, "/new");
+    expect(await turn).toMatchObject({ stopReason: "end_turn" });
+    expect(await renewed).toMatchObject({ stopReason: "end_turn" });
+    const marked = c.updates.filter((n) => n.update.sessionUpdate === "agent_message_chunk" && (n.update._meta as { link?: { reply?: boolean } } | undefined)?.link?.reply);
+    expect(JSON.stringify(marked.at(-1))).toMatch(/Started anew/);
+    expect(server.requests).toHaveLength(1);
+    const events = eventsOf(dir, sessionId);
+    expect(events.map((e) => (e.kind === "command" ? e.name : e.kind === "message" ? e.role : e.kind))).toEqual(["user", "/model:set", "assistant", "/new"]);
+    await prompt(c, sessionId, "next");
+    expect(server.requests.at(-1)?.body.model).toBe("next-model");
+    expect(sent(server.requests.at(-1))).not.toContain("a slow one");
   });
 });
 

@@ -315,8 +315,49 @@ const servers = fc.oneof(
 );
 const cwd = fc.oneof({ weight: 3, arbitrary: fc.constant("/tmp") }, { weight: 1, arbitrary: weird });
 
+/** Messages shaped as chat commands: long names, unicode, a slash alone, doubled, arguments where none go. */
+const commandText = fc.oneof(
+  fc.constantFrom(
+    "/",
+    "//x",
+    "/ new",
+    "/new",
+    "/new with arguments",
+    "/reset now",
+    "/model:set",
+    "/model:set anthropic/claude",
+    "/model:set two words",
+    `/model:set ${"m".repeat(300)}`,
+    "/model:set --agent",
+    "/model:set --agent a b",
+    "/chat:create",
+    "/chat:create ../up",
+    "/chat:create a/b",
+    "/chat:create \u202Eevil",
+    "/chat:fork main@999999999999",
+    "/chat:fork main@0",
+    "/chat:fork @",
+    "/chat:fork ~",
+    "/chat:resume",
+    "/chat:resume nowhere",
+    "/chat:resume main",
+    "/stop",
+    "/stop now",
+    "/skill:",
+    "/skill:../../etc/passwd",
+    "/verbosity:set 💥",
+    "/help",
+    "/status",
+    "/Ｎｅｗ",
+    "/new\n/new",
+  ),
+  fc.string({ maxLength: 40 }).map((t) => `/${t}`),
+  fc.tuple(fc.string({ unit: "grapheme", minLength: 1, maxLength: 300 }), fc.string({ maxLength: 20 })).map(([name, args]) => `/${name} ${args}`),
+  fc.string({ maxLength: 20 }).map((t) => `/skill:${t}`),
+);
+
 const block = fc.oneof(
-  { weight: 8, arbitrary: fc.record({ type: fc.constant("text"), text: fc.oneof({ weight: 5, arbitrary: fc.string() }, { weight: 1, arbitrary: huge }) }) },
+  { weight: 8, arbitrary: fc.record({ type: fc.constant("text"), text: fc.oneof({ weight: 5, arbitrary: fc.string() }, { weight: 1, arbitrary: huge }, { weight: 3, arbitrary: commandText }) }) },
   { weight: 1, arbitrary: fc.record({ type: fc.constant("image"), mimeType: fc.constantFrom("image/png", "x/y", ""), data: fc.base64String({ maxLength: 64 }) }) },
   { weight: 1, arbitrary: fc.record({ type: fc.constant("resource_link"), uri: fc.oneof(fc.webUrl(), hostile), name: fc.string() }) },
   { weight: 1, arbitrary: fc.record({ type: fc.constant("resource"), resource: fc.oneof(fc.record({ uri: hostile, text: fc.string() }), fc.record({ uri: hostile, blob: fc.base64String({ maxLength: 32 }), mimeType: fc.string() }), weird) }) },
@@ -389,6 +430,15 @@ describe("every request the daemon serves, fuzzed", () => {
       );
     });
   }
+
+  it("command-shaped messages to a live conversation: each answered, writing only its own conversation", async () => {
+    await fc.assert(
+      fc.asyncProperty(commandText, fc.option(fc.record({ id: fc.string({ maxLength: 8 }), owner: fc.boolean() })), async (text, from) => {
+        await check("session/prompt", { sessionId: MAIN, prompt: [{ type: "text", text }], ...(from ? { _meta: { link: { from } } } : {}) }, 0);
+      }),
+      runs(150),
+    );
+  });
 
   it("session/cancel, a notification: never answered, writes nothing, and the daemon goes on", async () => {
     await fc.assert(

@@ -43,6 +43,11 @@ function entries(events: readonly Numbered[], after: number, upTo: number): stri
       out += `**Agent** · ${when(event.time)}\n*(no answer: the turn failed: ${event.message.replace(/\s+/g, " ").trim()})*\n<!-- answer ${n} -->\n\n`;
       continue;
     }
+    // A command as it was typed (its reply was never kept): a /new or a fork reads where it was.
+    if (event.kind === "command") {
+      if (event.text) out += `**${event.from?.name ?? "Owner"}** · ${when(event.time)}\n${event.text.trim()}\n\n`;
+      continue;
+    }
     if (event.kind !== "message") continue;
     if (event.role === "user") {
       // Only the owner's messages: a tool's call or answer, or anyone else's words, never.
