@@ -267,7 +267,6 @@ export function createAgentApp(state: AcpState, outbox: Outbox): acp.AgentApp {
           log.info("command", { thread: session.id, command: parsed.kind === "command" ? parsed.spec.name : parsed.kind, ...(outcome.refused ? { refused: true } : {}) });
           if (!outcome.message) {
             reply(sub, outcome.reply);
-            if (outcome.began) sub.send({ sessionUpdate: "session_info_update", title: outcome.began.conversation, updatedAt: new Date().toISOString(), _meta: { link: { session: outcome.began.sessionId } } });
             await outbox.flushed();
             return { stopReason: "end_turn" };
           }

@@ -22,6 +22,7 @@ import {
   WindowMark,
 } from "../protocol/index.js";
 import { USAGE } from "../daemon/cli.js";
+import { COMMANDS, NOT_MAPPED } from "../turn/commands.js";
 import { ROOT } from "./fixtures/built.js";
 
 const MAN = join(ROOT, "man");
@@ -164,5 +165,16 @@ describe("lnk-link-harness-folder(5)", () => {
     for (const word of [...keys(WindowMark), ...keys(ToolsList), "config.json", "instructions/instruction.md", "memory/notes.md", "transcript.md", "window.json", "tools.json", ".lock"]) {
       expect(bold, word).toContain(word);
     }
+  });
+});
+
+describe("the chat commands' page", () => {
+  it("names every command, every alias, and each spelling not mapped", () => {
+    const page = readFileSync(join(MAN, "lnk-link-harness-acp.7"), "utf8").replace(/\\-/g, "-");
+    for (const spec of COMMANDS) {
+      expect(page, spec.name).toContain(`/${spec.name}`);
+      for (const alias of spec.aliases) expect(page, alias).toContain(`/${alias}`);
+    }
+    for (const name of NOT_MAPPED) expect(page, name).toContain(`/${name}`);
   });
 });

@@ -225,7 +225,8 @@ function verbosityOf(word: string): Verbosity | undefined {
   return undefined;
 }
 
-const VERBOSITY_HELP = "off (no tool calls shown), new (a tool the first time it is called in a turn), all (every call), verbose (every call with its input and answer)";
+/** The values of Link's [connections] activity: the bridge shows or hides each tool call by the one it carries. */
+const VERBOSITY_HELP = "off, new, all (or on) or verbose, as Link's [connections] activity names them";
 
 async function verbositySet(ctx: CommandContext, args: string, typed: string): Promise<CommandOutcome> {
   const conv = conversationOf(ctx);
