@@ -14,7 +14,6 @@ import { NewSessionLink, OVERSIZED_METHOD, ParamsError, PromptLink, SessionLink,
 import { configOptions, setModel } from "./model.js";
 import { availableCommands } from "./commands.js";
 import { parseCommand, runCommand, type CommandContext } from "../turn/commands.js";
-import { statusLines } from "../turn/status.js";
 import { replay } from "./replay.js";
 import { Sessions, type SessionState } from "./sessions.js";
 import type { Outbox } from "./outbox.js";
@@ -119,7 +118,7 @@ export function createAgentApp(state: AcpState, outbox: Outbox): acp.AgentApp {
       },
     },
     status: () =>
-      statusLines({
+      (deps.status ?? (() => Promise.resolve(["The conversation's status is not available in this process."])))({
         agent: deps.agent,
         thread: session.thread,
         settings,

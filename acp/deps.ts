@@ -3,6 +3,7 @@ import type { McpServer } from "@agentclientprotocol/sdk";
 import type { AgentRef } from "../store/index.js";
 import type { ToolHost, ToolServer } from "../turn/tools.js";
 import type { TurnInput, TurnListener, TurnOutcome } from "../turn/types.js";
+import type { StatusInput } from "../turn/status.js";
 
 type Fields = Record<string, unknown>;
 
@@ -18,6 +19,8 @@ export interface AcpDeps {
   log: Logger;
   /** Runs one turn (loaded when the first prompt needs it, so `initialize` is answered fast). */
   runTurn(input: TurnInput, listener: TurnListener): Promise<TurnOutcome>;
+  /** /status: what a conversation is and holds (loaded with the turn, when first asked). */
+  status?(input: StatusInput): Promise<string[]>;
   /** The process's one tool host, made when a turn first needs it. */
   toolHost?(): Promise<ToolHost>;
   /** The tools a conversation reaches: the environment's, the settings' and its session's own servers. */

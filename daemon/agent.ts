@@ -36,6 +36,7 @@ export function startAgent(o: AgentOptions): RunningAgent {
     version: o.version,
     log,
     runTurn: async (input, listener) => (await turnModule()).runTurn(input, listener),
+    status: async (input) => (await turnModule()).statusLines(input),
     toolHost: () => (host = toolHost()),
     discoverTools: (settings, servers) => discoverTools(process.env, { ...(settings ? { settings } : {}), acp: servers }),
   });

@@ -157,3 +157,13 @@ export async function modelWindow(settings: Settings, model: string, report: Run
   answer = Math.min(answer, Math.floor(window / 4));
   return { window, answer, source };
 }
+
+/** The margin when the settings' [window] names none: what the rough count may be off by. */
+export function defaultMargin(window: number): number {
+  return Math.max(256, Math.ceil(window * 0.05));
+}
+
+/** The conversation's share of the window: the window less the answer's, the instructions and tools, and the margin. */
+export function conversationShare(mw: ModelWindow, fixed: number, settings: Settings): number {
+  return Math.max(1, mw.window - mw.answer - fixed - (settings.window?.margin ?? defaultMargin(mw.window)));
+}

@@ -2,10 +2,9 @@
 // window and count), so every figure is the one the turn uses.
 import type { Numbered, Settings, Usage } from "../protocol/index.js";
 import { paths, type AgentRef } from "../store/index.js";
-import { modelWindow } from "./facts.js";
+import { conversationShare, modelWindow } from "./facts.js";
 import { History } from "./history.js";
 import { composeSections, systemPrompt } from "./sections.js";
-import { conversationShare } from "./turn.js";
 import { roughTokens } from "./window.js";
 
 export interface StatusInput {

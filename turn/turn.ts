@@ -4,7 +4,8 @@ import type { AssistantMessage, Event, Failure, Settings, StopReason, ToolCall, 
 import { appendEvent, forgetEvents, forgetSettings, LockLostError, paths, readSettings, readToolsList, withConversationLock, type ConversationPaths } from "../store/index.js";
 import { forgetBodies } from "./body.js";
 import { runCalls } from "./calls.js";
-import { modelWindow, type ModelWindow } from "./facts.js";
+import { conversationShare, modelWindow, type ModelWindow } from "./facts.js";
+export { statusLines } from "./status.js";
 import { forgetHistories, History, resumeEvent } from "./history.js";
 import { askModel, ModelError, type ModelAnswer } from "./model.js";
 import { eventsToMessages, type ChatMessage } from "./prompt.js";
@@ -16,16 +17,6 @@ import { roughTokens } from "./window.js";
 
 /** At most eight rounds of calls; then the model is asked once more and told to call nothing. */
 export const MAX_ROUNDS = 8;
-
-/** The margin when the settings' [window] names none: what the rough count may be off by. */
-export function defaultMargin(window: number): number {
-  return Math.max(256, Math.ceil(window * 0.05));
-}
-
-/** The conversation's share of the window: the window less the answer's, the instructions and tools, and the margin. */
-export function conversationShare(mw: ModelWindow, fixed: number, settings: Settings): number {
-  return Math.max(1, mw.window - mw.answer - fixed - (settings.window?.margin ?? defaultMargin(mw.window)));
-}
 
 export function userEvent(message: IncomingMessage): UserMessage {
   const time = message.time ?? new Date();
