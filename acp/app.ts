@@ -109,6 +109,7 @@ export function createAgentApp(state: AcpState, outbox: Outbox): acp.AgentApp {
     settings,
     ...(from ? { from } : {}),
     time,
+    ...(session.cwd !== undefined ? { cwd: session.cwd } : {}),
     stop: () => turns.cancel(sessions.conversation(session.thread).dir),
     agentModel: {
       get: () => state.agentModel,
@@ -129,8 +130,8 @@ export function createAgentApp(state: AcpState, outbox: Outbox): acp.AgentApp {
   });
 
   /** Tells the client the commands it can offer: after the response that opened the session. */
-  const announceCommands = (client: AgentContext, sessionId: string, later: boolean) => {
-    const send = () => outbox.send(client, sessionId, { sessionUpdate: "available_commands_update", availableCommands: availableCommands(deps.agent, log) });
+  const announceCommands = (client: AgentContext, sessionId: string, cwd: string | undefined, later: boolean) => {
+    const send = () => outbox.send(client, sessionId, { sessionUpdate: "available_commands_update", availableCommands: availableCommands(deps.agent, cwd, log) });
     if (later) setImmediate(send);
     else send();
   };
@@ -184,7 +185,7 @@ export function createAgentApp(state: AcpState, outbox: Outbox): acp.AgentApp {
         const link = parseLink(NewSessionLink, params._meta, served);
         checkServers(params.mcpServers);
         const session = sessions.create(link, params.cwd, params.mcpServers);
-        announceCommands(client, session.id, true);
+        announceCommands(client, session.id, session.cwd, true);
         return { sessionId: session.id, configOptions: configOptions(sessions, session, state.settings(), state.agentModel) };
       }),
     )
@@ -198,7 +199,7 @@ export function createAgentApp(state: AcpState, outbox: Outbox): acp.AgentApp {
         // session/load answers only once the whole conversation has been shown again.
         const verbosity = sessions.choices(session).verbosity ?? verbosityOf(settings);
         for (const update of replay(sessions.events(session), verbosity)) outbox.send(client, session.id, update);
-        announceCommands(client, session.id, false);
+        announceCommands(client, session.id, session.cwd, false);
         await outbox.flushed();
         return { configOptions: configOptions(sessions, session, settings, state.agentModel) };
       }),
@@ -209,7 +210,7 @@ export function createAgentApp(state: AcpState, outbox: Outbox): acp.AgentApp {
         parseLink(SessionLink, params._meta, served);
         checkServers(params.mcpServers ?? []);
         const session = sessions.attach(params.sessionId, params.cwd, params.mcpServers ?? []);
-        announceCommands(client, session.id, true);
+        announceCommands(client, session.id, session.cwd, true);
         return { configOptions: configOptions(sessions, session, state.settings(), state.agentModel) };
       }),
     )

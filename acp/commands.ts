@@ -1,22 +1,27 @@
 // The commands a client offers (available_commands_update): the namespace commands with their input
-// hints, and each of the agent's skills as /skill:<name>.
+// hints, and each skill as /skill:<name>: the agent's own, then the repository's the session works in.
 import type { AvailableCommand } from "@agentclientprotocol/sdk";
-import { listSkills, type AgentRef } from "../store/index.js";
+import { listRepositorySkills, listSkills, paths, repositoryOf, type AgentRef } from "../store/index.js";
 import { COMMANDS } from "../turn/commands.js";
 import type { Logger } from "./deps.js";
 
 /** The most skills offered by name: a client's menu, not a listing of everything. */
 const SKILLS_OFFERED = 64;
 
-export function availableCommands(agent: AgentRef, log: Logger): AvailableCommand[] {
+export function availableCommands(agent: AgentRef, cwd: string | undefined, log: Logger): AvailableCommand[] {
   const commands: AvailableCommand[] = COMMANDS.map((spec) => ({
     name: spec.name,
     description: spec.aliases.length ? `${spec.help} (also ${spec.aliases.map((a) => `/${a}`).join(", ")})` : spec.help,
     ...(spec.args ? { input: { hint: spec.args } } : {}),
   }));
   try {
-    for (const skill of listSkills(agent).slice(0, SKILLS_OFFERED)) {
-      commands.push({ name: `skill:${skill.folder}`, description: skill.description || `the skill ${skill.name}`, input: { hint: "what to use it for" } });
+    const root = repositoryOf(cwd ?? paths(agent).files);
+    const seen = new Set<string>();
+    for (const skill of [...listSkills(agent), ...(root !== undefined ? listRepositorySkills(root) : [])].slice(0, SKILLS_OFFERED)) {
+      if (seen.has(skill.folder)) continue;
+      seen.add(skill.folder);
+      const whose = skill.repository !== undefined ? " (the repository's)" : "";
+      commands.push({ name: `skill:${skill.folder}`, description: `${skill.description || `the skill ${skill.name}`}${whose}`, input: { hint: "what to use it for" } });
     }
   } catch (e) {
     // The commands are still offered; the skills' folder says what is wrong at the next turn.

@@ -139,12 +139,16 @@ function refusedOrFailed(e: unknown, path: string): StoreError {
 /** The folders of conversations whose lock this process holds, by folder path. */
 const held = new Map<string, ConversationFolder>();
 
-/** Keeps `folder` as the one every write of its conversation goes through, until `release`. */
+/**
+ * Keeps `folder` as the one every write of its conversation goes through, until the returned
+ * function is called: from then on a write opens a folder of its own (the lock is being let go, and
+ * a write that lands meanwhile, a command's, must not be refused by the guard of a lock no longer
+ * held). The folder itself stays open until it is closed.
+ */
 export function hold(folder: ConversationFolder): () => void {
   held.set(folder.conv.dir, folder);
   return () => {
     if (held.get(folder.conv.dir) === folder) held.delete(folder.conv.dir);
-    folder.close();
   };
 }
 

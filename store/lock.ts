@@ -289,9 +289,11 @@ export async function withConversationLock<T>(conv: ConversationPaths, fn: () =>
     try {
       return await fn();
     } finally {
-      // Released before the folder it is named through is closed.
-      await release().catch(() => undefined);
+      // Writes stop going through it first (one landing meanwhile opens a folder of its own), then
+      // the lock is released, before the folder it is named through is closed.
       unhold();
+      await release().catch(() => undefined);
+      folder.close();
     }
   });
 }

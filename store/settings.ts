@@ -167,6 +167,8 @@ export interface Skill {
   folder: string;
   description: string;
   path: string;
+  /** A repository's skill: the repository it is in (read as its AGENTS.md is, see listRepositorySkills). */
+  repository?: string;
 }
 
 /** The agent's skills: each folder of skills/ with a SKILL.md (Agent Skills format). */
@@ -201,7 +203,52 @@ export function listSkills(agent: AgentRef): Skill[] {
 
 /** A skill's SKILL.md, whole (at most its limit), read as every source of the prompt is: never through a link. */
 export function readSkill(agent: AgentRef, skill: Skill): string | undefined {
+  if (skill.repository !== undefined) return readText(skill.path, { max: SKILL_BYTES, cut: true, follow: true });
   return readSource(paths(agent).dir, skill.path, SKILL_BYTES);
+}
+
+/** Where a repository keeps its skills, as the agent tools that read Agent Skills name it. */
+export const REPOSITORY_SKILLS = join(".agents", "skills");
+/** The most skills of a repository read: it is someone else's, and may hold any number. */
+const REPOSITORY_SKILLS_MAX = 64;
+
+/**
+ * A repository's skills: each folder of its .agents/skills/ with a SKILL.md. The repository is the
+ * client's workspace, not the agent's folder: its skills' folders are real folders (a link is
+ * skipped), and each SKILL.md a regular file read without waiting and bounded, as its AGENTS.md is.
+ */
+export function listRepositorySkills(root: string): Skill[] {
+  const dir = join(root, REPOSITORY_SKILLS);
+  let names: string[];
+  try {
+    names = readdirSync(dir, { withFileTypes: true })
+      .filter((d) => d.isDirectory() && !d.isSymbolicLink())
+      .map((d) => d.name)
+      .sort()
+      .slice(0, REPOSITORY_SKILLS_MAX);
+  } catch (e) {
+    if (isErrno(e, "ENOENT") || isErrno(e, "ENOTDIR")) return [];
+    throw e;
+  }
+  const skills: Skill[] = [];
+  for (const name of names) {
+    try {
+      checkThread(name, "skill name");
+    } catch {
+      continue;
+    }
+    const path = join(dir, name, "SKILL.md");
+    let text: string | undefined;
+    try {
+      text = readText(path, { max: SKILL_BYTES, cut: true, follow: true });
+    } catch {
+      // One skill that can't be read (a FIFO, say) leaves the others.
+      continue;
+    }
+    if (text === undefined) continue;
+    skills.push({ name: frontmatter(text, "name") ?? name, folder: name, description: frontmatter(text, "description") ?? "", path, repository: root });
+  }
+  return skills;
 }
 
 /** One key of a SKILL.md's YAML front matter (plain `key: value` lines). */

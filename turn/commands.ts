@@ -3,7 +3,7 @@
 // changes what the conversation remembers or does next is kept as a command event; its reply goes to
 // the chat only and is stored nowhere.
 import { ConversationName, nearest, type Command, type From, type Settings, type Verbosity, VERBOSITIES } from "../protocol/index.js";
-import { appendEvent, lastEventNumber, listSkills, paths, readEventsFrom, readMark, readSkill, withConversationLock, writeMark, type AgentRef, type ConversationPaths, type Skill } from "../store/index.js";
+import { appendEvent, lastEventNumber, listRepositorySkills, listSkills, paths, repositoryOf, readEventsFrom, readMark, readSkill, withConversationLock, writeMark, type AgentRef, type ConversationPaths, type Skill } from "../store/index.js";
 import { chatMap, conversationEvents, FIRST, sessionIdOf, splitSessionId, type ChatMap } from "./chat.js";
 import { conversationChoices } from "./history.js";
 import type { IncomingMessage } from "./types.js";
@@ -20,6 +20,8 @@ export interface CommandContext {
   settings: Settings | undefined;
   from?: From;
   time: Date;
+  /** The session's working folder: the skills of the repository it is in are reached by /skill:<name>. */
+  cwd?: string;
   /** /stop: ends the conversation's running turn; false when none runs. */
   stop(): boolean;
   /** The agent's model as `/model:set --agent` set it in this process (until the agent starts again). */
@@ -433,7 +435,9 @@ function skillMessage(ctx: CommandContext, skill: Skill, typed: string): Command
 export async function runCommand(ctx: CommandContext, parsed: Parsed): Promise<CommandOutcome> {
   try {
     if (parsed.kind === "skill") {
-      const skills = listSkills(ctx.agent);
+      // The agent's own first, then the repository's the session works in.
+      const root = repositoryOf(ctx.cwd ?? paths(ctx.agent).files);
+      const skills = [...listSkills(ctx.agent), ...(root !== undefined ? listRepositorySkills(root) : [])];
       const skill = ownSkill(skills, parsed.name);
       if (!skill) {
         const near = nearest(parsed.name, skills.flatMap((s) => [s.folder, s.name]));

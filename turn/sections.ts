@@ -1,7 +1,7 @@
 // The instructions: sections in the order of how often each changes, least first, so a provider's
 // cache holds. Spec: "Where does Link Harness take its instructions from?" (decisions.txt).
 import { SECTION_NAMES, type SectionName, type Settings } from "../protocol/index.js";
-import { listSkills, paths, readNotes, readRepositoryInstructions, readStanding, repositoryOf, sectionBytes, type AgentRef } from "../store/index.js";
+import { listRepositorySkills, listSkills, paths, readNotes, readRepositoryInstructions, readStanding, repositoryOf, sectionBytes, type AgentRef } from "../store/index.js";
 import type { OfferedCall } from "./tools.js";
 
 export interface Section {
@@ -66,7 +66,13 @@ function repositoryText(agent: AgentRef, cwd: string | undefined, max: number): 
   const root = repositoryOf(cwd ?? paths(agent).files);
   if (root === undefined) return "";
   const text = readRepositoryInstructions(root, sectionBytes(max))?.trim();
-  return text ? `## The repository you work in: ${root}\nIts AGENTS.md says:\n${text}` : "";
+  const skills = listRepositorySkills(root);
+  if (!text && skills.length === 0) return "";
+  const parts = [`## The repository you work in: ${root}`];
+  if (text) parts.push(`Its AGENTS.md says:\n${text}`);
+  // The repository's own skills: offered, never a command (a repository is often someone else's).
+  if (skills.length) parts.push(["Its skills (read a skill's SKILL.md before you use it):", ...skills.map((s) => `- ${s.name}: ${s.description} (${s.path})`)].join("\n"));
+  return parts.join("\n");
 }
 
 function skillsText(agent: AgentRef): string {
