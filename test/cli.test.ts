@@ -1,4 +1,5 @@
 // The built command line as a child process: what it prints, how it exits, and what it writes.
+import { spawnSync } from "node:child_process";
 import { chmodSync, mkdirSync, mkdtempSync, readFileSync, readdirSync, realpathSync, rmSync, statSync, symlinkSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
@@ -392,6 +393,16 @@ describe.concurrent("a newcomer's first commands", () => {
       const without = await run("man", ["-w", section, page], { cwd: prefix, env: { PATH: "/usr/local/bin:/usr/bin:/bin" }, ms: 15_000 });
       expect(without.code).not.toBe(0);
     }
+  });
+});
+
+describe("the build", () => {
+  it("is done once across the quick start: a second build with nothing changed skips, leaving dist/ as it was", () => {
+    const before = statSync(join(ROOT, BIN)).mtimeMs;
+    const again = spawnSync(join(ROOT, "node_modules", ".bin", "tsx"), ["scripts/build.ts"], { cwd: ROOT, encoding: "utf8", timeout: 60_000 });
+    expect(again.status).toBe(0);
+    expect(again.stdout).toMatch(/dist\/ is up to date with the sources/);
+    expect(statSync(join(ROOT, BIN)).mtimeMs).toBe(before);
   });
 });
 
