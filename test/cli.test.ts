@@ -1,6 +1,6 @@
 // The built command line as a child process: what it prints, how it exits, and what it writes.
 import { spawnSync } from "node:child_process";
-import { chmodSync, mkdirSync, mkdtempSync, readFileSync, readdirSync, realpathSync, rmSync, statSync, symlinkSync, writeFileSync } from "node:fs";
+import { chmodSync, existsSync, mkdirSync, mkdtempSync, readFileSync, readdirSync, realpathSync, rmSync, statSync, symlinkSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
@@ -428,6 +428,50 @@ describe("the README's way to try it without a model", () => {
       });
       expect(r.code, r.stderr).toBe(0);
       expect(r.stdout).toContain("echo: hello");
+    } finally {
+      model.proc.kill();
+      await model.exited;
+    }
+  });
+});
+
+describe("the README's way of using it", () => {
+  it("runs as written, each command of it, with the scripted model standing in for Ollama", { timeout: 90_000 }, async () => {
+    const readme = readFileSync(join(ROOT, "README.md"), "utf8");
+    const section = readme.slice(readme.indexOf("## Using it"), readme.indexOf("### Trying it without a model"));
+    const block = /```sh\n([\s\S]*?)```/.exec(section)?.[1] ?? "";
+    const commands = block
+      .replace(/\\\n\s*/g, "")
+      .split("\n")
+      .map((l) => l.trim())
+      .filter((l) => l && !l.startsWith("#"));
+    expect(commands.length).toBeGreaterThanOrEqual(6);
+    const model = new Child(process.execPath, [join(ROOT, "dist", "test", "model-server.js")]);
+    const bin = tempDir();
+    const userHome = tempDir();
+    symlinkSync(MAIN, join(bin, "lnk-link-harness"));
+    const env = { PATH: `${bin}:${join(ROOT, "node_modules", ".bin")}:${process.env.PATH ?? ""}`, HOME: userHome };
+    try {
+      const url = (await model.line((l) => l.startsWith("http://"))).trim();
+      for (const written of commands) {
+        const command = written.replaceAll("http://127.0.0.1:11434/v1", url);
+        if (command.includes("--socket")) {
+          // Serves until stopped: its socket appears, of mode 0600, and it stops cleanly.
+          const served = new Child("sh", ["-c", `exec ${command}`], { cwd: ROOT, env });
+          const sock = join(userHome, "agent.sock");
+          for (const until = Date.now() + 20_000; !existsSync(sock) && Date.now() < until; ) await new Promise((r) => setTimeout(r, 50));
+          expect(statSync(sock).mode & 0o777, command).toBe(0o600);
+          served.proc.kill("SIGTERM");
+          expect((await served.exit()).code, command).toBe(0);
+          continue;
+        }
+        // The stdio server answers until its input ends: here, at once.
+        const serves = /^lnk-link-harness --agent "\$HOME\/agent"$/.test(command);
+        const r = await run("sh", ["-ec", serves ? `${command} </dev/null` : command], { cwd: ROOT, env, ms: 50_000 });
+        expect(r.code, `${written}\n${r.stderr}`).toBe(0);
+        if (command.includes("acpx")) expect(r.stdout).toContain("echo: hello");
+        if (command.includes("state")) expect(r.stdout).toContain(join(userHome, "agent"));
+      }
     } finally {
       model.proc.kill();
       await model.exited;
