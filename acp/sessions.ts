@@ -55,6 +55,13 @@ const TITLE_SEARCH = 8;
 /** How far back from a conversation's newest event its last user message is looked for, for its channel. */
 export const CHANNEL_SEARCH = 256;
 
+/**
+ * The form of a thread this agent makes for a session/new that names none. Its folder is made at the
+ * conversation's first event, not before, so sessions opened and left empty leave nothing on disk;
+ * an id of this form names an empty conversation in any process until then.
+ */
+const MADE_THREAD = /^\d{8}-\d{6}-[0-9a-f]{8}$/;
+
 /** A new thread: sortable by when it began, unique by its random tail. */
 function newThread(): string {
   const t = new Date().toISOString().replace(/[-:]/g, "").replace("T", "-").slice(0, 15);
@@ -78,7 +85,7 @@ export class Sessions {
    * chat is named the whole id). Throws SessionNotFound when it names neither.
    */
   resolve(sessionId: string): { thread: string; conversation?: string } {
-    if (this.exists(sessionId)) return { thread: sessionId };
+    if (this.exists(sessionId) || MADE_THREAD.test(sessionId)) return { thread: sessionId };
     const { thread, conversation } = splitSessionId(sessionId);
     if (conversation !== undefined && this.exists(thread) && readConversation(this.conversation(thread), conversation) !== undefined) return { thread, conversation };
     throw new SessionNotFound(sessionId);
@@ -107,7 +114,11 @@ export class Sessions {
     }
   }
 
-  /** session/new: names the conversation (a group's is `<channel>-<group id>`), makes its folder. */
+  /**
+   * session/new: names the conversation (a group's is `<channel>-<group id>`). The folder of one it
+   * names, or of one with a narrowed tool list, is made now; of a thread this agent made, at the
+   * conversation's first event.
+   */
   create(link: NewSessionLink, cwd: string, mcpServers: McpServer[]): SessionState {
     let thread = link.thread;
     if (link.group !== undefined) {
@@ -118,12 +129,13 @@ export class Sessions {
       if (thread !== undefined && thread !== group) throw new ParamsError(`_meta.link: thread: a group's thread is ${group}`);
       thread = group;
     }
+    const named = thread !== undefined;
     if (thread === undefined) {
       do thread = newThread();
-      while (this.exists(thread));
+      while (this.exists(thread) || this.open.has(thread));
     }
     const conv = this.conversation(thread);
-    ensureConversation(conv);
+    if (named || link.tools !== undefined) ensureConversation(conv);
     if (link.tools !== undefined) narrowToolsList(conv, link.tools);
     return this.remember({ id: thread, thread, cwd, mcpServers, ...(link.channel !== undefined ? { channel: link.channel } : {}) });
   }
@@ -138,7 +150,7 @@ export class Sessions {
   /** A session named by a prompt or a setting: opened here before, or a conversation on disk. */
   get(sessionId: string): SessionState {
     const known = this.open.get(sessionId);
-    if (known && this.exists(known.thread)) return known;
+    if (known && (this.exists(known.thread) || MADE_THREAD.test(known.thread))) return known;
     return this.remember(this.fromEvents(sessionId, this.resolve(sessionId)));
   }
 
@@ -212,7 +224,10 @@ export class Sessions {
     const start = cursor ? Number(cursor) : 0;
     if (!Number.isSafeInteger(start) || start < 0) throw new ParamsError(`cursor: ${JSON.stringify(cursor)} is not a cursor this agent gave`);
     const files = paths(this.agent).files;
-    const all = listThreads(paths(this.agent).chats)
+    const onDisk = listThreads(paths(this.agent).chats);
+    // The sessions this process holds open whose conversation has no event yet, so no folder.
+    const opened = [...this.open.values()].filter((s) => s.id === s.thread && MADE_THREAD.test(s.thread) && !onDisk.includes(s.thread)).map((s) => s.thread);
+    const all = [...onDisk, ...opened]
       .filter((t) => Thread.safeParse(t).success)
       .flatMap((thread) => {
         const chat = this.info(thread, files);
@@ -274,10 +289,10 @@ export class Sessions {
     try {
       const last = lastEventNumber(conv);
       const newest = last > 0 ? readEvent(conv, last) : undefined;
-      // A session opened and left empty is not listed, unless this process holds it open: its folder
-      // is made at session/new, so that its id holds in any process, and empty ones would pile up.
+      // A session opened and left empty is not listed, unless this process holds it open.
       if (last === 0 && !this.open.has(thread)) return undefined;
-      info.updatedAt = newest ? new Date(newest.time).toISOString() : statSync(conv.dir).mtime.toISOString();
+      if (newest) info.updatedAt = new Date(newest.time).toISOString();
+      else if (this.exists(thread)) info.updatedAt = statSync(conv.dir).mtime.toISOString();
       const title = this.titleOf(conv, last);
       if (title !== undefined) info.title = title;
     } catch (e) {

@@ -1,6 +1,7 @@
 // A conversation's folder, checked once and held open while it is written, so no file of the
 // conversation is ever written outside the agent's folder: not when chats/ or the conversation's
 // folder is a link, and not when either is swapped for one while a turn writes.
+import { AsyncLocalStorage } from "node:async_hooks";
 import { chmodSync, closeSync, constants, fstatSync, lstatSync, openSync, type Stats } from "node:fs";
 import { basename, dirname } from "node:path";
 import { StoreError } from "../protocol/index.js";
@@ -136,29 +137,26 @@ function refusedOrFailed(e: unknown, path: string): StoreError {
   return new StoreError(`cannot open ${path}: ${(e as Error).message}`, path);
 }
 
-/** The folders of conversations whose lock this process holds, by folder path. */
-const held = new Map<string, ConversationFolder>();
-
 /**
- * Keeps `folder` as the one every write of its conversation goes through, until the returned
- * function is called: from then on a write opens a folder of its own (the lock is being let go, and
- * a write that lands meanwhile, a command's, must not be refused by the guard of a lock no longer
- * held). The folder itself stays open until it is closed.
+ * The folder of the conversation whose lock the running code holds: set for the code a lock runs
+ * (and every call it makes, awaited or not), never for another request's. A write made elsewhere
+ * meanwhile (a command's, which takes no lock) opens a folder of its own, so it is neither refused by
+ * the guard of a lock it never held, nor left with a descriptor closed under it when the lock is let go.
  */
-export function hold(folder: ConversationFolder): () => void {
-  held.set(folder.conv.dir, folder);
-  return () => {
-    if (held.get(folder.conv.dir) === folder) held.delete(folder.conv.dir);
-  };
+const holding = new AsyncLocalStorage<ConversationFolder>();
+
+/** Runs `fn` with `folder` as the one every write of its conversation in `fn` goes through. */
+export function holdWhile<T>(folder: ConversationFolder, fn: () => Promise<T>): Promise<T> {
+  return holding.run(folder, fn);
 }
 
 /**
- * Runs `fn` with the conversation's folder: the one a turn of this process holds (checked, with its
- * guard), else one opened for this call alone.
+ * Runs `fn` with the conversation's folder: the one the lock the caller runs under holds (checked,
+ * with its guard), else one opened for this call alone.
  */
 export function withFolder<T>(conv: ConversationPaths, fn: (folder: ConversationFolder) => T): T {
-  const kept = held.get(conv.dir);
-  if (kept) return fn(kept);
+  const kept = holding.getStore();
+  if (kept && kept.conv.dir === conv.dir) return fn(kept);
   const folder = ConversationFolder.open(conv);
   let result: T;
   try {

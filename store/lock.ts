@@ -9,7 +9,7 @@ import { z } from "zod";
 import { StoreError } from "../protocol/index.js";
 import { isErrno } from "./errno.js";
 import { FILE_MODE, LIMITS, readNoFollow, removeTempsOf, writeAll } from "./files.js";
-import { ConversationFolder, hold } from "./folder.js";
+import { ConversationFolder, holdWhile } from "./folder.js";
 import type { ConversationPaths } from "./paths.js";
 
 export interface LockOptions {
@@ -285,13 +285,10 @@ export async function withConversationLock<T>(conv: ConversationPaths, fn: () =>
       throw e;
     }
     folder.guard = () => stillHeld(conv, lock, stale, () => compromised);
-    const unhold = hold(folder);
     try {
-      return await fn();
+      return await holdWhile(folder, fn);
     } finally {
-      // Writes stop going through it first (one landing meanwhile opens a folder of its own), then
-      // the lock is released, before the folder it is named through is closed.
-      unhold();
+      // Released before the folder it is named through is closed.
       await release().catch(() => undefined);
       folder.close();
     }

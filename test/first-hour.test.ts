@@ -1,7 +1,7 @@
 // What a newcomer and an editor meet first, over the built daemon: the copy of a conversation whose
 // answer was cut short or never came, a method the agent doesn't serve, said plainly, and a
 // session's working folder kept, reported and filtered by.
-import { mkdirSync, readFileSync, writeFileSync } from "node:fs";
+import { mkdirSync, readFileSync, readdirSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import * as acp from "@agentclientprotocol/sdk";
 import { describe, expect, it } from "vitest";
@@ -174,6 +174,10 @@ describe("sessions opened and left empty", { timeout: 60_000 }, () => {
     const used = (await c1.agent.request(acp.methods.agent.session.new, { cwd: dir, mcpServers: [] })).sessionId;
     const empty = (await c1.agent.request(acp.methods.agent.session.new, { cwd: dir, mcpServers: [] })).sessionId;
     await prompt(c1, used, "something said");
+    // The empty one has no folder: it is made at a conversation's first event.
+    const chats = readdirSync(join(dir, "chats"));
+    expect(chats).toContain(used);
+    expect(chats).not.toContain(empty);
     const ids = async (c: Client) => (await c.agent.request(acp.methods.agent.session.list, {})).sessions.map((s) => s.sessionId).sort();
     expect(await ids(c1)).toEqual([used, empty].sort());
     c1.close();

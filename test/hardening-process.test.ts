@@ -207,7 +207,8 @@ describe("what session/new and session/prompt refuse, and why", { timeout: 60_00
     for (const time of ["+999999-01-01T00:00:00Z", "275760-09-13T00:00:00.001Z", "9999-12-31T23:59:59-23:59", "0000-01-01T00:00:00+23:59"]) {
       expect(await failure(prompt(time)), time).toMatchObject({ code: -32602, message: expect.stringMatching(/time/) });
     }
-    expect(readdirSync(join(dir, "chats", sessionId))).toEqual([]);
+    // Nothing was written: the session's folder is not even made (that waits for its first event).
+    expect(existsSync(join(dir, "chats", sessionId))).toBe(false);
     server.script({ text: "at the edge" });
     expect(await prompt("9999-12-31T23:59:59+00:00")).toMatchObject({ stopReason: "end_turn" });
     expect(lastUserText(server.requests.at(-1) as RecordedRequest)).toMatch(/^\[9999-12-31 23:59 UTC · direct · your owner\]/);
@@ -238,7 +239,7 @@ describe("what session/new and session/prompt refuse, and why", { timeout: 60_00
     }
   })();
 
-  it.skipIf(!roBind)("session/new on a read-only agent folder says EROFS, the real cause, not ENOENT", async () => {
+  it.skipIf(!roBind)("a conversation's folder that can't be made on a read-only agent folder says EROFS, the real cause, not ENOENT", async () => {
     const dir = agent();
     // The daemon in a mount namespace of its own, where the agent's folder is bound read-only onto itself.
     const d = watch(
@@ -250,8 +251,11 @@ describe("what session/new and session/prompt refuse, and why", { timeout: 60_00
       ),
     );
     const c = await client(d);
-    for (const link of [{ thread: "t1" }, {}]) {
-      const refused = await failure(c.agent.request(acp.methods.agent.session.new, { cwd: dir, mcpServers: [], _meta: { link } }));
+    // A thread it names is made at session/new; one it makes, at the first event: each says why it can't be.
+    const named = await failure(c.agent.request(acp.methods.agent.session.new, { cwd: dir, mcpServers: [], _meta: { link: { thread: "t1" } } }));
+    const { sessionId } = await c.agent.request(acp.methods.agent.session.new, { cwd: dir, mcpServers: [] });
+    const first = await failure(c.agent.request(acp.methods.agent.session.prompt, { sessionId, prompt: text("hello") }));
+    for (const refused of [named, first]) {
       expect(refused.code).toBe(-32603);
       expect(refused.message).toMatch(/EROFS/);
       expect(refused.message).not.toMatch(/ENOENT/);
@@ -279,9 +283,8 @@ describe("_meta.link.agent", { timeout: 60_000 }, () => {
     for (const refused of refusals) {
       expect(await failure(refused)).toMatchObject({ code: -32602, message: expect.stringContaining(`serves the agent ${JSON.stringify(name)} alone, not "someone-else"`) });
     }
-    // Nothing was written for another agent: one conversation, with no event.
-    expect(readdirSync(join(dir, "chats"))).toEqual([sessionId]);
-    expect(readdirSync(join(dir, "chats", sessionId))).toEqual([]);
+    // Nothing was written for another agent: no conversation's folder, not even the session's own (made at its first event).
+    expect(existsSync(join(dir, "chats")) ? readdirSync(join(dir, "chats")) : []).toEqual([]);
     expect(server.requests).toHaveLength(0);
 
     // A turn runs; a cancel for another agent leaves it, one for this agent stops it.

@@ -90,6 +90,7 @@ describe("a FIFO where the store expects a file", { timeout: 60_000 }, () => {
     const d = daemon(dir);
     const c = await client(d);
     const sessionId = await session(c);
+    mkdirSync(paths({ dir }).conversation(sessionId).dir, { recursive: true, mode: 0o700 });
     mkfifo(paths({ dir }).conversation(sessionId).window);
     expect(await prompt(c, sessionId, "hello")).toMatchObject({ stopReason: "end_turn" });
     expect(events(dir, sessionId).map(shape)).toEqual(["message:user", "message:assistant"]);
@@ -214,6 +215,7 @@ describe("a derived file that can't be written after the answer is stored", { ti
     const d = daemon(dir);
     const c = await client(d);
     const sessionId = await session(c);
+    mkdirSync(paths({ dir }).conversation(sessionId).dir, { recursive: true, mode: 0o700 });
     symlinkSync(outside, paths({ dir }).conversation(sessionId).transcript);
     expect(await prompt(c, sessionId, "hello")).toMatchObject({ stopReason: "end_turn" });
     expect(events(dir, sessionId).map(shape)).toEqual(["message:user", "message:assistant"]);
