@@ -1,7 +1,7 @@
 // The built daemon driven by acpx, an independent ACP client: a one-shot prompt, and a saved session
 // that outlives the daemon's process.
 import { execFile } from "node:child_process";
-import { readdirSync, readFileSync, rmSync } from "node:fs";
+import { mkdirSync, readdirSync, readFileSync, rmSync } from "node:fs";
 import { dirname, join } from "node:path";
 import { promisify } from "node:util";
 import { describe, expect, it } from "vitest";
@@ -11,6 +11,7 @@ import { BIN, MAIN, ROOT } from "./fixtures/built.js";
 import type { ModelServer } from "./model-server.js";
 
 const ACPX = join(ROOT, "node_modules", ".bin", "acpx");
+const EVERYTHING = `"${process.execPath}" "${join(ROOT, "node_modules/@modelcontextprotocol/server-everything/dist/index.js")}" stdio`;
 const run = promisify(execFile);
 
 let server: ModelServer;
@@ -132,5 +133,37 @@ describe("acpx", { timeout: 120_000 }, () => {
     const last = server.requests.at(-1);
     expect(last?.body.model).toBe("big-model");
     expect(JSON.stringify(last?.body.messages)).not.toContain("4711");
+  });
+
+  it("shows what an editor sees: each session's title, sessions filtered by working folder, and a tool's image as an image", async () => {
+    const { home, agent, dir } = place();
+    const folders = [join(dir, "..", "w1"), join(dir, "..", "w2")];
+    for (const [i, cwd] of folders.entries()) {
+      mkdirSync(cwd);
+      await acpx(home, ["--agent", agent, "--cwd", cwd, "--format", "quiet", "exec", `from w${i + 1}`]);
+    }
+    const listed = (await acpx(home, ["--agent", agent, "sessions", "list", "--filter-cwd", folders[0] as string])).stdout;
+    expect(listed).toContain("from w1");
+    expect(listed).toContain(folders[0]);
+    expect(listed).not.toContain("from w2");
+
+    server.script({ tool_calls: [{ name: "everything__get-tiny-image", arguments: {} }] }, { text: "I see a tiny image." });
+    const shown = await run(ACPX, ["--agent", agent, "--format", "json", "exec", "show me the tiny image"], {
+      cwd: ROOT,
+      env: { ...process.env, HOME: home, LNK_TOOL_EVERYTHING: EVERYTHING },
+      timeout: 45_000,
+    });
+    const updates = shown.stdout
+      .split("\n")
+      .filter((l) => l.startsWith("{"))
+      .map((l) => JSON.parse(l) as { method?: string; params?: { update?: Record<string, unknown> } })
+      .filter((m) => m.method === "session/update")
+      .map((m) => m.params?.update ?? {});
+    expect(updates.some((u) => u.sessionUpdate === "session_info_update" && u.title === "show me the tiny image")).toBe(true);
+    const images = updates
+      .filter((u) => u.sessionUpdate === "tool_call_update")
+      .flatMap((u) => (u.content as { content?: { type?: string; mimeType?: string } }[] | undefined) ?? [])
+      .filter((c) => c.content?.type === "image");
+    expect(images[0]?.content?.mimeType).toBe("image/png");
   });
 });
