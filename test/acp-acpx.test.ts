@@ -31,6 +31,7 @@ function acpx(home: string, args: string[]) {
 }
 
 const SessionRecord = z.object({ acp_session_id: z.string(), pid: z.number().int().optional() }).loose();
+const WireMessage = z.object({ method: z.string().optional(), params: z.object({ update: z.record(z.string(), z.unknown()).optional() }).loose().optional() }).loose();
 const QueueLock = z.object({ pid: z.number().int(), socketPath: z.string().optional() }).loose();
 
 function readJson<S extends z.ZodType>(schema: S, path: string): z.infer<S> {
@@ -156,7 +157,7 @@ describe("acpx", { timeout: 120_000 }, () => {
     const updates = shown.stdout
       .split("\n")
       .filter((l) => l.startsWith("{"))
-      .map((l) => JSON.parse(l) as { method?: string; params?: { update?: Record<string, unknown> } })
+      .map((l) => WireMessage.parse(JSON.parse(l)))
       .filter((m) => m.method === "session/update")
       .map((m) => m.params?.update ?? {});
     expect(updates.some((u) => u.sessionUpdate === "session_info_update" && u.title === "show me the tiny image")).toBe(true);
