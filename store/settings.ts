@@ -171,19 +171,21 @@ export interface Skill {
   repository?: string;
 }
 
-/** The agent's skills: each folder of skills/ with a SKILL.md (Agent Skills format). */
-export function listSkills(agent: AgentRef): Skill[] {
-  const p = paths(agent);
-  // skills/ itself is checked too: a link there would reach SKILL.md files anywhere.
-  checkNoLinks(p.dir, `${p.skills}/x`);
+/**
+ * The skills of a skills folder: each real folder (never a link) of a usable name, at most `most`,
+ * with a SKILL.md that `read` gives (Agent Skills format); `read` may refuse one by throwing when
+ * `skipRefused`, and the others are still read.
+ */
+function skillsIn(dir: string, read: (path: string) => string | undefined, o: { most?: number; repository?: string; skipRefused?: boolean } = {}): Skill[] {
   let names: string[];
   try {
-    names = readdirSync(p.skills, { withFileTypes: true })
+    names = readdirSync(dir, { withFileTypes: true })
       .filter((d) => d.isDirectory() && !d.isSymbolicLink())
       .map((d) => d.name)
-      .sort();
+      .sort()
+      .slice(0, o.most);
   } catch (e) {
-    if (isErrno(e, "ENOENT")) return [];
+    if (isErrno(e, "ENOENT") || (o.repository !== undefined && isErrno(e, "ENOTDIR"))) return [];
     throw e;
   }
   const skills: Skill[] = [];
@@ -193,12 +195,33 @@ export function listSkills(agent: AgentRef): Skill[] {
     } catch {
       continue;
     }
-    const path = p.skill(name);
-    const text = readSource(p.dir, path, SKILL_BYTES);
+    const path = join(dir, name, "SKILL.md");
+    let text: string | undefined;
+    try {
+      text = read(path);
+    } catch (e) {
+      // One skill of a repository that can't be read (a FIFO, say) leaves the others.
+      if (!o.skipRefused) throw e;
+      continue;
+    }
     if (text === undefined) continue;
-    skills.push({ name: frontmatter(text, "name") ?? name, folder: name, description: frontmatter(text, "description") ?? "", path });
+    skills.push({
+      name: frontmatter(text, "name") ?? name,
+      folder: name,
+      description: frontmatter(text, "description") ?? "",
+      path,
+      ...(o.repository !== undefined ? { repository: o.repository } : {}),
+    });
   }
   return skills;
+}
+
+/** The agent's skills: each folder of skills/ with a SKILL.md (Agent Skills format). */
+export function listSkills(agent: AgentRef): Skill[] {
+  const p = paths(agent);
+  // skills/ itself is checked too: a link there would reach SKILL.md files anywhere.
+  checkNoLinks(p.dir, `${p.skills}/x`);
+  return skillsIn(p.skills, (path) => readSource(p.dir, path, SKILL_BYTES));
 }
 
 /** A skill's SKILL.md, whole (at most its limit), read as every source of the prompt is: never through a link. */
@@ -218,37 +241,11 @@ const REPOSITORY_SKILLS_MAX = 64;
  * skipped), and each SKILL.md a regular file read without waiting and bounded, as its AGENTS.md is.
  */
 export function listRepositorySkills(root: string): Skill[] {
-  const dir = join(root, REPOSITORY_SKILLS);
-  let names: string[];
-  try {
-    names = readdirSync(dir, { withFileTypes: true })
-      .filter((d) => d.isDirectory() && !d.isSymbolicLink())
-      .map((d) => d.name)
-      .sort()
-      .slice(0, REPOSITORY_SKILLS_MAX);
-  } catch (e) {
-    if (isErrno(e, "ENOENT") || isErrno(e, "ENOTDIR")) return [];
-    throw e;
-  }
-  const skills: Skill[] = [];
-  for (const name of names) {
-    try {
-      checkThread(name, "skill name");
-    } catch {
-      continue;
-    }
-    const path = join(dir, name, "SKILL.md");
-    let text: string | undefined;
-    try {
-      text = readText(path, { max: SKILL_BYTES, cut: true, follow: true });
-    } catch {
-      // One skill that can't be read (a FIFO, say) leaves the others.
-      continue;
-    }
-    if (text === undefined) continue;
-    skills.push({ name: frontmatter(text, "name") ?? name, folder: name, description: frontmatter(text, "description") ?? "", path, repository: root });
-  }
-  return skills;
+  return skillsIn(join(root, REPOSITORY_SKILLS), (path) => readText(path, { max: SKILL_BYTES, cut: true, follow: true }), {
+    most: REPOSITORY_SKILLS_MAX,
+    repository: root,
+    skipRefused: true,
+  });
 }
 
 /** One key of a SKILL.md's YAML front matter (plain `key: value` lines). */
