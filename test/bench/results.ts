@@ -2,6 +2,7 @@
 import type { OverheadRow } from "./overhead.js";
 import type { PrefixResult } from "./prefix.js";
 import type { StartResult } from "./start.js";
+import type { ClientResult } from "./client.js";
 import { ms, type Summary } from "./stats.js";
 import type { StreamRow } from "./stream.js";
 
@@ -32,6 +33,8 @@ export interface BenchResults {
   prefix: PrefixResult;
   streaming: Measured<StreamRow[]>;
   start: Measured<StartResult>;
+  /** The turn as a client sees it, with its floors (absent from runs before it was measured). */
+  client?: Measured<ClientResult>;
   targets: Target[];
   elapsedMs: number;
 }
@@ -112,5 +115,33 @@ export function targets(r: Omit<BenchResults, "targets">): Target[] {
     out.push({ name: "cold start to the first initialize answer at most 150 ms", measured: `not measured: ${r.start.notMeasured}`, pass: undefined });
     out.push({ name: "idle memory at most 100 MB", measured: `not measured: ${r.start.notMeasured}`, pass: undefined });
   }
+  out.push(...clientTargets(r.client));
   return out;
+}
+
+/** The targets of the turn as a client sees it, each against its floor from the same run. */
+function clientTargets(client: Measured<ClientResult> | undefined): Target[] {
+  const spawnName = "spawn to the first answered prompt at most 3x Node's own start (medians)";
+  const steadyName = "steady overhead end to end within 2x its floor: the durable write plus the pass-through's (medians)";
+  if (!client || !("measured" in client)) {
+    const why = `not measured: ${client && "notMeasured" in client ? client.notMeasured : "not asked for"}`;
+    return [
+      { name: spawnName, measured: why, pass: undefined },
+      { name: steadyName, measured: why, pass: undefined },
+    ];
+  }
+  const c = client.measured;
+  const floor = c.durableWrite.median + c.passThrough.overhead.median;
+  return [
+    {
+      name: spawnName,
+      measured: `${ms(c.spawn.firstTurn.median)} ms, ${ratio(c.spawn.firstTurn.median, c.nodeStart.median)} of node -e 0's ${ms(c.nodeStart.median)} ms (initialize ${ms(c.spawn.initialize.median)}, session/new ${ms(c.spawn.sessionNew.median)}, first turn ${ms(c.spawn.firstTurn.median)}, cumulative)`,
+      pass: c.spawn.firstTurn.median <= 3 * c.nodeStart.median,
+    },
+    {
+      name: steadyName,
+      measured: `${ms(c.daemon.overhead.median)} ms (before the model ${ms(c.daemon.before.median)}, after ${ms(c.daemon.after.median)}), ${ratio(c.daemon.overhead.median, floor)} of ${ms(floor)} ms (durable write ${ms(c.durableWrite.median)}, pass-through ${ms(c.passThrough.overhead.median)})`,
+      pass: c.daemon.overhead.median <= 2 * floor,
+    },
+  ];
 }

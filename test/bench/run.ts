@@ -1,4 +1,4 @@
-// `npm run bench [-- --quick] [-- --only overhead,prefix,streaming,start] [-- --profile DIR]`: measures
+// `npm run bench [-- --quick] [-- --only overhead,prefix,streaming,start,client] [-- --profile DIR]`: measures
 // the turn and the daemon on this machine against the scripted model server, prints a table and
 // writes it as bench/results/latest.json and latest.svg (quick.* and partial.* for shorter runs).
 import { existsSync, mkdirSync, mkdtempSync, rmSync, writeFileSync } from "node:fs";
@@ -14,11 +14,12 @@ import { watchOtherWork } from "./machine.js";
 import { measurePrefix } from "./prefix.js";
 import { targets, type BenchResults, type Measured } from "./results.js";
 import { measureStart, nodeStart, type StartResult } from "./start.js";
+import { measureClient, type ClientResult } from "./client.js";
 import { measureStreaming, type StreamRow } from "./stream.js";
 import { renderSvg } from "./svg.js";
 import { renderTable } from "./table.js";
 
-const PARTS = ["overhead", "prefix", "streaming", "start"] as const;
+const PARTS = ["overhead", "prefix", "streaming", "start", "client"] as const;
 type Part = (typeof PARTS)[number];
 
 interface Plan {
@@ -29,10 +30,13 @@ interface Plan {
   conversations: number[];
   rounds: number;
   starts: number;
+  /** Turns of one session driven as a client sees them, and spawns to a first answer. */
+  clientTurns: number;
+  clientStarts: number;
 }
 
-const FULL: Plan = { sizes: [1_000, 10_000, 100_000], turns: FULL_TURNS, prefixTurns: 300, prefixWindowPairs: 100, conversations: [1, 50, 200], rounds: 3, starts: 20 };
-const QUICK: Plan = { sizes: [1_000, 10_000], turns: 10, prefixTurns: 200, prefixWindowPairs: 80, conversations: [1, 20], rounds: 1, starts: 5 };
+const FULL: Plan = { sizes: [1_000, 10_000, 100_000], turns: FULL_TURNS, prefixTurns: 300, prefixWindowPairs: 100, conversations: [1, 50, 200], rounds: 3, starts: 20, clientTurns: 20, clientStarts: 10 };
+const QUICK: Plan = { sizes: [1_000, 10_000], turns: 10, prefixTurns: 200, prefixWindowPairs: 80, conversations: [1, 20], rounds: 1, starts: 5, clientTurns: 10, clientStarts: 3 };
 const CHUNKS = 50;
 const CHUNK_DELAY_MS = 20;
 
@@ -108,6 +112,15 @@ async function main(): Promise<void> {
       }
     }
 
+    let client: Measured<ClientResult> = { notMeasured: missing ?? "not asked for (--only)" };
+    if (!missing && args.only.has("client")) {
+      try {
+        client = { measured: await measureClient(server, { turns: plan.clientTurns, starts: plan.clientStarts, log }) };
+      } catch (e) {
+        client = { notMeasured: (e as Error).message };
+      }
+    }
+
     log("node -e 0");
     const bare = "measured" in start ? start.measured.nodeStart : await nodeStart(plan.starts);
     const cpu = cpus();
@@ -130,6 +143,7 @@ async function main(): Promise<void> {
       prefix,
       streaming,
       start,
+      client,
       elapsedMs: performance.now() - t0,
     };
     const results: BenchResults = { ...partial, targets: targets(partial) };

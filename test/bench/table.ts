@@ -88,6 +88,19 @@ export function renderTable(r: BenchResults): string {
     out.push(`  RSS: ${s.rssAfterInitializeMb.toFixed(0)} MB after initialize, ${s.rssAfterTurnMb.toFixed(0)} MB after one turn (peak ${s.peakMb.toFixed(0)} MB)`);
   } else out.push(`  not measured: ${r.start.notMeasured}`);
   out.push("");
+  out.push("5. The turn as a client sees it (ACP SDK client on stdio, a timing proxy before the model)");
+  if (r.client && "measured" in r.client) {
+    const c = r.client.measured;
+    const split = (name: string, t: { before: { median: number }; after: { median: number }; overhead: { median: number; p99: number } }) =>
+      `  ${name}: before the model ${ms(t.before.median)} ms, after its last byte ${ms(t.after.median)} ms, overhead ${ms(t.overhead.median)} ms (p99 ${ms(t.overhead.p99)}), medians of turns 2-${c.turns}`;
+    out.push(split("daemon      ", c.daemon));
+    out.push(split("pass-through", c.passThrough));
+    out.push(`  durable write (write, fsync, link, fsync the folder): ${ms(c.durableWrite.median)} ms`);
+    out.push(
+      `  spawn to: initialize ${ms(c.spawn.initialize.median)} ms, session/new ${ms(c.spawn.sessionNew.median)} ms, first turn answered ${ms(c.spawn.firstTurn.median)} ms (its overhead ${ms(c.firstTurnOverhead.median)} ms); node -e 0: ${ms(c.nodeStart.median)} ms`,
+    );
+  } else out.push(`  not measured: ${r.client ? ("notMeasured" in r.client ? r.client.notMeasured : "") : "not asked for"}`);
+  out.push("");
   out.push("Targets");
   for (const t of r.targets) out.push(`  ${t.pass === undefined ? "----" : t.pass ? "PASS" : "FAIL"}  ${t.name}: ${t.measured}`);
   out.push("");
