@@ -18,6 +18,7 @@ import { MAIN, ROOT } from "../fixtures/built.js";
 import { linkFreeEnv } from "../fixtures/env.js";
 import type { ModelServer } from "../model-server.js";
 import { benchSettings } from "./agent.js";
+import { daemonNodeArgs } from "./daemon.js";
 import { nodeStart } from "./start.js";
 import { summarize, type Summary } from "./stats.js";
 
@@ -87,10 +88,12 @@ function drive(command: string, args: string[]): Driven {
     child,
     client: connection.agent,
     close: async () => {
+      // Its client gone, the daemon ends by itself (and writes its profile, when asked for one).
       connection.close();
       child.stdin?.end();
-      if (child.exitCode === null) child.kill("SIGTERM");
+      const late = setTimeout(() => child.kill("SIGTERM"), 5_000);
       await exited;
+      clearTimeout(late);
     },
   };
 }
@@ -171,7 +174,7 @@ export async function measureClient(server: ModelServer, o: { turns: number; sta
   try {
     writeSettings({ dir }, benchSettings(proxy.url));
     o.log(`client: ${o.turns} turns through the daemon and the pass-through`);
-    const daemon = drive(process.execPath, [MAIN, "--agent", dir]);
+    const daemon = drive(process.execPath, [...daemonNodeArgs(), MAIN, "--agent", dir]);
     let daemonSplit: TurnSplit;
     try {
       await daemon.client.request(acp.methods.agent.initialize, { protocolVersion: acp.PROTOCOL_VERSION, clientCapabilities: {} });
@@ -199,7 +202,7 @@ export async function measureClient(server: ModelServer, o: { turns: number; sta
     for (let i = 0; i < o.starts; i++) {
       bare.push(await nodeStart(1));
       const t0 = performance.now();
-      const d = drive(process.execPath, [MAIN, "--agent", dir]);
+      const d = drive(process.execPath, [...daemonNodeArgs(), MAIN, "--agent", dir]);
       try {
         await d.client.request(acp.methods.agent.initialize, { protocolVersion: acp.PROTOCOL_VERSION, clientCapabilities: {} });
         init.push(performance.now() - t0);

@@ -24,6 +24,11 @@ export function setDaemonNodeArgs(args: readonly string[]): void {
   nodeArgs = [...args];
 }
 
+/** The options every daemon's Node is started with. */
+export function daemonNodeArgs(): readonly string[] {
+  return nodeArgs;
+}
+
 export function spawnDaemon(args: readonly string[]): DaemonProcess {
   const child = spawn(process.execPath, [...nodeArgs, MAIN, ...args], { env: linkFreeEnv(), stdio: ["pipe", "pipe", "pipe"] });
   let out = "";
