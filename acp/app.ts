@@ -120,7 +120,9 @@ export function createAgentApp(state: AcpState, outbox: Outbox): acp.AgentApp {
           listener(report);
         },
       );
-      log.info("turn ended", { thread: session.thread, stop: outcome.stop, ...(outcome.failure ? { failure: outcome.failure.message } : {}) });
+      // A failed turn is logged as failed, with its reason, never as the end_turn the client is answered.
+      if (outcome.failure) log.warn("turn failed", { thread: session.thread, reason: outcome.failure.reason, failure: outcome.failure.message });
+      else log.info("turn ended", { thread: session.thread, stop: outcome.stop });
       return outcome;
     };
 
@@ -132,11 +134,11 @@ export function createAgentApp(state: AcpState, outbox: Outbox): acp.AgentApp {
     )
     .onRequest(
       acp.methods.agent.session.new,
-      guard(({ params }) => {
+      guard(async ({ params }) => {
         const link = parseLink(NewSessionLink, params._meta, served);
         checkServers(params.mcpServers);
         const session = sessions.create(link, params.cwd, params.mcpServers);
-        return { sessionId: session.thread, configOptions: configOptions(sessions, session.thread, state.settings()) };
+        return { sessionId: session.thread, configOptions: await configOptions(sessions, session.thread, state.settings()) };
       }),
     )
     .onRequest(
@@ -149,16 +151,16 @@ export function createAgentApp(state: AcpState, outbox: Outbox): acp.AgentApp {
         // session/load answers only once the whole conversation has been shown again.
         for (const update of replay(sessions.events(session.thread), verbosityOf(settings))) outbox.send(client, session.thread, update);
         await outbox.flushed();
-        return { configOptions: configOptions(sessions, session.thread, settings) };
+        return { configOptions: await configOptions(sessions, session.thread, settings) };
       }),
     )
     .onRequest(
       acp.methods.agent.session.resume,
-      guard(({ params }) => {
+      guard(async ({ params }) => {
         parseLink(SessionLink, params._meta, served);
         checkServers(params.mcpServers ?? []);
         const session = sessions.attach(params.sessionId, params.cwd, params.mcpServers ?? []);
-        return { configOptions: configOptions(sessions, session.thread, state.settings()) };
+        return { configOptions: await configOptions(sessions, session.thread, state.settings()) };
       }),
     )
     .onRequest(
@@ -184,7 +186,7 @@ export function createAgentApp(state: AcpState, outbox: Outbox): acp.AgentApp {
         parseLink(SessionLink, params._meta, served);
         const session = sessions.get(params.sessionId);
         await setModel(sessions, session.thread, params.configId, params.value);
-        return { configOptions: configOptions(sessions, session.thread, state.settings()) };
+        return { configOptions: await configOptions(sessions, session.thread, state.settings()) };
       }),
     )
     .onRequest(

@@ -3,17 +3,28 @@
 import type { SessionConfigOption } from "@agentclientprotocol/sdk";
 import type { Settings } from "../protocol/index.js";
 import { appendEvent } from "../store/index.js";
+import { listedModels } from "../turn/runtime.js";
 import { ParamsError } from "./meta.js";
 import type { Sessions } from "./sessions.js";
 
 export const MODEL_OPTION = "model" as const;
 
-/** The model option: its value the conversation's model; the agent's own is always offered beside it. */
-export function configOptions(sessions: Sessions, thread: string, settings: Settings | undefined): SessionConfigOption[] {
+/**
+ * The models the option offers: the conversation's, the agent's, then those the endpoint lists
+ * (GET {base_url}/models, when it answers; kept as a runtime's answer is), each once.
+ */
+export async function offeredModels(current: string, settings: Settings | undefined): Promise<string[]> {
+  const agents = settings?.model.name;
+  const listed = settings ? ((await listedModels(settings).catch(() => undefined)) ?? []) : [];
+  return [...new Set([current, ...(agents !== undefined ? [agents] : []), ...listed])];
+}
+
+/** The model option: its value the conversation's model; the agent's own and the provider's are offered beside it. */
+export async function configOptions(sessions: Sessions, thread: string, settings: Settings | undefined): Promise<SessionConfigOption[]> {
   const agents = settings?.model.name;
   const current = sessions.model(thread) ?? agents;
   if (current === undefined) return [];
-  const values = [...new Set([current, ...(agents !== undefined ? [agents] : [])])];
+  const values = await offeredModels(current, settings);
   return [
     {
       type: "select",

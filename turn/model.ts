@@ -7,6 +7,7 @@ import { encodeBody } from "./body.js";
 import { lazyImport } from "./load.js";
 import type { ChatMessage } from "./prompt.js";
 import { envSecrets, redactor, settingsSecrets, type Redactor } from "./redact.js";
+import { endpointName } from "./runtime.js";
 import type { OfferedCall } from "./tools.js";
 
 const Delta = z
@@ -132,11 +133,43 @@ interface Classified {
   asked?: number;
 }
 
-/** What an error of the endpoint means for the turn; its words never hold a secret. */
-async function classify(e: unknown, secrets: Redactor): Promise<Classified> {
-  const { APIError, APIConnectionError } = await openaiModule();
+/** Why a connection failed, in a person's words, from the error's code (its cause's, or theirs). */
+const CONNECTION_FAULTS: Record<string, string> = {
+  ECONNREFUSED: "connection refused",
+  ECONNRESET: "connection reset",
+  ENOTFOUND: "no such host",
+  EAI_AGAIN: "the host's name could not be looked up",
+  ETIMEDOUT: "timed out",
+  EHOSTUNREACH: "host unreachable",
+  ENETUNREACH: "network unreachable",
+  UND_ERR_CONNECT_TIMEOUT: "timed out connecting",
+  UND_ERR_SOCKET: "the connection closed",
+  CERT_HAS_EXPIRED: "its certificate has expired",
+  DEPTH_ZERO_SELF_SIGNED_CERT: "its certificate is self-signed",
+  SELF_SIGNED_CERT_IN_CHAIN: "a certificate in its chain is self-signed",
+  UNABLE_TO_VERIFY_LEAF_SIGNATURE: "its certificate could not be verified",
+  ERR_TLS_CERT_ALTNAME_INVALID: "its certificate is for another host",
+};
+
+/** The reason a connection failed: the first code found down the chain of causes. */
+function connectionFault(e: unknown): string | undefined {
+  let at: unknown = e;
+  for (let depth = 0; depth < 6 && at !== null && typeof at === "object"; depth++) {
+    const code = (at as { code?: unknown }).code;
+    if (typeof code === "string") return CONNECTION_FAULTS[code] ?? code;
+    const nested = (at as { errors?: unknown }).errors;
+    if (Array.isArray(nested) && nested.length > 0) at = nested[0];
+    else at = (at as { cause?: unknown }).cause;
+  }
+  return undefined;
+}
+
+/** What an error of the endpoint means for the turn; its words never hold a secret, and name the endpoint. */
+async function classify(e: unknown, secrets: Redactor, endpoint: string): Promise<Classified> {
+  const { APIError, APIConnectionError, APIConnectionTimeoutError } = await openaiModule();
   if (e instanceof APIConnectionError) {
-    return { error: new ModelError("network", secrets.redact(`cannot reach the model: ${e.message}`)), retry: true };
+    const why = e instanceof APIConnectionTimeoutError ? "timed out" : (connectionFault(e.cause) ?? e.message.replace(/\.$/, "").toLowerCase());
+    return { error: new ModelError("network", secrets.redact(`cannot reach the model at ${endpoint} (${why})`)), retry: true };
   }
   if (e instanceof APIError) {
     const status = typeof e.status === "number" ? e.status : undefined;
@@ -147,7 +180,7 @@ async function classify(e: unknown, secrets: Redactor): Promise<Classified> {
     const asked = retryAfter(e.headers);
     return { error, retry: status !== undefined && shouldRetry(status, e.headers), ...(asked !== undefined ? { asked } : {}) };
   }
-  return { error: new ModelError("network", secrets.redact(`the model's stream failed: ${(e as Error).message ?? String(e)}`)), retry: false };
+  return { error: new ModelError("network", secrets.redact(`the model's stream from ${endpoint} failed: ${(e as Error).message ?? String(e)}`)), retry: false };
 }
 
 /** As the endpoint says (x-should-retry), else the statuses that mean "not now": 408, 409, 429, 5xx. */
@@ -314,7 +347,7 @@ export async function askModel(req: ModelRequest): Promise<ModelAnswer> {
     }
     if (failed === undefined || req.signal?.aborted) return into.answer(performance.now() - started, req.signal?.aborted ?? false);
     if (failed instanceof Cut) throw new ModelError("network", `the model's stream was cut: ${failed.message}`);
-    const { error, retry: again, asked } = await classify(failed, secrets);
+    const { error, retry: again, asked } = await classify(failed, secrets, endpointName(req.settings.model.base_url));
     if (!again || retry >= MAX_RETRIES) throw error;
     const cap = limits.retry_wait * 1000;
     if (asked !== undefined && asked > cap) {
