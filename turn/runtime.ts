@@ -139,8 +139,8 @@ async function readBounded(res: Response): Promise<string> {
 
 const positive = z.number().int().positive().max(1e9);
 const OllamaShow = z.object({ model_info: z.record(z.string(), z.unknown()).optional(), parameters: z.string().optional() }).loose();
-const OllamaPs = z.object({ models: z.array(z.object({ name: z.string().optional(), model: z.string().optional(), context_length: z.unknown() }).loose()) }).loose();
-const LlamaProps = z.object({ default_generation_settings: z.object({ n_ctx: z.unknown() }).loose().optional(), n_ctx: z.unknown() }).loose();
+const OllamaPs = z.object({ models: z.array(z.object({ name: z.string().optional(), model: z.string().optional(), context_length: z.unknown().optional() }).loose()) }).loose();
+const LlamaProps = z.object({ default_generation_settings: z.object({ n_ctx: z.unknown().optional() }).loose().optional(), n_ctx: z.unknown().optional() }).loose();
 const ModelList = z.object({ data: z.array(z.object({ id: z.string() }).loose()) }).loose();
 const VllmModel = z.object({ id: z.string(), root: z.string().nullish(), max_model_len: positive }).loose();
 const LmStudioModel = z.object({ id: z.string(), state: z.string().optional(), loaded_context_length: positive.optional(), max_context_length: positive.optional() }).loose();
