@@ -38,7 +38,8 @@ function loadFacts(path: string | URL, required: boolean): Record<string, ModelF
   }
   const parsed = ModelFacts.safeParse(raw);
   if (!parsed.success) throw new FactsError(`model facts ${String(path)}: ${describeIssues(parsed.error)}`);
-  const out: Record<string, ModelFact> = {};
+  // No prototype: an entry named __proto__ is an entry like any other.
+  const out = Object.create(null) as Record<string, ModelFact>;
   for (const [k, v] of Object.entries(parsed.data.models)) out[k.toLowerCase()] = v;
   return out;
 }

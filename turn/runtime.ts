@@ -113,7 +113,8 @@ async function askJson(url: string, init: { method?: string; body?: unknown; hea
   }
   const text = await readBounded(res);
   try {
-    return JSON.parse(text) as unknown;
+    const value: unknown = JSON.parse(text);
+    return value;
   } catch {
     throw new NotThis("not JSON");
   }
