@@ -6,6 +6,7 @@ import { createHash } from "node:crypto";
 import { isIP } from "node:net";
 import { z } from "zod";
 import type { Settings } from "../protocol/index.js";
+import { connectionFault } from "./faults.js";
 
 /** Ollama's context when nothing sets num_ctx on a small machine (NOTES.md). */
 export const OLLAMA_DEFAULT_CONTEXT = 4_096;
@@ -317,8 +318,10 @@ export async function runtimeWindow(settings: Settings, model: string, o: AskOpt
       const asking: Asking = { settings, model, root: rootOf(base), base, headers: authorization(settings, env), env, signal };
       const results = await Promise.allSettled(ASKS.map((ask) => ask(asking)));
       for (const r of results) if (r.status === "fulfilled" && r.value) return { value: { answer: r.value }, failed: false };
-      const failed = results.some((r) => r.status === "rejected" && !(r.reason instanceof NotThis));
-      const none = failed ? `no runtime answered at ${endpointName(base)} within ${(o.timeoutMs ?? ASK_TIMEOUT_MS) / 1000} s` : `no runtime at ${endpointName(base)} knows ${model}`;
+      const failure = results.find((r): r is PromiseRejectedResult => r.status === "rejected" && !(r.reason instanceof NotThis));
+      const why = (e: unknown) => (signal.aborted ? `none answered within ${(o.timeoutMs ?? ASK_TIMEOUT_MS) / 1000} s` : (connectionFault(e) ?? "no answer"));
+      const none = failure ? `no runtime answered at ${endpointName(base)} (${why(failure.reason)})` : `no runtime at ${endpointName(base)} knows ${model}`;
+      const failed = failure !== undefined;
       return { value: { none }, failed };
     },
     clock,
