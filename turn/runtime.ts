@@ -174,8 +174,8 @@ async function askOllama(a: Asking): Promise<RuntimeAnswer | undefined> {
     const loaded = ps.data?.models.find((m) => sameModel(m.name, a.model) || sameModel(m.model, a.model));
     const runs = count(loaded?.context_length);
     if (runs !== undefined) return { runtime: "ollama", window: runs, at: endpointName(`${a.root}/api/ps`), how: "the context the loaded model runs with" };
-  } catch (e) {
-    if (!(e instanceof NotThis)) throw e;
+  } catch {
+    // An Ollama too old for /api/ps, or slow to answer it: /api/show's answer stands.
   }
   const numCtx = count(Number(/^\s*num_ctx\s+(\d+)\s*$/m.exec(show.data.parameters ?? "")?.[1]));
   if (numCtx !== undefined) return { runtime: "ollama", window: numCtx, at, how: "num_ctx of its Modelfile" };
