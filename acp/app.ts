@@ -169,7 +169,9 @@ export function createAgentApp(state: AcpState, outbox: Outbox): acp.AgentApp {
           listener(report);
         },
       );
-      log.info("turn ended", { thread: session.thread, stop: outcome.stop, ...(outcome.failure ? { failure: outcome.failure.message } : {}) });
+      // A failed turn is logged as failed, with its reason, never as the end_turn the client is answered.
+      if (outcome.failure) log.warn("turn failed", { thread: session.thread, reason: outcome.failure.reason, failure: outcome.failure.message });
+      else log.info("turn ended", { thread: session.thread, stop: outcome.stop });
       return outcome;
     };
 
@@ -181,12 +183,13 @@ export function createAgentApp(state: AcpState, outbox: Outbox): acp.AgentApp {
     )
     .onRequest(
       acp.methods.agent.session.new,
-      guard(({ params, client }) => {
+      guard(async ({ params, client }) => {
         const link = parseLink(NewSessionLink, params._meta, served);
         checkServers(params.mcpServers);
         const session = sessions.create(link, params.cwd, params.mcpServers);
+        const options = await configOptions(sessions, session, state.settings(), state.agentModel);
         announceCommands(client, session.id, session.cwd, true);
-        return { sessionId: session.id, configOptions: configOptions(sessions, session, state.settings(), state.agentModel) };
+        return { sessionId: session.id, configOptions: options };
       }),
     )
     .onRequest(
@@ -201,17 +204,18 @@ export function createAgentApp(state: AcpState, outbox: Outbox): acp.AgentApp {
         for (const update of replay(sessions.events(session), verbosity)) outbox.send(client, session.id, update);
         announceCommands(client, session.id, session.cwd, false);
         await outbox.flushed();
-        return { configOptions: configOptions(sessions, session, settings, state.agentModel) };
+        return { configOptions: await configOptions(sessions, session, settings, state.agentModel) };
       }),
     )
     .onRequest(
       acp.methods.agent.session.resume,
-      guard(({ params, client }) => {
+      guard(async ({ params, client }) => {
         parseLink(SessionLink, params._meta, served);
         checkServers(params.mcpServers ?? []);
         const session = sessions.attach(params.sessionId, params.cwd, params.mcpServers ?? []);
+        const options = await configOptions(sessions, session, state.settings(), state.agentModel);
         announceCommands(client, session.id, session.cwd, true);
-        return { configOptions: configOptions(sessions, session, state.settings(), state.agentModel) };
+        return { configOptions: options };
       }),
     )
     .onRequest(
@@ -239,7 +243,7 @@ export function createAgentApp(state: AcpState, outbox: Outbox): acp.AgentApp {
         const session = sessions.get(params.sessionId);
         const settings = state.settings();
         await setModel(commandContext(session, settings), params.configId, params.value);
-        return { configOptions: configOptions(sessions, session, settings, state.agentModel) };
+        return { configOptions: await configOptions(sessions, session, settings, state.agentModel) };
       }),
     )
     .onRequest(

@@ -3,20 +3,30 @@
 import type { SessionConfigOption } from "@agentclientprotocol/sdk";
 import type { Settings } from "../protocol/index.js";
 import { setConversationModel, type CommandContext } from "../turn/commands.js";
+import { listedModels } from "../turn/runtime.js";
 import { ParamsError } from "./meta.js";
 import type { Sessions, SessionState } from "./sessions.js";
 
 export const MODEL_OPTION = "model" as const;
 
 /**
- * The model option: its value the conversation's model; the agent's own (as `/model:set --agent` set
- * it in this process, else as it started) is always offered beside it.
+ * The models the option offers: the conversation's, the agent's, then those the endpoint lists
+ * (GET {base_url}/models, when it answers; kept as a runtime's answer is), each once.
  */
-export function configOptions(sessions: Sessions, session: SessionState, settings: Settings | undefined, agentModel?: string): SessionConfigOption[] {
+export async function offeredModels(current: string, agents: string | undefined, settings: Settings | undefined): Promise<string[]> {
+  const listed = settings ? ((await listedModels(settings).catch(() => undefined)) ?? []) : [];
+  return [...new Set([current, ...(agents !== undefined ? [agents] : []), ...listed])];
+}
+
+/**
+ * The model option: its value the conversation's model; the agent's own (as `/model:set --agent` set
+ * it in this process, else as it started) and the provider's are offered beside it.
+ */
+export async function configOptions(sessions: Sessions, session: SessionState, settings: Settings | undefined, agentModel?: string): Promise<SessionConfigOption[]> {
   const agents = agentModel ?? settings?.model.name;
   const current = sessions.model(session) ?? agents;
   if (current === undefined) return [];
-  const values = [...new Set([current, ...(agents !== undefined ? [agents] : [])])];
+  const values = await offeredModels(current, agents, settings);
   return [
     {
       type: "select",

@@ -26,12 +26,14 @@ export type Command =
   | { kind: "contract" }
   | { kind: "configure"; agent: AgentOptions; file?: string }
   | { kind: "state"; agent: AgentOptions; export: boolean }
+  | { kind: "facts"; agent: AgentOptions; model?: string }
   | { kind: "serve"; agent: AgentOptions; socket?: string; agents?: string; blank?: string };
 
 export const USAGE = `usage:
   lnk-link-harness contract                        print the Contract as JSON
   lnk-link-harness configure [--agent DIR] [FILE]  validate settings (FILE or stdin) and write config.json
   lnk-link-harness state [--agent DIR]             print the paths a move carries
+  lnk-link-harness facts [--agent DIR] [MODEL]     print the window and answer share a turn would use, and where each came from
   lnk-link-harness [--agent DIR] [--files DIR] [--home DIR] [--socket PATH]
                                                    serve ACP on stdio, or on a Unix socket (mode 0600)
   lnk-link-harness --help | --version
@@ -132,6 +134,13 @@ export function parseCommandLine(argv: string[], env: NodeJS.ProcessEnv = proces
         throw new UsageError(`state takes only "export", got ${JSON.stringify(sub === "export" ? more[0] : sub)}`);
       }
       return { kind: "state", agent, export: sub === "export" };
+    }
+    case "facts": {
+      only(["agent", "files", "home"], "facts");
+      if (rest.length > 1) throw new UsageError("facts takes at most one MODEL");
+      const model = rest[0]?.trim();
+      if (rest[0] !== undefined && !model) throw new UsageError("facts: MODEL is a model's name");
+      return { kind: "facts", agent, ...(model ? { model } : {}) };
     }
     default:
       throw new UsageError(`unknown command ${JSON.stringify(verb)} (see --help)`);

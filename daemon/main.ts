@@ -28,6 +28,9 @@ async function run(command: Command): Promise<void> {
     case "state":
       (await import("./commands.js")).printState(command.agent, command.export);
       return;
+    case "facts":
+      process.stdout.write(await (await import("./facts.js")).factsReport(command.agent, command.model));
+      return;
     case "serve": {
       const { serve } = await import("./serve.js");
       await serve(command);

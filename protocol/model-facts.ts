@@ -1,5 +1,10 @@
-// Models' facts: windows and answers' shares, as data (decisions.txt "Where does a model's window come from?").
+// Models' facts: windows, answers' shares and what a model reads, as data (decisions.txt "Where does a model's window come from?").
 import { z } from "zod";
+
+/** What a model takes in: text always; images and documents (PDF, text) when it reads them. */
+export const MODEL_INPUTS = ["text", "image", "document"] as const;
+export const ModelInput = z.enum(MODEL_INPUTS);
+export type ModelInput = z.infer<typeof ModelInput>;
 
 export const ModelFact = z
   .object({
@@ -7,6 +12,8 @@ export const ModelFact = z
     window: z.number().int().positive().optional(),
     /** Its longest answer, in tokens. */
     answer: z.number().int().positive().optional(),
+    /** What it reads: text, image, document. */
+    inputs: z.array(ModelInput).min(1).optional(),
   })
   .strict();
 export type ModelFact = z.infer<typeof ModelFact>;

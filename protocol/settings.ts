@@ -21,14 +21,16 @@ export const ModelSettings = z
 /** The spec's [window], in tokens. */
 export const WindowSettings = z
   .object({
-    /** The window you set: always wins, whatever is known of the model. */
+    /** The window you or a team set: taken as set, whatever is known of the model. */
     max: tokens.optional(),
+    /** Link's own [window] max, from its defaults: held to the model's window. `max` wins over it. */
+    link_max: tokens.optional(),
     /** The answer's share when the model names none. */
     answer: tokens.optional(),
     margin: z.number().int().nonnegative().optional(),
     /** The window of a model nobody described. */
     unknown: tokens.optional(),
-    /** Whether a trained window a runtime (Ollama) reports counts beyond the runtime's default. */
+    /** Whether a trained window a runtime (Ollama, LM Studio) reports counts beyond the context it loads a model with by default. */
     trained: z.boolean().optional(),
   })
   .strict();

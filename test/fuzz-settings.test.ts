@@ -48,7 +48,7 @@ const validSettings = fc.record(
       },
       { requiredKeys: ["provider", "name", "base_url", "key"] },
     ),
-    window: fc.record({ max: tokens, answer: tokens, margin: fc.nat(), unknown: tokens, trained: fc.boolean() }, { requiredKeys: [] }),
+    window: fc.record({ max: tokens, link_max: tokens, answer: tokens, margin: fc.nat(), unknown: tokens, trained: fc.boolean() }, { requiredKeys: [] }),
     instructions: fc.dictionary(
       fc.oneof({ weight: 6, arbitrary: fc.constantFrom(...SECTION_NAMES) }, { weight: 1, arbitrary: odd }),
       fc.record({ text, max: fc.nat(), owner: text }, { requiredKeys: [] }),

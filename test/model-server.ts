@@ -110,14 +110,47 @@ export interface ModelServerOptions {
   /** The model id listed by GET /v1/models. */
   model?: string;
   /** Serve Ollama's POST /api/show with this trained window. */
-  ollama?: { contextLength: number; arch?: string };
+  ollama?: OllamaScript;
 }
+
+/** Ollama: POST /api/show (trained window, the Modelfile's num_ctx), GET /api/ps (a loaded model's context). */
+export interface OllamaScript {
+  contextLength: number;
+  arch?: string;
+  /** `num_ctx N` in /api/show's parameters. */
+  numCtx?: number;
+  /** Listed by /api/ps as loaded with this context_length. */
+  loaded?: number;
+}
+
+/**
+ * What the server answers as a local runtime, beside chat completions: each as that runtime's
+ * documentation says. A test may change it between requests.
+ */
+export interface RuntimeScript {
+  /** The ids GET /v1/models lists; left out, the server's one model. */
+  models?: string[];
+  ollama?: OllamaScript;
+  /** llama.cpp's server: GET /props with default_generation_settings.n_ctx. */
+  llamacpp?: { nCtx: number };
+  /** vLLM: each model GET /v1/models lists has this max_model_len. */
+  vllm?: { maxModelLen: number };
+  /** LM Studio: GET /api/v0/models lists each model, loaded with `loaded` tokens, or not loaded. */
+  lmstudio?: { loaded?: number; max: number };
+}
+
+/** The paths a runtime's or a provider's own API answers: asked by the harness, never the model's turn. */
+const RUNTIME_PATHS = new Set(["/v1/models", "/api/show", "/api/ps", "/props", "/api/v0/models"]);
 
 export interface ModelServer {
   /** Base URL ending in `/v1`, as the `openai` client's `baseURL`. */
   readonly url: string;
-  /** Every request received, in order. */
+  /** Every request received, in order, but those to a runtime's own API or the list of models (see `asked`). */
   readonly requests: RecordedRequest[];
+  /** Every request to a runtime's own API or to GET /v1/models, in order. */
+  readonly asked: RecordedRequest[];
+  /** What it answers as a runtime; changed by a test as it goes. */
+  runtime: RuntimeScript;
   /** Scripted replies not yet used. */
   readonly pending: number;
   fallback: ReplyFn;
@@ -284,6 +317,7 @@ async function readBody(req: IncomingMessage): Promise<string> {
 export async function startModelServer(opts: ModelServerOptions = {}): Promise<ModelServer> {
   const queue: ScriptStep[] = [];
   const requests: RecordedRequest[] = [];
+  const asked: RecordedRequest[] = [];
   const waiters: { count: number; resolve: (r: RecordedRequest) => void }[] = [];
   const sockets = new Set<Socket>();
 
@@ -319,20 +353,59 @@ export async function startModelServer(opts: ModelServerOptions = {}): Promise<M
       if (!res.writableFinished) request.aborted = true;
       ended();
     });
-    record(request);
+    if (RUNTIME_PATHS.has(path)) asked.push(request);
+    else record(request);
 
+    const rt = server.runtime;
+    const ids = rt.models ?? [opts.model ?? "scripted"];
     if (req.method === "GET" && path === "/v1/models") {
-      const model = { id: opts.model ?? "scripted", object: "model", created: 0, owned_by: "model-server" };
-      return sendJson(res, 200, { object: "list", data: [model] });
+      // vLLM's entries carry max_model_len; an OpenAI-compatible list, only the id.
+      const data = ids.map((id) => ({ id, object: "model", created: 0, owned_by: rt.vllm ? "vllm" : "model-server", ...(rt.vllm ? { root: id, parent: null, max_model_len: rt.vllm.maxModelLen } : {}) }));
+      return sendJson(res, 200, { object: "list", data });
     }
     if (req.method === "POST" && path === "/api/show") {
-      if (!opts.ollama) return sendJson(res, 404, { error: "not found" });
-      const arch = opts.ollama.arch ?? "llama";
+      if (!rt.ollama) return sendJson(res, 404, { error: "not found" });
+      const arch = rt.ollama.arch ?? "llama";
       return sendJson(res, 200, {
-        model_info: { "general.architecture": arch, [`${arch}.context_length`]: opts.ollama.contextLength },
+        ...(rt.ollama.numCtx !== undefined ? { parameters: `stop                           "<|im_end|>"\nnum_ctx                        ${rt.ollama.numCtx}\ntemperature                    0.7` } : {}),
+        model_info: { "general.architecture": arch, [`${arch}.context_length`]: rt.ollama.contextLength },
         details: { format: "gguf", family: arch, families: [arch], parameter_size: "8B", quantization_level: "Q4_K_M" },
         capabilities: ["completion", "tools"],
       });
+    }
+    if (req.method === "GET" && path === "/api/ps") {
+      if (!rt.ollama) return sendJson(res, 404, { error: "not found" });
+      const loaded = rt.ollama.loaded;
+      const models = loaded === undefined ? [] : ids.map((id) => ({ name: id, model: id, size: 1, digest: "0", expires_at: "2026-12-01T00:00:00Z", size_vram: 1, context_length: loaded }));
+      return sendJson(res, 200, { models });
+    }
+    if (req.method === "GET" && path === "/props") {
+      if (!rt.llamacpp) return sendError(res, { status: 404, message: "File Not Found", type: "not_found_error" });
+      return sendJson(res, 200, {
+        default_generation_settings: { id: 0, n_ctx: rt.llamacpp.nCtx, speculative: false, is_processing: false, params: { n_predict: -1 } },
+        total_slots: 1,
+        model_path: "/models/model.gguf",
+        chat_template: "",
+        modalities: { vision: false, audio: false },
+        build_info: "b6000",
+      });
+    }
+    if (req.method === "GET" && path === "/api/v0/models") {
+      const lm = rt.lmstudio;
+      if (!lm) return sendJson(res, 404, { error: "Unexpected endpoint or method. (GET /api/v0/models)" });
+      const data = ids.map((id) => ({
+        id,
+        object: "model",
+        type: "llm",
+        publisher: "lmstudio-community",
+        arch: "qwen3",
+        compatibility_type: "gguf",
+        quantization: "Q4_K_M",
+        state: lm.loaded !== undefined ? "loaded" : "not-loaded",
+        max_context_length: lm.max,
+        ...(lm.loaded !== undefined ? { loaded_context_length: lm.loaded } : {}),
+      }));
+      return sendJson(res, 200, { object: "list", data });
     }
     if (req.method !== "POST" || path !== "/v1/chat/completions") {
       return sendError(res, { status: 404, message: `Unknown request URL: ${req.method} ${path}`, code: "unknown_url" });
@@ -372,6 +445,8 @@ export async function startModelServer(opts: ModelServerOptions = {}): Promise<M
   const server: ModelServer = {
     url: `http://127.0.0.1:${port}/v1`,
     requests,
+    asked,
+    runtime: { ...(opts.ollama ? { ollama: opts.ollama } : {}) },
     get pending() {
       return queue.length;
     },

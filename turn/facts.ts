@@ -1,17 +1,16 @@
 // A model's window: from your facts file, a runtime's report, Link's facts, or the unknown window.
 // Spec: "Where does a model's window come from?" (decisions.txt).
-import { existsSync } from "node:fs";
+import { existsSync, statSync } from "node:fs";
 import { fileURLToPath } from "node:url";
 import { homedir } from "node:os";
 import { join } from "node:path";
 import { parse as parseToml } from "smol-toml";
-import { ModelFacts, describeIssues, type ModelFact, type Settings } from "../protocol/index.js";
+import { MODEL_INPUTS, ModelFacts, describeIssues, type ModelFact, type ModelInput, type Settings } from "../protocol/index.js";
 import { readNoFollow } from "../store/index.js";
+import { runtimeWindow, type RuntimeAnswer, type RuntimeFound } from "./runtime.js";
 
 export const UNKNOWN_WINDOW = 32_768;
 export const DEFAULT_ANSWER = 4_096;
-/** Ollama's context when nothing sets num_ctx on a small machine (NOTES.md). */
-export const OLLAMA_DEFAULT_CONTEXT = 4_096;
 
 // From the sources (turn/) or the build (dist/turn/): the data file stays in protocol/.
 const SHIPPED = [new URL("../protocol/model-facts.toml", import.meta.url), new URL("../../protocol/model-facts.toml", import.meta.url)];
@@ -39,123 +38,187 @@ function loadFacts(path: string | URL, required: boolean): Record<string, ModelF
   }
   const parsed = ModelFacts.safeParse(raw);
   if (!parsed.success) throw new FactsError(`model facts ${String(path)}: ${describeIssues(parsed.error)}`);
-  const out: Record<string, ModelFact> = {};
+  // No prototype: an entry named __proto__ is an entry like any other.
+  const out = Object.create(null) as Record<string, ModelFact>;
   for (const [k, v] of Object.entries(parsed.data.models)) out[k.toLowerCase()] = v;
   return out;
 }
 
 let shipped: Record<string, ModelFact> | undefined;
-const yours = new Map<string, { mtimeKey: string; facts: Record<string, ModelFact> }>();
+/** Your file as last read, per path, with the stat it was read at: read again when that changes. */
+const yours = new Map<string, { stamp: string; facts: Record<string, ModelFact> }>();
 
 /** Your facts file: $XDG_CONFIG_HOME/lnk/model-facts.toml, else ~/.config/lnk/model-facts.toml. */
 export function yourFactsPath(env: NodeJS.ProcessEnv = process.env): string {
   return join(env.XDG_CONFIG_HOME || join(env.HOME || homedir(), ".config"), "lnk", "model-facts.toml");
 }
 
-/** The entry a model name takes: its own, else the longest entry it starts with at a separator. */
-export function lookup(facts: Record<string, ModelFact>, model: string): ModelFact | undefined {
-  const name = model.toLowerCase();
-  const bare = name.includes("/") ? name.slice(name.lastIndexOf("/") + 1) : name;
-  for (const candidate of [name, bare]) {
-    const exact = facts[candidate];
-    if (exact) return exact;
+/** Your facts as they are now: one stat a turn, the file parsed again only when it changed. */
+function yourFacts(path: string): Record<string, ModelFact> {
+  let stamp: string;
+  try {
+    const st = statSync(path, { bigint: true });
+    stamp = `${st.ino}:${st.size}:${st.mtimeNs}:${st.ctimeNs}`;
+  } catch (e) {
+    if ((e as NodeJS.ErrnoException).code !== "ENOENT" && (e as NodeJS.ErrnoException).code !== "ENOTDIR") throw new FactsError(`cannot read model facts ${path}: ${(e as Error).message}`);
+    stamp = "absent";
   }
-  let best: string | undefined;
-  for (const key of Object.keys(facts)) {
-    if (bare.length > key.length && bare.startsWith(key) && "-.:/@".includes(bare[key.length] ?? "") && (!best || key.length > best.length)) {
-      best = key;
-    }
-  }
-  return best ? facts[best] : undefined;
+  const kept = yours.get(path);
+  if (kept?.stamp === stamp) return kept.facts;
+  const facts = stamp === "absent" ? {} : loadFacts(path, false);
+  yours.set(path, { stamp, facts });
+  return facts;
 }
 
-export interface ModelFactsView {
-  /** Link's shipped facts and yours, separately: yours wins field by field. */
-  shipped: ModelFact | undefined;
-  yours: ModelFact | undefined;
+/** Whose entry a fact came from: your file's or Link's. */
+export type FactsFile = "yours" | "link";
+
+/** A fact, with the entry it came from. */
+export interface Sourced<T> {
+  value: T;
+  from: FactsFile;
+  /** The entry's name in its file. */
+  entry: string;
 }
 
-export function factsFor(model: string, env: NodeJS.ProcessEnv = process.env): ModelFactsView {
-  shipped ??= loadFacts(shippedPath(), true);
-  const path = yourFactsPath(env);
-  let entry = yours.get(path);
-  if (!entry) {
-    entry = { mtimeKey: path, facts: loadFacts(path, false) };
-    yours.set(path, entry);
-  }
-  return { shipped: lookup(shipped, model), yours: lookup(entry.facts, model) };
+/** Each field of a model's facts, each from the most specific entry that has it. */
+export interface LayeredFacts {
+  window?: Sourced<number>;
+  answer?: Sourced<number>;
+  inputs?: Sourced<ModelInput[]>;
 }
-
-/** Forgets your facts as read, so an edit is seen (tests, and `lnk model facts` refreshes). */
-export function forgetFacts(): void {
-  yours.clear();
-}
-
-/** What a runtime on the machine says it runs the model with (Ollama), or undefined. */
-export type RuntimeReport = (settings: Settings) => Promise<number | undefined>;
-
-const reports = new Map<string, number | undefined>();
 
 /**
- * Ollama: the trained window from /api/show, counted only up to the context Ollama runs a model
- * with unless told (its default, or OLLAMA_CONTEXT_LENGTH), unless the settings say otherwise.
+ * The entries a model name takes, the most specific first: its own (with any provider prefix, then
+ * without), then each entry it starts with at a separator (- . : / @), longer before shorter.
  */
-export const ollamaReport: RuntimeReport = async (settings) => {
-  const base = settings.model.base_url.replace(/\/v1\/?$/, "");
-  const isOllama = settings.model.provider.toLowerCase() === "ollama" || /:11434(\/|$)/.test(settings.model.base_url);
-  if (!isOllama) return undefined;
-  const key = `${base} ${settings.model.name}`;
-  if (reports.has(key)) return reports.get(key);
-  let trained: number | undefined;
-  try {
-    const res = await fetch(`${base}/api/show`, {
-      method: "POST",
-      headers: { "content-type": "application/json" },
-      body: JSON.stringify({ model: settings.model.name }),
-      signal: AbortSignal.timeout(2_000),
-    });
-    if (res.ok) {
-      const body: unknown = await res.json();
-      const info = (body as { model_info?: Record<string, unknown> }).model_info ?? {};
-      for (const [k, v] of Object.entries(info)) {
-        if (k.endsWith(".context_length") && typeof v === "number") trained = v;
-      }
-    }
-  } catch {
-    trained = undefined;
+export function matches(facts: Record<string, ModelFact>, model: string): { entry: string; fact: ModelFact; specificity: number }[] {
+  const name = model.toLowerCase();
+  const bare = name.includes("/") ? name.slice(name.lastIndexOf("/") + 1) : name;
+  const out: { entry: string; fact: ModelFact; specificity: number }[] = [];
+  for (const [key, fact] of Object.entries(facts)) {
+    // An exact name is more specific than any entry it merely starts with.
+    if (key === name) out.push({ entry: key, fact, specificity: 2 * 1e6 + key.length });
+    else if (key === bare) out.push({ entry: key, fact, specificity: 1e6 + key.length });
+    else if (bare.length > key.length && bare.startsWith(key) && "-.:/@".includes(bare[key.length] ?? "")) out.push({ entry: key, fact, specificity: key.length });
   }
-  const runsWith = Number(process.env.OLLAMA_CONTEXT_LENGTH) || OLLAMA_DEFAULT_CONTEXT;
-  const window = trained === undefined ? undefined : settings.window?.trained ? trained : Math.min(trained, runsWith);
-  reports.set(key, window);
-  return window;
-};
-
-export interface ModelWindow {
-  /** The model's window, in tokens. */
-  window: number;
-  /** The answer's share. */
-  answer: number;
-  /** Where the window came from. */
-  source: "settings" | "yours" | "runtime" | "link" | "unknown";
+  return out.sort((a, b) => b.specificity - a.specificity);
 }
 
-/** The window and the answer's share for the settings' model (or the conversation's). */
-export async function modelWindow(settings: Settings, model: string, report: RuntimeReport = ollamaReport, env = process.env): Promise<ModelWindow> {
-  const facts = factsFor(model, env);
-  const longest = facts.yours?.answer ?? facts.shipped?.answer;
+/** The entry a model name takes in one file: its most specific (kept for callers that read one file). */
+export function lookup(facts: Record<string, ModelFact>, model: string): ModelFact | undefined {
+  return matches(facts, model)[0]?.fact;
+}
+
+/**
+ * A model's facts, field by field: for each field, the most specific entry of either file that has
+ * it; at equal specificity yours wins. So your `qwen3` window doesn't shadow Link's `qwen3-coder`
+ * for qwen3-coder, and your `qwen3-coder` answer changes only its answer.
+ */
+export function layeredFacts(model: string, env: NodeJS.ProcessEnv = process.env): LayeredFacts {
+  shipped ??= loadFacts(shippedPath(), true);
+  const candidates = [
+    ...matches(yourFacts(yourFactsPath(env)), model).map((m) => ({ ...m, from: "yours" as const })),
+    ...matches(shipped, model).map((m) => ({ ...m, from: "link" as const })),
+  ].sort((a, b) => b.specificity - a.specificity || (a.from === b.from ? 0 : a.from === "yours" ? -1 : 1));
+  const out: LayeredFacts = {};
+  for (const field of ["window", "answer", "inputs"] as const) {
+    const c = candidates.find((m) => m.fact[field] !== undefined);
+    if (c) (out as Record<string, Sourced<unknown>>)[field] = { value: c.fact[field], from: c.from, entry: c.entry };
+  }
+  return out;
+}
+
+/** Forgets every facts file as read (tests; an edit of yours is seen anyway, by its stat). */
+export function forgetFacts(): void {
+  yours.clear();
+  shipped = undefined;
+}
+
+/** Where a window came from. */
+export type WindowSource = "settings" | "link-max" | "yours" | "runtime" | "link" | "unknown";
+/** Where an answer's share came from: the settings, or the default (bounded by the model's longest and the window). */
+export type AnswerSource = "settings" | "default";
+
+export interface ModelWindow {
+  /** The model these are for. */
+  model: string;
+  /** The model's window, in tokens. */
+  window: number;
+  /** Where the window came from. */
+  source: WindowSource;
+  /** The window the model takes, as the layers below the settings say (what link_max is held to). */
+  modelWindow: number;
+  modelSource: Exclude<WindowSource, "settings" | "link-max">;
+  /** What the runtime said, when it was asked and answered. */
+  runtime?: RuntimeAnswer;
+  /** Why the runtime said nothing, when it was asked. */
+  noRuntime?: string;
+  /** The answer's share. */
+  answer: number;
+  answerSource: AnswerSource;
+  /** The model's longest answer, and whose entry said it. */
+  longest?: Sourced<number>;
+  /** What the model reads, and whose entry said it (left out: nobody said, and every input is sent). */
+  inputs: readonly ModelInput[];
+  inputsFrom?: Sourced<ModelInput[]>;
+  /** The facts as layered, for a report. */
+  facts: LayeredFacts;
+}
+
+/** What a runtime says (turn/runtime.ts), or a stand-in for tests. */
+export type RuntimeReport = (settings: Settings, model: string) => Promise<RuntimeFound>;
+
+/**
+ * The window and the answer's share for `model` (the conversation's, else the settings'):
+ * the window you or a team set (window.max) as set; else the model's window, held under Link's own
+ * max (window.link_max). The model's window: your file's entry when it is the most specific that
+ * has one, else what a runtime on the machine says, else Link's entry, else the unknown window.
+ */
+export async function modelWindow(settings: Settings, model: string, o: { report?: RuntimeReport; env?: NodeJS.ProcessEnv } = {}): Promise<ModelWindow> {
+  const env = o.env ?? process.env;
+  const report = o.report ?? ((s: Settings, m: string) => runtimeWindow(s, m, { env }));
+  const facts = layeredFacts(model, env);
+  const set = settings.window?.max;
+  let modelWin: number;
+  let modelSource: ModelWindow["modelSource"];
+  let runtime: RuntimeFound | undefined;
+  if (facts.window?.from === "yours") [modelWin, modelSource] = [facts.window.value, "yours"];
+  else {
+    // The window you set needs nothing more: no runtime is asked.
+    runtime = set === undefined ? await report(settings, model) : undefined;
+    if (runtime?.answer) [modelWin, modelSource] = [runtime.answer.window, "runtime"];
+    else if (facts.window) [modelWin, modelSource] = [facts.window.value, "link"];
+    else [modelWin, modelSource] = [settings.window?.unknown ?? UNKNOWN_WINDOW, "unknown"];
+  }
   let window: number;
-  let source: ModelWindow["source"];
-  const runtime = settings.window?.max === undefined && facts.yours?.window === undefined ? await report(settings) : undefined;
-  if (settings.window?.max !== undefined) [window, source] = [settings.window.max, "settings"];
-  else if (facts.yours?.window !== undefined) [window, source] = [facts.yours.window, "yours"];
-  else if (runtime !== undefined) [window, source] = [runtime, "runtime"];
-  else if (facts.shipped?.window !== undefined) [window, source] = [facts.shipped.window, "link"];
-  else [window, source] = [settings.window?.unknown ?? UNKNOWN_WINDOW, "unknown"];
-  let answer = settings.model.answer ?? settings.window?.answer ?? DEFAULT_ANSWER;
-  if (longest !== undefined) answer = Math.min(answer, longest);
-  // An answer's share can't take the whole window.
-  answer = Math.min(answer, Math.floor(window / 4));
-  return { window, answer, source };
+  let source: WindowSource;
+  if (set !== undefined) [window, source] = [set, "settings"];
+  else if (settings.window?.link_max !== undefined && settings.window.link_max < modelWin) [window, source] = [settings.window.link_max, "link-max"];
+  else [window, source] = [modelWin, modelSource];
+
+  const longest = facts.answer;
+  const asked = settings.model.answer ?? settings.window?.answer;
+  let answer: number;
+  let answerSource: AnswerSource;
+  // The share you set is taken as set: the model's longest is its only bound.
+  if (asked !== undefined) [answer, answerSource] = [Math.min(asked, longest?.value ?? asked), "settings"];
+  else [answer, answerSource] = [Math.max(1, Math.min(DEFAULT_ANSWER, longest?.value ?? DEFAULT_ANSWER, Math.floor(window / 4))), "default"];
+  return {
+    model,
+    window,
+    source,
+    modelWindow: modelWin,
+    modelSource,
+    ...(runtime?.answer ? { runtime: runtime.answer } : {}),
+    ...(runtime?.none ? { noRuntime: runtime.none } : {}),
+    answer,
+    answerSource,
+    ...(longest ? { longest } : {}),
+    inputs: facts.inputs?.value ?? MODEL_INPUTS,
+    ...(facts.inputs ? { inputsFrom: facts.inputs } : {}),
+    facts,
+  };
 }
 
 /** The margin when the settings' [window] names none: what the rough count may be off by. */

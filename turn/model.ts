@@ -7,6 +7,8 @@ import { encodeBody } from "./body.js";
 import { lazyImport } from "./load.js";
 import type { ChatMessage } from "./prompt.js";
 import { envSecrets, redactor, settingsSecrets, type Redactor } from "./redact.js";
+import { connectionFault } from "./faults.js";
+import { endpointName } from "./runtime.js";
 import type { OfferedCall } from "./tools.js";
 
 const Delta = z
@@ -132,11 +134,12 @@ interface Classified {
   asked?: number;
 }
 
-/** What an error of the endpoint means for the turn; its words never hold a secret. */
-async function classify(e: unknown, secrets: Redactor): Promise<Classified> {
-  const { APIError, APIConnectionError } = await openaiModule();
+/** What an error of the endpoint means for the turn; its words never hold a secret, and name the endpoint. */
+async function classify(e: unknown, secrets: Redactor, endpoint: string): Promise<Classified> {
+  const { APIError, APIConnectionError, APIConnectionTimeoutError } = await openaiModule();
   if (e instanceof APIConnectionError) {
-    return { error: new ModelError("network", secrets.redact(`cannot reach the model: ${e.message}`)), retry: true };
+    const why = e instanceof APIConnectionTimeoutError ? "timed out" : (connectionFault(e.cause) ?? e.message.replace(/\.$/, "").toLowerCase());
+    return { error: new ModelError("network", secrets.redact(`cannot reach the model at ${endpoint} (${why})`)), retry: true };
   }
   if (e instanceof APIError) {
     const status = typeof e.status === "number" ? e.status : undefined;
@@ -147,7 +150,7 @@ async function classify(e: unknown, secrets: Redactor): Promise<Classified> {
     const asked = retryAfter(e.headers);
     return { error, retry: status !== undefined && shouldRetry(status, e.headers), ...(asked !== undefined ? { asked } : {}) };
   }
-  return { error: new ModelError("network", secrets.redact(`the model's stream failed: ${(e as Error).message ?? String(e)}`)), retry: false };
+  return { error: new ModelError("network", secrets.redact(`the model's stream from ${endpoint} failed: ${(e as Error).message ?? String(e)}`)), retry: false };
 }
 
 /** As the endpoint says (x-should-retry), else the statuses that mean "not now": 408, 409, 429, 5xx. */
@@ -314,7 +317,7 @@ export async function askModel(req: ModelRequest): Promise<ModelAnswer> {
     }
     if (failed === undefined || req.signal?.aborted) return into.answer(performance.now() - started, req.signal?.aborted ?? false);
     if (failed instanceof Cut) throw new ModelError("network", `the model's stream was cut: ${failed.message}`);
-    const { error, retry: again, asked } = await classify(failed, secrets);
+    const { error, retry: again, asked } = await classify(failed, secrets, endpointName(req.settings.model.base_url));
     if (!again || retry >= MAX_RETRIES) throw error;
     const cap = limits.retry_wait * 1000;
     if (asked !== undefined && asked > cap) {

@@ -1,12 +1,13 @@
 // One turn, stateless: reads what it needs through the store, asks the model, runs tools in rounds,
 // and writes every event as it happens. It reports through a callback of plain events, never ACP.
-import type { AssistantMessage, Event, Failure, Settings, StopReason, ToolCall, Usage, UserMessage } from "../protocol/index.js";
+import type { AssistantMessage, Event, Failure, ModelInput, Settings, StopReason, ToolCall, Usage, UserMessage } from "../protocol/index.js";
 import { appendEvent, forgetEvents, forgetSettings, LockLostError, paths, readSettings, readToolsList, withConversationLock, type ConversationPaths } from "../store/index.js";
 import { forgetBodies } from "./body.js";
 import { runCalls } from "./calls.js";
 import { conversationShare, modelWindow, type ModelWindow } from "./facts.js";
 export { statusLines } from "./status.js";
 import { forgetHistories, History, resumeEvent } from "./history.js";
+import { partsFor } from "./parts.js";
 import { askModel, ModelError, type ModelAnswer } from "./model.js";
 import { eventsToMessages, type ChatMessage } from "./prompt.js";
 import { composeSections, messageHeader, systemPrompt } from "./sections.js";
@@ -18,15 +19,20 @@ import { roughTokens } from "./window.js";
 /** At most eight rounds of calls; then the model is asked once more and told to call nothing. */
 export const MAX_ROUNDS = 8;
 
-export function userEvent(message: IncomingMessage): UserMessage {
+/**
+ * The message as an event. With what the model reads, only the parts it takes, within the contract's
+ * limits, are kept to be sent, and the text names each one left out and why (turn/parts.ts).
+ */
+export function userEvent(message: IncomingMessage, inputs?: readonly ModelInput[]): UserMessage {
   const time = message.time ?? new Date();
+  const { text, parts } = inputs ? partsFor(message.text, message.parts, inputs) : { text: message.text, parts: message.parts };
   return {
     v: 1,
     kind: "message",
     role: "user",
     time: time.toISOString(),
-    text: message.text,
-    ...(message.parts?.length ? { parts: message.parts } : {}),
+    text,
+    ...(parts?.length ? { parts } : {}),
     ...(message.from ? { from: message.from } : {}),
     ...(message.channel ? { channel: message.channel } : {}),
     ...(message.cwd ? { cwd: message.cwd } : {}),
@@ -181,7 +187,7 @@ class Turn {
     const budget = history.budget;
     // The message is flushed while the model is asked; should writing it fail, the ask is cut short.
     const notWritten = new AbortController();
-    const opening = this.writeAhead(userEvent(this.input.message), history);
+    const opening = this.writeAhead(userEvent(this.input.message, window.inputs), history);
     this.question = opening;
     opening.catch((e: unknown) => notWritten.abort(e));
     const signal = AbortSignal.any([this.signal, notWritten.signal]);
@@ -189,7 +195,7 @@ class Turn {
     let round = 0;
     let lastText: string;
     for (;;) {
-      for (const m of [...this.pendingSteer.splice(0), ...(this.input.steering?.take() ?? [])]) await this.write(userEvent(m), history);
+      for (const m of [...this.pendingSteer.splice(0), ...(this.input.steering?.take() ?? [])]) await this.write(userEvent(m, window.inputs), history);
       const callNothing = round >= MAX_ROUNDS;
       const messages: ChatMessage[] = [{ role: "system", content: system }, ...eventsToMessages(history.window(), { tools: calls.length > 0 })];
       let answer: ModelAnswer;
