@@ -25,12 +25,15 @@ export type Command =
   | { kind: "contract" }
   | { kind: "configure"; agent: AgentOptions; file?: string }
   | { kind: "state"; agent: AgentOptions; export: boolean }
+  | { kind: "usage"; agent: AgentOptions; thread?: string; since?: Date; json: boolean }
   | { kind: "serve"; agent: AgentOptions; socket?: string; agents?: string; blank?: string };
 
 export const USAGE = `usage:
   lnk-link-harness contract                        print the Contract as JSON
   lnk-link-harness configure [--agent DIR] [FILE]  validate settings (FILE or stdin) and write config.json
   lnk-link-harness state [--agent DIR]             print the paths a move carries
+  lnk-link-harness usage [--agent DIR] [THREAD] [--since DATE] [--json]
+                                                   tokens, the cached share, cost, and why a cache missed
   lnk-link-harness [--agent DIR] [--files DIR] [--home DIR] [--socket PATH]
                                                    serve ACP on stdio, or on a Unix socket (mode 0600)
   lnk-link-harness --help | --version
@@ -55,7 +58,20 @@ const OPTIONS = {
   socket: { type: "string" },
   agents: { type: "string" },
   blank: { type: "string" },
+  since: { type: "string" },
+  json: { type: "boolean" },
 } as const;
+
+/** A date or a time with its zone, as ISO 8601 writes them: 2026-11-30, 2026-11-30T21:00Z. */
+const DATE = /^\d{4}-\d{2}-\d{2}(?:[T ]\d{2}:\d{2}(?::\d{2}(?:\.\d{1,9})?)?(?:Z|[+-]\d{2}:?\d{2}))?$/;
+
+function parseSince(value: string): Date {
+  const at = DATE.test(value) ? new Date(value.length === 10 ? `${value}T00:00:00Z` : value.replace(" ", "T")) : undefined;
+  if (!at || Number.isNaN(at.getTime())) {
+    throw new UsageError(`--since ${JSON.stringify(value.slice(0, 40))}: not a date; write one as 2026-11-30 (UTC) or 2026-11-30T21:00Z`);
+  }
+  return at;
+}
 
 /** How many single-character edits turn `a` into `b`. */
 function distance(a: string, b: string): number {
@@ -122,6 +138,7 @@ export function parseCommandLine(argv: string[], env: NodeJS.ProcessEnv = proces
   };
   switch (verb) {
     case undefined:
+      if (v.since !== undefined || v.json) throw new UsageError(`serving takes no --${v.since !== undefined ? "since" : "json"}: did you mean lnk-link-harness usage?`);
       if (v.blank && (v.agent || v.agents)) throw new UsageError("--blank starts with no agent: it takes no --agent or --agents");
       if (v.agents && v.agent) throw new UsageError("--agents names each agent's folders: it takes no --agent");
       return {
@@ -147,6 +164,19 @@ export function parseCommandLine(argv: string[], env: NodeJS.ProcessEnv = proces
         throw new UsageError(`state takes only "export", got ${JSON.stringify(sub === "export" ? more[0] : sub)}`);
       }
       return { kind: "state", agent, export: sub === "export" };
+    }
+    case "usage": {
+      only(["agent", "since", "json"], "usage");
+      if (rest.length > 1) throw new UsageError(`usage takes at most one THREAD, got ${JSON.stringify(rest[1])}`);
+      // The thread's name is checked where the conversation is read, which loads what checks it.
+      const thread = rest[0];
+      return {
+        kind: "usage",
+        agent,
+        ...(thread !== undefined ? { thread } : {}),
+        ...(v.since !== undefined ? { since: parseSince(v.since) } : {}),
+        json: v.json === true,
+      };
     }
     default:
       throw new UsageError(`unknown command ${JSON.stringify(verb)} (see --help)`);

@@ -28,6 +28,9 @@ async function run(command: Command): Promise<void> {
     case "state":
       (await import("./commands.js")).printState(command.agent, command.export);
       return;
+    case "usage":
+      (await import("./usage.js")).printUsage(command.agent, command.thread, command.since, command.json);
+      return;
     case "serve": {
       const { serve } = await import("./serve.js");
       await serve(command);

@@ -1,10 +1,11 @@
 // One turn, stateless: reads what it needs through the store, asks the model, runs tools in rounds,
 // and writes every event as it happens. It reports through a callback of plain events, never ACP.
-import type { AssistantMessage, Event, Failure, Settings, StopReason, ToolCall, Usage, UserMessage } from "../protocol/index.js";
+import type { AssistantMessage, Event, Failure, PromptPrints, Settings, StopReason, ToolCall, Usage, UserMessage } from "../protocol/index.js";
 import { appendEvent, forgetEvents, forgetSettings, LockLostError, paths, readSettings, readToolsList, withConversationLock, type ConversationPaths } from "../store/index.js";
 import { forgetBodies } from "./body.js";
 import { runCalls } from "./calls.js";
 import { modelWindow, type ModelWindow } from "./facts.js";
+import { changedSections, sectionPrints, windowPrint } from "./fingerprint.js";
 import { forgetHistories, History } from "./history.js";
 import { askModel, ModelError, type ModelAnswer } from "./model.js";
 import { eventsToMessages, type ChatMessage } from "./prompt.js";
@@ -12,6 +13,7 @@ import { composeSections, messageHeader, systemPrompt } from "./sections.js";
 import { openOptions, type ToolBox } from "./tools.js";
 import { updateTranscript } from "./transcript.js";
 import type { IncomingMessage, TurnInput, TurnListener, TurnOutcome } from "./types.js";
+import { conversationCost, forgetCosts } from "./usage.js";
 import { roughTokens } from "./window.js";
 
 /** At most eight rounds of calls; then the model is asked once more and told to call nothing. */
@@ -48,7 +50,7 @@ function stopOf(answer: ModelAnswer, calls: boolean): StopReason {
 }
 
 /** The agent's answer as an event: the provider's own counts, and the cost only when reported. */
-function answerEvent(answer: ModelAnswer, o: { model: string; provider: string; toolCalls: ToolCall[]; stop: StopReason }): AssistantMessage {
+function answerEvent(answer: ModelAnswer, o: { model: string; provider: string; toolCalls: ToolCall[]; stop: StopReason; prompt: PromptPrints }): AssistantMessage {
   return {
     v: 1,
     kind: "message",
@@ -62,6 +64,7 @@ function answerEvent(answer: ModelAnswer, o: { model: string; provider: string; 
     latency_ms: answer.latencyMs,
     ...(answer.cost !== undefined ? { cost: answer.cost } : {}),
     ...(answer.leftOut ? { left_out: answer.leftOut } : {}),
+    prompt: o.prompt,
     ...(answer.thinking ? { thinking: answer.thinking } : {}),
     ...(o.toolCalls.length ? { tool_calls: o.toolCalls } : {}),
     stop: o.stop,
@@ -168,7 +171,9 @@ class Turn {
 
   private async rounds(settings: Settings, box: ToolBox | undefined): Promise<TurnOutcome> {
     const calls = box?.offered ?? [];
-    const system = systemPrompt(composeSections(this.input.agent, settings, calls, this.input.message.cwd));
+    const sections = composeSections(this.input.agent, settings, calls, this.input.message.cwd);
+    const system = systemPrompt(sections);
+    const prints = sectionPrints(sections, calls);
     const fixed = roughTokens(system) + (calls.length ? roughTokens(JSON.stringify(calls.map((c) => [c.name, c.description, c.parameters]))) : 0);
     let mw: ModelWindow | undefined;
     // The conversation's share: the window less the answer's, the instructions and tools, and the margin.
@@ -185,6 +190,7 @@ class Turn {
     this.question = opening;
     opening.catch((e: unknown) => notWritten.abort(e));
     const signal = AbortSignal.any([this.signal, notWritten.signal]);
+    this.comparePrompt(history, prints);
 
     let round = 0;
     let lastText: string;
@@ -227,16 +233,17 @@ class Turn {
         this.usage.in += answer.usage.in;
         this.usage.out += answer.usage.out;
         this.usage.cached += answer.usage.cached;
-        this.listener({ type: "usage", usage: answer.usage });
       }
       // Past the last round, calls the model makes anyway are not run.
       const toolCalls = callNothing ? [] : answer.toolCalls;
       const stop = stopOf(answer, toolCalls.length > 0);
       if (!answer.aborted || answer.text || toolCalls.length) {
-        const event = answerEvent(answer, { model, provider: settings.model.provider, toolCalls, stop });
+        const prompt = { sections: prints, window: windowPrint(history.count.start, history.count.startTime) };
+        const event = answerEvent(answer, { model, provider: settings.model.provider, toolCalls, stop, prompt });
         const n = await this.write(event, history);
         if (answer.text.trim()) this.lastAnswer = n;
       }
+      this.reportUsage(answer, messages, window.window);
       if (answer.aborted) {
         this.finish(history);
         return this.outcome("cancelled");
@@ -271,6 +278,32 @@ class Turn {
     }
   }
 
+  /** Says which sections of the system prompt differ from the previous turn's, by their fingerprints. */
+  private comparePrompt(history: History, prints: PromptPrints["sections"]): void {
+    for (let i = history.events.length - 1; i >= 0; i--) {
+      const e = history.events[i]?.event;
+      if (e?.kind !== "message" || e.role !== "assistant") continue;
+      if (!e.prompt) return;
+      const sections = changedSections(e.prompt.sections, prints);
+      if (sections.length > 0) this.listener({ type: "prompt_changed", sections });
+      return;
+    }
+  }
+
+  /** After each request: what the window holds now, of how much, and the conversation's cost when reported. */
+  private reportUsage(answer: ModelAnswer, messages: readonly ChatMessage[], size: number): void {
+    const used = answer.usage
+      ? answer.usage.in + answer.usage.out
+      : messages.reduce((s, m) => s + roughTokens(JSON.stringify(m)), 0) + roughTokens(answer.text);
+    let cost: number | undefined;
+    try {
+      if (answer.cost !== undefined) cost = conversationCost(this.conv);
+    } catch (e) {
+      this.listener({ type: "warning", message: `the conversation's cost was not counted: ${(e as Error).message}` });
+    }
+    this.listener({ type: "usage", ...(answer.usage ? { usage: answer.usage } : {}), used, size, ...(cost !== undefined ? { cost } : {}) });
+  }
+
   private pendingSteer: IncomingMessage[] = [];
   private peekSteering(): boolean {
     const more = this.input.steering?.take() ?? [];
@@ -303,6 +336,7 @@ export function forgetProcessState(): void {
   forgetSettings();
   forgetHistories();
   forgetBodies();
+  forgetCosts();
 }
 
 /** Runs one turn of a conversation, holding its lock (one turn at a time per conversation). */
