@@ -2,7 +2,8 @@
 // table for people or as JSON (figures from turn/usage.ts, which /status reads too).
 import { existsSync } from "node:fs";
 import { InvalidNameError, checkThread, paths } from "../store/index.js";
-import { agentUsage, type AgentUsage, type Fall, type UsageFigures } from "../turn/usage.js";
+import type { AgentUsage, Fall, UsageFigures } from "../protocol/index.js";
+import { agentUsage } from "../turn/usage.js";
 import { UsageError, agentRef, type AgentOptions } from "./cli.js";
 
 /** A count as a person reads it: 950, 12.3k, 4.56M. */
@@ -16,7 +17,7 @@ export function human(n: number): string {
 const percent = (share: number | null): string => (share === null ? "-" : `${(share * 100).toFixed(1)}%`);
 /** A cost as reported: never rounded to nothing. */
 const money = (cost: number): string => (cost >= 0.01 ? cost.toFixed(2) : cost === 0 ? "0" : cost.toPrecision(2));
-const seconds = (ms: number): string => `${(ms / 1000).toFixed(1)} s`;
+const seconds = (ms: number): string => (ms < 1_000 ? `${Math.round(ms)} ms` : `${(ms / 1000).toFixed(1)} s`);
 
 /** Columns aligned: the first to the left, the rest to the right. */
 function columns(header: string[], rows: string[][]): string[] {

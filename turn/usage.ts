@@ -2,77 +2,9 @@
 // provider's own counts, the cost only where it reported one, and why each fall of the cached share
 // happened (the fingerprints each answer keeps of what its prompt began with). `usage` and /status
 // both read it from here, so they agree on every figure.
-import type { AssistantMessage, SectionName } from "../protocol/index.js";
+import type { AgentUsage, AssistantMessage, ConversationUsage, Fall, FallCause, SectionName, SlowTurn, Tokens, UsageFigures } from "../protocol/index.js";
 import { firstSince, listThreads, paths, scanEvent, scanEvents, type AgentRef, type ConversationPaths, type Scanned } from "../store/index.js";
 import { changedSections } from "./fingerprint.js";
-
-export interface Tokens {
-  in: number;
-  out: number;
-  cached: number;
-}
-
-/** A turn and the time it waited on the model (its requests' latencies summed). */
-export interface SlowTurn {
-  thread: string;
-  /** The number of the event that began it (its question). */
-  turn: number;
-  time: string;
-  model_ms: number;
-  requests: number;
-}
-
-/**
- * Why a request's cached share fell: the model changed (another model's cache), a section of the
- * system prompt changed (named, in the prompt's order), the window's start moved (it dropped, or
- * /new began it again), the provider didn't cache what it was sent before, or it can't be told (an
- * answer kept before fingerprints were).
- */
-export const FALL_CAUSES = ["model", "section", "window", "provider", "unknown"] as const;
-export type FallCause = (typeof FALL_CAUSES)[number];
-
-export interface Fall {
-  thread: string;
-  turn: number;
-  time: string;
-  /** The answer whose request's share fell. */
-  request: number;
-  /** The cached share of that request, and of the one before it. */
-  share: number;
-  previous: number;
-  cause: FallCause;
-  sections?: SectionName[];
-}
-
-export interface UsageFigures {
-  /** Turns begun (questions), counting one already under way where the figures begin. */
-  turns: number;
-  /** Requests answered: one answer event each. */
-  requests: number;
-  tokens: Tokens;
-  /** Cached tokens over tokens in; null when nothing was sent. */
-  cached_share: number | null;
-  /** The sum of the costs the provider reported; left out when it reported none. Never estimated. */
-  cost?: number;
-  /** Turns with a request whose cost the provider didn't report. */
-  turns_without_cost: number;
-  requests_without_cost: number;
-  /** Time waiting on the model, summed over the requests (ms). */
-  model_ms: number;
-  /** The turns that waited longest on the model, longest first. */
-  slowest: SlowTurn[];
-  /** Each turn whose cached share fell, the first fall of each, with its cause. */
-  falls: Fall[];
-}
-
-export interface ConversationUsage extends UsageFigures {
-  thread: string;
-}
-
-export interface AgentUsage {
-  conversations: ConversationUsage[];
-  total: UsageFigures;
-}
 
 /** How many of the slowest turns are named. */
 export const SLOWEST = 5;
