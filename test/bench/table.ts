@@ -88,6 +88,12 @@ export function renderTable(r: BenchResults): string {
     out.push(`  RSS: ${s.rssAfterInitializeMb.toFixed(0)} MB after initialize, ${s.rssAfterTurnMb.toFixed(0)} MB after one turn (peak ${s.peakMb.toFixed(0)} MB)`);
   } else out.push(`  not measured: ${r.start.notMeasured}`);
   out.push("");
+  out.push("5. usage over a long conversation (the command run whole, and its count in one process)");
+  if (r.usage && "measured" in r.usage) {
+    const u = r.usage.measured;
+    out.push(`  ${n(u.events)} events, ${n(u.answers)} answers: the command ${ms(u.command.median)} ms median (p99 ${ms(u.command.p99)}) over ${u.command.n} runs; counting alone ${ms(u.inProcess.median)} ms (p99 ${ms(u.inProcess.p99)}); node -e 0 ${ms(u.nodeStart)} ms`);
+  } else out.push(`  not measured: ${r.usage?.notMeasured ?? "not in this run"}`);
+  out.push("");
   out.push("Targets");
   for (const t of r.targets) out.push(`  ${t.pass === undefined ? "----" : t.pass ? "PASS" : "FAIL"}  ${t.name}: ${t.measured}`);
   out.push("");
