@@ -2,6 +2,7 @@
 // provider's own counts on its answer events. Spec: "An event holds … the tokens in, out and cached,
 // the latency, and the cost only when the provider reports it, never estimated."
 import { z } from "zod";
+import { PromptPrints, Usage } from "./events.js";
 import { SectionName } from "./settings.js";
 
 const count = z.number().int().nonnegative();
@@ -77,3 +78,37 @@ export type ConversationUsage = z.infer<typeof ConversationUsage>;
 
 export const AgentUsage = z.object({ conversations: z.array(ConversationUsage), total: UsageFigures }).strict();
 export type AgentUsage = z.infer<typeof AgentUsage>;
+
+/** A count's state as far as it got: what usage.json keeps, so the next count goes on from it. */
+export const UsageCountState = z
+  .object({
+    turns: count,
+    requests: count,
+    tokens: Tokens,
+    cost: z.number().nonnegative().optional(),
+    turns_without_cost: count,
+    requests_without_cost: count,
+    model_ms: z.number().nonnegative(),
+    /** The slowest turns that have ended. */
+    slowest: z.array(SlowTurn),
+    falls: z.array(Fall),
+    /** The turn the count ended in, which later events may go on with. */
+    open: z
+      .object({ n: count, time: z.string(), requests: count, model_ms: z.number().nonnegative(), without_cost: z.boolean(), fell: z.boolean() })
+      .strict()
+      .optional(),
+    /** The last answer with counts: the next request's share is compared with it. */
+    before: z.object({ model: z.string(), usage: Usage, prompt: PromptPrints.optional() }).strict().optional(),
+  })
+  .strict();
+export type UsageCountState = z.infer<typeof UsageCountState>;
+
+/**
+ * usage.json, beside a conversation's events: how far `usage` counted (the event it got to, and that
+ * event's time, which says the file still belongs to these events) and its count there. Derived:
+ * missing, stale or unreadable, the conversation is counted from its first event again.
+ */
+export const UsageMark = z
+  .object({ v: z.literal(1), through: count.positive(), time: z.string(), count: UsageCountState })
+  .strict();
+export type UsageMark = z.infer<typeof UsageMark>;

@@ -24,6 +24,8 @@ export const LIMITS = {
   tools: 1024 * 1024,
   /** window.json, derived: one over this is made again. */
   mark: 64 * 1024,
+  /** usage.json, derived: one over this is not written, and the count starts from the first event. */
+  usage: 4 * 1024 * 1024,
   /** A lock file: who holds it. */
   lock: 4096,
 } as const;

@@ -9,7 +9,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import fc from "fast-check";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { StoreError, type AssistantMessage, type Event } from "../protocol/index.js";
+import { AgentUsage, StoreError, type AssistantMessage, type Event } from "../protocol/index.js";
 import { paths } from "../store/index.js";
 import { conversationUsage } from "../turn/usage.js";
 import { assertBuilt, BIN, MAIN } from "./fixtures/built.js";
@@ -115,7 +115,7 @@ describe("usage over fuzzed events", () => {
     writeFileSync(outside, JSON.stringify({ v: 1, time: TIME, kind: "message", role: "assistant", text: SECRET, model: "m", provider: "p", latency_ms: 1, stop: "end_turn" }));
     let runs = 0;
     fc.assert(
-      fc.property(fc.array(entry, { maxLength: 30 }), (entries) => {
+      fc.property(fc.array(entry, { maxLength: 30 }), fc.constantFrom("none", "garbage", "stale", "fifo"), (entries, left) => {
         runs++;
         const dir = join(root, `agent-${runs}`);
         const conv = paths({ dir }).conversation("t");
@@ -124,9 +124,18 @@ describe("usage over fuzzed events", () => {
         entries.forEach((e, i) => {
           if (plant(conv.event(i + 1), e, outside) && bad === undefined) bad = i + 1;
         });
+        // What an earlier count left, or something planted in its place: never believed unless it is of these events.
+        if (left === "garbage") writeFileSync(conv.usage, `{"v":1,"through":1, ${SECRET}`);
+        if (left === "fifo") spawnSync("mkfifo", [conv.usage]);
+        if (left === "stale") {
+          const count = { turns: 9, requests: 9, tokens: { in: 9, out: 9, cached: 9 }, turns_without_cost: 9, requests_without_cost: 9, model_ms: 9, slowest: [], falls: [] };
+          writeFileSync(conv.usage, JSON.stringify({ v: 1, through: 1, time: "2001-01-01T00:00:00.000Z", count }));
+        }
         const good = (bad === undefined ? entries : entries.slice(0, bad - 1)).filter((e) => e.kind === "answer" || e.kind === "reordered answer");
+        let first: ReturnType<typeof conversationUsage> | undefined;
         try {
           const u = conversationUsage(conv);
+          first = u;
           expect(bad).toBeUndefined();
           expect(u.requests).toBe(good.length);
           const sum = (f: (e: (typeof good)[number]) => number) => good.reduce((s, e) => s + f(e), 0);
@@ -143,10 +152,15 @@ describe("usage over fuzzed events", () => {
           expect(e.message).not.toMatch(/\n/);
           expect(e.message).not.toContain(SECRET);
         }
+        // Counted again from what it kept: the same figures.
+        if (first) expect(conversationUsage(conv)).toEqual(first);
         // The command says the same, in one line, a few times over.
         if (runs % 25 === 0) {
           const r = spawnSync(process.execPath, [MAIN, "usage", "--agent", dir, "t", "--json"], { encoding: "utf8", timeout: 30_000 });
-          if (bad === undefined) expect(r.status, r.stderr).toBe(0);
+          if (bad === undefined) {
+            expect(r.status, r.stderr).toBe(0);
+            expect(AgentUsage.parse(JSON.parse(r.stdout)).conversations[0]).toEqual(conversationUsage(conv));
+          }
           else {
             expect(r.status).toBe(1);
             expect(r.stderr).toMatch(/^lnk-link-harness: [^\n]+\n$/);

@@ -2,7 +2,7 @@
 // with the scripted model, which reports as cached the tokens of the longest start a request shares
 // with the last ones (a provider's prompt cache), so every share here is real.
 import { spawnSync } from "node:child_process";
-import { mkdirSync, writeFileSync } from "node:fs";
+import { existsSync, mkdirSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import * as acp from "@agentclientprotocol/sdk";
@@ -135,6 +135,16 @@ describe("usage and the cache", { timeout: 120_000 }, () => {
     expect(table.stdout).toContain("Slowest turns");
     expect(table.stdout).toContain("The cached share fell in no turn.");
     expect(warnings(d)).toEqual([]);
+
+    // What a count got to is kept beside the events: the next counts on from it, to the same figures as a count from the first event.
+    const kept = paths({ dir }).conversation(id).usage;
+    expect(existsSync(kept)).toBe(true);
+    for (let i = 21; i <= 23; i++) await prompt(c, id, `plain turn number ${i}`);
+    const on = usageJson(dir, id);
+    rmSync(kept);
+    expect(usageJson(dir, id)).toEqual(on);
+    expect(on.total).toMatchObject({ turns: 23, requests: 23, falls: [] });
+    expectSums(on.total, answers(dir, id));
   });
 
   it("an edit of instruction.md between turns: the share falls, for the standing section; logged once per conversation and section", async () => {

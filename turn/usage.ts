@@ -2,8 +2,8 @@
 // provider's own counts, the cost only where it reported one, and why each fall of the cached share
 // happened (the fingerprints each answer keeps of what its prompt began with). `usage` and /status
 // both read it from here, so they agree on every figure.
-import type { AgentUsage, AssistantMessage, ConversationUsage, Fall, FallCause, SectionName, SlowTurn, Tokens, UsageFigures } from "../protocol/index.js";
-import { firstSince, listThreads, paths, scanEvent, scanEvents, type AgentRef, type ConversationPaths, type Scanned } from "../store/index.js";
+import type { AgentUsage, AssistantMessage, ConversationUsage, FallCause, SectionName, SlowTurn, Tokens, UsageCountState, UsageFigures } from "../protocol/index.js";
+import { firstSince, listThreads, paths, readUsageMark, scanEvent, scanEvents, writeUsageMark, type AgentRef, type ConversationPaths, type Scanned } from "../store/index.js";
 import { changedSections } from "./fingerprint.js";
 
 /** How many of the slowest turns are named. */
@@ -13,8 +13,11 @@ const HELD = 0.9;
 
 const share = (u: { in: number; cached: number }): number => (u.in > 0 ? u.cached / u.in : 0);
 
+/** What a share is compared with: an answer's model, counts and fingerprints. */
+type Compared = Pick<AssistantMessage, "model" | "usage" | "prompt">;
+
 /** Whether the cache held less of `now`'s prompt than of what `before` sent, and its share fell. */
-export function fell(before: AssistantMessage, now: AssistantMessage): boolean {
+export function fell(before: Compared, now: Compared): boolean {
   const b = before.usage;
   const u = now.usage;
   if (!b || !u || b.in === 0 || u.in === 0) return false;
@@ -22,7 +25,7 @@ export function fell(before: AssistantMessage, now: AssistantMessage): boolean {
 }
 
 /** Why the cache held less: the first thing of the prompt that changed, or the provider. */
-export function fallCause(before: AssistantMessage, now: AssistantMessage): { cause: FallCause; sections?: SectionName[] } {
+export function fallCause(before: Compared, now: Compared): { cause: FallCause; sections?: SectionName[] } {
   if (before.model !== now.model) return { cause: "model" };
   if (!before.prompt || !now.prompt) return { cause: "unknown" };
   const sections = changedSections(before.prompt.sections, now.prompt.sections);
@@ -31,93 +34,98 @@ export function fallCause(before: AssistantMessage, now: AssistantMessage): { ca
   return { cause: "provider" };
 }
 
-interface OpenTurn {
-  n: number;
-  time: string;
-  requests: number;
-  modelMs: number;
-  withoutCost: boolean;
-  fell: boolean;
+function emptyState(): UsageCountState {
+  return { turns: 0, requests: 0, tokens: { in: 0, out: 0, cached: 0 }, turns_without_cost: 0, requests_without_cost: 0, model_ms: 0, slowest: [], falls: [] };
 }
 
-/** Counts a conversation's events, one at a time, in order. */
+/** Counts a conversation's events, one at a time, in order; its state can be kept and counted on from. */
 export class UsageCount {
-  private turns = 0;
-  private requests = 0;
-  private readonly tokens: Tokens = { in: 0, out: 0, cached: 0 };
-  private cost: number | undefined;
-  private turnsWithoutCost = 0;
-  private requestsWithoutCost = 0;
-  private modelMs = 0;
-  private readonly done: SlowTurn[] = [];
-  private readonly falls: Fall[] = [];
-  private open: OpenTurn | undefined;
+  private readonly s: UsageCountState;
 
-  /** `before`: the last answer before the figures begin, which the first request's share is compared with. */
+  /** `state`: where an earlier count of the same events got (usage.json); left out, the start. */
   constructor(
     readonly thread: string,
-    private before?: AssistantMessage,
-  ) {}
+    state?: UsageCountState,
+  ) {
+    this.s = state ? structuredClone(state) : emptyState();
+  }
+
+  /** Starts a count after `before`, the last answer before the figures begin, which the first request's share is compared with. */
+  static after(thread: string, before: AssistantMessage | undefined): UsageCount {
+    const count = new UsageCount(thread);
+    if (before?.usage) count.s.before = { model: before.model, usage: before.usage, ...(before.prompt ? { prompt: before.prompt } : {}) };
+    return count;
+  }
 
   add(e: Scanned): void {
+    const s = this.s;
     if (e.kind === "other") return;
     if (e.kind === "turn") {
       this.close();
-      this.open = { n: e.n, time: e.time, requests: 0, modelMs: 0, withoutCost: false, fell: false };
-      this.turns++;
+      s.open = { n: e.n, time: e.time, requests: 0, model_ms: 0, without_cost: false, fell: false };
+      s.turns++;
       return;
     }
     const a = e.answer;
-    if (!this.open) {
+    if (!s.open) {
       // Answers of a turn begun before the figures do.
-      this.open = { n: e.n, time: a.time, requests: 0, modelMs: 0, withoutCost: false, fell: false };
-      this.turns++;
+      s.open = { n: e.n, time: a.time, requests: 0, model_ms: 0, without_cost: false, fell: false };
+      s.turns++;
     }
-    const turn = this.open;
-    this.requests++;
+    const turn = s.open;
+    s.requests++;
     turn.requests++;
     if (a.usage) {
-      this.tokens.in += a.usage.in;
-      this.tokens.out += a.usage.out;
-      this.tokens.cached += a.usage.cached;
+      s.tokens.in += a.usage.in;
+      s.tokens.out += a.usage.out;
+      s.tokens.cached += a.usage.cached;
     }
-    if (a.cost !== undefined) this.cost = (this.cost ?? 0) + a.cost;
+    if (a.cost !== undefined) s.cost = (s.cost ?? 0) + a.cost;
     else {
-      this.requestsWithoutCost++;
-      turn.withoutCost = true;
+      s.requests_without_cost++;
+      turn.without_cost = true;
     }
-    this.modelMs += a.latency_ms;
-    turn.modelMs += a.latency_ms;
-    if (this.before && !turn.fell && fell(this.before, a)) {
+    s.model_ms += a.latency_ms;
+    turn.model_ms += a.latency_ms;
+    if (s.before && !turn.fell && fell(s.before, a)) {
       turn.fell = true;
-      const b = this.before.usage ?? { in: 0, cached: 0 };
-      this.falls.push({ thread: this.thread, turn: turn.n, time: turn.time, request: e.n, share: share(a.usage ?? b), previous: share(b), ...fallCause(this.before, a) });
+      const b = s.before.usage;
+      s.falls.push({ thread: this.thread, turn: turn.n, time: turn.time, request: e.n, share: share(a.usage ?? b), previous: share(b), ...fallCause(s.before, a) });
     }
-    if (a.usage) this.before = a;
+    if (a.usage) s.before = { model: a.model, usage: a.usage, ...(a.prompt ? { prompt: a.prompt } : {}) };
   }
 
   private close(): void {
-    const t = this.open;
+    const s = this.s;
+    const t = s.open;
     if (!t) return;
-    if (t.requests > 0 && t.withoutCost) this.turnsWithoutCost++;
-    this.done.push({ thread: this.thread, turn: t.n, time: t.time, model_ms: t.modelMs, requests: t.requests });
-    this.open = undefined;
+    if (t.requests > 0 && t.without_cost) s.turns_without_cost++;
+    s.slowest = slowest([...s.slowest, { thread: this.thread, turn: t.n, time: t.time, model_ms: t.model_ms, requests: t.requests }]);
+    delete s.open;
   }
 
+  /** The count as far as it got, to go on from later. */
+  state(): UsageCountState {
+    return structuredClone(this.s);
+  }
+
+  /** The figures, the turn under way counted as ended. */
   figures(): ConversationUsage {
-    this.close();
+    const done = new UsageCount(this.thread, this.s);
+    done.close();
+    const s = done.s;
     return {
       thread: this.thread,
-      turns: this.turns,
-      requests: this.requests,
-      tokens: { ...this.tokens },
-      cached_share: this.tokens.in > 0 ? this.tokens.cached / this.tokens.in : null,
-      ...(this.cost !== undefined ? { cost: this.cost } : {}),
-      turns_without_cost: this.turnsWithoutCost,
-      requests_without_cost: this.requestsWithoutCost,
-      model_ms: this.modelMs,
-      slowest: slowest(this.done),
-      falls: this.falls.slice(),
+      turns: s.turns,
+      requests: s.requests,
+      tokens: { ...s.tokens },
+      cached_share: s.tokens.in > 0 ? s.tokens.cached / s.tokens.in : null,
+      ...(s.cost !== undefined ? { cost: s.cost } : {}),
+      turns_without_cost: s.turns_without_cost,
+      requests_without_cost: s.requests_without_cost,
+      model_ms: s.model_ms,
+      slowest: s.slowest,
+      falls: s.falls,
     };
   }
 }
@@ -133,19 +141,43 @@ function slowest(turns: readonly SlowTurn[]): SlowTurn[] {
 /** How far back the last answer before `since` is looked for, so the first request's share has one to compare with. */
 const LOOK_BACK = 64;
 
+/** The time of a scanned event. */
+const timeOf = (e: Scanned): string => (e.kind === "answer" ? e.answer.time : e.time);
+
 /**
  * A conversation's figures, from its events (those at or after `since`, when given). Only the
- * answers are read whole and parsed; every other event's head is enough.
+ * answers are read whole and parsed; every other event's head is enough. Without `since`, the count
+ * goes on from where the last one got (usage.json, derived, kept when the event it names is still
+ * there with its time), and is kept there again: only the events written since are read.
  */
 export function conversationUsage(conv: ConversationPaths, o: { since?: Date } = {}): ConversationUsage {
-  const from = o.since ? firstSince(conv, o.since) : 1;
-  let before: AssistantMessage | undefined;
-  for (let n = from - 1; n >= Math.max(1, from - LOOK_BACK) && !before; n--) {
-    const e = scanEvent(conv, n);
-    if (e?.kind === "answer" && e.answer.usage) before = e.answer;
+  if (o.since) {
+    const from = firstSince(conv, o.since);
+    let before: AssistantMessage | undefined;
+    for (let n = from - 1; n >= Math.max(1, from - LOOK_BACK) && !before; n--) {
+      const e = scanEvent(conv, n);
+      if (e?.kind === "answer" && e.answer.usage) before = e.answer;
+    }
+    const count = UsageCount.after(conv.thread, before);
+    for (const e of scanEvents(conv, from)) count.add(e);
+    return count.figures();
   }
-  const count = new UsageCount(conv.thread, before);
-  for (const e of scanEvents(conv, from)) count.add(e);
+  const mark = readUsageMark(conv);
+  const at = mark ? scanEvent(conv, mark.through) : undefined;
+  const holds = mark !== undefined && at !== undefined && timeOf(at) === mark.time;
+  const count = new UsageCount(conv.thread, holds ? mark.count : undefined);
+  let last: Scanned | undefined;
+  for (const e of scanEvents(conv, holds ? mark.through + 1 : 1)) {
+    count.add(e);
+    last = e;
+  }
+  if (last) {
+    try {
+      writeUsageMark(conv, { v: 1, through: last.n, time: timeOf(last), count: count.state() });
+    } catch {
+      // Derived: the figures stand without it, and the next count starts again from the first event.
+    }
+  }
   return count.figures();
 }
 

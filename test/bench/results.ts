@@ -118,8 +118,8 @@ export function targets(r: Omit<BenchResults, "targets">): Target[] {
   if (r.usage && "measured" in r.usage) {
     const u = r.usage.measured;
     out.push({
-      name: `usage of a ${events(u.events)}-event conversation at most ${USAGE_TARGET_MS} ms, the command run whole (median)`,
-      measured: `${ms(u.command.median)} ms (${ms(u.inProcess.median)} ms of it counting, node -e 0 ${ms(u.nodeStart)} ms)`,
+      name: `usage of a ${events(u.events)}-event conversation at most ${USAGE_TARGET_MS} ms, the command run whole, counting from the first event (median)`,
+      measured: `${ms(u.command.median)} ms (${ms(u.inProcess.median)} ms of it counting, node -e 0 ${ms(u.nodeStart)} ms); ${u.commandKept ? `${ms(u.commandKept.median)} ms going on from usage.json` : ""}`,
       pass: u.command.median <= USAGE_TARGET_MS,
     });
   } else if (r.usage) out.push({ name: "usage of a 100,000-event conversation", measured: `not measured: ${r.usage.notMeasured}`, pass: undefined });
