@@ -1,4 +1,4 @@
-// A conversation's derived files: the transcript (copy for people and memory), window.json, tools.json.
+// A conversation's derived files: the transcript (copy for people and memory), window.json, usage.json, tools.json.
 import { closeSync, constants, fstatSync, openSync, readSync } from "node:fs";
 import { ToolsList, UsageMark, WindowMark, StoreError, describeIssues } from "../protocol/index.js";
 import { FILE_MODE, isErrno, jsonFault, LIMITS, LinkRefused, readText, replaceFile, writeAll } from "./files.js";

@@ -5,7 +5,7 @@ import { appendEvent, forgetEvents, forgetSettings, LockLostError, paths, readSe
 import { forgetBodies } from "./body.js";
 import { runCalls } from "./calls.js";
 import { modelWindow, type ModelWindow } from "./facts.js";
-import { changedSections, sectionPrints, windowPrint } from "./fingerprint.js";
+import { sectionPrints, windowPrint } from "./fingerprint.js";
 import { forgetHistories, History } from "./history.js";
 import { askModel, ModelError, type ModelAnswer } from "./model.js";
 import { eventsToMessages, type ChatMessage } from "./prompt.js";
@@ -13,7 +13,7 @@ import { composeSections, messageHeader, systemPrompt } from "./sections.js";
 import { openOptions, type ToolBox } from "./tools.js";
 import { updateTranscript } from "./transcript.js";
 import type { IncomingMessage, TurnInput, TurnListener, TurnOutcome } from "./types.js";
-import { conversationCost, forgetCosts } from "./usage.js";
+import { forgetCosts, promptChanges, usageReport } from "./usage.js";
 import { roughTokens } from "./window.js";
 
 /** At most eight rounds of calls; then the model is asked once more and told to call nothing. */
@@ -190,7 +190,8 @@ class Turn {
     this.question = opening;
     opening.catch((e: unknown) => notWritten.abort(e));
     const signal = AbortSignal.any([this.signal, notWritten.signal]);
-    this.comparePrompt(history, prints);
+    const changed = promptChanges(history.events, prints);
+    if (changed.length > 0) this.listener({ type: "prompt_changed", sections: changed });
 
     let round = 0;
     let lastText: string;
@@ -243,7 +244,7 @@ class Turn {
         const n = await this.write(event, history);
         if (answer.text.trim()) this.lastAnswer = n;
       }
-      this.reportUsage(answer, messages, window.window);
+      this.listener(usageReport(this.conv, answer, messages, window.window, (message) => this.listener({ type: "warning", message })));
       if (answer.aborted) {
         this.finish(history);
         return this.outcome("cancelled");
@@ -276,32 +277,6 @@ class Turn {
       if (callNothing && !lastText.trim()) return this.outcome("max_turn_requests");
       return this.outcome(stop === "tool_calls" ? "end_turn" : stop);
     }
-  }
-
-  /** Says which sections of the system prompt differ from the previous turn's, by their fingerprints. */
-  private comparePrompt(history: History, prints: PromptPrints["sections"]): void {
-    for (let i = history.events.length - 1; i >= 0; i--) {
-      const e = history.events[i]?.event;
-      if (e?.kind !== "message" || e.role !== "assistant") continue;
-      if (!e.prompt) return;
-      const sections = changedSections(e.prompt.sections, prints);
-      if (sections.length > 0) this.listener({ type: "prompt_changed", sections });
-      return;
-    }
-  }
-
-  /** After each request: what the window holds now, of how much, and the conversation's cost when reported. */
-  private reportUsage(answer: ModelAnswer, messages: readonly ChatMessage[], size: number): void {
-    const used = answer.usage
-      ? answer.usage.in + answer.usage.out
-      : messages.reduce((s, m) => s + roughTokens(JSON.stringify(m)), 0) + roughTokens(answer.text);
-    let cost: number | undefined;
-    try {
-      if (answer.cost !== undefined) cost = conversationCost(this.conv);
-    } catch (e) {
-      this.listener({ type: "warning", message: `the conversation's cost was not counted: ${(e as Error).message}` });
-    }
-    this.listener({ type: "usage", ...(answer.usage ? { usage: answer.usage } : {}), used, size, ...(cost !== undefined ? { cost } : {}) });
   }
 
   private pendingSteer: IncomingMessage[] = [];

@@ -2,9 +2,13 @@
 // provider's own counts, the cost only where it reported one, and why each fall of the cached share
 // happened (the fingerprints each answer keeps of what its prompt began with). `usage` and /status
 // both read it from here, so they agree on every figure.
-import type { AgentUsage, AssistantMessage, ConversationUsage, FallCause, SectionName, SlowTurn, Tokens, UsageCountState, UsageFigures } from "../protocol/index.js";
+import type { AgentUsage, AssistantMessage, ConversationUsage, FallCause, Numbered, PromptPrints, SectionName, SlowTurn, Tokens, UsageCountState, UsageFigures } from "../protocol/index.js";
 import { firstSince, listThreads, paths, readUsageMark, scanEvent, scanEvents, writeUsageMark, type AgentRef, type ConversationPaths, type Scanned } from "../store/index.js";
 import { changedSections } from "./fingerprint.js";
+import type { ModelAnswer } from "./model.js";
+import type { ChatMessage } from "./prompt.js";
+import type { TurnEvent } from "./types.js";
+import { roughTokens } from "./window.js";
 
 /** How many of the slowest turns are named. */
 export const SLOWEST = 5;
@@ -217,6 +221,32 @@ export function agentUsage(agent: AgentRef, o: { thread?: string; since?: Date }
   const threads = o.thread !== undefined ? [o.thread] : listThreads(p.chats);
   const conversations = threads.map((t) => conversationUsage(p.conversation(t), o.since ? { since: o.since } : {}));
   return { conversations, total: totalUsage(conversations) };
+}
+
+/** The sections of the system prompt that differ from those of the last answer among `events` (none when it kept no fingerprints). */
+export function promptChanges(events: readonly Numbered[], prints: PromptPrints["sections"]): SectionName[] {
+  for (let i = events.length - 1; i >= 0; i--) {
+    const e = events[i]?.event;
+    if (e?.kind !== "message" || e.role !== "assistant") continue;
+    return e.prompt ? changedSections(e.prompt.sections, prints) : [];
+  }
+  return [];
+}
+
+/**
+ * What a turn reports after each request: the tokens the window holds now (the request's prompt and
+ * answer, by the provider's counts, else the rough ones), the model's window, and the conversation's
+ * cost so far once the provider reports one (its answer is written by then).
+ */
+export function usageReport(conv: ConversationPaths, answer: ModelAnswer, messages: readonly ChatMessage[], size: number, warn: (message: string) => void): TurnEvent {
+  const used = answer.usage ? answer.usage.in + answer.usage.out : messages.reduce((s, m) => s + roughTokens(JSON.stringify(m)), 0) + roughTokens(answer.text);
+  let cost: number | undefined;
+  try {
+    if (answer.cost !== undefined) cost = conversationCost(conv);
+  } catch (e) {
+    warn(`the conversation's cost was not counted: ${(e as Error).message}`);
+  }
+  return { type: "usage", ...(answer.usage ? { usage: answer.usage } : {}), used, size, ...(cost !== undefined ? { cost } : {}) };
 }
 
 /**
