@@ -13,7 +13,7 @@ import { composeSections, messageHeader, systemPrompt } from "./sections.js";
 import { openOptions, type ToolBox } from "./tools.js";
 import { updateTranscript } from "./transcript.js";
 import type { IncomingMessage, TurnInput, TurnListener, TurnOutcome } from "./types.js";
-import { forgetCosts, promptChanges, usageReport } from "./usage.js";
+import { promptChanges, usageReport } from "./usage.js";
 import { roughTokens } from "./window.js";
 
 /** At most eight rounds of calls; then the model is asked once more and told to call nothing. */
@@ -311,7 +311,6 @@ export function forgetProcessState(): void {
   forgetSettings();
   forgetHistories();
   forgetBodies();
-  forgetCosts();
 }
 
 /** Runs one turn of a conversation, holding its lock (one turn at a time per conversation). */

@@ -251,29 +251,9 @@ export function usageReport(conv: ConversationPaths, answer: ModelAnswer, messag
 
 /**
  * The cost the provider reported for a conversation's requests so far, or undefined when it reported
- * none: for the cumulative cost each usage_update carries. A derived cache of the process, since
- * events never change: each conversation is read once whole, then from its last answer counted on.
+ * none: for the cumulative cost each usage_update carries. Counted on from usage.json, as `usage`
+ * counts, so only the events written since the last count are read.
  */
-const costs = new Map<string, { through: number; cost: number | undefined }>();
-const KEPT_COSTS = 256;
-
 export function conversationCost(conv: ConversationPaths): number | undefined {
-  const known = costs.get(conv.dir) ?? { through: 0, cost: undefined };
-  let { through, cost } = known;
-  for (const e of scanEvents(conv, through + 1)) {
-    through = e.n;
-    if (e.kind === "answer" && e.answer.cost !== undefined) cost = (cost ?? 0) + e.answer.cost;
-  }
-  costs.delete(conv.dir);
-  costs.set(conv.dir, { through, cost });
-  if (costs.size > KEPT_COSTS) {
-    const oldest = costs.keys().next().value;
-    if (oldest !== undefined) costs.delete(oldest);
-  }
-  return cost;
-}
-
-/** Forgets the costs counted (for measuring a fresh process). */
-export function forgetCosts(): void {
-  costs.clear();
+  return conversationUsage(conv).cost;
 }
