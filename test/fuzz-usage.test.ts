@@ -115,7 +115,7 @@ describe("usage over fuzzed events", () => {
     writeFileSync(outside, JSON.stringify({ v: 1, time: TIME, kind: "message", role: "assistant", text: SECRET, model: "m", provider: "p", latency_ms: 1, stop: "end_turn" }));
     let runs = 0;
     fc.assert(
-      fc.property(fc.array(entry, { maxLength: 30 }), fc.constantFrom("none", "garbage", "stale", "fifo"), (entries, left) => {
+      fc.property(fc.array(entry, { maxLength: 30 }), fc.constantFrom("none", "garbage", "stale", "fifo", "link"), (entries, left) => {
         runs++;
         const dir = join(root, `agent-${runs}`);
         const conv = paths({ dir }).conversation("t");
@@ -127,6 +127,8 @@ describe("usage over fuzzed events", () => {
         // What an earlier count left, or something planted in its place: never believed unless it is of these events.
         if (left === "garbage") writeFileSync(conv.usage, `{"v":1,"through":1, ${SECRET}`);
         if (left === "fifo") spawnSync("mkfifo", [conv.usage]);
+        // A link is refused, as everywhere in the folder, even where the file is derived.
+        if (left === "link") symlinkSync(outside, conv.usage);
         if (left === "stale") {
           const count = { turns: 9, requests: 9, tokens: { in: 9, out: 9, cached: 9 }, turns_without_cost: 9, requests_without_cost: 9, model_ms: 9, slowest: [], falls: [] };
           writeFileSync(conv.usage, JSON.stringify({ v: 1, through: 1, time: "2001-01-01T00:00:00.000Z", count }));
@@ -137,6 +139,7 @@ describe("usage over fuzzed events", () => {
           const u = conversationUsage(conv);
           first = u;
           expect(bad).toBeUndefined();
+          expect(left).not.toBe("link");
           expect(u.requests).toBe(good.length);
           const sum = (f: (e: (typeof good)[number]) => number) => good.reduce((s, e) => s + f(e), 0);
           expect(u.tokens).toEqual({ in: sum((e) => e.usage?.in ?? 0), out: sum((e) => e.usage?.out ?? 0), cached: sum((e) => e.usage?.cached ?? 0) });
@@ -147,8 +150,9 @@ describe("usage over fuzzed events", () => {
           for (const f of u.falls) expect(f.share).toBeLessThan(f.previous);
         } catch (e) {
           if (!(e instanceof StoreError)) throw e;
-          expect(bad, e.message).toBeDefined();
-          expect(e.message).toContain(conv.event(bad ?? 0));
+          const at = left === "link" ? conv.usage : conv.event(bad ?? 0);
+          if (left !== "link") expect(bad, e.message).toBeDefined();
+          expect(e.message).toContain(at);
           expect(e.message).not.toMatch(/\n/);
           expect(e.message).not.toContain(SECRET);
         }
@@ -157,7 +161,7 @@ describe("usage over fuzzed events", () => {
         // The command says the same, in one line, a few times over.
         if (runs % 25 === 0) {
           const r = spawnSync(process.execPath, [MAIN, "usage", "--agent", dir, "t", "--json"], { encoding: "utf8", timeout: 30_000 });
-          if (bad === undefined) {
+          if (bad === undefined && left !== "link") {
             expect(r.status, r.stderr).toBe(0);
             expect(AgentUsage.parse(JSON.parse(r.stdout)).conversations[0]).toEqual(conversationUsage(conv));
           }
