@@ -28,10 +28,26 @@ export class AcpState {
   readonly turns: Turns;
   /** The agent's model as `/model:set --agent` set it: this process's alone, until the agent starts again. */
   agentModel: string | undefined;
+  /** Each conversation's causes of a changed prompt already logged: each is logged once. */
+  private readonly promptWarned = new Set<string>();
 
   constructor(readonly deps: AcpDeps) {
     this.sessions = new Sessions(deps.agent, deps.log);
     this.turns = new Turns((key, e) => deps.log.error("turn loop failed", { thread: key, error: (e as Error).message }));
+  }
+
+  /**
+   * A turn's system prompt differs from the previous turn's: one line on the log for each section,
+   * once per conversation and section, since the provider's cache holds the prompt only up to it.
+   */
+  promptChanged(thread: string, sections: readonly string[]): void {
+    for (const section of sections) {
+      const key = `${thread}\0${section}`;
+      if (this.promptWarned.has(key)) continue;
+      if (this.promptWarned.size >= 4096) this.promptWarned.clear();
+      this.promptWarned.add(key);
+      this.deps.log.warn("the system prompt changed since the previous turn: the provider's cache holds it only up to this section", { thread, cause: "section", section });
+    }
   }
 
   /** Settings as they are now; unreadable ones are left to the turn, which records why it can't run. */
@@ -166,6 +182,7 @@ export function createAgentApp(state: AcpState, outbox: Outbox): acp.AgentApp {
         },
         (report) => {
           if (report.type === "warning") log.warn("turn warning", { thread: session.thread, warning: report.message });
+          if (report.type === "prompt_changed") state.promptChanged(session.thread, report.sections);
           listener(report);
         },
       );

@@ -34,6 +34,23 @@ export function textUpdate(text: string, kind: "agent_message_chunk" | "user_mes
   return { sessionUpdate: kind, content: { type: "text", text } };
 }
 
+/** What a cost the provider reports is counted in: OpenRouter's, the one provider known to report one, is in US dollars. */
+export const COST_CURRENCY = "USD";
+
+/**
+ * After each request: the tokens the window holds and the model's window, the conversation's cost
+ * when the provider reports one, and under _meta.link the request's own counts.
+ */
+export function usageUpdate(report: Extract<TurnEvent, { type: "usage" }>): SessionUpdate {
+  return {
+    sessionUpdate: "usage_update",
+    used: report.used,
+    size: report.size,
+    ...(report.cost !== undefined ? { cost: { amount: report.cost, currency: COST_CURRENCY } } : {}),
+    ...(report.usage ? { _meta: { link: { tokens: { in: report.usage.in, out: report.usage.out, cached: report.usage.cached } } } } : {}),
+  };
+}
+
 /**
  * Maps one turn's reports, keeping which tool calls are still open, so that however the turn ends
  * (answered, failed, cancelled) no tool call is left without its final update.
@@ -73,6 +90,8 @@ export class TurnUpdates {
         this.verbosity = report.verbosity;
         return [];
       case "usage":
+        return [usageUpdate(report)];
+      case "prompt_changed":
       case "warning":
         return [];
       default: {

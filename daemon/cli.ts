@@ -27,6 +27,7 @@ export type Command =
   | { kind: "configure"; agent: AgentOptions; file?: string }
   | { kind: "state"; agent: AgentOptions; export: boolean }
   | { kind: "facts"; agent: AgentOptions; model?: string }
+  | { kind: "usage"; agent: AgentOptions; thread?: string; since?: Date; json: boolean }
   | { kind: "serve"; agent: AgentOptions; socket?: string; agents?: string; blank?: string };
 
 export const USAGE = `usage:
@@ -34,6 +35,8 @@ export const USAGE = `usage:
   lnk-link-harness configure [--agent DIR] [FILE]  validate settings (FILE or stdin) and write config.json
   lnk-link-harness state [--agent DIR]             print the paths a move carries
   lnk-link-harness facts [--agent DIR] [MODEL]     print the window and answer share a turn would use, and where each came from
+  lnk-link-harness usage [--agent DIR] [THREAD] [--since DATE] [--json]
+                                                   tokens, the cached share, cost, and why a cache missed
   lnk-link-harness [--agent DIR] [--files DIR] [--home DIR] [--socket PATH]
                                                    serve ACP on stdio, or on a Unix socket (mode 0600)
   lnk-link-harness --help | --version
@@ -58,7 +61,20 @@ const OPTIONS = {
   socket: { type: "string" },
   agents: { type: "string" },
   blank: { type: "string" },
+  since: { type: "string" },
+  json: { type: "boolean" },
 } as const;
+
+/** A date or a time with its zone, as ISO 8601 writes them: 2026-11-30, 2026-11-30T21:00Z. */
+const DATE = /^\d{4}-\d{2}-\d{2}(?:[T ]\d{2}:\d{2}(?::\d{2}(?:\.\d{1,9})?)?(?:Z|[+-]\d{2}:?\d{2}))?$/;
+
+function parseSince(value: string): Date {
+  const at = DATE.test(value) ? new Date(value.length === 10 ? `${value}T00:00:00Z` : value.replace(" ", "T")) : undefined;
+  if (!at || Number.isNaN(at.getTime())) {
+    throw new UsageError(`--since ${JSON.stringify(value.slice(0, 40))}: not a date; write one as 2026-11-30 (UTC) or 2026-11-30T21:00Z`);
+  }
+  return at;
+}
 
 /** An option the command line doesn't know, named, with the one meant when it is close to one. */
 function unknownOption(arg: string): UsageError {
@@ -109,6 +125,7 @@ export function parseCommandLine(argv: string[], env: NodeJS.ProcessEnv = proces
   };
   switch (verb) {
     case undefined:
+      if (v.since !== undefined || v.json) throw new UsageError(`serving takes no --${v.since !== undefined ? "since" : "json"}: did you mean lnk-link-harness usage?`);
       if (v.blank && (v.agent || v.agents)) throw new UsageError("--blank starts with no agent: it takes no --agent or --agents");
       if (v.agents && v.agent) throw new UsageError("--agents names each agent's folders: it takes no --agent");
       return {
@@ -141,6 +158,19 @@ export function parseCommandLine(argv: string[], env: NodeJS.ProcessEnv = proces
       const model = rest[0]?.trim();
       if (rest[0] !== undefined && !model) throw new UsageError("facts: MODEL is a model's name");
       return { kind: "facts", agent, ...(model ? { model } : {}) };
+    }
+    case "usage": {
+      only(["agent", "since", "json"], "usage");
+      if (rest.length > 1) throw new UsageError(`usage takes at most one THREAD, got ${JSON.stringify(rest[1])}`);
+      // The thread's name is checked where the conversation is read, which loads what checks it.
+      const thread = rest[0];
+      return {
+        kind: "usage",
+        agent,
+        ...(thread !== undefined ? { thread } : {}),
+        ...(v.since !== undefined ? { since: parseSince(v.since) } : {}),
+        json: v.json === true,
+      };
     }
     default:
       throw new UsageError(`unknown command ${JSON.stringify(verb)} (see --help)`);

@@ -31,6 +31,9 @@ async function run(command: Command): Promise<void> {
     case "facts":
       process.stdout.write(await (await import("./facts.js")).factsReport(command.agent, command.model));
       return;
+    case "usage":
+      (await import("./usage.js")).printUsage(command.agent, command.thread, command.since, command.json);
+      return;
     case "serve": {
       const { serve } = await import("./serve.js");
       await serve(command);

@@ -1,6 +1,6 @@
 // Conversation events: one JSON object a file, written once (spec: decisions.txt, DESIGN.md "Events").
 import { z } from "zod";
-import { Verbosity } from "./settings.js";
+import { SectionName, Verbosity } from "./settings.js";
 
 export const EVENT_VERSION = 1 as const;
 
@@ -35,6 +35,22 @@ export const Thinking = z
   })
   .strict();
 export type Thinking = z.infer<typeof Thinking>;
+
+/** A short fingerprint: the first 12 hex digits of a SHA-256. */
+export const Fingerprint = z.string().regex(/^[0-9a-f]{12}$/, "a fingerprint is 12 hex digits");
+
+/**
+ * What the request's prompt began with, as fingerprints: each section of the system prompt (a section
+ * left empty is left out; tools' covers the calls offered too), and the window's start. When the share
+ * of a prompt the provider cached falls, comparing them with the previous request's says why.
+ */
+export const PromptPrints = z
+  .object({
+    sections: z.partialRecord(SectionName, Fingerprint),
+    window: Fingerprint,
+  })
+  .strict();
+export type PromptPrints = z.infer<typeof PromptPrints>;
 
 export const STOP_REASONS = ["end_turn", "max_turn_requests", "cancelled", "refusal", "max_tokens", "tool_calls"] as const;
 export const StopReason = z.enum(STOP_REASONS);
@@ -75,6 +91,8 @@ export const AssistantMessage = z
     cost: z.number().nonnegative().optional(),
     /** The provider's numbers left out of usage and cost as no count or cost can be: `<field> <value as sent>`. */
     left_out: z.array(z.string()).optional(),
+    /** Fingerprints of what the prompt began with: its sections and the window's start. */
+    prompt: PromptPrints.optional(),
     thinking: Thinking.optional(),
     tool_calls: z.array(ToolCall).optional(),
     stop: StopReason,

@@ -7,3 +7,4 @@ export * from "./asp.js";
 export * from "./model-facts.js";
 export * from "./errors.js";
 export * from "./names.js";
+export * from "./usage.js";

@@ -1,6 +1,6 @@
-// A conversation's derived files: the transcript (copy for people and memory), window.json, tools.json.
+// A conversation's derived files: the transcript (copy for people and memory), window.json, usage.json, tools.json.
 import { closeSync, constants, fstatSync, openSync, readSync } from "node:fs";
-import { ToolsList, WindowMark, StoreError, describeIssues } from "../protocol/index.js";
+import { ToolsList, UsageMark, WindowMark, StoreError, describeIssues } from "../protocol/index.js";
 import { FILE_MODE, isErrno, jsonFault, LIMITS, LinkRefused, readText, replaceFile, writeAll } from "./files.js";
 import { checkConversationLinks } from "./events.js";
 import { withFolder } from "./folder.js";
@@ -100,6 +100,32 @@ export function readMark(conv: ConversationPaths): WindowMark | undefined {
 
 export function writeMark(conv: ConversationPaths, mark: WindowMark): void {
   replaceInFolder(conv, WINDOW, `${JSON.stringify(WindowMark.parse(mark))}\n`, false);
+}
+
+/** How far `usage` counted; undefined when missing, unreadable or not of its schema (it is derived). */
+export function readUsageMark(conv: ConversationPaths): UsageMark | undefined {
+  checkConversationLinks(conv);
+  let text: string | undefined;
+  try {
+    text = readText(conv.usage, { max: LIMITS.usage });
+  } catch (e) {
+    if (e instanceof StoreError && !(e instanceof LinkRefused)) return undefined;
+    throw e;
+  }
+  if (text === undefined) return undefined;
+  try {
+    const parsed = UsageMark.safeParse(JSON.parse(text));
+    return parsed.success ? parsed.data : undefined;
+  } catch {
+    return undefined;
+  }
+}
+
+export function writeUsageMark(conv: ConversationPaths, mark: UsageMark): void {
+  const text = `${JSON.stringify(UsageMark.parse(mark))}\n`;
+  // One too large to be read back is not written: the next count starts from the first event.
+  if (text.length > LIMITS.usage) return;
+  replaceInFolder(conv, "usage.json", text, false);
 }
 
 /** A subagent's tool list, or undefined when the conversation has all its agent's tools. */

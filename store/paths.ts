@@ -17,6 +17,8 @@ export interface ConversationPaths {
   readonly dir: string;
   readonly transcript: string;
   readonly window: string;
+  /** Derived: how far `usage` counted, and its count there. */
+  readonly usage: string;
   readonly tools: string;
   readonly lock: string;
   event(n: number): string;
@@ -85,6 +87,7 @@ export function paths(agent: AgentRef): AgentPaths {
         dir: cdir,
         transcript: join(cdir, "transcript.md"),
         window: join(cdir, "window.json"),
+        usage: join(cdir, "usage.json"),
         tools: join(cdir, "tools.json"),
         lock: join(cdir, ".lock"),
         // Joined by hand: cdir is already normalised and an event's name holds no separator, and a

@@ -91,7 +91,7 @@ describe.concurrent("contract, --version, --help", () => {
       const r = await cli([flag]);
       expect(r.code, r.stderr).toBe(0);
       expect(r.stderr).toBe("");
-      for (const command of ["contract", "configure", "state", "--socket"]) expect(r.stdout).toContain(command);
+      for (const command of ["contract", "configure", "state", "usage", "--socket"]) expect(r.stdout).toContain(command);
     }
   });
 });
@@ -482,7 +482,7 @@ describe("the README's way of using it", () => {
 describe("the command line, fuzzed", () => {
   it("any argv is a command or one line of usage error, never another failure", () => {
     const word = fc.oneof(
-      fc.constantFrom("--agent", "--agnet", "--files", "--home", "--socket", "--sokcet", "--agents", "--blank", "--help", "-h", "-V", "--", "-x", "--agent=~/a", "configure", "state", "export", "contract", "serve"),
+      fc.constantFrom("--agent", "--agnet", "--files", "--home", "--socket", "--sokcet", "--agents", "--blank", "--help", "-h", "-V", "--", "-x", "--agent=~/a", "configure", "state", "export", "contract", "serve", "usage", "--since", "--since=2026-11-30", "--json", "2026-11-30T21:00Z"),
       fc.string({ maxLength: 12 }),
       fc.string({ maxLength: 12 }).map((s) => `~${s}`),
       fc.string({ maxLength: 12 }).map((s) => `--${s}`),

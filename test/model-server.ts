@@ -16,9 +16,15 @@ const ToolCallSchema = z.strictObject({
   arguments: z.union([z.string(), z.record(z.string(), z.unknown())]),
 });
 
+/**
+ * Numbers to report in place of the ones the server counts. Left out, prompt_tokens are the
+ * request's messages' JSON by four characters a token, and cached_tokens the same count of the
+ * longest start those bytes share with one of the last requests (a provider's prompt cache, so the
+ * figures are real); once prompt_tokens are scripted, cached_tokens are 0 unless scripted too.
+ */
 const UsageSchema = z.strictObject({
-  prompt_tokens: z.number().int().nonnegative(),
-  completion_tokens: z.number().int().nonnegative(),
+  prompt_tokens: z.number().int().nonnegative().optional(),
+  completion_tokens: z.number().int().nonnegative().optional(),
   cached_tokens: z.number().int().nonnegative().optional(),
   cost: z.number().optional(),
 });
@@ -205,7 +211,20 @@ function calls(reply: AnswerReply): Call[] {
   }));
 }
 
-function usageOf(reply: AnswerReply, request: RecordedRequest, toolCalls: Call[]) {
+/** How many of the last requests' messages a request's start is compared with, as a provider's cache would. */
+const CACHED_REQUESTS = 8;
+
+/** The length of the longest start `a` and `b` share. */
+function sharedStart(a: string, b: string): number {
+  const most = Math.min(a.length, b.length);
+  let i = 0;
+  // A chunk at a time, then a character at a time.
+  while (i + 256 <= most && a.slice(i, i + 256) === b.slice(i, i + 256)) i += 256;
+  while (i < most && a.charCodeAt(i) === b.charCodeAt(i)) i++;
+  return i;
+}
+
+function usageOf(reply: AnswerReply, request: RecordedRequest, toolCalls: Call[], cachedChars: number) {
   const scripted = reply.usage;
   const answerChars =
     (reply.text ?? "").length +
@@ -213,11 +232,12 @@ function usageOf(reply: AnswerReply, request: RecordedRequest, toolCalls: Call[]
     toolCalls.reduce((sum, call) => sum + call.name.length + call.arguments.length, 0);
   const prompt = scripted?.prompt_tokens ?? tokens(JSON.stringify(request.body.messages ?? []).length);
   const completion = scripted?.completion_tokens ?? Math.max(1, tokens(answerChars));
+  const cached = scripted?.cached_tokens ?? (scripted?.prompt_tokens !== undefined ? 0 : Math.min(prompt, Math.floor(cachedChars / 4)));
   return {
     prompt_tokens: prompt,
     completion_tokens: completion,
     total_tokens: prompt + completion,
-    prompt_tokens_details: { cached_tokens: scripted?.cached_tokens ?? 0 },
+    prompt_tokens_details: { cached_tokens: cached },
     ...(scripted?.cost !== undefined ? { cost: scripted.cost } : {}),
   };
 }
@@ -242,10 +262,10 @@ async function wait(ms: number | undefined, gone: AbortSignal): Promise<boolean>
   return !gone.aborted;
 }
 
-async function answer(res: ServerResponse, request: RecordedRequest, reply: AnswerReply, gone: AbortSignal) {
+async function answer(res: ServerResponse, request: RecordedRequest, reply: AnswerReply, gone: AbortSignal, cachedChars: number) {
   const toolCalls = calls(reply);
   const finish = reply.finish_reason ?? (toolCalls.length > 0 ? "tool_calls" : "stop");
-  const usage = usageOf(reply, request, toolCalls);
+  const usage = usageOf(reply, request, toolCalls, cachedChars);
   const head = { id: newId("chatcmpl-"), created: Math.floor(Date.now() / 1000), model: request.body.model ?? "scripted" };
   if (!(await wait(reply.delayMs, gone))) return;
 
@@ -320,6 +340,8 @@ export async function startModelServer(opts: ModelServerOptions = {}): Promise<M
   const asked: RecordedRequest[] = [];
   const waiters: { count: number; resolve: (r: RecordedRequest) => void }[] = [];
   const sockets = new Set<Socket>();
+  /** The last requests' messages as JSON: what the prompt cache holds. */
+  const cache: string[] = [];
 
   const record = (request: RecordedRequest) => {
     requests.push(request);
@@ -415,10 +437,14 @@ export async function startModelServer(opts: ModelServerOptions = {}): Promise<M
       return sendError(res, { status: 400, message });
     }
 
+    const sent = JSON.stringify(request.body.messages);
+    const cachedChars = cache.reduce((most, earlier) => Math.max(most, sharedStart(earlier, sent)), 0);
+    cache.push(sent);
+    if (cache.length > CACHED_REQUESTS) cache.shift();
     const step = queue.shift() ?? server.fallback;
     const reply = typeof step === "function" ? await step(request) : step;
     if ("error" in reply) return sendError(res, reply.error, request);
-    await answer(res, request, reply, gone);
+    await answer(res, request, reply, gone, cachedChars);
   }
 
   const http = createServer((req, res) => {

@@ -1,11 +1,12 @@
 // One turn, stateless: reads what it needs through the store, asks the model, runs tools in rounds,
 // and writes every event as it happens. It reports through a callback of plain events, never ACP.
-import type { AssistantMessage, Event, Failure, ModelInput, Settings, StopReason, ToolCall, Usage, UserMessage } from "../protocol/index.js";
+import type { AssistantMessage, Event, Failure, ModelInput, PromptPrints, Settings, StopReason, ToolCall, Usage, UserMessage } from "../protocol/index.js";
 import { appendEvent, forgetEvents, forgetSettings, LockLostError, paths, readSettings, readToolsList, withConversationLock, type ConversationPaths } from "../store/index.js";
 import { forgetBodies } from "./body.js";
 import { runCalls } from "./calls.js";
 import { conversationShare, modelWindow, type ModelWindow } from "./facts.js";
 export { statusLines } from "./status.js";
+import { sectionPrints, windowPrint } from "./fingerprint.js";
 import { forgetHistories, History, resumeEvent } from "./history.js";
 import { partsFor } from "./parts.js";
 import { askModel, ModelError, type ModelAnswer } from "./model.js";
@@ -14,6 +15,7 @@ import { composeSections, messageHeader, systemPrompt } from "./sections.js";
 import { openOptions, type ToolBox } from "./tools.js";
 import { updateTranscript } from "./transcript.js";
 import type { IncomingMessage, TurnInput, TurnListener, TurnOutcome } from "./types.js";
+import { promptChanges, usageReport } from "./usage.js";
 import { roughTokens } from "./window.js";
 
 /** At most eight rounds of calls; then the model is asked once more and told to call nothing. */
@@ -51,7 +53,7 @@ function stopOf(answer: ModelAnswer, calls: boolean): StopReason {
 }
 
 /** The agent's answer as an event: the provider's own counts, and the cost only when reported. */
-function answerEvent(answer: ModelAnswer, o: { model: string; provider: string; toolCalls: ToolCall[]; stop: StopReason }): AssistantMessage {
+function answerEvent(answer: ModelAnswer, o: { model: string; provider: string; toolCalls: ToolCall[]; stop: StopReason; prompt: PromptPrints }): AssistantMessage {
   return {
     v: 1,
     kind: "message",
@@ -65,6 +67,7 @@ function answerEvent(answer: ModelAnswer, o: { model: string; provider: string; 
     latency_ms: answer.latencyMs,
     ...(answer.cost !== undefined ? { cost: answer.cost } : {}),
     ...(answer.leftOut ? { left_out: answer.leftOut } : {}),
+    prompt: o.prompt,
     ...(answer.thinking ? { thinking: answer.thinking } : {}),
     ...(o.toolCalls.length ? { tool_calls: o.toolCalls } : {}),
     stop: o.stop,
@@ -171,7 +174,9 @@ class Turn {
 
   private async rounds(settings: Settings, box: ToolBox | undefined): Promise<TurnOutcome> {
     const calls = box?.offered ?? [];
-    const system = systemPrompt(composeSections(this.input.agent, settings, calls, this.input.message.cwd));
+    const sections = composeSections(this.input.agent, settings, calls, this.input.message.cwd);
+    const system = systemPrompt(sections);
+    const prints = sectionPrints(sections, calls);
     const fixed = roughTokens(system) + (calls.length ? roughTokens(JSON.stringify(calls.map((c) => [c.name, c.description, c.parameters]))) : 0);
     let mw: ModelWindow | undefined;
     // The conversation's share: the window less the answer's, the instructions and tools, and the margin.
@@ -191,6 +196,8 @@ class Turn {
     this.question = opening;
     opening.catch((e: unknown) => notWritten.abort(e));
     const signal = AbortSignal.any([this.signal, notWritten.signal]);
+    const changed = promptChanges(history.events, prints);
+    if (changed.length > 0) this.listener({ type: "prompt_changed", sections: changed });
 
     let round = 0;
     let lastText: string;
@@ -233,16 +240,17 @@ class Turn {
         this.usage.in += answer.usage.in;
         this.usage.out += answer.usage.out;
         this.usage.cached += answer.usage.cached;
-        this.listener({ type: "usage", usage: answer.usage });
       }
       // Past the last round, calls the model makes anyway are not run.
       const toolCalls = callNothing ? [] : answer.toolCalls;
       const stop = stopOf(answer, toolCalls.length > 0);
       if (!answer.aborted || answer.text || toolCalls.length) {
-        const event = answerEvent(answer, { model, provider: settings.model.provider, toolCalls, stop });
+        const prompt = { sections: prints, window: windowPrint(history.count.start, history.count.startTime) };
+        const event = answerEvent(answer, { model, provider: settings.model.provider, toolCalls, stop, prompt });
         const n = await this.write(event, history);
         if (answer.text.trim()) this.lastAnswer = n;
       }
+      this.listener(usageReport(this.conv, answer, messages, window.window, (message) => this.listener({ type: "warning", message })));
       if (answer.aborted) {
         this.finish(history);
         return this.outcome("cancelled");

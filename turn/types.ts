@@ -1,5 +1,5 @@
 // What a turn takes and what it reports: plain data, no ACP (the ACP layer maps these to session/update).
-import type { From, Part, StopReason, Usage, Event, Settings, Verbosity } from "../protocol/index.js";
+import type { From, Part, SectionName, StopReason, Usage, Event, Settings, Verbosity } from "../protocol/index.js";
 import type { AgentRef } from "../store/index.js";
 import type { ToolHost, ToolMedia, ToolServer } from "./tools.js";
 
@@ -57,7 +57,14 @@ export type TurnEvent =
   | { type: "text"; delta: string }
   | { type: "tool_call"; id: string; name: string; arguments: unknown }
   | { type: "tool_result"; id: string; name: string; status: "completed" | "failed"; text: string; media?: ToolMedia[] }
-  | { type: "usage"; usage: Usage }
+  /**
+   * After each request to the model: the provider's counts (when it sent them), the tokens the window
+   * holds now (the prompt and the answer: the provider's count, else the rough one), the model's
+   * window, and the conversation's cost so far when the provider reports one.
+   */
+  | { type: "usage"; usage?: Usage; used: number; size: number; cost?: number }
+  /** This turn's system prompt differs from the previous turn's in these sections (in the prompt's order). */
+  | { type: "prompt_changed"; sections: SectionName[] }
   /** The chat's verbosity as its own /verbosity:set chose it, found once the conversation is read. */
   | { type: "verbosity"; verbosity: Verbosity }
   /** Something went wrong that doesn't fail the turn (a derived file not written): for the log. */

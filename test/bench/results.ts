@@ -5,6 +5,7 @@ import type { StartResult } from "./start.js";
 import type { ClientResult } from "./client.js";
 import { ms, type Summary } from "./stats.js";
 import type { StreamRow } from "./stream.js";
+import type { UsageResult } from "./usage.js";
 
 export type Measured<T> = { measured: T } | { notMeasured: string };
 
@@ -35,6 +36,8 @@ export interface BenchResults {
   start: Measured<StartResult>;
   /** The turn as a client sees it, with its floors (absent from runs before it was measured). */
   client?: Measured<ClientResult>;
+  /** `lnk-link-harness usage` over a long conversation (left out of results written before it was measured). */
+  usage?: Measured<UsageResult>;
   targets: Target[];
   elapsedMs: number;
 }
@@ -115,6 +118,14 @@ export function targets(r: Omit<BenchResults, "targets">): Target[] {
     out.push({ name: "cold start to the first initialize answer at most 150 ms", measured: `not measured: ${r.start.notMeasured}`, pass: undefined });
     out.push({ name: "idle memory at most 100 MB", measured: `not measured: ${r.start.notMeasured}`, pass: undefined });
   }
+  if (r.usage && "measured" in r.usage) {
+    const u = r.usage.measured;
+    out.push({
+      name: `usage of a ${events(u.events)}-event conversation at most ${USAGE_TARGET_MS} ms, the command run whole, counting from the first event (median)`,
+      measured: `${ms(u.command.median)} ms (${ms(u.inProcess.median)} ms of it counting, node -e 0 ${ms(u.nodeStart)} ms); ${u.commandKept ? `${ms(u.commandKept.median)} ms going on from usage.json` : ""}`,
+      pass: u.command.median <= USAGE_TARGET_MS,
+    });
+  } else if (r.usage) out.push({ name: "usage of a 100,000-event conversation", measured: `not measured: ${r.usage.notMeasured}`, pass: undefined });
   out.push(...clientTargets(r.client));
   return out;
 }
@@ -145,3 +156,6 @@ function clientTargets(client: Measured<ClientResult> | undefined): Target[] {
     },
   ];
 }
+
+/** A person waits for `usage` of their longest conversation about as long as for a page to load. */
+export const USAGE_TARGET_MS = 2_000;

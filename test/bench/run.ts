@@ -18,8 +18,9 @@ import { measureClient, type ClientResult } from "./client.js";
 import { measureStreaming, type StreamRow } from "./stream.js";
 import { renderSvg } from "./svg.js";
 import { renderTable } from "./table.js";
+import { measureUsage, type UsageResult } from "./usage.js";
 
-const PARTS = ["overhead", "prefix", "streaming", "start", "client"] as const;
+const PARTS = ["overhead", "prefix", "streaming", "start", "usage", "client"] as const;
 type Part = (typeof PARTS)[number];
 
 interface Plan {
@@ -30,13 +31,16 @@ interface Plan {
   conversations: number[];
   rounds: number;
   starts: number;
+  /** The conversation `usage` reads, in events, and how many times. */
+  usageSize: number;
+  usageRuns: number;
   /** Turns of one session driven as a client sees them, and spawns to a first answer. */
   clientTurns: number;
   clientStarts: number;
 }
 
-const FULL: Plan = { sizes: [1_000, 10_000, 100_000], turns: FULL_TURNS, prefixTurns: 300, prefixWindowPairs: 100, conversations: [1, 50, 200], rounds: 3, starts: 20, clientTurns: 20, clientStarts: 10 };
-const QUICK: Plan = { sizes: [1_000, 10_000], turns: 10, prefixTurns: 200, prefixWindowPairs: 80, conversations: [1, 20], rounds: 1, starts: 5, clientTurns: 10, clientStarts: 3 };
+const FULL: Plan = { sizes: [1_000, 10_000, 100_000], turns: FULL_TURNS, prefixTurns: 300, prefixWindowPairs: 100, conversations: [1, 50, 200], rounds: 3, starts: 20, usageSize: 100_000, usageRuns: 5, clientTurns: 20, clientStarts: 10 };
+const QUICK: Plan = { sizes: [1_000, 10_000], turns: 10, prefixTurns: 200, prefixWindowPairs: 80, conversations: [1, 20], rounds: 1, starts: 5, usageSize: 100_000, usageRuns: 3, clientTurns: 10, clientStarts: 3 };
 const CHUNKS = 50;
 const CHUNK_DELAY_MS = 20;
 
@@ -123,6 +127,15 @@ async function main(): Promise<void> {
 
     log("node -e 0");
     const bare = "measured" in start ? start.measured.nodeStart : await nodeStart(plan.starts);
+
+    let usage: Measured<UsageResult> = { notMeasured: "not asked for (--only)" };
+    if (args.only.has("usage")) {
+      try {
+        usage = { measured: measureUsage(plan.usageSize, plan.usageRuns, bare.median, log) };
+      } catch (e) {
+        usage = { notMeasured: (e as Error).message };
+      }
+    }
     const cpu = cpus();
     const partial: Omit<BenchResults, "targets"> = {
       format: 1,
@@ -144,6 +157,7 @@ async function main(): Promise<void> {
       streaming,
       start,
       client,
+      usage,
       elapsedMs: performance.now() - t0,
     };
     const results: BenchResults = { ...partial, targets: targets(partial) };

@@ -88,7 +88,14 @@ export function renderTable(r: BenchResults): string {
     out.push(`  RSS: ${s.rssAfterInitializeMb.toFixed(0)} MB after initialize, ${s.rssAfterTurnMb.toFixed(0)} MB after one turn (peak ${s.peakMb.toFixed(0)} MB)`);
   } else out.push(`  not measured: ${r.start.notMeasured}`);
   out.push("");
-  out.push("5. The turn as a client sees it (ACP SDK client on stdio, a timing proxy before the model)");
+  out.push("5. usage over a long conversation (the command run whole, and its count in one process)");
+  if (r.usage && "measured" in r.usage) {
+    const u = r.usage.measured;
+    out.push(`  ${n(u.events)} events, ${n(u.answers)} answers: the command ${ms(u.command.median)} ms median (p99 ${ms(u.command.p99)}) over ${u.command.n} runs, counting from the first event; counting alone ${ms(u.inProcess.median)} ms (p99 ${ms(u.inProcess.p99)}); node -e 0 ${ms(u.nodeStart)} ms`);
+    if (u.commandKept) out.push(`  going on from what the count before kept (usage.json), nothing written since: ${ms(u.commandKept.median)} ms median (p99 ${ms(u.commandKept.p99)})`);
+  } else out.push(`  not measured: ${r.usage?.notMeasured ?? "not in this run"}`);
+  out.push("");
+  out.push("6. The turn as a client sees it (ACP SDK client on stdio, a timing proxy before the model)");
   if (r.client && "measured" in r.client) {
     const c = r.client.measured;
     const split = (name: string, t: { before: { median: number }; after: { median: number }; overhead: { median: number; p99: number } }) =>
