@@ -9,7 +9,9 @@ import { describe, expect, it } from "vitest";
 import type { Event } from "../protocol/index.js";
 import { paths, readEventsFrom } from "../store/index.js";
 import { configure, daemonTestHooks, scriptedSettings, startDaemon, stdioClient, tempDir, watched, type Client } from "./acp-client.js";
-import { BIN, ROOT } from "./fixtures/built.js";
+import { spawnSync } from "node:child_process";
+import { z } from "zod";
+import { BIN, MAIN, ROOT } from "./fixtures/built.js";
 import type { ModelServer, RecordedRequest } from "./model-server.js";
 
 const EVERYTHING = `"${process.execPath}" "${ROOT}node_modules/@modelcontextprotocol/server-everything/dist/index.js" stdio`;
@@ -322,6 +324,18 @@ describe("/help, /status and unknown commands", { timeout: 60_000 }, () => {
     expect(status).toMatch(/Window: [\d,]+ tokens \(from /);
     expect(status).toMatch(/In the window: about [\d,]+ tokens, 2 events/);
     expect(status).toMatch(/Last turn: 1 request, 1,200 in, 30 out, 1,000 cached/);
+    // The chat's figures are those `usage` prints.
+    server.script({ text: "again", usage: { prompt_tokens: 1500, completion_tokens: 10, cached_tokens: 1200 } });
+    await prompt(c, sessionId, "and now?");
+    const again = await command(c, sessionId, "/status");
+    const run = spawnSync(process.execPath, [MAIN, "usage", "--agent", dir, sessionId, "--json"], { encoding: "utf8" });
+    expect(run.status, run.stderr).toBe(0);
+    const total = z.object({ total: z.object({ turns: z.number(), requests: z.number(), tokens: z.object({ in: z.number(), out: z.number(), cached: z.number() }), cached_share: z.number().nullable() }).loose() }).loose().parse(JSON.parse(run.stdout)).total;
+    const fmt = (n: number) => n.toLocaleString("en-US");
+    expect(again).toContain(
+      `This chat so far: ${total.turns} turns, ${total.requests} requests, ${fmt(total.tokens.in)} in, ${fmt(total.tokens.out)} out, ${fmt(total.tokens.cached)} cached (cached share ${((total.cached_share ?? 0) * 100).toFixed(1)}%)`,
+    );
+    expect(total).toMatchObject({ turns: 2, requests: 2, tokens: { in: 2700, out: 40, cached: 2200 } });
   });
 });
 

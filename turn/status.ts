@@ -4,6 +4,7 @@ import type { Numbered, Settings, Usage } from "../protocol/index.js";
 import { paths, type AgentRef } from "../store/index.js";
 import { conversationShare, modelWindow } from "./facts.js";
 import { History } from "./history.js";
+import { conversationUsage } from "./usage.js";
 import { composeSections, systemPrompt } from "./sections.js";
 import { roughTokens } from "./window.js";
 
@@ -63,7 +64,7 @@ export async function statusLines(input: StatusInput): Promise<string[]> {
   const lines = [
     `Conversation: ${history.conversation ?? "main"} of chat ${input.thread}`,
     `Model: ${model} (${whose}), provider ${settings.model.provider}, at ${settings.model.base_url}`,
-    `Window: ${human(mw.window)} tokens (from ${mw.source === "yours" ? "your facts file" : mw.source === "link" ? "Link's facts" : mw.source === "runtime" ? "the model's runtime" : mw.source === "settings" ? "the settings" : "nowhere: the unknown default"}); the answer's share ${human(mw.answer)}, the instructions ${human(fixed)}, the conversation's ${human(history.budget)}`,
+    `Window: ${human(mw.window)} tokens (from ${mw.source === "yours" ? "your facts file" : mw.source === "link" ? "Link's facts" : mw.source === "runtime" ? "the model's runtime" : mw.source === "settings" ? "the settings" : "nowhere: the unknown default"}); the answer's share ${human(mw.answer)} (${mw.answerSource === "settings" ? "as the settings set it" : "the default"}), the instructions ${human(fixed)}, the conversation's ${human(history.budget)}`,
     `In the window: about ${human(inWindow)} tokens, ${windowEvents.length} events${history.count.start !== undefined ? ` from event ${history.count.start}` : ""}`,
   ];
   if (last.requests === 0) lines.push("Last turn: none yet");
@@ -73,6 +74,13 @@ export async function statusLines(input: StatusInput): Promise<string[]> {
     const cost = last.cost !== undefined ? `, cost ${last.cost}${last.unpriced ? ` (${last.unpriced} requests unpriced)` : ""}` : "";
     lines.push(`Last turn: ${last.requests} request${last.requests === 1 ? "" : "s"}, ${counts}${cost}`);
   }
+  // The chat's figures so far, from the code `lnk-link-harness usage` prints them with: they agree.
+  const all = conversationUsage(conv);
+  const share = all.cached_share === null ? "-" : `${(all.cached_share * 100).toFixed(1)}%`;
+  const cost = all.cost !== undefined ? `, cost ${all.cost}${all.turns_without_cost ? ` (${all.turns_without_cost} turns without a reported cost)` : ""}` : ", no cost reported";
+  lines.push(
+    `This chat so far: ${all.turns} turns, ${all.requests} requests, ${human(all.tokens.in)} in, ${human(all.tokens.out)} out, ${human(all.tokens.cached)} cached (cached share ${share})${cost}; lnk-link-harness usage tells more`,
+  );
   lines.push(`Tools: ${input.tools.length ? input.tools.join(", ") : "none"}`);
   return lines;
 }
