@@ -80,18 +80,8 @@ export const AgentUsage = z.object({ conversations: z.array(ConversationUsage), 
 export type AgentUsage = z.infer<typeof AgentUsage>;
 
 /** A count's state as far as it got: what usage.json keeps, so the next count goes on from it. */
-export const UsageCountState = z
-  .object({
-    turns: count,
-    requests: count,
-    tokens: Tokens,
-    cost: z.number().nonnegative().optional(),
-    turns_without_cost: count,
-    requests_without_cost: count,
-    model_ms: z.number().nonnegative(),
-    /** The slowest turns that have ended. */
-    slowest: z.array(SlowTurn),
-    falls: z.array(Fall),
+export const UsageCountState = UsageFigures.omit({ cached_share: true })
+  .extend({
     /** The turn the count ended in, which later events may go on with. */
     open: z
       .object({ n: count, time: z.string(), requests: count, model_ms: z.number().nonnegative(), without_cost: z.boolean(), fell: z.boolean() })

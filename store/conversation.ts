@@ -1,4 +1,5 @@
 // A conversation's derived files: the transcript (copy for people and memory), window.json, usage.json, tools.json.
+import type { z } from "zod";
 import { closeSync, constants, fstatSync, openSync, readSync } from "node:fs";
 import { ToolsList, UsageMark, WindowMark, StoreError, describeIssues } from "../protocol/index.js";
 import { FILE_MODE, isErrno, jsonFault, LIMITS, LinkRefused, readText, replaceFile, writeAll } from "./files.js";
@@ -78,24 +79,31 @@ export function replaceTranscript(conv: ConversationPaths, text: string): void {
   replaceInFolder(conv, TRANSCRIPT, text, false);
 }
 
-/** The window's mark; a missing or unreadable one is undefined (it is derived, and made again). */
-export function readMark(conv: ConversationPaths): WindowMark | undefined {
+/**
+ * A derived file of the conversation, read and checked against its schema; undefined when missing,
+ * unreadable (too large, not a file) or not of its schema: it is made again. A link is refused.
+ */
+function readDerived<T>(conv: ConversationPaths, path: string, max: number, schema: z.ZodType<T>): T | undefined {
   checkConversationLinks(conv);
   let text: string | undefined;
   try {
-    text = readText(conv.window, { max: LIMITS.mark });
+    text = readText(path, { max });
   } catch (e) {
-    // Derived: one that can't be read (too large, not a file) is made again, as a missing one is.
     if (e instanceof StoreError && !(e instanceof LinkRefused)) return undefined;
     throw e;
   }
   if (text === undefined) return undefined;
   try {
-    const parsed = WindowMark.safeParse(JSON.parse(text));
+    const parsed = schema.safeParse(JSON.parse(text));
     return parsed.success ? parsed.data : undefined;
   } catch {
     return undefined;
   }
+}
+
+/** The window's mark; a missing or unreadable one is undefined (it is derived, and made again). */
+export function readMark(conv: ConversationPaths): WindowMark | undefined {
+  return readDerived(conv, conv.window, LIMITS.mark, WindowMark);
 }
 
 export function writeMark(conv: ConversationPaths, mark: WindowMark): void {
@@ -104,21 +112,7 @@ export function writeMark(conv: ConversationPaths, mark: WindowMark): void {
 
 /** How far `usage` counted; undefined when missing, unreadable or not of its schema (it is derived). */
 export function readUsageMark(conv: ConversationPaths): UsageMark | undefined {
-  checkConversationLinks(conv);
-  let text: string | undefined;
-  try {
-    text = readText(conv.usage, { max: LIMITS.usage });
-  } catch (e) {
-    if (e instanceof StoreError && !(e instanceof LinkRefused)) return undefined;
-    throw e;
-  }
-  if (text === undefined) return undefined;
-  try {
-    const parsed = UsageMark.safeParse(JSON.parse(text));
-    return parsed.success ? parsed.data : undefined;
-  } catch {
-    return undefined;
-  }
+  return readDerived(conv, conv.usage, LIMITS.usage, UsageMark);
 }
 
 export function writeUsageMark(conv: ConversationPaths, mark: UsageMark): void {
