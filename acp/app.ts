@@ -10,6 +10,7 @@ import { promptContent } from "./content.js";
 import type { AcpDeps } from "./deps.js";
 import { METHOD_NOT_FOUND, toRequestError } from "./errors.js";
 import { initializeResult } from "./initialize.js";
+import { LinkConnection, withLinkMethods } from "./link.js";
 import { NewSessionLink, OVERSIZED_METHOD, ParamsError, PromptLink, SessionLink, TOO_DEEP_METHOD, parseLink, servedAgent } from "./meta.js";
 import { configOptions, setModel } from "./model.js";
 import { replay } from "./replay.js";
@@ -32,6 +33,7 @@ export class AcpState {
 
   /** Settings as they are now; unreadable ones are left to the turn, which records why it can't run. */
   settings(): Settings | undefined {
+    if (this.deps.settings) return this.deps.settings();
     try {
       return readSettings(this.deps.agent);
     } catch (e) {
@@ -76,10 +78,10 @@ function promptResponse(outcome: TurnOutcome): PromptResponse {
 }
 
 /** The app of one connection. */
-export function createAgentApp(state: AcpState, outbox: Outbox): acp.AgentApp {
+export function createAgentApp(state: AcpState, outbox: Outbox, link = new LinkConnection(false)): acp.AgentApp {
   const { deps, sessions, turns } = state;
   const { log } = deps;
-  const served = servedAgent(deps.agent);
+  const served = deps.names ?? [servedAgent(deps.agent)];
 
   // Each handler's failure is answered with an error a person can act on.
   const guard =
@@ -124,7 +126,7 @@ export function createAgentApp(state: AcpState, outbox: Outbox): acp.AgentApp {
       return outcome;
     };
 
-  return acp
+  const app = acp
     .agent({ name: "lnk-link-harness" })
     .onRequest(
       acp.methods.agent.initialize,
@@ -254,4 +256,5 @@ export function createAgentApp(state: AcpState, outbox: Outbox): acp.AgentApp {
         throw acp.RequestError.invalidRequest(params, `the message nests arrays and objects deeper than this agent's limit of ${params.max}`);
       }),
     );
+  return withLinkMethods(app, deps.key, link);
 }

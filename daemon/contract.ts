@@ -10,8 +10,10 @@ export function contract(): Contract {
     version: CONTRACT_VERSION,
     // It reaches its model at model.base_url, Link's proxy, which holds the key.
     proxy: true,
-    // It serves ACP on stdio or a Unix socket, and takes no port from LNK_PORT ("left out, 200").
-    ports: 0,
+    // It serves ACP on stdio, a Unix socket, or one port from LNK_PORT ("left out, 200").
+    ports: 1,
+    // Its endpoint answers _link/prove with an HMAC of the challenge made with the key.
+    proof: true,
     // Its endpoint reads who a message is from (session/prompt _meta.link.from).
     from: true,
     // It keeps a conversation's tools (tools.json: a subagent's list narrows, never widens).

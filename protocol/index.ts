@@ -6,3 +6,4 @@ export * from "./agents.js";
 export * from "./asp.js";
 export * from "./model-facts.js";
 export * from "./errors.js";
+export * from "./link.js";

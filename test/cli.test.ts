@@ -46,19 +46,20 @@ function expectOneLine(r: Run): void {
 const valid = { model: { provider: "openai", name: "gpt-test", base_url: "http://127.0.0.1:9/v1", key: "sk-VALID-456" } };
 
 describe.concurrent("contract, --version, --help", () => {
-  it("contract prints the Contract: version 2, no port, and what is built, each feature built as the spec says", async () => {
+  it("contract prints the Contract: version 2, one port, and what is built, each feature built as the spec says", async () => {
     const r = await cli(["contract"]);
     expect(r.code, r.stderr).toBe(0);
     expect(r.stderr).toBe("");
     const contract = Contract.parse(JSON.parse(r.stdout));
-    // Every key: a key left out means no, and the parts not built yet (proof, recovering answers,
-    // several agents a process, starting blank, the instructions and conversations commands, ASP
-    // state, identity both ways) are left out.
+    // Every key: a key left out means no, and the parts not built yet (recovering answers, several
+    // agents a process, starting blank, the instructions and conversations commands, ASP state,
+    // identity both ways) are left out.
     expect(contract).toEqual({
       version: 2,
       proxy: true,
-      // It serves on stdio or a Unix socket: it takes no port (left out, Link would give it 200).
-      ports: 0,
+      // It serves on stdio, a Unix socket or one port (left out, Link would give it 200).
+      ports: 1,
+      proof: true,
       from: true,
       tools: true,
       parts: true,
