@@ -10,6 +10,7 @@ import { promptContent } from "./content.js";
 import type { AcpDeps } from "./deps.js";
 import { METHOD_NOT_FOUND, toRequestError } from "./errors.js";
 import { initializeResult } from "./initialize.js";
+import { owe } from "./delivery.js";
 import { LinkConnection, withLinkMethods } from "./link.js";
 import { NewSessionLink, OVERSIZED_METHOD, ParamsError, PromptLink, SessionLink, TOO_DEEP_METHOD, parseLink, servedAgent } from "./meta.js";
 import { configOptions, setModel } from "./model.js";
@@ -78,7 +79,7 @@ function promptResponse(outcome: TurnOutcome): PromptResponse {
 }
 
 /** The app of one connection. */
-export function createAgentApp(state: AcpState, outbox: Outbox, link = new LinkConnection(false)): acp.AgentApp {
+export function createAgentApp(state: AcpState, outbox: Outbox, connection = new LinkConnection(false)): acp.AgentApp {
   const { deps, sessions, turns } = state;
   const { log } = deps;
   const served = deps.names ?? [servedAgent(deps.agent)];
@@ -191,7 +192,7 @@ export function createAgentApp(state: AcpState, outbox: Outbox, link = new LinkC
     )
     .onRequest(
       acp.methods.agent.session.prompt,
-      guard(async ({ params, client }) => {
+      guard(async ({ params, client, requestId }) => {
         const link = parseLink(PromptLink, params._meta, served);
         const session = sessions.get(params.sessionId);
         const content = promptContent(params.prompt);
@@ -216,6 +217,8 @@ export function createAgentApp(state: AcpState, outbox: Outbox, link = new LinkC
           }
         };
         const untitled = titleNow() === undefined;
+        // Owed until this prompt's answer has been written to the client (`_link/recover`).
+        const debt = owe(sessions.conversation(session.thread), log);
         // The request's own signal is not the turn's: a client that goes away leaves its turn to finish and be kept.
         try {
           return promptResponse(await turns.prompt(key, message, verbosityOf(settings, link.verbosity), startTurn(session, settings), sub));
@@ -225,6 +228,7 @@ export function createAgentApp(state: AcpState, outbox: Outbox, link = new LinkC
           if (typeof title === "string") sub.send({ sessionUpdate: "session_info_update", title, updatedAt: new Date().toISOString() });
           // The turn's updates reach the client before its answer does, whatever the answer.
           await outbox.flushed();
+          debt.settle(connection.written(requestId));
         }
       }),
     )
@@ -256,5 +260,5 @@ export function createAgentApp(state: AcpState, outbox: Outbox, link = new LinkC
         throw acp.RequestError.invalidRequest(params, `the message nests arrays and objects deeper than this agent's limit of ${params.max}`);
       }),
     );
-  return withLinkMethods(app, deps.key, link);
+  return withLinkMethods(app, { key: deps.key, agent: deps.agent, log }, connection);
 }

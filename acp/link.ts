@@ -4,7 +4,10 @@
 import { createHash, createHmac, randomBytes, timingSafeEqual } from "node:crypto";
 import * as acp from "@agentclientprotocol/sdk";
 import { z } from "zod";
-import { ProveParams, type ProveResult } from "../protocol/index.js";
+import { ProveParams, RecoverParams, type ProveResult, type RecoverResult } from "../protocol/index.js";
+import type { AgentRef } from "../store/index.js";
+import { recover } from "./delivery.js";
+import type { Logger } from "./deps.js";
 import { INTERNAL_ERROR, invalidParams } from "./errors.js";
 
 export const LINK_METHODS = {
@@ -41,16 +44,16 @@ export class LinkConnection {
   proved: boolean;
   /** The nonce this connection was last given to answer, once. */
   nonce: string | undefined;
-  private readonly waiting = new Map<Id, () => void>();
+  private readonly waiting = new Map<Id, (written: boolean) => void>();
   private closed = false;
 
   constructor(readonly gated: boolean) {
     this.proved = !gated;
   }
 
-  /** Resolves once the answer to the request `id` was written to the client; never, if it wasn't. */
-  written(id: Id | null): Promise<void> {
-    if (id === null || this.closed) return new Promise(() => undefined);
+  /** Whether the answer to the request `id` was written to the client: true once it is, false once the connection ended first. */
+  written(id: Id | null): Promise<boolean> {
+    if (id === null || this.closed) return Promise.resolve(false);
     return new Promise((resolve) => this.waiting.set(id, resolve));
   }
 
@@ -59,13 +62,14 @@ export class LinkConnection {
     const done = this.waiting.get(id);
     if (done) {
       this.waiting.delete(id);
-      done();
+      done(true);
     }
   }
 
   /** The connection ended: an answer not written by now never will be. */
   close(): void {
     this.closed = true;
+    for (const done of this.waiting.values()) done(false);
     this.waiting.clear();
   }
 }
@@ -120,10 +124,22 @@ export function unproved(method: unknown): acp.RequestError {
   return acp.RequestError.authRequired({ method: name }, `${name} is served once this connection has proved itself with ${LINK_METHODS.prove} (see lnk-link-harness-acp(7))`);
 }
 
-/** Registers Link's methods on a connection's app: the proof, and the stand-in refused until it is made. */
-export function withLinkMethods(app: acp.AgentApp, key: string | undefined, conn: LinkConnection): acp.AgentApp {
+/** What Link's methods need of the agent a connection serves. */
+export interface LinkAgent {
+  key: string | undefined;
+  agent: AgentRef;
+  log: Logger;
+}
+
+/** Registers Link's methods on a connection's app: the proof, the recovery, and the stand-in refused until the proof is made. */
+export function withLinkMethods(app: acp.AgentApp, a: LinkAgent, conn: LinkConnection): acp.AgentApp {
   return app
-    .onRequest(LINK_METHODS.prove, z.unknown(), ({ params }) => prove(key, conn, params))
+    .onRequest(LINK_METHODS.prove, z.unknown(), ({ params }) => prove(a.key, conn, params))
+    .onRequest(LINK_METHODS.recover, z.unknown(), ({ params, requestId }) => {
+      const parsed = RecoverParams.safeParse(params ?? {});
+      if (!parsed.success) throw invalidParams("_link/recover takes an object, {}");
+      return { answers: recover(a.agent, conn.written(requestId), a.log) } satisfies RecoverResult;
+    })
     .onRequest(LINK_METHODS.unproved, z.object({ method: z.unknown() }).loose(), ({ params }) => {
       throw unproved(params.method);
     });

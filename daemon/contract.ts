@@ -14,6 +14,8 @@ export function contract(): Contract {
     ports: 1,
     // Its endpoint answers _link/prove with an HMAC of the challenge made with the key.
     proof: true,
+    // It hands over, through _link/recover, the answers of turns it finished but never delivered.
+    recover: true,
     // Its endpoint reads who a message is from (session/prompt _meta.link.from).
     from: true,
     // It keeps a conversation's tools (tools.json: a subagent's list narrows, never widens).

@@ -47,3 +47,7 @@ export const RecoveredAnswer = z
 export const RecoverResult = z.object({ answers: z.array(RecoveredAnswer) }).strict();
 export type RecoveredAnswer = z.infer<typeof RecoveredAnswer>;
 export type RecoverResult = z.infer<typeof RecoverResult>;
+
+/** An owed file (store/owed.ts): the conversation's last event before a prompt whose answer is owed. */
+export const OwedMark = z.object({ v: z.literal(1), after: z.number().int().nonnegative(), time: z.string() }).strict();
+export type OwedMark = z.infer<typeof OwedMark>;

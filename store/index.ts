@@ -4,3 +4,4 @@ export * from "./events.js";
 export * from "./lock.js";
 export * from "./settings.js";
 export * from "./conversation.js";
+export * from "./owed.js";

@@ -51,8 +51,8 @@ describe.concurrent("contract, --version, --help", () => {
     expect(r.code, r.stderr).toBe(0);
     expect(r.stderr).toBe("");
     const contract = Contract.parse(JSON.parse(r.stdout));
-    // Every key: a key left out means no, and the parts not built yet (recovering answers, several
-    // agents a process, starting blank, the instructions and conversations commands, ASP state,
+    // Every key: a key left out means no, and the parts not built yet (several agents a process,
+    // starting blank, the instructions and conversations commands, ASP state,
     // identity both ways) are left out.
     expect(contract).toEqual({
       version: 2,
@@ -60,6 +60,7 @@ describe.concurrent("contract, --version, --help", () => {
       // It serves on stdio, a Unix socket or one port (left out, Link would give it 200).
       ports: 1,
       proof: true,
+      recover: true,
       from: true,
       tools: true,
       parts: true,
