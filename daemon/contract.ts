@@ -16,6 +16,10 @@ export function contract(): Contract {
     proof: true,
     // It hands over, through _link/recover, the answers of turns it finished but never delivered.
     recover: true,
+    // Its endpoint reads which agent a request is for (_meta.link.agent).
+    agent: true,
+    // One process may serve several agents of one owner: --agents FILE (SharedAgents).
+    shared: true,
     // Its endpoint reads who a message is from (session/prompt _meta.link.from).
     from: true,
     // It keeps a conversation's tools (tools.json: a subagent's list narrows, never widens).

@@ -2,9 +2,7 @@
 // once, for one agent or several (--agents), or for the agent a Bind names (--blank). This path
 // loads nothing heavy: each connection's first request, initialize, is answered by its front, and
 // the agent (the ACP SDK, the schemas, the sessions) is loaded right after.
-import { existsSync, statSync } from "node:fs";
 import type { Server, Socket } from "node:net";
-import { join } from "node:path";
 import { Duplex, Readable, Writable } from "node:stream";
 import { lazy, lazyImport } from "../turn/load.js";
 import type { Settings } from "../protocol/settings.js";
@@ -12,6 +10,7 @@ import type { AgentRef } from "../store/paths.js";
 import type { RunningAgent } from "./agent.js";
 import { UsageError, agentRef, type Command } from "./cli.js";
 import { front, type WebStreams } from "./front.js";
+import { checkAgent } from "./check.js";
 import { captureConsole, log } from "./log.js";
 import { listenPort } from "./port.js";
 import { listenSocket, type ControlSocket } from "./socket.js";
@@ -43,25 +42,6 @@ function maxMessageBytes(env: NodeJS.ProcessEnv): number {
   return n;
 }
 
-/**
- * Refuses to serve an agent that isn't there: a folder that doesn't exist (a mistyped --agent), a
- * file, or a folder without settings, each with the command that fixes it. Else the daemon would
- * start without complaint and fail at the first prompt.
- */
-function checkAgent(dir: string): void {
-  const fix = `lnk-link-harness configure --agent ${dir} < settings.json`;
-  let st;
-  try {
-    st = statSync(dir);
-  } catch (e) {
-    if ((e as NodeJS.ErrnoException).code === "ENOENT") throw new UsageError(`there is no agent at ${dir}: the folder does not exist; make it with its settings: ${fix}`);
-    throw new UsageError(`cannot use the agent's folder ${dir}: ${(e as Error).message}`);
-  }
-  if (!st.isDirectory()) throw new UsageError(`${dir} is a file, not an agent's folder: name the folder with --agent`);
-  if (!existsSync(join(dir, "config.json"))) throw new UsageError(`the agent at ${dir} has no settings yet: ${fix}`);
-}
-
-/** One agent as this process serves it. */
 export interface AgentSpec {
   agent: AgentRef;
   /** Its environment: its tools and its key; left out, the process's. */

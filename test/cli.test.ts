@@ -51,8 +51,7 @@ describe.concurrent("contract, --version, --help", () => {
     expect(r.code, r.stderr).toBe(0);
     expect(r.stderr).toBe("");
     const contract = Contract.parse(JSON.parse(r.stdout));
-    // Every key: a key left out means no, and the parts not built yet (several agents a process,
-    // starting blank, the instructions and conversations commands, ASP state,
+    // Every key: a key left out means no, and the parts not built yet (starting blank, the instructions and conversations commands, ASP state,
     // identity both ways) are left out.
     expect(contract).toEqual({
       version: 2,
@@ -61,6 +60,8 @@ describe.concurrent("contract, --version, --help", () => {
       ports: 1,
       proof: true,
       recover: true,
+      agent: true,
+      shared: true,
       from: true,
       tools: true,
       parts: true,
@@ -429,15 +430,15 @@ describe("the README's way to try it without a model", () => {
 describe("the command line, fuzzed", () => {
   it("any argv is a command or one line of usage error, never another failure", () => {
     const word = fc.oneof(
-      fc.constantFrom("--agent", "--agnet", "--files", "--home", "--socket", "--sokcet", "--agents", "--blank", "--help", "-h", "-V", "--", "-x", "--agent=~/a", "configure", "state", "export", "contract", "serve"),
+      fc.constantFrom("--agent", "--agnet", "--files", "--home", "--socket", "--sokcet", "--agents", "--blank", "--port", "--prot", "--port=0", "65536", "-1", "8080", "--help", "-h", "-V", "--", "-x", "--agent=~/a", "configure", "state", "export", "contract", "serve"),
       fc.string({ maxLength: 12 }),
       fc.string({ maxLength: 12 }).map((s) => `~${s}`),
       fc.string({ maxLength: 12 }).map((s) => `--${s}`),
     );
     fc.assert(
-      fc.property(fc.array(word, { maxLength: 6 }), fc.option(fc.string({ maxLength: 8 }).map((s) => `~${s}`), { nil: undefined }), (argv, envDir) => {
+      fc.property(fc.array(word, { maxLength: 6 }), fc.option(fc.string({ maxLength: 8 }).map((s) => `~${s}`), { nil: undefined }), fc.option(fc.oneof(fc.string({ maxLength: 8 }), fc.nat({ max: 99999 }).map(String)), { nil: undefined }), (argv, envDir, envPort) => {
         try {
-          parseCommandLine(argv, envDir === undefined ? {} : { LNK_AGENT_DIR: envDir });
+          parseCommandLine(argv, { ...(envDir === undefined ? {} : { LNK_AGENT_DIR: envDir }), ...(envPort === undefined ? {} : { LNK_PORT: envPort }) });
         } catch (e) {
           expect(e).toBeInstanceOf(UsageError);
           expect((e as Error).message).not.toMatch(/\n/);
