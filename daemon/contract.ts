@@ -20,6 +20,8 @@ export function contract(): Contract {
     agent: true,
     // One process may serve several agents of one owner: --agents FILE (SharedAgents).
     shared: true,
+    // It can start blank and be bound by one line of Bind: --blank CONTROL.
+    blank: true,
     // Its endpoint reads who a message is from (session/prompt _meta.link.from).
     from: true,
     // It keeps a conversation's tools (tools.json: a subagent's list narrows, never widens).

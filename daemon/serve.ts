@@ -147,6 +147,13 @@ export class Process {
     return async (input, output, gated) => (await served.loadFor()).connect(input, output, { gated });
   }
 
+  /** Takes back an agent added but never served (a Bind whose endpoint could not be made). */
+  drop(served: Served): void {
+    const at = this.agents.indexOf(served);
+    if (at >= 0) this.agents.splice(at, 1);
+    served.stopping = true;
+  }
+
   /** Undoes a start that failed, saying nothing: the failure is said once, by the caller. */
   abandon(): void {
     for (const t of this.timers) clearTimeout(t);
@@ -185,6 +192,32 @@ export class Process {
         .catch((e: unknown) => log[e instanceof AgentUnavailable ? "error" : "warn"]("connection ended", { error: (e as Error).message }))
         .finally(() => socket.destroy());
     };
+  }
+
+  /** A Unix socket of mode 0600 that is not ACP (--blank's control socket), removed when the process stops. */
+  async serveControl(path: string, onConnection: (socket: Socket) => void): Promise<void> {
+    const control = await listenSocket(path, (socket) => {
+      this.connections.add(socket);
+      socket.on("close", () => this.connections.delete(socket));
+      onConnection(socket);
+    });
+    this.sockets.push(control);
+    this.servers.push(control.server);
+    control.server.on("error", (e) => log.error("control socket error", { error: e.message }));
+  }
+
+  /** How many endpoints it serves: what `closeSince` goes back to. */
+  get endpoints(): number {
+    return this.servers.length;
+  }
+
+  /** Closes the endpoints made since `count` were served (a start that failed half-way). */
+  closeSince(count: number): void {
+    for (const server of this.servers.splice(count)) {
+      server.close();
+      const at = this.sockets.findIndex((s) => s.server === server);
+      if (at >= 0) this.sockets.splice(at, 1)[0]?.remove();
+    }
   }
 
   /** ACP on a Unix socket, mode 0600: only its owner reaches it, so nothing is gated. */

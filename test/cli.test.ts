@@ -51,8 +51,8 @@ describe.concurrent("contract, --version, --help", () => {
     expect(r.code, r.stderr).toBe(0);
     expect(r.stderr).toBe("");
     const contract = Contract.parse(JSON.parse(r.stdout));
-    // Every key: a key left out means no, and the parts not built yet (starting blank, the instructions and conversations commands, ASP state,
-    // identity both ways) are left out.
+    // Every key: a key left out means no, and the parts not built yet (the instructions and
+    // conversations commands, ASP state, identity both ways) are left out.
     expect(contract).toEqual({
       version: 2,
       proxy: true,
@@ -62,6 +62,7 @@ describe.concurrent("contract, --version, --help", () => {
       recover: true,
       agent: true,
       shared: true,
+      blank: true,
       from: true,
       tools: true,
       parts: true,
