@@ -11,7 +11,6 @@ import type { AgentRef } from "../store/paths.js";
 import type { Command } from "./cli.js";
 import { log } from "./log.js";
 import type { Process, Served } from "./serve.js";
-import { listenSocket } from "./socket.js";
 
 /** The longest Bind line read, in bytes: settings of 1 MiB (configure's own bound) and room around them. */
 export const BIND_MAX = 2 * 1024 * 1024;
