@@ -11,6 +11,7 @@ import type { AcpDeps } from "./deps.js";
 import { METHOD_NOT_FOUND, toRequestError } from "./errors.js";
 import { initializeResult } from "./initialize.js";
 import { owe } from "./delivery.js";
+import { groupSession, onlyMention } from "./groups.js";
 import { LinkConnection, withLinkMethods } from "./link.js";
 import { NewSessionLink, OVERSIZED_METHOD, ParamsError, PromptLink, SessionLink, TOO_DEEP_METHOD, parseLink, servedAgent } from "./meta.js";
 import { configOptions, setModel } from "./model.js";
@@ -194,7 +195,10 @@ export function createAgentApp(state: AcpState, outbox: Outbox, connection = new
       acp.methods.agent.session.prompt,
       guard(async ({ params, client, requestId }) => {
         const link = parseLink(PromptLink, params._meta, served);
-        const session = sessions.get(params.sessionId);
+        const arrived = sessions.get(params.sessionId);
+        // A group's message is its group's conversation's; one that was only a mention is ignored.
+        const session = link.group !== undefined ? groupSession(sessions, arrived, link.channel ?? arrived.channel, link.group) : arrived;
+        if (link.group !== undefined && onlyMention(params.prompt)) return { stopReason: "end_turn" } satisfies PromptResponse;
         const content = promptContent(params.prompt);
         const settings = state.settings();
         const channel = link.channel ?? session.channel;
@@ -207,7 +211,8 @@ export function createAgentApp(state: AcpState, outbox: Outbox, connection = new
           ...(link.time ? { time: new Date(link.time) } : {}),
         };
         const key = sessions.conversation(session.thread).dir;
-        const sub = outbox.subscriber(client, session.thread);
+        // Updates go to the session the message arrived on.
+        const sub = outbox.subscriber(client, arrived.thread);
         // null: the conversation can't be read for one (its turn says why); no title is sent then.
         const titleNow = (): string | undefined | null => {
           try {

@@ -38,6 +38,8 @@ export const PromptLink = z.object({
   agent: name.optional(),
   from: From.optional(),
   channel: name.optional(),
+  /** A group's id: the message is the group's conversation's, `<channel>-<group>`, whatever session it came on. */
+  group: name.optional(),
   time: MessageTime.optional(),
   verbosity: Verbosity.optional(),
 });
