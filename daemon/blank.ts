@@ -60,6 +60,7 @@ export function readBind(line: string): { agent: AgentRef; names: string[]; key:
   const parsed = Bind.safeParse(json);
   if (!parsed.success) throw new BindRefused(`not a Bind: ${describeIssues(parsed.error)}`);
   const b = parsed.data;
+  if (b.key.includes(KEY_PLACEHOLDER)) throw new BindRefused(`key: may not hold the placeholder ${KEY_PLACEHOLDER}`);
   if (b.store === undefined && b.files === undefined) throw new BindRefused("names neither store nor files: the agent's folder is where its conversations are kept");
   const store = folder("store", b.store ?? (b.files as string));
   const files = b.files !== undefined ? folder("files", b.files) : store;
