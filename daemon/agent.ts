@@ -46,6 +46,20 @@ export interface RunningAgent {
 const turnModule = lazyImport(() => import("../turn/turn.js"), () => new URL("../turn/turn.js", import.meta.url).href);
 const hostModule = lazyImport(() => import("./tools/host.js"), () => new URL("./tools/host.js", import.meta.url).href);
 
+/**
+ * Loads the code a first turn runs (the turn, the model's client) ahead of it: for a process started
+ * blank, so that its first prompt once bound waits for no module. Nothing of any agent's is read.
+ */
+export async function preload(): Promise<void> {
+  await turnModule();
+  await (await import("../turn/model.js")).preloadModelClient();
+  // Node's fetch, which the model's client speaks through, is loaded at its first use: a data: URL
+  // loads it without a request leaving the process.
+  await (await fetch("data:,")).text();
+  // Link's model facts, parsed once for the process: the first turn's window needs them.
+  (await import("../turn/facts.js")).factsFor("warm-up");
+}
+
 /** The output, telling the connection each answer once it is written to the client. */
 function tapAnswers(output: WritableStream<Uint8Array>, conn: LinkConnection): WritableStream<Uint8Array> {
   const writer = output.getWriter();

@@ -145,4 +145,11 @@ export async function serveBlank(p: Process, command: Extract<Command, { kind: "
   };
   await p.serveControl(control, onControl);
   log.info("blank: waiting for a Bind", { control });
+  // The code a first turn runs is loaded while it waits, so the Bind's first prompt waits for none.
+  try {
+    await (await import("./agent.js")).preload();
+    log.info("blank: loaded", { control });
+  } catch (e) {
+    log.warn("blank: loading ahead failed: the first prompt loads what it needs", { error: (e as Error).message });
+  }
 }

@@ -1,6 +1,7 @@
 // What a bench run found, and the targets each figure is held to.
 import type { OverheadRow } from "./overhead.js";
 import type { PrefixResult } from "./prefix.js";
+import type { DenseResult } from "./dense.js";
 import type { StartResult } from "./start.js";
 import { ms, type Summary } from "./stats.js";
 import type { StreamRow } from "./stream.js";
@@ -32,6 +33,8 @@ export interface BenchResults {
   prefix: PrefixResult;
   streaming: Measured<StreamRow[]>;
   start: Measured<StartResult>;
+  /** Dense deployment: Bind to the first answered prompt, and one process's memory at 1, 10 and 100 agents. */
+  dense?: Measured<DenseResult>;
   targets: Target[];
   elapsedMs: number;
 }
@@ -111,6 +114,22 @@ export function targets(r: Omit<BenchResults, "targets">): Target[] {
   } else {
     out.push({ name: "cold start to the first initialize answer at most 150 ms", measured: `not measured: ${r.start.notMeasured}`, pass: undefined });
     out.push({ name: "idle memory at most 100 MB", measured: `not measured: ${r.start.notMeasured}`, pass: undefined });
+  }
+  if (r.dense && "measured" in r.dense) {
+    const d = r.dense.measured;
+    out.push({
+      name: "Bind to the first answered prompt at most 20 ms over the model's own time (median)",
+      measured: `${ms(d.bindOverModel.median)} ms over it (${ms(d.bindToAnswer.median)} ms in all, over ${d.bindToAnswer.n} binds)`,
+      pass: d.bindOverModel.median <= 20,
+    });
+    const most = d.rss.at(-1);
+    out.push({
+      name: `one process serving ${most?.agents ?? 100} agents, each after one turn, at most 300 MB (RSS)`,
+      measured: most ? `${most.rssMb.toFixed(0)} MB` : "no row",
+      pass: most ? most.agents >= 100 && most.rssMb <= 300 : undefined,
+    });
+  } else if (r.dense) {
+    out.push({ name: "Bind to the first answered prompt at most 20 ms over the model's own time", measured: `not measured: ${r.dense.notMeasured}`, pass: undefined });
   }
   return out;
 }

@@ -13,12 +13,13 @@ import { measureOverhead, FULL_PAIRS, FULL_TURNS, SCALING_PAIRS, YOUNG_COLLECTED
 import { watchOtherWork } from "./machine.js";
 import { measurePrefix } from "./prefix.js";
 import { targets, type BenchResults, type Measured } from "./results.js";
+import { measureDense, type DenseResult } from "./dense.js";
 import { measureStart, nodeStart, type StartResult } from "./start.js";
 import { measureStreaming, type StreamRow } from "./stream.js";
 import { renderSvg } from "./svg.js";
 import { renderTable } from "./table.js";
 
-const PARTS = ["overhead", "prefix", "streaming", "start"] as const;
+const PARTS = ["overhead", "prefix", "streaming", "start", "dense"] as const;
 type Part = (typeof PARTS)[number];
 
 interface Plan {
@@ -29,10 +30,12 @@ interface Plan {
   conversations: number[];
   rounds: number;
   starts: number;
+  binds: number;
+  agents: number[];
 }
 
-const FULL: Plan = { sizes: [1_000, 10_000, 100_000], turns: FULL_TURNS, prefixTurns: 300, prefixWindowPairs: 100, conversations: [1, 50, 200], rounds: 3, starts: 20 };
-const QUICK: Plan = { sizes: [1_000, 10_000], turns: 10, prefixTurns: 200, prefixWindowPairs: 80, conversations: [1, 20], rounds: 1, starts: 5 };
+const FULL: Plan = { sizes: [1_000, 10_000, 100_000], turns: FULL_TURNS, prefixTurns: 300, prefixWindowPairs: 100, conversations: [1, 50, 200], rounds: 3, starts: 20, binds: 20, agents: [1, 10, 100] };
+const QUICK: Plan = { sizes: [1_000, 10_000], turns: 10, prefixTurns: 200, prefixWindowPairs: 80, conversations: [1, 20], rounds: 1, starts: 5, binds: 5, agents: [1, 10] };
 const CHUNKS = 50;
 const CHUNK_DELAY_MS = 20;
 
@@ -108,6 +111,16 @@ async function main(): Promise<void> {
       }
     }
 
+    let dense: Measured<DenseResult> = { notMeasured: missing ?? "not asked for (--only)" };
+    if (!missing && args.only.has("dense")) {
+      log(`dense: ${plan.binds} binds, then ${plan.agents.join(", ")} agents in one process`);
+      try {
+        dense = { measured: await measureDense(server, { binds: plan.binds, agents: plan.agents }) };
+      } catch (e) {
+        dense = { notMeasured: (e as Error).message };
+      }
+    }
+
     log("node -e 0");
     const bare = "measured" in start ? start.measured.nodeStart : await nodeStart(plan.starts);
     const cpu = cpus();
@@ -130,6 +143,7 @@ async function main(): Promise<void> {
       prefix,
       streaming,
       start,
+      dense,
       elapsedMs: performance.now() - t0,
     };
     const results: BenchResults = { ...partial, targets: targets(partial) };

@@ -87,6 +87,15 @@ export function renderTable(r: BenchResults): string {
     out.push(`  first initialize answer: median ${ms(s.coldStart.median)} ms, p99 ${ms(s.coldStart.p99)} ms over ${s.coldStart.n} starts; node -e 0: ${ms(r.nodeStart.median)} ms`);
     out.push(`  RSS: ${s.rssAfterInitializeMb.toFixed(0)} MB after initialize, ${s.rssAfterTurnMb.toFixed(0)} MB after one turn (peak ${s.peakMb.toFixed(0)} MB)`);
   } else out.push(`  not measured: ${r.start.notMeasured}`);
+  if (r.dense) {
+    out.push("");
+    out.push("5. Dense deployment (--blank and --agents, stdio)");
+    if ("measured" in r.dense) {
+      const d = r.dense.measured;
+      out.push(`  Bind to the first answered prompt: median ${ms(d.bindToAnswer.median)} ms (p99 ${ms(d.bindToAnswer.p99)}) over ${d.bindToAnswer.n} binds; less the model's own time: ${ms(d.bindOverModel.median)} ms`);
+      for (const row of d.rss) out.push(`  ${row.agents} agents, each after one turn: RSS ${row.rssMb.toFixed(0)} MB (peak ${row.peakMb.toFixed(0)} MB)`);
+    } else out.push(`  not measured: ${r.dense.notMeasured}`);
+  }
   out.push("");
   out.push("Targets");
   for (const t of r.targets) out.push(`  ${t.pass === undefined ? "----" : t.pass ? "PASS" : "FAIL"}  ${t.name}: ${t.measured}`);
