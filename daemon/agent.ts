@@ -58,6 +58,8 @@ export async function preload(): Promise<void> {
   await (await fetch("data:,")).text();
   // Link's model facts, parsed once for the process: the first turn's window needs them.
   (await import("../turn/facts.js")).factsFor("warm-up");
+  const turn = await turnModule();
+  await (await import("./warm.js")).warmTurn(turn.runTurn, turn.forgetProcessState);
 }
 
 /** The output, telling the connection each answer once it is written to the client. */

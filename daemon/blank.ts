@@ -147,6 +147,8 @@ export async function serveBlank(p: Process, command: Extract<Command, { kind: "
   log.info("blank: waiting for a Bind", { control });
   // The code a first turn runs is loaded while it waits, so the Bind's first prompt waits for none.
   try {
+    // The Bind's own schema, compiled on its first use, is used once here on a Bind of no one.
+    Bind.safeParse({ agent: { name: "n", id: "i", owner: "o" }, key: "k", settings: { model: { provider: "p", name: "m", base_url: "http://127.0.0.1:9/v1" } }, store: "/" });
     await (await import("./agent.js")).preload();
     log.info("blank: loaded", { control });
   } catch (e) {
