@@ -28,6 +28,8 @@ export interface AgentOptions {
   key?: string;
   /** Settings held in memory (a Bind's), read in place of config.json. */
   settings?: Settings;
+  /** Logs nothing (the scratch agent a blank process warms itself with). */
+  quiet?: boolean;
 }
 
 export interface ConnectOptions {
@@ -59,7 +61,7 @@ export async function preload(): Promise<void> {
   // Link's model facts, parsed once for the process: the first turn's window needs them.
   (await import("../turn/facts.js")).factsFor("warm-up");
   const turn = await turnModule();
-  await (await import("./warm.js")).warmTurn(turn.runTurn, turn.forgetProcessState);
+  await (await import("./warm.js")).warmPrompt(startAgent, turn.forgetProcessState);
 }
 
 /** The output, telling the connection each answer once it is written to the client. */
@@ -86,7 +88,7 @@ export function startAgent(o: AgentOptions): RunningAgent {
   const state = new AcpState({
     agent: o.agent,
     version: o.version,
-    log,
+    log: o.quiet ? { info: () => undefined, warn: () => undefined, error: () => undefined } : log,
     ...(o.names ? { names: o.names } : {}),
     ...(key !== undefined ? { key } : {}),
     ...(held ? { settings: () => held } : {}),
