@@ -10,6 +10,9 @@ import { promptContent } from "./content.js";
 import type { AcpDeps } from "./deps.js";
 import { METHOD_NOT_FOUND, toRequestError } from "./errors.js";
 import { initializeResult } from "./initialize.js";
+import { owe } from "./delivery.js";
+import { groupSession, onlyMention } from "./groups.js";
+import { LinkConnection, withLinkMethods } from "./link.js";
 import { NewSessionLink, OVERSIZED_METHOD, ParamsError, PromptLink, SessionLink, TOO_DEEP_METHOD, parseLink, servedAgent } from "./meta.js";
 import { configOptions, setModel } from "./model.js";
 import { availableCommands } from "./commands.js";
@@ -52,6 +55,7 @@ export class AcpState {
 
   /** Settings as they are now; unreadable ones are left to the turn, which records why it can't run. */
   settings(): Settings | undefined {
+    if (this.deps.settings) return this.deps.settings();
     try {
       return readSettings(this.deps.agent);
     } catch (e) {
@@ -96,10 +100,10 @@ function promptResponse(outcome: TurnOutcome): PromptResponse {
 }
 
 /** The app of one connection. */
-export function createAgentApp(state: AcpState, outbox: Outbox): acp.AgentApp {
+export function createAgentApp(state: AcpState, outbox: Outbox, connection = new LinkConnection(false)): acp.AgentApp {
   const { deps, sessions, turns } = state;
   const { log } = deps;
-  const served = servedAgent(deps.agent);
+  const served = deps.names ?? [servedAgent(deps.agent)];
 
   // Each handler's failure is answered with an error a person can act on.
   const guard =
@@ -192,7 +196,7 @@ export function createAgentApp(state: AcpState, outbox: Outbox): acp.AgentApp {
       return outcome;
     };
 
-  return acp
+  const app = acp
     .agent({ name: "lnk-link-harness" })
     .onRequest(
       acp.methods.agent.initialize,
@@ -214,7 +218,7 @@ export function createAgentApp(state: AcpState, outbox: Outbox): acp.AgentApp {
       guard(async ({ params, client }) => {
         parseLink(SessionLink, params._meta, served);
         checkServers(params.mcpServers);
-        const session = sessions.attach(params.sessionId, params.cwd, params.mcpServers);
+        const session = sessions.attach(params.sessionId, params.cwd, params.mcpServers, { onDisk: true });
         const settings = state.settings();
         // session/load answers only once the whole conversation has been shown again.
         const verbosity = sessions.choices(session).verbosity ?? verbosityOf(settings);
@@ -265,9 +269,12 @@ export function createAgentApp(state: AcpState, outbox: Outbox): acp.AgentApp {
     )
     .onRequest(
       acp.methods.agent.session.prompt,
-      guard(async ({ params, client }) => {
+      guard(async ({ params, client, requestId }) => {
         const link = parseLink(PromptLink, params._meta, served);
-        const session = sessions.get(params.sessionId);
+        const arrived = sessions.get(params.sessionId);
+        // A group's message is its group's conversation's; one that was only a mention is ignored.
+        const session = link.group !== undefined ? groupSession(sessions, arrived, link.channel ?? arrived.channel, link.group) : arrived;
+        if (link.group !== undefined && onlyMention(params.prompt)) return { stopReason: "end_turn" } satisfies PromptResponse;
         const content = promptContent(params.prompt);
         const settings = state.settings();
         const channel = link.channel ?? session.channel;
@@ -280,7 +287,8 @@ export function createAgentApp(state: AcpState, outbox: Outbox): acp.AgentApp {
           ...(link.time ? { time: new Date(link.time) } : {}),
         };
         const key = sessions.conversation(session.thread).dir;
-        const sub = outbox.subscriber(client, session.id);
+        // Updates go to the session the message arrived on.
+        const sub = outbox.subscriber(client, arrived.id);
         // The owner's command runs here and is answered by the harness, never sent to the model.
         const parsed = parseCommand(content.text, link.from);
         if (parsed) {
@@ -302,6 +310,8 @@ export function createAgentApp(state: AcpState, outbox: Outbox): acp.AgentApp {
           }
         };
         const untitled = titleNow() === undefined;
+        // Owed until this prompt's answer has been written to the client (`_link/recover`).
+        const debt = owe(sessions.conversation(session.thread), log);
         // The request's own signal is not the turn's: a client that goes away leaves its turn to finish and be kept.
         try {
           return promptResponse(await turns.prompt(key, message, verbosityOf(settings, link.verbosity), startTurn(session, settings), sub));
@@ -311,6 +321,7 @@ export function createAgentApp(state: AcpState, outbox: Outbox): acp.AgentApp {
           if (typeof title === "string") sub.send({ sessionUpdate: "session_info_update", title, updatedAt: new Date().toISOString() });
           // The turn's updates reach the client before its answer does, whatever the answer.
           await outbox.flushed();
+          debt.settle(connection.written(requestId));
         }
       }),
     )
@@ -342,4 +353,5 @@ export function createAgentApp(state: AcpState, outbox: Outbox): acp.AgentApp {
         throw acp.RequestError.invalidRequest(params, `the message nests arrays and objects deeper than this agent's limit of ${params.max}`);
       }),
     );
+  return withLinkMethods(app, { key: deps.key, agent: deps.agent, log }, connection);
 }

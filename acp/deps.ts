@@ -1,5 +1,6 @@
 // What the ACP layer is given by the process that serves it: the agent, the turn, the tools, a log.
 import type { McpServer } from "@agentclientprotocol/sdk";
+import type { Settings } from "../protocol/index.js";
 import type { AgentRef } from "../store/index.js";
 import type { ToolHost, ToolServer } from "../turn/tools.js";
 import type { TurnInput, TurnListener, TurnOutcome } from "../turn/types.js";
@@ -16,6 +17,12 @@ export interface Logger {
 export interface AcpDeps {
   agent: AgentRef;
   version: string;
+  /** The names a request may give this agent in `_meta.link.agent` (its name and id); left out, its folder's name. */
+  names?: readonly string[];
+  /** The key it proves itself with (LNK_KEY, or the Bind's): never logged, sent or written. */
+  key?: string;
+  /** Its settings, when they are held in memory (a Bind's) rather than read from config.json at each turn. */
+  settings?(): Settings;
   log: Logger;
   /** Runs one turn (loaded when the first prompt needs it, so `initialize` is answered fast). */
   runTurn(input: TurnInput, listener: TurnListener): Promise<TurnOutcome>;

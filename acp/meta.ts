@@ -38,6 +38,8 @@ export const PromptLink = z.object({
   agent: name.optional(),
   from: From.optional(),
   channel: name.optional(),
+  /** A group's id: the message is the group's conversation's, `<channel>-<group>`, whatever session it came on. */
+  group: name.optional(),
   time: MessageTime.optional(),
   verbosity: Verbosity.optional(),
 });
@@ -65,13 +67,18 @@ export function servedAgent(agent: AgentRef): string {
  * must be the agent this process serves (`served`): a request for another is refused, never
  * answered as this one.
  */
-export function parseLink<S extends z.ZodType<{ agent?: string | undefined }>>(schema: S, meta: Record<string, unknown> | null | undefined, served: string): z.infer<S> {
+export function parseLink<S extends z.ZodType<{ agent?: string | undefined }>>(
+  schema: S,
+  meta: Record<string, unknown> | null | undefined,
+  served: string | readonly string[],
+): z.infer<S> {
   const raw = meta?.link ?? {};
   const parsed = schema.safeParse(raw);
   if (!parsed.success) throw new ParamsError(`_meta.link: ${describeIssues(parsed.error)}`);
   const asked = parsed.data.agent;
-  if (asked !== undefined && asked !== served) {
-    throw new ParamsError(`_meta.link.agent: this process serves the agent ${JSON.stringify(served)} alone, not ${JSON.stringify(asked)}`);
+  const names = typeof served === "string" ? [served] : served;
+  if (asked !== undefined && !names.includes(asked)) {
+    throw new ParamsError(`_meta.link.agent: this connection serves the agent ${JSON.stringify(names[0])} alone, not ${JSON.stringify(asked)}`);
   }
   return parsed.data;
 }

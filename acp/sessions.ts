@@ -84,8 +84,10 @@ export class Sessions {
    * What a session id names: a chat on disk, or one conversation of a chat (`<thread>~<name>`, when no
    * chat is named the whole id). Throws SessionNotFound when it names neither.
    */
-  resolve(sessionId: string): { thread: string; conversation?: string } {
-    if (this.exists(sessionId) || MADE_THREAD.test(sessionId)) return { thread: sessionId };
+  resolve(sessionId: string, o: { onDisk?: boolean } = {}): { thread: string; conversation?: string } {
+    if (this.exists(sessionId) || this.open.has(sessionId)) return { thread: sessionId };
+    // An id this agent made names an empty conversation; one to load must have something on disk.
+    if (!o.onDisk && MADE_THREAD.test(sessionId)) return { thread: sessionId };
     const { thread, conversation } = splitSessionId(sessionId);
     if (conversation !== undefined && this.exists(thread) && readConversation(this.conversation(thread), conversation) !== undefined) return { thread, conversation };
     throw new SessionNotFound(sessionId);
@@ -140,9 +142,13 @@ export class Sessions {
     return this.remember({ id: thread, thread, cwd, mcpServers, ...(link.channel !== undefined ? { channel: link.channel } : {}) });
   }
 
-  /** session/load and session/resume: the conversation must exist; the session takes the client's servers. */
-  attach(sessionId: string, cwd: string, mcpServers: McpServer[]): SessionState {
-    const named = this.resolve(sessionId);
+  /**
+   * session/load and session/resume: the conversation must exist (for a load, on disk or open in this
+   * process: there is nothing to show of an empty one opened elsewhere); the session takes the
+   * client's servers.
+   */
+  attach(sessionId: string, cwd: string, mcpServers: McpServer[], o: { onDisk?: boolean } = {}): SessionState {
+    const named = this.resolve(sessionId, o);
     const known = this.open.get(sessionId) ?? this.fromEvents(sessionId, named);
     return this.remember({ ...known, cwd, mcpServers });
   }

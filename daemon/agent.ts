@@ -1,12 +1,17 @@
 // The ACP agent of this process, loaded once the first request has been answered: the ACP SDK, the
 // schemas, the sessions and the turns. Every connection has its own app and stream; all share the
-// process's sessions, turns and tool host.
+// agent's sessions, turns and tool host. A process serving several agents (--agents) has one of
+// these for each, and shares nothing of one agent's with another's but the code.
 import * as acp from "@agentclientprotocol/sdk";
 import { AcpState, createAgentApp } from "../acp/app.js";
+import { LinkConnection } from "../acp/link.js";
 import { Outbox } from "../acp/outbox.js";
+import type { Settings } from "../protocol/index.js";
 import type { AgentRef } from "../store/paths.js";
 import { lazy, lazyImport } from "../turn/load.js";
 import type { ToolHost } from "../turn/tools.js";
+import { answerId } from "./front.js";
+import { gateLines } from "./gate.js";
 import { log } from "./log.js";
 import { discoverTools } from "./tools/discover.js";
 
@@ -15,10 +20,25 @@ export interface AgentOptions {
   version: string;
   /** The largest message read, in bytes. */
   max: number;
+  /** Its environment: its tools (LNK_TOOL_*, LNK_MEMORY) and its key (LNK_KEY); left out, the process's. */
+  env?: NodeJS.ProcessEnv;
+  /** The names a request may give it in `_meta.link.agent`; left out, its folder's name. */
+  names?: readonly string[];
+  /** Its key, for the proof; left out, LNK_KEY of its environment. */
+  key?: string;
+  /** Settings held in memory (a Bind's), read in place of config.json. */
+  settings?: Settings;
+  /** Logs nothing (the scratch agent a blank process warms itself with). */
+  quiet?: boolean;
+}
+
+export interface ConnectOptions {
+  /** Whether only `initialize` and `_link/prove` are served until the connection proved itself (a port endpoint). */
+  gated?: boolean;
 }
 
 export interface RunningAgent {
-  connect(input: ReadableStream<Uint8Array>, output: WritableStream<Uint8Array>): Promise<void>;
+  connect(input: ReadableStream<Uint8Array>, output: WritableStream<Uint8Array>, o?: ConnectOptions): Promise<void>;
   /** Takes no new turns, lets (or makes) the running ones end, and closes the tools. */
   stop(abort: boolean): Promise<void>;
   readonly turns: number;
@@ -28,25 +48,67 @@ export interface RunningAgent {
 const turnModule = lazyImport(() => import("../turn/turn.js"), () => new URL("../turn/turn.js", import.meta.url).href);
 const hostModule = lazyImport(() => import("./tools/host.js"), () => new URL("./tools/host.js", import.meta.url).href);
 
+/**
+ * Loads the code a first turn runs (the turn, the model's client) ahead of it: for a process started
+ * blank, so that its first prompt once bound waits for no module. Nothing of any agent's is read.
+ */
+export async function preload(): Promise<void> {
+  await turnModule();
+  await (await import("../turn/model.js")).preloadModelClient();
+  // Node's fetch, which the model's client speaks through, is loaded at its first use: a data: URL
+  // loads it without a request leaving the process.
+  await (await fetch("data:,")).text();
+  // Link's model facts, parsed once for the process: the first turn's window needs them.
+  (await import("../turn/facts.js")).layeredFacts("warm-up");
+  const turn = await turnModule();
+  await (await import("./warm.js")).warmPrompt(startAgent, turn.forgetProcessState);
+}
+
+/** The output, telling the connection each answer once it is written to the client. */
+function tapAnswers(output: WritableStream<Uint8Array>, conn: LinkConnection): WritableStream<Uint8Array> {
+  const writer = output.getWriter();
+  const decoder = new TextDecoder();
+  return new WritableStream({
+    async write(chunk) {
+      await writer.write(chunk);
+      const id = answerId(chunk, decoder);
+      if (id !== undefined) conn.responded(id);
+    },
+    close: () => writer.close(),
+    abort: (reason) => writer.abort(reason),
+  });
+}
+
 export function startAgent(o: AgentOptions): RunningAgent {
+  const env = o.env ?? process.env;
+  const key = o.key ?? (env.LNK_KEY || undefined);
   let host: Promise<ToolHost> | undefined;
   const toolHost = lazy(async () => new (await hostModule()).McpToolHost());
+  const held = o.settings;
   const state = new AcpState({
     agent: o.agent,
     version: o.version,
-    log,
+    log: o.quiet ? { info: () => undefined, warn: () => undefined, error: () => undefined } : log,
+    ...(o.names ? { names: o.names } : {}),
+    ...(key !== undefined ? { key } : {}),
+    ...(held ? { settings: () => held } : {}),
     runTurn: async (input, listener) => (await turnModule()).runTurn(input, listener),
     status: async (input) => (await turnModule()).statusLines(input),
     toolHost: () => (host = toolHost()),
-    discoverTools: (settings, servers) => discoverTools(process.env, { ...(settings ? { settings } : {}), acp: servers }),
+    discoverTools: (settings, servers) => discoverTools(env, { ...(settings ? { settings } : {}), acp: servers }),
   });
   return {
-    connect(input, output) {
+    connect(input, output, c = {}) {
       const outbox = new Outbox();
+      const conn = new LinkConnection(c.gated === true && key !== undefined);
+      const lines = conn.gated ? input.pipeThrough(gateLines(conn)) : input;
       // The lines were bounded already; the SDK's own bound only has to let those through.
-      const stream = acp.ndJsonStream(output, input, { maxMessageBytes: o.max + 4096 });
-      const connection = createAgentApp(state, outbox).connect(stream);
-      return connection.closed.finally(() => outbox.close());
+      const stream = acp.ndJsonStream(tapAnswers(output, conn), lines, { maxMessageBytes: o.max + 4096 });
+      const connection = createAgentApp(state, outbox, conn).connect(stream);
+      return connection.closed.finally(() => {
+        outbox.close();
+        conn.close();
+      });
     },
     async stop(abort) {
       await state.turns.stop(abort);

@@ -28,7 +28,7 @@ export type Command =
   | { kind: "state"; agent: AgentOptions; export: boolean }
   | { kind: "facts"; agent: AgentOptions; model?: string }
   | { kind: "usage"; agent: AgentOptions; thread?: string; since?: Date; json: boolean }
-  | { kind: "serve"; agent: AgentOptions; socket?: string; agents?: string; blank?: string };
+  | { kind: "serve"; agent: AgentOptions; socket?: string; port?: number; agents?: string; blank?: string };
 
 export const USAGE = `usage:
   lnk-link-harness contract                        print the Contract as JSON
@@ -37,8 +37,12 @@ export const USAGE = `usage:
   lnk-link-harness facts [--agent DIR] [MODEL]     print the window and answer share a turn would use, and where each came from
   lnk-link-harness usage [--agent DIR] [THREAD] [--since DATE] [--json]
                                                    tokens, the cached share, cost, and why a cache missed
-  lnk-link-harness [--agent DIR] [--files DIR] [--home DIR] [--socket PATH]
-                                                   serve ACP on stdio, or on a Unix socket (mode 0600)
+  lnk-link-harness [--agent DIR] [--files DIR] [--home DIR] [--socket PATH] [--port N]
+                                                   serve ACP on stdio, or on a Unix socket (mode 0600),
+                                                   or on 127.0.0.1:N ($LNK_PORT when set)
+  lnk-link-harness --agents FILE                   serve each agent FILE names on its own port, and on stdio
+  lnk-link-harness --blank CONTROL [--socket PATH] [--port N]
+                                                   start blank: wait for one Bind line on the socket CONTROL
   lnk-link-harness --help | --version
 See man lnk-link-harness.`;
 
@@ -59,6 +63,7 @@ const OPTIONS = {
   files: { type: "string" },
   home: { type: "string" },
   socket: { type: "string" },
+  port: { type: "string" },
   agents: { type: "string" },
   blank: { type: "string" },
   since: { type: "string" },
@@ -94,6 +99,14 @@ function checkTilde(what: string, value: string): void {
   throw new UsageError(`${what} ${JSON.stringify(value)}: a path that begins with "~" is not expanded here, since no shell saw it: ${hint}`);
 }
 
+/** A port to serve on: a whole number from 0 (any free port, said in the log) to 65535. */
+export function parsePort(what: string, raw: string): number {
+  const text = raw.trim();
+  const n = Number(text);
+  if (!/^\d{1,5}$/.test(text) || n > 65535) throw new UsageError(`${what} ${JSON.stringify(raw.slice(0, 40))}: a port is a whole number from 0 to 65535`);
+  return n;
+}
+
 export function parseCommandLine(argv: string[], env: NodeJS.ProcessEnv = process.env): Command {
   let parsed;
   try {
@@ -110,7 +123,7 @@ export function parseCommandLine(argv: string[], env: NodeJS.ProcessEnv = proces
   if (v.version) return { kind: "version" };
   for (const [name, value] of Object.entries(v)) {
     if (typeof value === "string" && value.length === 0) throw new UsageError(`--${name} needs a value`);
-    if (typeof value === "string") checkTilde(`--${name}`, value);
+    if (typeof value === "string" && name !== "port") checkTilde(`--${name}`, value);
   }
   const agent: AgentOptions = {
     agent: v.agent ? resolve(v.agent) : defaultAgentDir(env),
@@ -124,17 +137,23 @@ export function parseCommandLine(argv: string[], env: NodeJS.ProcessEnv = proces
     }
   };
   switch (verb) {
-    case undefined:
+    case undefined: {
       if (v.since !== undefined || v.json) throw new UsageError(`serving takes no --${v.since !== undefined ? "since" : "json"}: did you mean lnk-link-harness usage?`);
       if (v.blank && (v.agent || v.agents)) throw new UsageError("--blank starts with no agent: it takes no --agent or --agents");
       if (v.agents && v.agent) throw new UsageError("--agents names each agent's folders: it takes no --agent");
+      if (v.agents && (v.socket || v.port)) throw new UsageError("--agents serves each agent on the port its file names: it takes no --socket or --port");
+      if (v.blank && (v.files || v.home)) throw new UsageError("--blank takes the agent's folders from its Bind: it takes no --files or --home");
+      // LNK_PORT is --port's default, where no other endpoint is named.
+      const port = v.port !== undefined ? parsePort("--port", v.port) : !v.socket && !v.agents && env.LNK_PORT ? parsePort("LNK_PORT", env.LNK_PORT) : undefined;
       return {
         kind: "serve",
         agent,
         ...(v.socket ? { socket: resolve(v.socket) } : {}),
+        ...(port !== undefined ? { port } : {}),
         ...(v.agents ? { agents: resolve(v.agents) } : {}),
         ...(v.blank ? { blank: resolve(v.blank) } : {}),
       };
+    }
     case "contract":
       only([], "contract");
       if (rest.length > 0) throw new UsageError(`contract takes no argument, got ${JSON.stringify(rest[0])}`);

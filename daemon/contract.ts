@@ -10,8 +10,18 @@ export function contract(): Contract {
     version: CONTRACT_VERSION,
     // It reaches its model at model.base_url, Link's proxy, which holds the key.
     proxy: true,
-    // It serves ACP on stdio or a Unix socket, and takes no port from LNK_PORT ("left out, 200").
-    ports: 0,
+    // It serves ACP on stdio, a Unix socket, or one port from LNK_PORT ("left out, 200").
+    ports: 1,
+    // Its endpoint answers _link/prove with an HMAC of the challenge made with the key.
+    proof: true,
+    // It hands over, through _link/recover, the answers of turns it finished but never delivered.
+    recover: true,
+    // Its endpoint reads which agent a request is for (_meta.link.agent).
+    agent: true,
+    // One process may serve several agents of one owner: --agents FILE (SharedAgents).
+    shared: true,
+    // It can start blank and be bound by one line of Bind: --blank CONTROL.
+    blank: true,
     // Its endpoint reads who a message is from (session/prompt _meta.link.from).
     from: true,
     // It keeps a conversation's tools (tools.json: a subagent's list narrows, never widens).

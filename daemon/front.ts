@@ -220,7 +220,7 @@ const RESPONSE_START = '{"jsonrpc":"2.0","id":';
  * The id of an answer the SDK writes (one message a write). Notifications, the bulk of what is
  * written while a turn streams, are told apart by their start and never parsed.
  */
-function answerId(chunk: Uint8Array, decoder: TextDecoder): Id | undefined {
+export function answerId(chunk: Uint8Array, decoder: TextDecoder): Id | undefined {
   const start = decoder.decode(chunk.subarray(0, RESPONSE_START.length));
   if (start !== RESPONSE_START) return undefined;
   try {

@@ -1,15 +1,18 @@
-// Serving ACP on stdio, or on a Unix control socket shared by many connections at once. This path
+// Serving ACP on stdio, on a Unix control socket or a loopback port shared by many connections at
+// once, for one agent or several (--agents), or for the agent a Bind names (--blank). This path
 // loads nothing heavy: each connection's first request, initialize, is answered by its front, and
 // the agent (the ACP SDK, the schemas, the sessions) is loaded right after.
-import { existsSync, statSync } from "node:fs";
-import type { Socket } from "node:net";
-import { join } from "node:path";
+import type { Server, Socket } from "node:net";
 import { Duplex, Readable, Writable } from "node:stream";
 import { lazy, lazyImport } from "../turn/load.js";
+import type { Settings } from "../protocol/settings.js";
+import type { AgentRef } from "../store/paths.js";
 import type { RunningAgent } from "./agent.js";
 import { UsageError, agentRef, type Command } from "./cli.js";
 import { front, type WebStreams } from "./front.js";
+import { checkAgent } from "./check.js";
 import { captureConsole, log } from "./log.js";
+import { listenPort } from "./port.js";
 import { listenSocket, type ControlSocket } from "./socket.js";
 import { version } from "./version.js";
 
@@ -39,127 +42,247 @@ function maxMessageBytes(env: NodeJS.ProcessEnv): number {
   return n;
 }
 
-/**
- * Refuses to serve an agent that isn't there: a folder that doesn't exist (a mistyped --agent), a
- * file, or a folder without settings, each with the command that fixes it. Else the daemon would
- * start without complaint and fail at the first prompt.
- */
-function checkAgent(dir: string): void {
-  const fix = `lnk-link-harness configure --agent ${dir} < settings.json`;
-  let st;
-  try {
-    st = statSync(dir);
-  } catch (e) {
-    if ((e as NodeJS.ErrnoException).code === "ENOENT") throw new UsageError(`there is no agent at ${dir}: the folder does not exist; make it with its settings: ${fix}`);
-    throw new UsageError(`cannot use the agent's folder ${dir}: ${(e as Error).message}`);
-  }
-  if (!st.isDirectory()) throw new UsageError(`${dir} is a file, not an agent's folder: name the folder with --agent`);
-  if (!existsSync(join(dir, "config.json"))) throw new UsageError(`the agent at ${dir} has no settings yet: ${fix}`);
+export interface AgentSpec {
+  agent: AgentRef;
+  /** Its environment: its tools and its key; left out, the process's. */
+  env?: NodeJS.ProcessEnv;
+  /** The names a request may give it in `_meta.link.agent`; left out, its folder's name. */
+  names?: readonly string[];
+  /** Its key, for the proof (a Bind's); left out, LNK_KEY of its environment. */
+  key?: string;
+  /** Settings held in memory (a Bind's). */
+  settings?: Settings;
 }
 
-export async function serve(command: Extract<Command, { kind: "serve" }>): Promise<void> {
-  if (command.agents) throw new UsageError("--agents is not supported yet: run one process per agent");
-  if (command.blank) throw new UsageError("--blank is not supported yet: name the agent with --agent");
-  const max = maxMessageBytes(process.env);
-  checkAgent(command.agent.agent);
-  captureConsole();
-  const agent = agentRef(command.agent);
-  const ver = version();
+const agentModule = lazyImport(() => import("./agent.js"), () => new URL("./agent.js", import.meta.url).href);
 
-  // A load that failed (a moment of EMFILE, say) is tried again, never kept.
-  const agentModule = lazyImport(() => import("./agent.js"), () => new URL("./agent.js", import.meta.url).href);
-  const started = lazy(async () => (await agentModule()).startAgent({ agent, version: ver, max }));
-  let loading: Promise<RunningAgent> | undefined;
-  const load = () => (loading = started());
-  const timer = setTimeout(
-    () => void load().catch((e: unknown) => log.warn("loading the agent failed: the next connection tries again", { error: (e as Error).message })),
-    LOAD_AFTER_MS,
-  );
+/** An agent of this process: loaded when a connection first needs it (or a moment after the start). */
+export class Served {
+  private readonly started: () => Promise<RunningAgent>;
+  private loading: Promise<RunningAgent> | undefined;
+  stopping = false;
 
-  // A daemon outlives any one failure: whatever escapes a handler is logged, never fatal.
-  process.on("unhandledRejection", (e) => log.error("unhandled rejection", { error: e instanceof Error ? e.message : String(e) }));
+  constructor(
+    readonly spec: AgentSpec,
+    version: string,
+    max: number,
+  ) {
+    // A load that failed (a moment of EMFILE, say) is tried again, never kept.
+    this.started = lazy(async () => (await agentModule()).startAgent({ ...spec, version, max }));
+  }
 
-  const connections = new Set<Socket>();
-  let control: ControlSocket | undefined;
-  let stopping: Promise<void> | undefined;
-  /** Stops taking work, lets (or makes) the running turns end, closes the tools and the socket. */
-  const stop = (abort: boolean): Promise<void> =>
-    (stopping ??= (async () => {
-      clearTimeout(timer);
-      control?.server.close();
-      await (await loading?.catch(() => undefined))?.stop(abort);
-      for (const socket of connections) socket.destroy();
-      control?.remove();
-      log.info("stopped");
-    })());
-
-  let exitCode = 0;
-  let stopped!: () => void;
-  const done = new Promise<void>((resolve) => (stopped = resolve));
-  // Kept for the process's life (not `once`): a module that re-raises a signal when no other
-  // listener is left (signal-exit, under proper-lockfile) would otherwise kill the daemon mid-stop.
-  let signals = 0;
-  const onSignal = (signal: NodeJS.Signals) => {
-    signals += 1;
-    if (signals > 1) {
-      log.warn("stopping at once", { signal });
-      process.exit(1);
-    }
-    log.info("stopping", { signal });
-    void stop(true).then(stopped);
-  };
-  process.on("SIGTERM", onSignal);
-  process.on("SIGINT", onSignal);
+  load(): Promise<RunningAgent> {
+    return (this.loading = this.started());
+  }
 
   /** The agent for a connection: loaded, or loaded again after a short wait, a few times. */
-  const loadFor = async (): Promise<RunningAgent> => {
+  async loadFor(): Promise<RunningAgent> {
     for (let attempt = 0; ; attempt++) {
       try {
-        return await load();
+        return await this.load();
       } catch (e) {
         const wait = LOAD_AGAIN_MS[attempt];
-        if (wait === undefined || stopping) throw new AgentUnavailable(e);
+        if (wait === undefined || this.stopping) throw new AgentUnavailable(e);
         log.warn("loading the agent failed: trying again", { error: (e as Error).message, ms: wait });
         await new Promise((resolve) => setTimeout(resolve, wait));
       }
     }
-  };
+  }
 
-  const connect = async (input: Readable, output: Writable, web: WebStreams): Promise<void> => {
-    const c = front(input, output, web, ver, max);
-    await c.first;
-    clearTimeout(timer);
-    return (await loadFor()).connect(c.input, c.output);
-  };
+  async stop(abort: boolean): Promise<void> {
+    this.stopping = true;
+    await (await this.loading?.catch(() => undefined))?.stop(abort);
+  }
+}
 
-  if (command.socket) {
-    const path = command.socket;
-    control = await listenSocket(path, (socket) => {
-      connections.add(socket);
+/** Serves a connection, its first request answered by its front: gated on a port endpoint. */
+export type Target = (input: ReadableStream<Uint8Array>, output: WritableStream<Uint8Array>, gated: boolean) => Promise<void>;
+
+/** What a serving process holds: its agents, its endpoints and its connections, and how it stops. */
+export class Process {
+  readonly agents: Served[] = [];
+  private readonly connections = new Set<Socket>();
+  private readonly servers: Server[] = [];
+  private readonly sockets: ControlSocket[] = [];
+  private readonly timers: NodeJS.Timeout[] = [];
+  private stopping: Promise<void> | undefined;
+  exitCode = 0;
+  private stopped!: () => void;
+  readonly done = new Promise<void>((resolve) => (this.stopped = resolve));
+
+  constructor(
+    readonly version: string,
+    readonly max: number,
+  ) {
+    // A daemon outlives any one failure: whatever escapes a handler is logged, never fatal.
+    process.on("unhandledRejection", (e) => log.error("unhandled rejection", { error: e instanceof Error ? e.message : String(e) }));
+    // Kept for the process's life (not `once`): a module that re-raises a signal when no other
+    // listener is left (signal-exit, under proper-lockfile) would otherwise kill the daemon mid-stop.
+    let signals = 0;
+    const onSignal = (signal: NodeJS.Signals) => {
+      signals += 1;
+      if (signals > 1) {
+        log.warn("stopping at once", { signal });
+        process.exit(1);
+      }
+      log.info("stopping", { signal });
+      void this.stop(true);
+    };
+    process.on("SIGTERM", onSignal);
+    process.on("SIGINT", onSignal);
+  }
+
+  /** Adds an agent, loaded a moment later unless a connection asks for it first. */
+  add(spec: AgentSpec): Served {
+    const served = new Served(spec, this.version, this.max);
+    this.agents.push(served);
+    this.timers.push(
+      setTimeout(() => void served.load().catch((e: unknown) => log.warn("loading the agent failed: the next connection tries again", { error: (e as Error).message })), LOAD_AFTER_MS),
+    );
+    return served;
+  }
+
+  /** The target of a connection to one agent. */
+  oneAgent(served: Served): Target {
+    return async (input, output, gated) => (await served.loadFor()).connect(input, output, { gated });
+  }
+
+  /** Takes back an agent added but never served (a Bind whose endpoint could not be made). */
+  drop(served: Served): void {
+    const at = this.agents.indexOf(served);
+    if (at >= 0) this.agents.splice(at, 1);
+    served.stopping = true;
+  }
+
+  /** Undoes a start that failed, saying nothing: the failure is said once, by the caller. */
+  abandon(): void {
+    for (const t of this.timers) clearTimeout(t);
+    for (const s of this.servers) s.close();
+    for (const s of this.sockets) s.remove();
+  }
+
+  /** Stops taking work, lets (or makes) the running turns end, closes the tools and the endpoints. */
+  stop(abort: boolean): Promise<void> {
+    return (this.stopping ??= (async () => {
+      for (const t of this.timers) clearTimeout(t);
+      for (const s of this.servers) s.close();
+      await Promise.all(this.agents.map((a) => a.stop(abort)));
+      for (const socket of this.connections) socket.destroy();
+      for (const s of this.sockets) s.remove();
+      log.info("stopped");
+      this.stopped();
+    })());
+  }
+
+  private serveFront(input: Readable, output: Writable, web: WebStreams, target: Target, gated: boolean): Promise<void> {
+    const c = front(input, output, web, this.version, this.max);
+    return c.first.then(() => {
+      for (const t of this.timers) clearTimeout(t);
+      return target(c.input, c.output, gated);
+    });
+  }
+
+  private onSocket(target: Target, gated: boolean) {
+    return (socket: Socket) => {
+      this.connections.add(socket);
       socket.on("error", (e) => log.warn("connection error", { error: e.message }));
-      socket.on("close", () => connections.delete(socket));
+      socket.on("close", () => this.connections.delete(socket));
       const web = () => Duplex.toWeb(socket) as ReturnType<WebStreams>;
-      void connect(socket, socket, web)
+      void this.serveFront(socket, socket, web, target, gated)
         .catch((e: unknown) => log[e instanceof AgentUnavailable ? "error" : "warn"]("connection ended", { error: (e as Error).message }))
         .finally(() => socket.destroy());
+    };
+  }
+
+  /** A Unix socket of mode 0600 that is not ACP (--blank's control socket), removed when the process stops. */
+  async serveControl(path: string, onConnection: (socket: Socket) => void): Promise<void> {
+    const control = await listenSocket(path, (socket) => {
+      this.connections.add(socket);
+      socket.on("close", () => this.connections.delete(socket));
+      onConnection(socket);
     });
+    this.sockets.push(control);
+    this.servers.push(control.server);
     control.server.on("error", (e) => log.error("control socket error", { error: e.message }));
-    log.info("serving ACP", { socket: path, agent: agent.dir });
-  } else {
+  }
+
+  /** How many endpoints it serves: what `closeSince` goes back to. */
+  get endpoints(): number {
+    return this.servers.length;
+  }
+
+  /** Closes the endpoints made since `count` were served (a start that failed half-way). */
+  closeSince(count: number): void {
+    for (const server of this.servers.splice(count)) {
+      server.close();
+      const at = this.sockets.findIndex((s) => s.server === server);
+      if (at >= 0) this.sockets.splice(at, 1)[0]?.remove();
+    }
+  }
+
+  /** ACP on a Unix socket, mode 0600: only its owner reaches it, so nothing is gated. */
+  async serveSocket(path: string, target: Target, fields: Record<string, unknown>): Promise<void> {
+    const control = await listenSocket(path, this.onSocket(target, false));
+    this.sockets.push(control);
+    this.servers.push(control.server);
+    control.server.on("error", (e) => log.error("control socket error", { error: e.message }));
+    log.info("serving ACP", { socket: path, ...fields });
+  }
+
+  /** ACP on 127.0.0.1:`port`: anyone on the machine reaches it, so with a key a connection proves itself first. */
+  async servePort(port: number, target: Target, fields: Record<string, unknown>): Promise<number> {
+    const endpoint = await listenPort(port, this.onSocket(target, true));
+    this.servers.push(endpoint.server);
+    endpoint.server.on("error", (e) => log.error("port error", { error: e.message }));
+    log.info("serving ACP", { port: endpoint.port, ...fields });
+    return endpoint.port;
+  }
+
+  /** ACP on stdio. With `last`, the process ends once the client goes away (its turns finished and kept). */
+  serveStdio(target: Target, fields: Record<string, unknown>, last: boolean): void {
     // A client that hangs up closes the pipe: not the daemon's failure.
     process.stdout.on("error", (e) => log.warn("stdout closed", { error: e.message }));
-    log.info("serving ACP", { stdio: true, agent: agent.dir });
+    log.info("serving ACP", { stdio: true, ...fields });
     const web = () => ({ readable: Readable.toWeb(process.stdin) as ReadableStream<Uint8Array>, writable: Writable.toWeb(process.stdout) });
-    void connect(process.stdin, process.stdout, web)
+    void this.serveFront(process.stdin, process.stdout, web, target, false)
       .catch((e: unknown) => {
         // Its one connection can't be served: the daemon ends, and says so by its exit status.
-        if (e instanceof AgentUnavailable) exitCode = 1;
-        log[exitCode ? "error" : "warn"]("connection ended", { error: (e as Error).message });
+        if (e instanceof AgentUnavailable && last) this.exitCode = 1;
+        log[this.exitCode ? "error" : "warn"]("connection ended", { error: (e as Error).message });
       })
-      // The client went away: the turns it started still finish and are kept, then the daemon ends.
-      .then(() => stop(false))
-      .then(stopped);
+      .then(() => (last ? this.stop(false) : undefined));
   }
-  await done;
-  process.exit(exitCode);
+}
+
+export async function serve(command: Extract<Command, { kind: "serve" }>): Promise<void> {
+  const max = maxMessageBytes(process.env);
+  if (command.agents) {
+    captureConsole();
+    const p = new Process(version(), max);
+    await (await import("./shared.js")).serveShared(p, command.agents);
+    await p.done;
+    process.exit(p.exitCode);
+  }
+  if (command.blank) {
+    captureConsole();
+    const p = new Process(version(), max);
+    await (await import("./blank.js")).serveBlank(p, command);
+    await p.done;
+    process.exit(p.exitCode);
+  }
+  checkAgent(command.agent.agent);
+  captureConsole();
+  const agent = agentRef(command.agent);
+  const p = new Process(version(), max);
+  const target = p.oneAgent(p.add({ agent }));
+  try {
+    if (command.socket) await p.serveSocket(command.socket, target, { agent: agent.dir });
+    if (command.port !== undefined) await p.servePort(command.port, target, { agent: agent.dir });
+  } catch (e) {
+    p.abandon();
+    throw e;
+  }
+  if (!command.socket && command.port === undefined) p.serveStdio(target, { agent: agent.dir }, true);
+  await p.done;
+  process.exit(p.exitCode);
 }

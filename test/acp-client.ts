@@ -7,6 +7,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { Duplex, Readable, Writable } from "node:stream";
 import * as acp from "@agentclientprotocol/sdk";
+import { z } from "zod";
 import { afterEach, beforeAll, beforeEach, onTestFailed } from "vitest";
 import { assertBuilt, MAIN } from "./fixtures/built.js";
 import { startModelServer, type ModelServer } from "./model-server.js";
@@ -195,4 +196,21 @@ export async function stdioClient(d: Daemon, cleanup: (() => unknown)[]): Promis
   const c = await openClient(stdioStream(d.child));
   cleanup.push(() => c.close());
   return c;
+}
+
+/** An ACP stream over a TCP connection to 127.0.0.1:`port` (the daemon's port endpoint). */
+export async function portStream(port: number, host = "127.0.0.1"): Promise<{ stream: acp.Stream; socket: Socket }> {
+  const socket = netConnect({ port, host });
+  await new Promise<void>((resolve, reject) => {
+    socket.once("connect", resolve);
+    socket.once("error", reject);
+  });
+  const { readable, writable } = Duplex.toWeb(socket);
+  return { stream: acp.ndJsonStream(writable, readable as ReadableStream<Uint8Array>), socket };
+}
+
+/** The port a daemon says it serves on: its "serving ACP" line with a port, and matching `also` when given. */
+export async function servedPort(d: Daemon, also = /./): Promise<number> {
+  const line = await d.waitForLog(new RegExp(`"serving ACP".*"port":\\d+.*${also.source}|${also.source}.*"serving ACP".*"port":\\d+`));
+  return z.object({ port: z.number() }).loose().parse(JSON.parse(line)).port;
 }

@@ -47,19 +47,23 @@ function expectOneLine(r: Run): void {
 const valid = { model: { provider: "openai", name: "gpt-test", base_url: "http://127.0.0.1:9/v1", key: "sk-VALID-456" } };
 
 describe.concurrent("contract, --version, --help", () => {
-  it("contract prints the Contract: version 2, no port, and what is built, each feature built as the spec says", async () => {
+  it("contract prints the Contract: version 2, one port, and what is built, each feature built as the spec says", async () => {
     const r = await cli(["contract"]);
     expect(r.code, r.stderr).toBe(0);
     expect(r.stderr).toBe("");
     const contract = Contract.parse(JSON.parse(r.stdout));
-    // Every key: a key left out means no, and the parts not built yet (proof, recovering answers,
-    // several agents a process, starting blank, the instructions and conversations commands, ASP
-    // state, identity both ways) are left out.
+    // Every key: a key left out means no, and the parts not built yet (the instructions and
+    // conversations commands, ASP state, identity both ways) are left out.
     expect(contract).toEqual({
       version: 2,
       proxy: true,
-      // It serves on stdio or a Unix socket: it takes no port (left out, Link would give it 200).
-      ports: 0,
+      // It serves on stdio, a Unix socket or one port (left out, Link would give it 200).
+      ports: 1,
+      proof: true,
+      recover: true,
+      agent: true,
+      shared: true,
+      blank: true,
       from: true,
       tools: true,
       parts: true,
@@ -482,15 +486,15 @@ describe("the README's way of using it", () => {
 describe("the command line, fuzzed", () => {
   it("any argv is a command or one line of usage error, never another failure", () => {
     const word = fc.oneof(
-      fc.constantFrom("--agent", "--agnet", "--files", "--home", "--socket", "--sokcet", "--agents", "--blank", "--help", "-h", "-V", "--", "-x", "--agent=~/a", "configure", "state", "export", "contract", "serve", "usage", "--since", "--since=2026-11-30", "--json", "2026-11-30T21:00Z"),
+      fc.constantFrom("--agent", "--agnet", "--files", "--home", "--socket", "--sokcet", "--agents", "--blank", "--port", "--prot", "--port=0", "65536", "-1", "8080", "--help", "-h", "-V", "--", "-x", "--agent=~/a", "configure", "state", "export", "contract", "serve", "usage", "--since", "--since=2026-11-30", "--json", "2026-11-30T21:00Z"),
       fc.string({ maxLength: 12 }),
       fc.string({ maxLength: 12 }).map((s) => `~${s}`),
       fc.string({ maxLength: 12 }).map((s) => `--${s}`),
     );
     fc.assert(
-      fc.property(fc.array(word, { maxLength: 6 }), fc.option(fc.string({ maxLength: 8 }).map((s) => `~${s}`), { nil: undefined }), (argv, envDir) => {
+      fc.property(fc.array(word, { maxLength: 6 }), fc.option(fc.string({ maxLength: 8 }).map((s) => `~${s}`), { nil: undefined }), fc.option(fc.oneof(fc.string({ maxLength: 8 }), fc.nat({ max: 99999 }).map(String)), { nil: undefined }), (argv, envDir, envPort) => {
         try {
-          parseCommandLine(argv, envDir === undefined ? {} : { LNK_AGENT_DIR: envDir });
+          parseCommandLine(argv, { ...(envDir === undefined ? {} : { LNK_AGENT_DIR: envDir }), ...(envPort === undefined ? {} : { LNK_PORT: envPort }) });
         } catch (e) {
           expect(e).toBeInstanceOf(UsageError);
           expect((e as Error).message).not.toMatch(/\n/);

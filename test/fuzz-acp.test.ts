@@ -33,6 +33,8 @@ type Response = z.infer<typeof Response>;
 
 /** Errors that refuse a request: it must have written nothing. */
 const REFUSALS = [-32700, -32600, -32601, -32602, -32002];
+/** Link's methods this agent serves (fuzzed on their own, in fuzz-link.test.ts), and the port's stand-in, refused -32000. */
+const LINK_SERVED = new Set(["_link/prove", "_link/recover", "_link/unproved"]);
 
 /** The daemon on stdio, spoken to line by line. */
 class Wire {
@@ -140,6 +142,9 @@ function listing(root: string, skip?: string): string[] {
     for (const d of readdirSync(dir, { withFileTypes: true })) {
       const path = join(dir, d.name);
       if (path === skip) continue;
+      // A prompt's owed file goes once its answer was written, which may be while the next request is
+      // being answered: a prompt's own, never one a refusal writes (it is made once the prompt is taken).
+      if (/^owed-\d+-[0-9a-f]+$/.test(d.name)) continue;
       if (d.isDirectory()) {
         out.push(`${relative(root, path)}${sep}`);
         walk(path);
@@ -462,8 +467,8 @@ describe("every request the daemon serves, fuzzed", () => {
     const known = new Set([...Object.keys(PARAMS), "session/cancel"]);
     const method = fc.oneof(
       fc.string().filter((m) => !known.has(m)),
-      fc.string().map((s) => `_link/${s}`),
-      fc.constantFrom("_link/prove", "_link/recover", "_link/oversized", "_asp/export", "_asp/import", "session/fork", "session/set_model", "session/delete", "authenticate"),
+      fc.string().map((s) => `_link/${s}`).filter((m) => !LINK_SERVED.has(m)),
+      fc.constantFrom("_link/oversized", "_asp/export", "_asp/import", "session/fork", "session/set_model", "session/delete", "authenticate"),
     );
     await fc.assert(
       fc.asyncProperty(method, fc.oneof(weird, fc.record({ bytes: fc.integer(), max: fc.integer() })), fc.nat({ max: 2 }), async (m, p, idKind) => {

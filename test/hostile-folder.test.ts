@@ -164,7 +164,8 @@ describe("permissions", { timeout: 60_000 }, () => {
       const conv = paths({ dir }).conversation(sessionId);
       expect([mode(paths({ dir }).chats), mode(conv.dir)]).toEqual([0o700, 0o700]);
       for (const name of readdirSync(conv.dir)) expect([name, mode(join(conv.dir, name))]).toEqual([name, 0o600]);
-      expect(readdirSync(conv.dir).sort()).toEqual(["000000000001.json", "000000000002.json", "transcript.md", "window.json"]);
+      // The prompt's owed file (lnk-link-harness-acp(7), RECOVERY) is removed just after its answer is written: it may still be there.
+      expect(readdirSync(conv.dir).filter((n) => !n.startsWith("owed-")).sort()).toEqual(["000000000001.json", "000000000002.json", "transcript.md", "window.json"]);
       await d.stop();
     }
   });

@@ -107,6 +107,11 @@ const openaiModule = lazyImport(() => import("openai"), () => import.meta.resolv
 let OpenAICtor: OpenAIClass | undefined;
 const clients = new Map<string, InstanceType<OpenAIClass>>();
 
+/** Loads the model's client ahead of the first turn (a process started blank, waiting for its agent). */
+export async function preloadModelClient(): Promise<void> {
+  OpenAICtor ??= (await openaiModule()).default;
+}
+
 async function client(settings: Settings): Promise<InstanceType<OpenAIClass>> {
   // Loaded when a turn first needs it, so the daemon starts fast.
   OpenAICtor ??= (await openaiModule()).default;

@@ -1,6 +1,7 @@
 // What a bench run found, and the targets each figure is held to.
 import type { OverheadRow } from "./overhead.js";
 import type { PrefixResult } from "./prefix.js";
+import type { DenseResult } from "./dense.js";
 import type { StartResult } from "./start.js";
 import type { ClientResult } from "./client.js";
 import { ms, type Summary } from "./stats.js";
@@ -38,6 +39,8 @@ export interface BenchResults {
   client?: Measured<ClientResult>;
   /** `lnk-link-harness usage` over a long conversation (left out of results written before it was measured). */
   usage?: Measured<UsageResult>;
+  /** Dense deployment: Bind to the first answered prompt, and one process's memory at 1, 10 and 100 agents. */
+  dense?: Measured<DenseResult>;
   targets: Target[];
   elapsedMs: number;
 }
@@ -126,6 +129,22 @@ export function targets(r: Omit<BenchResults, "targets">): Target[] {
       pass: u.command.median <= USAGE_TARGET_MS,
     });
   } else if (r.usage) out.push({ name: "usage of a 100,000-event conversation", measured: `not measured: ${r.usage.notMeasured}`, pass: undefined });
+  if (r.dense && "measured" in r.dense) {
+    const d = r.dense.measured;
+    out.push({
+      name: "Bind to the first answered prompt at most 20 ms over the model's own time (median)",
+      measured: `${ms(d.bindOverModel.median)} ms over it (${ms(d.bindToAnswer.median)} ms in all, over ${d.bindToAnswer.n} binds)`,
+      pass: d.bindOverModel.median <= 20,
+    });
+    const most = d.rss.at(-1);
+    out.push({
+      name: `one process serving ${most?.agents ?? 100} agents, each after one turn, at most 300 MB (RSS)`,
+      measured: most ? `${most.rssMb.toFixed(0)} MB` : "no row",
+      pass: most ? most.agents >= 100 && most.rssMb <= 300 : undefined,
+    });
+  } else if (r.dense) {
+    out.push({ name: "Bind to the first answered prompt at most 20 ms over the model's own time", measured: `not measured: ${r.dense.notMeasured}`, pass: undefined });
+  }
   out.push(...clientTargets(r.client));
   return out;
 }

@@ -13,6 +13,7 @@ import { measureOverhead, FULL_PAIRS, FULL_TURNS, SCALING_PAIRS, YOUNG_COLLECTED
 import { watchOtherWork } from "./machine.js";
 import { measurePrefix } from "./prefix.js";
 import { targets, type BenchResults, type Measured } from "./results.js";
+import { measureDense, type DenseResult } from "./dense.js";
 import { measureStart, nodeStart, type StartResult } from "./start.js";
 import { measureClient, type ClientResult } from "./client.js";
 import { measureStreaming, type StreamRow } from "./stream.js";
@@ -20,7 +21,7 @@ import { renderSvg } from "./svg.js";
 import { renderTable } from "./table.js";
 import { measureUsage, type UsageResult } from "./usage.js";
 
-const PARTS = ["overhead", "prefix", "streaming", "start", "usage", "client"] as const;
+const PARTS = ["overhead", "prefix", "streaming", "start", "usage", "client", "dense"] as const;
 type Part = (typeof PARTS)[number];
 
 interface Plan {
@@ -37,10 +38,12 @@ interface Plan {
   /** Turns of one session driven as a client sees them, and spawns to a first answer. */
   clientTurns: number;
   clientStarts: number;
+  binds: number;
+  agents: number[];
 }
 
-const FULL: Plan = { sizes: [1_000, 10_000, 100_000], turns: FULL_TURNS, prefixTurns: 300, prefixWindowPairs: 100, conversations: [1, 50, 200], rounds: 3, starts: 20, usageSize: 100_000, usageRuns: 5, clientTurns: 20, clientStarts: 10 };
-const QUICK: Plan = { sizes: [1_000, 10_000], turns: 10, prefixTurns: 200, prefixWindowPairs: 80, conversations: [1, 20], rounds: 1, starts: 5, usageSize: 100_000, usageRuns: 3, clientTurns: 10, clientStarts: 3 };
+const FULL: Plan = { sizes: [1_000, 10_000, 100_000], turns: FULL_TURNS, prefixTurns: 300, prefixWindowPairs: 100, conversations: [1, 50, 200], rounds: 3, starts: 20, usageSize: 100_000, usageRuns: 5, clientTurns: 20, clientStarts: 10, binds: 20, agents: [1, 10, 100] };
+const QUICK: Plan = { sizes: [1_000, 10_000], turns: 10, prefixTurns: 200, prefixWindowPairs: 80, conversations: [1, 20], rounds: 1, starts: 5, usageSize: 100_000, usageRuns: 3, clientTurns: 10, clientStarts: 3, binds: 5, agents: [1, 10] };
 const CHUNKS = 50;
 const CHUNK_DELAY_MS = 20;
 
@@ -125,6 +128,16 @@ async function main(): Promise<void> {
       }
     }
 
+    let dense: Measured<DenseResult> = { notMeasured: missing ?? "not asked for (--only)" };
+    if (!missing && args.only.has("dense")) {
+      log(`dense: ${plan.binds} binds, then ${plan.agents.join(", ")} agents in one process`);
+      try {
+        dense = { measured: await measureDense(server, { binds: plan.binds, agents: plan.agents }) };
+      } catch (e) {
+        dense = { notMeasured: (e as Error).message };
+      }
+    }
+
     log("node -e 0");
     const bare = "measured" in start ? start.measured.nodeStart : await nodeStart(plan.starts);
 
@@ -158,6 +171,7 @@ async function main(): Promise<void> {
       start,
       client,
       usage,
+      dense,
       elapsedMs: performance.now() - t0,
     };
     const results: BenchResults = { ...partial, targets: targets(partial) };

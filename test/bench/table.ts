@@ -107,6 +107,15 @@ export function renderTable(r: BenchResults): string {
       `  spawn to: initialize ${ms(c.spawn.initialize.median)} ms, session/new ${ms(c.spawn.sessionNew.median)} ms, first turn answered ${ms(c.spawn.firstTurn.median)} ms (its overhead ${ms(c.firstTurnOverhead.median)} ms); node -e 0: ${ms(c.nodeStart.median)} ms`,
     );
   } else out.push(`  not measured: ${r.client ? ("notMeasured" in r.client ? r.client.notMeasured : "") : "not asked for"}`);
+  if (r.dense) {
+    out.push("");
+    out.push("7. Dense deployment (--blank and --agents, stdio)");
+    if ("measured" in r.dense) {
+      const d = r.dense.measured;
+      out.push(`  Bind to the first answered prompt: median ${ms(d.bindToAnswer.median)} ms (p99 ${ms(d.bindToAnswer.p99)}) over ${d.bindToAnswer.n} binds; less the model's own time: ${ms(d.bindOverModel.median)} ms`);
+      for (const row of d.rss) out.push(`  ${row.agents} agents, each after one turn: RSS ${row.rssMb.toFixed(0)} MB (peak ${row.peakMb.toFixed(0)} MB)`);
+    } else out.push(`  not measured: ${r.dense.notMeasured}`);
+  }
   out.push("");
   out.push("Targets");
   for (const t of r.targets) out.push(`  ${t.pass === undefined ? "----" : t.pass ? "PASS" : "FAIL"}  ${t.name}: ${t.measured}`);

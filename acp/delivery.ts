@@ -1,0 +1,111 @@
+// Delivery and recovery of answers (DESIGN.md `_link/recover`): an answer is delivered once its
+// `session/prompt` answer was written to the client. Until then its prompt's owed file stays in the
+// conversation's folder (store/owed.ts); `_link/recover` hands over the answer of each owed file no
+// live process holds, once, and removes the file once that answer in turn was written.
+import { randomBytes } from "node:crypto";
+import { EVENT_KINDS, type Event, type Numbered, type RecoveredAnswer } from "../protocol/index.js";
+import { isErrno, lastEventNumber, listOwed, owedName, readEventsFrom, removeOwed, writeOwed, type AgentRef, type ConversationPaths, type Owed } from "../store/index.js";
+import type { Logger } from "./deps.js";
+
+/** Owed files of this process's prompts still being answered: no recovery hands them over. */
+const live = new Set<string>();
+/** Owed files a recovery handed over, until its answer was written (then removed) or not (then owed again). */
+const handed = new Set<string>();
+
+/** Whether a process of this pid is running (one of another user's counts). */
+function running(pid: number): boolean {
+  if (pid === process.pid) return true;
+  try {
+    process.kill(pid, 0);
+    return true;
+  } catch (e) {
+    return !isErrno(e, "ESRCH");
+  }
+}
+
+/** A prompt's debt: settled once its answer was written to the client, else left for a recovery. */
+export interface Debt {
+  /** `written` tells whether the prompt's answer reached the client. */
+  settle(written: Promise<boolean>): void;
+}
+
+const nothing: Debt = { settle: () => undefined };
+
+/** Writes the prompt's owed file before its turn runs; a folder that can't take it costs only its recovery. */
+export function owe(conv: ConversationPaths, log: Logger): Debt {
+  const name = owedName(randomBytes(8).toString("hex"));
+  const path = `${conv.dir}/${name}`;
+  try {
+    writeOwed(conv, name, lastEventNumber(conv));
+  } catch (e) {
+    log.warn("the prompt's answer can't be recovered should it not reach the client", { thread: conv.thread, error: (e as Error).message });
+    return nothing;
+  }
+  live.add(path);
+  return {
+    settle(written) {
+      void written.then((ok) => {
+        live.delete(path);
+        if (ok) removeOwed(conv, name);
+      });
+    },
+  };
+}
+
+/**
+ * The answer of the turn a prompt began after `after`: its last answer with text, once the turn
+ * finished (a final answer, one that calls no tool). A turn that failed, was cancelled or never
+ * finished, or a command (answered by the harness, not the model), has none.
+ */
+export function answerAfter(conv: ConversationPaths, after: number): Numbered | undefined {
+  let last: Numbered | undefined;
+  for (const e of readEventsFrom(conv, after + 1)) {
+    const event: Event = e.event;
+    if (event.kind === EVENT_KINDS.command || event.kind === EVENT_KINDS.failure) return undefined;
+    if (event.kind !== EVENT_KINDS.message || event.role !== "assistant") continue;
+    if (event.text.trim()) last = e;
+    if (event.stop === "tool_calls") continue;
+    return event.stop === "cancelled" ? undefined : last;
+  }
+  return undefined;
+}
+
+/**
+ * `_link/recover`: each answer owed by a process that is gone (or by this one, whose client left),
+ * once; each owed file taken is removed once this answer was written (`written`), else owed again.
+ */
+export function recover(agent: AgentRef, written: Promise<boolean>, log: Logger): RecoveredAnswer[] {
+  const { owed, faults } = listOwed(agent);
+  for (const fault of faults) log.warn("an owed answer's file could not be read", { error: fault });
+  const answers: RecoveredAnswer[] = [];
+  const given = new Set<string>();
+  const taken: Owed[] = [];
+  for (const o of owed.sort((a, b) => a.thread.localeCompare(b.thread) || a.after - b.after)) {
+    const path = `${o.conv.dir}/${o.name}`;
+    if (live.has(path) || handed.has(path)) continue;
+    // Another live process owes it: its own client may still get it.
+    if (o.pid !== process.pid && running(o.pid)) continue;
+    let found: Numbered | undefined;
+    try {
+      found = answerAfter(o.conv, o.after);
+    } catch (e) {
+      log.warn("an owed answer's conversation could not be read", { thread: o.thread, error: (e as Error).message });
+      continue;
+    }
+    handed.add(path);
+    taken.push(o);
+    if (!found || found.event.kind !== EVENT_KINDS.message) continue;
+    // Two prompts of one turn (one steered it) owe one answer.
+    const key = `${o.thread}\n${found.n}`;
+    if (given.has(key)) continue;
+    given.add(key);
+    answers.push({ sessionId: o.thread, event: found.n, text: found.event.text, time: found.event.time });
+  }
+  void written.then((ok) => {
+    for (const o of taken) {
+      handed.delete(`${o.conv.dir}/${o.name}`);
+      if (ok) removeOwed(o.conv, o.name);
+    }
+  });
+  return answers;
+}

@@ -1,0 +1,32 @@
+// Groups (spec: "How does Link Harness answer in a group?"): each group is a conversation of its own,
+// `<channel>-<group id>`, whatever session a message of it arrives on; a message that was only a
+// mention of the agent, empty once Link's bridge has cut the mention out, is ignored.
+import type { ContentBlock } from "@agentclientprotocol/sdk";
+import { Thread } from "../protocol/index.js";
+import { ParamsError } from "./meta.js";
+import type { Sessions, SessionState } from "./sessions.js";
+
+/** The conversation of a group: `<channel>-<group>`, a thread name like any other. */
+export function groupThread(channel: string | undefined, group: string): string {
+  if (channel === undefined) throw new ParamsError("_meta.link: group: a group needs its channel");
+  const thread = `${channel}-${group}`;
+  if (!Thread.safeParse(thread).success) throw new ParamsError(`_meta.link: group: ${JSON.stringify(thread.slice(0, 80))} is not a usable thread name`);
+  return thread;
+}
+
+/**
+ * The session a group's message is answered in: the group's conversation, taken up if it exists
+ * (by this process or any other), else made, with the working folder and tools of the session the
+ * message arrived on.
+ */
+export function groupSession(sessions: Sessions, arrived: SessionState, channel: string | undefined, group: string): SessionState {
+  const thread = groupThread(channel, group);
+  if (thread === arrived.thread) return arrived;
+  if (sessions.exists(thread)) return sessions.get(thread);
+  return sessions.create({ channel, group }, arrived.cwd ?? sessions.agent.dir, arrived.mcpServers);
+}
+
+/** Whether a group's message holds nothing once the mention was cut: only empty or blank text. */
+export function onlyMention(blocks: readonly ContentBlock[]): boolean {
+  return blocks.every((b) => b.type === "text" && b.text.trim() === "");
+}

@@ -1,0 +1,146 @@
+// Link's extension methods: `_link/prove` (the proof, both ways) and `_link/recover` (answers a turn
+// finished but never delivered), and what a connection keeps for them (DESIGN.md "ACP mapping",
+// man: lnk-link-harness-acp(7) "The proof" and "Recovery").
+import { createHash, createHmac, randomBytes, timingSafeEqual } from "node:crypto";
+import * as acp from "@agentclientprotocol/sdk";
+import { z } from "zod";
+import { ProveParams, RecoverParams, type ProveResult, type RecoverResult } from "../protocol/index.js";
+import type { AgentRef } from "../store/index.js";
+import { recover } from "./delivery.js";
+import type { Logger } from "./deps.js";
+import { INTERNAL_ERROR, invalidParams } from "./errors.js";
+
+export const LINK_METHODS = {
+  prove: "_link/prove",
+  recover: "_link/recover",
+  /** Stands in for a request a port endpoint refuses until its connection has proved itself (daemon/gate.ts). */
+  unproved: "_link/unproved",
+} as const;
+
+/**
+ * What a client HMACs to prove itself: this prefix, then the nonce it was given. No challenge may
+ * begin with it, so this process (or any other holding the key) never answers one for a client.
+ */
+export const CLIENT_PROOF_PREFIX = "lnk-link-harness client proof ";
+
+/** How many challenges (and nonces given) a process remembers to refuse their replay: a bound on its memory. */
+export const REMEMBERED_MAX = 1_000_000;
+
+/** Each challenge answered and each nonce given by this process, as a short digest: none is answered twice. */
+const seen = new Set<string>();
+
+const digest = (s: string) => createHash("sha256").update(s, "utf8").digest("base64").slice(0, 22);
+
+/** Hex HMAC-SHA256 of the text's UTF-8 bytes with the key. */
+export function hmacHex(key: string, text: string): string {
+  return createHmac("sha256", key).update(text, "utf8").digest("hex");
+}
+
+type Id = string | number;
+
+/** What one connection keeps for Link's methods: whether it proved itself, its nonce, the answers it wrote. */
+export class LinkConnection {
+  /** Whether the connection proved itself (always, where no proof is asked). */
+  proved: boolean;
+  /** The nonce this connection was last given to answer, once. */
+  nonce: string | undefined;
+  private readonly waiting = new Map<Id, (written: boolean) => void>();
+  private closed = false;
+
+  constructor(readonly gated: boolean) {
+    this.proved = !gated;
+  }
+
+  /** Whether the answer to the request `id` was written to the client: true once it is, false once the connection ended first. */
+  written(id: Id | null): Promise<boolean> {
+    if (id === null || this.closed) return Promise.resolve(false);
+    return new Promise((resolve) => this.waiting.set(id, resolve));
+  }
+
+  /** The transport wrote the answer to `id`. */
+  responded(id: Id): void {
+    const done = this.waiting.get(id);
+    if (done) {
+      this.waiting.delete(id);
+      done(true);
+    }
+  }
+
+  /** The connection ended: an answer not written by now never will be. */
+  close(): void {
+    this.closed = true;
+    for (const done of this.waiting.values()) done(false);
+    this.waiting.clear();
+  }
+}
+
+/** The error of a proof that can't be made: no key. */
+function noKey(): acp.RequestError {
+  return acp.RequestError.invalidRequest(undefined, "no key to prove with: this process was given none (LNK_KEY is not set, and no Bind gave one)");
+}
+
+/**
+ * `_link/prove`: the answer to the client's nonce is checked first (constant-time), then the
+ * challenge is answered, then a fresh nonce given while the connection has not proved itself.
+ */
+export function prove(key: string | undefined, conn: LinkConnection, raw: unknown): ProveResult {
+  const parsed = ProveParams.safeParse(raw ?? {});
+  if (!parsed.success) throw invalidParams(parsed.error.issues.map((i) => `${i.path.map(String).join(".") || "(params)"}: ${i.message}`).join("; "));
+  if (key === undefined || key === "") throw noKey();
+  const { challenge, answer } = parsed.data;
+  if (answer !== undefined) {
+    const nonce = conn.nonce;
+    // A nonce is answered once, rightly or not.
+    conn.nonce = undefined;
+    if (nonce === undefined) throw invalidParams("answer: this connection holds no nonce to answer: ask _link/prove with a challenge first");
+    const expected = createHmac("sha256", key).update(`${CLIENT_PROOF_PREFIX}${nonce}`, "utf8").digest();
+    const given = Buffer.from(answer, "hex");
+    if (given.length !== expected.length || !timingSafeEqual(given, expected)) {
+      throw acp.RequestError.authRequired(undefined, "the answer does not match this connection's nonce: the connection has not proved itself");
+    }
+    conn.proved = true;
+  }
+  const result: ProveResult = { proved: conn.proved };
+  if (challenge !== undefined) {
+    if (challenge.startsWith(CLIENT_PROOF_PREFIX)) throw invalidParams(`challenge: may not begin with ${JSON.stringify(CLIENT_PROOF_PREFIX)}, which a client's own proof begins with`);
+    const d = digest(challenge);
+    if (seen.has(d)) throw invalidParams("challenge: answered already by this process: a challenge is answered once, never replayed");
+    if (seen.size >= REMEMBERED_MAX) throw new acp.RequestError(INTERNAL_ERROR, `This process has answered its most challenges (${REMEMBERED_MAX}): start it again to prove it`);
+    seen.add(d);
+    result.hmac = hmacHex(key, challenge);
+  }
+  if (!conn.proved) {
+    const nonce = randomBytes(32).toString("hex");
+    seen.add(digest(nonce));
+    conn.nonce = nonce;
+    result.nonce = nonce;
+  }
+  return result;
+}
+
+/** The error a request is answered with on a port endpoint before its connection proved itself. */
+export function unproved(method: unknown): acp.RequestError {
+  const name = typeof method === "string" ? method.slice(0, 80) : "this method";
+  return acp.RequestError.authRequired({ method: name }, `${name} is served once this connection has proved itself with ${LINK_METHODS.prove} (see lnk-link-harness-acp(7))`);
+}
+
+/** What Link's methods need of the agent a connection serves. */
+export interface LinkAgent {
+  key: string | undefined;
+  agent: AgentRef;
+  log: Logger;
+}
+
+/** Registers Link's methods on a connection's app: the proof, the recovery, and the stand-in refused until the proof is made. */
+export function withLinkMethods(app: acp.AgentApp, a: LinkAgent, conn: LinkConnection): acp.AgentApp {
+  return app
+    .onRequest(LINK_METHODS.prove, z.unknown(), ({ params }) => prove(a.key, conn, params))
+    .onRequest(LINK_METHODS.recover, z.unknown(), ({ params, requestId }) => {
+      const parsed = RecoverParams.safeParse(params ?? {});
+      if (!parsed.success) throw invalidParams("_link/recover takes an object, {}");
+      return { answers: recover(a.agent, conn.written(requestId), a.log) } satisfies RecoverResult;
+    })
+    .onRequest(LINK_METHODS.unproved, z.object({ method: z.unknown() }).loose(), ({ params }) => {
+      throw unproved(params.method);
+    });
+}

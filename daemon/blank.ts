@@ -1,0 +1,157 @@
+// --blank CONTROL: a process started ahead, holding nothing of anyone's (spec: contract.txt "blank",
+// DESIGN.md "Starting blank"). It loads no agent and answers on no endpoint: it listens on the Unix
+// socket CONTROL (0600 from the moment it exists) for one line of Bind, and once bound serves that
+// agent alone, on stdio or on --socket/--port. A Bind refused leaves it blank, able to be bound; a
+// second Bind is refused, and nothing unbinds it. The Bind's settings and key are held in memory only.
+import { lstatSync } from "node:fs";
+import { isAbsolute } from "node:path";
+import type { Socket } from "node:net";
+import { Bind, Settings, describeIssues, type Settings as SettingsT } from "../protocol/index.js";
+import type { AgentRef } from "../store/paths.js";
+import type { Command } from "./cli.js";
+import { log } from "./log.js";
+import type { Process, Served } from "./serve.js";
+
+/** The longest Bind line read, in bytes: settings of 1 MiB (configure's own bound) and room around them. */
+export const BIND_MAX = 2 * 1024 * 1024;
+/** How long a control connection may send nothing of its line before it is closed. */
+const CONTROL_IDLE_MS = 60_000;
+/** What stands in the settings for a secret: filled from the Bind's key. */
+export const KEY_PLACEHOLDER = "$LNK_KEY";
+
+/** A Bind refused: its answer's error, in words a person can act on, never quoting what was sent. */
+class BindRefused extends Error {}
+
+/** The settings with every placeholder filled from the key, wherever a string holds one. */
+export function fillSecrets(settings: SettingsT, key: string): SettingsT {
+  const fill = (v: unknown): unknown => {
+    if (typeof v === "string") return v.split(KEY_PLACEHOLDER).join(key);
+    if (Array.isArray(v)) return v.map(fill);
+    if (typeof v === "object" && v !== null) return Object.fromEntries(Object.entries(v).map(([k, x]) => [k, fill(x)]));
+    return v;
+  };
+  const filled = Settings.safeParse(fill(settings));
+  if (!filled.success) throw new BindRefused(`settings: once the key is filled in: ${describeIssues(filled.error)}`);
+  return filled.data;
+}
+
+/** A folder the Bind names: an absolute path to a folder that exists, never a link. */
+function folder(what: string, path: string): string {
+  if (!isAbsolute(path)) throw new BindRefused(`${what}: not an absolute path`);
+  let st;
+  try {
+    st = lstatSync(path);
+  } catch (e) {
+    throw new BindRefused(`${what}: ${(e as NodeJS.ErrnoException).code === "ENOENT" ? "does not exist" : (e as Error).message}`);
+  }
+  if (st.isSymbolicLink()) throw new BindRefused(`${what}: is a symbolic link, which is never followed`);
+  if (!st.isDirectory()) throw new BindRefused(`${what}: is not a folder`);
+  return path;
+}
+
+/** Reads a Bind line: the agent, its folders and its settings, the key filled in. */
+export function readBind(line: string): { agent: AgentRef; names: string[]; key: string; settings: SettingsT; name: string } {
+  let json: unknown;
+  try {
+    json = JSON.parse(line);
+  } catch {
+    throw new BindRefused("the line is not JSON: one line of Bind is {\"agent\", \"key\", \"settings\", \"store\"?, \"files\"?}");
+  }
+  const parsed = Bind.safeParse(json);
+  if (!parsed.success) throw new BindRefused(`not a Bind: ${describeIssues(parsed.error)}`);
+  const b = parsed.data;
+  if (b.key.includes(KEY_PLACEHOLDER)) throw new BindRefused(`key: may not hold the placeholder ${KEY_PLACEHOLDER}`);
+  if (b.store === undefined && b.files === undefined) throw new BindRefused("names neither store nor files: the agent's folder is where its conversations are kept");
+  const store = folder("store", b.store ?? (b.files as string));
+  const files = b.files !== undefined ? folder("files", b.files) : store;
+  return { agent: { dir: store, files }, names: [b.agent.name, b.agent.id], key: b.key, settings: fillSecrets(b.settings, b.key), name: b.agent.name };
+}
+
+/** Reads one line from the connection, at most BIND_MAX bytes; undefined when it ends or is over the bound. */
+function oneLine(socket: Socket): Promise<{ line?: string; over?: boolean }> {
+  return new Promise((resolve) => {
+    const chunks: Buffer[] = [];
+    let size = 0;
+    const done = (r: { line?: string; over?: boolean }) => {
+      socket.off("data", onData);
+      clearTimeout(idle);
+      resolve(r);
+    };
+    const onData = (chunk: Buffer) => {
+      const nl = chunk.indexOf(0x0a);
+      const part = nl >= 0 ? chunk.subarray(0, nl) : chunk;
+      size += part.length;
+      if (size > BIND_MAX) return done({ over: true });
+      chunks.push(part);
+      if (nl >= 0) done({ line: Buffer.concat(chunks).toString("utf8") });
+    };
+    const idle = setTimeout(() => done({}), CONTROL_IDLE_MS);
+    socket.on("data", onData);
+    socket.once("end", () => done({}));
+    socket.once("close", () => done({}));
+    socket.once("error", () => done({}));
+  });
+}
+
+export async function serveBlank(p: Process, command: Extract<Command, { kind: "serve" }>): Promise<void> {
+  const control = command.blank as string;
+  let bound: Served | undefined;
+  let binding = false;
+
+  const bind = async (line: string): Promise<Record<string, never> | { error: string }> => {
+    if (bound) return { error: "bound already: a second Bind is refused, and nothing unbinds this process" };
+    if (binding) return { error: "another Bind is being taken: this one is refused" };
+    binding = true;
+    try {
+      const b = readBind(line);
+      const served = p.add({ agent: b.agent, names: b.names, key: b.key, settings: b.settings });
+      const fields = { agent: b.name };
+      const before = p.endpoints;
+      try {
+        if (command.socket) await p.serveSocket(command.socket, p.oneAgent(served), fields);
+        if (command.port !== undefined) await p.servePort(command.port, p.oneAgent(served), fields);
+      } catch (e) {
+        p.drop(served);
+        p.closeSince(before);
+        throw new BindRefused((e as Error).message);
+      }
+      if (!command.socket && command.port === undefined) p.serveStdio(p.oneAgent(served), fields, true);
+      bound = served;
+      log.info("bound", fields);
+      return {};
+    } catch (e) {
+      if (e instanceof BindRefused) {
+        log.warn("a Bind was refused: the process stays blank", { error: e.message });
+        return { error: e.message };
+      }
+      log.error("a Bind failed: the process stays blank", { error: (e as Error).message });
+      return { error: `the Bind failed: ${(e as Error).message}` };
+    } finally {
+      binding = false;
+    }
+  };
+
+  const onControl = (socket: Socket) => {
+    socket.on("error", (e) => log.warn("control connection error", { error: e.message }));
+    void (async () => {
+      const { line, over } = await oneLine(socket);
+      if (line === undefined && !over) {
+        socket.destroy();
+        return;
+      }
+      const answer = over ? { error: `the Bind line is over ${BIND_MAX} bytes` } : await bind(line as string);
+      socket.end(`${JSON.stringify(answer)}\n`);
+    })();
+  };
+  await p.serveControl(control, onControl);
+  log.info("blank: waiting for a Bind", { control });
+  // The code a first turn runs is loaded while it waits, so the Bind's first prompt waits for none.
+  try {
+    // The Bind's own schema, compiled on its first use, is used once here on a Bind of no one.
+    Bind.safeParse({ agent: { name: "n", id: "i", owner: "o" }, key: "k", settings: { model: { provider: "p", name: "m", base_url: "http://127.0.0.1:9/v1" } }, store: "/" });
+    await (await import("./agent.js")).preload();
+    log.info("blank: loaded", { control });
+  } catch (e) {
+    log.warn("blank: loading ahead failed: the first prompt loads what it needs", { error: (e as Error).message });
+  }
+}

@@ -1,0 +1,102 @@
+// stdio for a process serving several agents (--agents): each request goes to the agent its
+// `_meta.link.agent` names (a name or an id), on a connection of that agent's own, and every
+// agent's answers come back on the one output. `initialize` goes to each, and is answered once.
+import { OVERSIZED_METHOD, TOO_DEEP_METHOD } from "../acp/initialize.js";
+import { answerId } from "./front.js";
+
+type Id = string | number;
+
+export interface Routed {
+  /** The names a request may give the agent: its name and its id. */
+  readonly names: readonly string[];
+  /** Serves one connection to the agent. */
+  connect(input: ReadableStream<Uint8Array>, output: WritableStream<Uint8Array>): Promise<void>;
+}
+
+/** Stand-ins for lines too large or too deep to read: answered by any agent, each refuses them alike. */
+const ANY_AGENT: ReadonlySet<string> = new Set([OVERSIZED_METHOD, TOO_DEEP_METHOD]);
+
+interface Message {
+  id?: unknown;
+  method?: unknown;
+  agent?: unknown;
+}
+
+function read(line: Uint8Array, decoder: TextDecoder): Message | undefined {
+  try {
+    const msg: unknown = JSON.parse(decoder.decode(line));
+    if (typeof msg !== "object" || msg === null || Array.isArray(msg)) return undefined;
+    const { id, method, params } = msg as { id?: unknown; method?: unknown; params?: unknown };
+    const meta = typeof params === "object" && params !== null ? (params as { _meta?: unknown })._meta : undefined;
+    const link = typeof meta === "object" && meta !== null ? (meta as { link?: unknown }).link : undefined;
+    const agent = typeof link === "object" && link !== null ? (link as { agent?: unknown }).agent : undefined;
+    return { id, method, agent };
+  } catch {
+    return undefined;
+  }
+}
+
+const isId = (id: unknown): id is Id => typeof id === "string" || (typeof id === "number" && Number.isFinite(id));
+
+/** Serves one connection (stdio) for every agent, each request routed by the agent it names. */
+export async function route(agents: readonly Routed[], input: ReadableStream<Uint8Array>, output: WritableStream<Uint8Array>): Promise<void> {
+  const decoder = new TextDecoder();
+  const encoder = new TextEncoder();
+  const out = output.getWriter();
+  const served = agents.map((a) => a.names[0] ?? "").join(", ");
+  /** Initialize requests sent to every agent: only the first agent's answer goes out. */
+  const initializes = new Set<Id>();
+  const inputs = agents.map(() => new TransformStream<Uint8Array, Uint8Array>());
+  const writers = inputs.map((t) => t.writable.getWriter());
+  const connections = agents.map((a, i) =>
+    a.connect(
+      (inputs[i] as TransformStream<Uint8Array, Uint8Array>).readable,
+      new WritableStream({
+        async write(chunk) {
+          if (i > 0 && initializes.size > 0) {
+            const id = answerId(chunk, decoder);
+            if (id !== undefined && initializes.has(id)) return;
+          }
+          await out.write(chunk);
+        },
+      }),
+    ),
+  );
+  const refuse = (id: unknown, message: string) =>
+    isId(id) ? out.write(encoder.encode(`${JSON.stringify({ jsonrpc: "2.0", id, error: { code: -32602, message: `Invalid params: ${message}` } })}\n`)) : undefined;
+  const byName = (name: string) => agents.findIndex((a) => a.names.includes(name));
+
+  const reader = input.getReader();
+  for (;;) {
+    const { done, value: line } = await reader.read();
+    if (done) break;
+    const msg = read(line, decoder);
+    if (msg === undefined || typeof msg.method !== "string") {
+      // Not a request the agents can route (a parse error, a client's answer): the first agent answers what it can.
+      if (msg === undefined) await writers[0]?.write(line);
+      continue;
+    }
+    if (msg.method === "initialize") {
+      if (isId(msg.id)) initializes.add(msg.id);
+      await Promise.all(writers.map((w) => w.write(line)));
+      continue;
+    }
+    if (ANY_AGENT.has(msg.method)) {
+      await writers[0]?.write(line);
+      continue;
+    }
+    if (typeof msg.agent !== "string") {
+      await refuse(msg.id, `_meta.link.agent: name the agent this request is for: this process serves ${served}`);
+      continue;
+    }
+    const at = byName(msg.agent);
+    if (at < 0) {
+      await refuse(msg.id, `_meta.link.agent: this process serves no agent ${JSON.stringify(msg.agent.slice(0, 80))}: it serves ${served}`);
+      continue;
+    }
+    // Not awaited: an agent busy reading holds up no other's requests; each agent's stay in order.
+    void writers[at]?.write(line).catch(() => undefined);
+  }
+  await Promise.all(writers.map((w) => w.close().catch(() => undefined)));
+  await Promise.allSettled(connections);
+}

@@ -1,0 +1,96 @@
+// What a process owes its client: one small file a prompt, `owed-<pid>-<id>` in the
+// conversation's folder, made before its turn runs and removed once the prompt's answer was written
+// to the client. It holds no answer: only the last event before the prompt came, so the answer is
+// read from the events, which are the truth. A kill at any point leaves either no file (the answer
+// reached the client) or one whose answer, if its turn finished one, `_link/recover` hands over.
+import { readdirSync, renameSync } from "node:fs";
+import { join } from "node:path";
+import { OwedMark, StoreError, Thread, describeIssues } from "../protocol/index.js";
+import { isErrno } from "./errno.js";
+import { listThreads } from "./events.js";
+import { jsonFault, readNoFollow, unlinkQuiet, writeTemp } from "./files.js";
+import { withFolder } from "./folder.js";
+import { paths, type AgentRef, type ConversationPaths } from "./paths.js";
+
+const OWED_NAME = /^owed-(\d{1,10})-([0-9a-f]{16})$/;
+/** An owed file is a few dozen bytes. */
+const OWED_MAX = 4096;
+
+export interface Owed {
+  readonly thread: string;
+  readonly conv: ConversationPaths;
+  /** Its name in the conversation's folder. */
+  readonly name: string;
+  /** The process that made it. */
+  readonly pid: number;
+  /** The conversation's last event before the prompt came. */
+  readonly after: number;
+}
+
+/** The name of a new owed file of this process. */
+export function owedName(id: string): string {
+  return `owed-${process.pid}-${id}`;
+}
+
+/** Writes the owed file, whole or not at all: a temp file renamed to its name, in the checked folder. */
+export function writeOwed(conv: ConversationPaths, name: string, after: number): void {
+  const text = `${JSON.stringify({ v: 1, after, time: new Date().toISOString() } satisfies OwedMark)}\n`;
+  return withFolder(conv, (folder) => {
+    // Not flushed: a kill of the process loses nothing the kernel holds; the answer itself is flushed.
+    const tmp = writeTemp(folder.base, text, undefined, false);
+    try {
+      renameSync(tmp, folder.at(name));
+    } catch (e) {
+      unlinkQuiet(tmp);
+      throw e;
+    }
+  });
+}
+
+/** Removes an owed file (its answer reached the client, or was handed over), in the checked folder: never through a link. */
+export function removeOwed(conv: ConversationPaths, name: string): void {
+  try {
+    withFolder(conv, (folder) => unlinkQuiet(folder.at(name)));
+  } catch {
+    // The folder is gone, or is a link now: nothing of it is removed.
+  }
+}
+
+/** Every owed file of the agent's conversations, any process's. A file that can't be read is named in `faults`. */
+export function listOwed(agent: AgentRef): { owed: Owed[]; faults: string[] } {
+  const owed: Owed[] = [];
+  const faults: string[] = [];
+  const p = paths(agent);
+  for (const thread of listThreads(p.chats)) {
+    if (!Thread.safeParse(thread).success) continue;
+    const conv = p.conversation(thread);
+    let names: string[];
+    try {
+      names = readdirSync(conv.dir);
+    } catch (e) {
+      if (!isErrno(e, "ENOENT")) faults.push(`${conv.dir}: ${(e as Error).message}`);
+      continue;
+    }
+    for (const name of names) {
+      const m = OWED_NAME.exec(name);
+      if (!m) continue;
+      const path = join(conv.dir, name);
+      try {
+        const text = readNoFollow(path, { max: OWED_MAX });
+        let json: unknown;
+        try {
+          json = JSON.parse(text);
+        } catch (e) {
+          throw new StoreError(`${path} is not JSON: ${jsonFault(e, text)}`, path);
+        }
+        const mark = OwedMark.safeParse(json);
+        if (!mark.success) throw new StoreError(`${path}: ${describeIssues(mark.error)}`, path);
+        owed.push({ thread, conv, name, pid: Number(m[1]), after: mark.data.after });
+      } catch (e) {
+        if (isErrno(e, "ENOENT")) continue;
+        faults.push((e as Error).message);
+      }
+    }
+  }
+  return { owed, faults };
+}

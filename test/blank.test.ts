@@ -1,0 +1,153 @@
+// --blank: a process that starts holding nothing of anyone's, its control socket 0600 from the moment it
+// exists, bound by one line of Bind: a malformed one is refused and the process can still be bound,
+// a second is refused, and the bound process answers as that agent, with the Bind's key filled into
+// its settings in memory and written nowhere.
+import { createHmac } from "node:crypto";
+import { mkdirSync, readdirSync, readFileSync, statSync, symlinkSync, watch, writeFileSync } from "node:fs";
+import { connect } from "node:net";
+import { join } from "node:path";
+import * as acp from "@agentclientprotocol/sdk";
+import { describe, expect, it } from "vitest";
+import { z } from "zod";
+import { answerText, daemonTestHooks, failure, openClient, portStream, scriptedSettings, servedPort, startDaemon, stdioClient, tempDir, watched } from "./acp-client.js";
+import { BIN } from "./fixtures/built.js";
+import { linkFreeEnv } from "./fixtures/env.js";
+import type { ModelServer } from "./model-server.js";
+
+let server: ModelServer;
+const cleanup = daemonTestHooks([BIN, "dist/daemon/blank.js"], (s) => (server = s));
+
+const BIND_KEY = "bind-key-3e9a51c07d2f4b68";
+const Answer = z.union([z.object({}).strict(), z.object({ error: z.string() }).strict()]);
+
+/** Sends one line on the control socket and reads its one-line answer. */
+async function control(path: string, line: string): Promise<z.infer<typeof Answer>> {
+  const socket = connect(path);
+  await new Promise<void>((resolve, reject) => {
+    socket.once("connect", resolve);
+    socket.once("error", reject);
+  });
+  cleanup.push(() => socket.destroy());
+  let got = "";
+  socket.setEncoding("utf8").on("data", (d: string) => (got += d));
+  const ended = new Promise((resolve) => socket.once("close", resolve));
+  socket.write(`${line}\n`);
+  await ended;
+  return Answer.parse(JSON.parse(got));
+}
+
+function place() {
+  const tmp = tempDir("lnk-blank-");
+  cleanup.push(() => tmp.remove());
+  const store = join(tmp.path, "store");
+  const files = join(tmp.path, "files");
+  mkdirSync(join(store, "instructions"), { recursive: true });
+  mkdirSync(files);
+  writeFileSync(join(store, "instructions", "instruction.md"), "You are Ida, bound a moment ago.\n");
+  const bind = {
+    agent: { name: "ida", id: "ida-7", owner: "ada" },
+    key: BIND_KEY,
+    settings: scriptedSettings(server.url, { model: { provider: "scripted", name: "scripted-model", base_url: server.url, key: "$LNK_KEY" } }),
+    store,
+    files,
+  };
+  return { root: tmp.path, store, files, bind, control: join(tmp.path, "control.sock") };
+}
+
+/** Every file under `dir`, with its text. */
+function everything(dir: string): string {
+  let all = "";
+  for (const e of readdirSync(dir, { withFileTypes: true, recursive: true })) {
+    if (e.isFile()) all += readFileSync(join(e.parentPath, e.name), "utf8");
+  }
+  return all;
+}
+
+describe("--blank", () => {
+  it("listens 0600 from the moment its control socket exists; a bad Bind is refused and it stays blank; a good one binds it; a second is refused", async () => {
+    const p = place();
+    // Each time the socket is seen in its folder, it is 0600 already.
+    const modes: number[] = [];
+    const watcher = watch(p.root, (_event, name) => {
+      if (name !== "control.sock") return;
+      try {
+        modes.push(statSync(p.control).mode & 0o777);
+      } catch {
+        // gone again
+      }
+    });
+    cleanup.push(() => watcher.close());
+    const d = watched(startDaemon(["--blank", p.control], linkFreeEnv()), cleanup);
+    await d.waitForLog(/"blank: waiting for a Bind"/);
+    expect(statSync(p.control).mode & 0o777).toBe(0o600);
+    expect(modes.every((m) => m === 0o600)).toBe(true);
+    // Blank, it serves no agent: nothing of anyone's was loaded, and nothing is written.
+    expect(d.stderr()).not.toMatch(/"serving ACP"/);
+
+    const link = join(p.root, "link-to-store");
+    symlinkSync(p.store, link);
+    const refused: [string, string, RegExp][] = [
+      ["not JSON", "{not json", /not JSON/],
+      ["no key", JSON.stringify({ ...p.bind, key: undefined }), /not a Bind: key/],
+      ["bad settings", JSON.stringify({ ...p.bind, settings: { model: { provider: "x" } } }), /not a Bind: settings\.model/],
+      ["a field unknown", JSON.stringify({ ...p.bind, extra: true }), /not a Bind/],
+      ["a store that doesn't exist", JSON.stringify({ ...p.bind, store: join(p.root, "nowhere") }), /store: does not exist/],
+      ["a store that is a link", JSON.stringify({ ...p.bind, store: link }), /store: is a symbolic link/],
+      ["a relative store", JSON.stringify({ ...p.bind, store: "store" }), /store: not an absolute path/],
+      ["no folder", JSON.stringify({ ...p.bind, store: undefined, files: undefined }), /names neither store nor files/],
+      ["too long", `{"pad":"${"x".repeat(2 * 1024 * 1024 + 10)}"}`, /over 2097152 bytes/],
+    ];
+    for (const [what, line, said] of refused) {
+      const answer = await control(p.control, line);
+      expect(answer, what).toEqual({ error: expect.stringMatching(said) });
+      // The key sent is never said back.
+      expect(JSON.stringify(answer), what).not.toContain(BIND_KEY);
+    }
+    expect(readdirSync(p.store)).toEqual(["instructions"]);
+
+    // A good Bind: the process answers {} once it serves that agent.
+    expect(await control(p.control, JSON.stringify(p.bind))).toEqual({});
+    expect(await control(p.control, JSON.stringify(p.bind))).toEqual({ error: expect.stringContaining("bound already") });
+
+    const c = await stdioClient(d, cleanup);
+    const { sessionId } = await c.agent.request(acp.methods.agent.session.new, { cwd: p.files, mcpServers: [], _meta: { link: { agent: "ida-7" } } });
+    server.fallback = (request) => {
+      const system = request.body.messages?.[0]?.content;
+      return { text: typeof system === "string" && system.includes("You are Ida") ? "Ida here" : "who?" };
+    };
+    const answer = await c.agent.request(acp.methods.agent.session.prompt, { sessionId, prompt: [{ type: "text", text: "who is this?" }] });
+    expect(answer.stopReason).toBe("end_turn");
+    expect(answerText(c.updates, sessionId)).toBe("Ida here");
+    // The placeholder was filled from the Bind's key: the model was sent it.
+    expect(server.requests.at(-1)?.headers.authorization).toBe(`Bearer ${BIND_KEY}`);
+    // The proof is made with the Bind's key.
+    const proved = (await c.agent.request("_link/prove", { challenge: "link-asks-the-bound-one" })) as { hmac: string };
+    expect(proved.hmac).toBe(createHmac("sha256", BIND_KEY).update("link-asks-the-bound-one").digest("hex"));
+    expect(await failure(c.agent.request(acp.methods.agent.session.list, { _meta: { link: { agent: "someone-else" } } }))).toMatchObject({ code: -32602 });
+    // The settings and the key are held in memory: no config.json, and the key in no file and no log line.
+    expect(readdirSync(p.store).sort()).toEqual(["chats", "instructions"]);
+    expect(everything(p.root)).not.toContain(BIND_KEY);
+    expect(d.stderr()).not.toContain(BIND_KEY);
+  });
+
+  it("bound with --port, serves that agent on the port, gated by the Bind's key; a port in use refuses the Bind and leaves it blank", async () => {
+    const p = place();
+    const busy = watched(startDaemon(["--blank", join(p.root, "other.sock"), "--port", "0"], linkFreeEnv()), cleanup);
+    await busy.waitForLog(/"blank: waiting for a Bind"/);
+    const other = place();
+    expect(await control(join(p.root, "other.sock"), JSON.stringify(other.bind))).toEqual({});
+    const taken = await servedPort(busy);
+
+    const d = watched(startDaemon(["--blank", p.control, "--port", String(taken)], linkFreeEnv()), cleanup);
+    await d.waitForLog(/"blank: waiting for a Bind"/);
+    expect(await control(p.control, JSON.stringify(p.bind))).toEqual({ error: expect.stringContaining(`port ${taken} on 127.0.0.1 is in use`) });
+    // Still blank, still able to be bound.
+    await busy.stop();
+    expect(await control(p.control, JSON.stringify(p.bind))).toEqual({});
+    const port = await servedPort(d);
+    const { stream, socket } = await portStream(port);
+    cleanup.push(() => socket.destroy());
+    const c = await openClient(stream);
+    expect(await failure(c.agent.request(acp.methods.agent.session.list, {}))).toMatchObject({ code: -32000 });
+  });
+});

@@ -1,0 +1,132 @@
+// The port endpoint (127.0.0.1 only) and the proof: `_link/prove` answers a challenge with an HMAC of
+// the key, refuses a replay, and on a port with a key nothing else is served until the client has
+// answered the daemon's nonce.
+import { createHmac } from "node:crypto";
+import { networkInterfaces } from "node:os";
+import { connect } from "node:net";
+import { join } from "node:path";
+import * as acp from "@agentclientprotocol/sdk";
+import { describe, expect, it } from "vitest";
+import { CLIENT_PROOF_PREFIX } from "../acp/link.js";
+import { answerText, configure, daemonTestHooks, failure, openClient, portStream, scriptedSettings, servedPort, startDaemon, stdioClient, tempDir, watched, type Client } from "./acp-client.js";
+import { BIN } from "./fixtures/built.js";
+import { freePort } from "./fixtures/port.js";
+import type { ModelServer } from "./model-server.js";
+
+let server: ModelServer;
+const cleanup = daemonTestHooks([BIN, "dist/daemon/serve.js", "dist/daemon/port.js", "dist/daemon/gate.js", "dist/acp/link.js"], (s) => (server = s));
+
+const KEY = "lnk-test-key-5f0c2a9e7b41d3";
+const hmac = (key: string, text: string) => createHmac("sha256", key).update(text, "utf8").digest("hex");
+
+function agentDir(): string {
+  const tmp = tempDir("lnk-port-");
+  cleanup.push(() => tmp.remove());
+  const dir = join(tmp.path, "agent");
+  configure(dir, scriptedSettings(server.url));
+  return dir;
+}
+
+async function portClient(port: number): Promise<Client> {
+  const { stream, socket } = await portStream(port);
+  const c = await openClient(stream);
+  cleanup.push(() => socket.destroy());
+  return c;
+}
+
+const prove = (c: Client, params: unknown) => c.agent.request("_link/prove", params as Record<string, unknown>) as Promise<{ hmac?: string; nonce?: string; proved: boolean }>;
+
+describe("the port endpoint", () => {
+  it("serves ACP on 127.0.0.1 alone, a port of 0 being one the system chose", async () => {
+    const dir = agentDir();
+    const d = watched(startDaemon(["--agent", dir, "--port", "0"], { LNK_KEY: "" }), cleanup);
+    const port = await servedPort(d);
+    expect(port).toBeGreaterThan(0);
+    const c = await portClient(port);
+    const { sessionId } = await c.agent.request(acp.methods.agent.session.new, { cwd: dir, mcpServers: [] });
+    const answer = await c.agent.request(acp.methods.agent.session.prompt, { sessionId, prompt: [{ type: "text", text: "over the port" }] });
+    expect(answer.stopReason).toBe("end_turn");
+    expect(answerText(c.updates, sessionId)).toBe("echo: over the port");
+    // Another interface of this machine, if it has one, reaches nothing there.
+    const other = Object.values(networkInterfaces())
+      .flat()
+      .find((a) => a && a.family === "IPv4" && !a.internal);
+    if (other) {
+      const refused = await new Promise<string>((resolve) => {
+        const s = connect({ port, host: other.address });
+        s.once("connect", () => {
+          s.destroy();
+          resolve("connected");
+        });
+        s.once("error", (e: NodeJS.ErrnoException) => resolve(e.code ?? "error"));
+      });
+      expect(refused).toBe("ECONNREFUSED");
+    }
+  });
+
+  it("LNK_PORT is --port's default; a port in use is refused at start, saying so, and nothing is served", async () => {
+    const dir = agentDir();
+    const port = await freePort();
+    const d = watched(startDaemon(["--agent", dir], { LNK_PORT: String(port), LNK_KEY: "" }), cleanup);
+    expect(await servedPort(d)).toBe(port);
+    const second = watched(startDaemon(["--agent", dir, "--port", String(port)]), cleanup);
+    expect((await second.exited).code).toBe(2);
+    expect(second.stderr().trim()).toBe(`lnk-link-harness: port ${port} on 127.0.0.1 is in use by another process: choose another with --port`);
+    const bad = watched(startDaemon(["--agent", dir, "--port", "65536"]), cleanup);
+    expect((await bad.exited).code).toBe(2);
+    expect(bad.stderr()).toContain("a port is a whole number from 0 to 65535");
+  });
+});
+
+describe("the proof", () => {
+  it("answers a challenge with the HMAC of the key, which a wrong key doesn't make; a replay, a short or a long challenge is refused", async () => {
+    const dir = agentDir();
+    const d = watched(startDaemon(["--agent", dir], { LNK_KEY: KEY }), cleanup);
+    const c = await stdioClient(d, cleanup);
+    const challenge = "a7c1e0f4b9d2368e5a1f0c7b";
+    const got = await prove(c, { challenge });
+    expect(got.hmac).toBe(hmac(KEY, challenge));
+    expect(got.hmac).not.toBe(hmac(`${KEY}x`, challenge));
+    expect(await failure(prove(c, { challenge }))).toMatchObject({ code: -32602, message: expect.stringContaining("answered already by this process") });
+    expect(await failure(prove(c, { challenge: "short-15-bytes!" }))).toMatchObject({ code: -32602, message: expect.stringContaining("at least 16 bytes") });
+    expect(await failure(prove(c, { challenge: "x".repeat(1025) }))).toMatchObject({ code: -32602, message: expect.stringContaining("at most 1024 bytes") });
+    // 16 bytes, not 16 characters: é is two.
+    expect((await prove(c, { challenge: "é".repeat(8) })).hmac).toBe(hmac(KEY, "é".repeat(8)));
+    expect(await failure(prove(c, { challenge: `${CLIENT_PROOF_PREFIX}0123456789abcdef` }))).toMatchObject({ code: -32602 });
+    // The key reaches no log line.
+    expect(d.stderr()).not.toContain(KEY);
+  });
+
+  it("without a key is a clear error", async () => {
+    const dir = agentDir();
+    const d = watched(startDaemon(["--agent", dir], { LNK_KEY: "" }), cleanup);
+    const c = await stdioClient(d, cleanup);
+    expect(await failure(prove(c, { challenge: "0123456789abcdef0123" }))).toMatchObject({ code: -32600, message: expect.stringContaining("no key to prove with") });
+  });
+
+  it("on a port with a key, serves nothing but initialize and _link/prove until the client answers the daemon's nonce", async () => {
+    const dir = agentDir();
+    const d = watched(startDaemon(["--agent", dir, "--port", "0"], { LNK_KEY: KEY }), cleanup);
+    const c = await portClient(await servedPort(d));
+    const refused = await failure(c.agent.request(acp.methods.agent.session.new, { cwd: dir, mcpServers: [] }));
+    expect(refused).toMatchObject({ code: -32000, message: expect.stringContaining("session/new is served once this connection has proved itself") });
+    const first = await prove(c, { challenge: "challenge-from-link-0001" });
+    expect(first).toMatchObject({ hmac: hmac(KEY, "challenge-from-link-0001"), proved: false, nonce: expect.stringMatching(/^[0-9a-f]{64}$/) });
+    // A wrong answer (made with another key) proves nothing, and uses the nonce up.
+    expect(await failure(prove(c, { answer: hmac("another key", `${CLIENT_PROOF_PREFIX}${first.nonce}`) }))).toMatchObject({ code: -32000 });
+    expect(await failure(prove(c, { answer: hmac(KEY, `${CLIENT_PROOF_PREFIX}${first.nonce}`) }))).toMatchObject({ code: -32602, message: expect.stringContaining("no nonce") });
+    expect(await failure(c.agent.request(acp.methods.agent.session.list, {}))).toMatchObject({ code: -32000 });
+    // The daemon answers no challenge that is its own nonce: it can't be made to answer for the client.
+    const second = await prove(c, { challenge: "challenge-from-link-0002" });
+    expect(await failure(prove(c, { challenge: second.nonce }))).toMatchObject({ code: -32602 });
+    const third = await prove(c, { challenge: "challenge-from-link-0003" });
+    expect(await prove(c, { answer: hmac(KEY, `${CLIENT_PROOF_PREFIX}${third.nonce}`) })).toEqual({ proved: true });
+    const { sessionId } = await c.agent.request(acp.methods.agent.session.new, { cwd: dir, mcpServers: [] });
+    await c.agent.request(acp.methods.agent.session.prompt, { sessionId, prompt: [{ type: "text", text: "proved" }] });
+    expect(answerText(c.updates, sessionId)).toBe("echo: proved");
+    // Another connection has proved nothing yet.
+    const other = await portClient(await servedPort(d));
+    expect(await failure(other.agent.request(acp.methods.agent.session.list, {}))).toMatchObject({ code: -32000 });
+    expect(d.stderr()).not.toContain(KEY);
+  });
+});

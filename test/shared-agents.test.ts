@@ -1,0 +1,174 @@
+// --agents: one process serving three agents, each on its own port and on stdio by the agent a request
+// names, each answering from its own folder, instructions and tools, never another's, turns of all
+// three running at once.
+import { createHmac } from "node:crypto";
+import { existsSync, mkdirSync, readdirSync, writeFileSync } from "node:fs";
+import { join } from "node:path";
+import * as acp from "@agentclientprotocol/sdk";
+import { describe, expect, it } from "vitest";
+import { CLIENT_PROOF_PREFIX } from "../acp/link.js";
+import { paths } from "../store/index.js";
+import { answerText, configure, daemonTestHooks, failure, openClient, portStream, scriptedSettings, servedPort, startDaemon, stdioClient, tempDir, watched, type Client } from "./acp-client.js";
+import { BIN, ROOT } from "./fixtures/built.js";
+import { linkFreeEnv } from "./fixtures/env.js";
+import { freePort } from "./fixtures/port.js";
+import type { ModelServer, RecordedRequest } from "./model-server.js";
+
+let server: ModelServer;
+const cleanup = daemonTestHooks([BIN, "dist/daemon/shared.js", "dist/daemon/route.js"], (s) => (server = s));
+
+const EVERYTHING = `"${process.execPath}" "${ROOT}node_modules/@modelcontextprotocol/server-everything/dist/index.js" stdio`;
+const GAMMA_KEY = "gamma-key-8d1f3c5a7e902b46";
+
+interface Agent {
+  name: string;
+  id: string;
+  owner: string;
+  home: string;
+  files: string;
+  agent?: string;
+  port: number;
+  env: Record<string, string>;
+}
+
+/** Three agents of one owner, each with its folders, its instructions and its own env. */
+function threeAgents(): { root: string; agents: Agent[]; file: string } {
+  const tmp = tempDir("lnk-shared-");
+  cleanup.push(() => tmp.remove());
+  const agents = (["alpha", "beta", "gamma"] as const).map((name): Agent => {
+    const own = join(tmp.path, name, "own");
+    const files = join(tmp.path, name, "files");
+    mkdirSync(files, { recursive: true });
+    configure(own, scriptedSettings(server.url));
+    mkdirSync(join(own, "instructions"), { recursive: true });
+    writeFileSync(join(own, "instructions", "instruction.md"), `You are ${name}, and no one else.\n`);
+    const env: Record<string, string> = name === "alpha" ? { LNK_TOOL_EVERYTHING: EVERYTHING } : name === "gamma" ? { LNK_KEY: GAMMA_KEY } : {};
+    return { name, id: `${name}-id`, owner: "ada", home: join(tmp.path, name), files, agent: own, port: 0, env };
+  });
+  const file = join(tmp.path, "agents.json");
+  writeFileSync(file, JSON.stringify(agents));
+  return { root: tmp.path, agents, file };
+}
+
+const systemOf = (r: RecordedRequest): string => {
+  const first = r.body.messages?.[0];
+  return typeof first?.content === "string" ? first.content : "";
+};
+const whoIn = (r: RecordedRequest) => [...systemOf(r).matchAll(/You are (\w+), and no one else/g)].map((m) => m[1]);
+
+async function portClient(port: number): Promise<Client> {
+  const { stream, socket } = await portStream(port);
+  const c = await openClient(stream);
+  cleanup.push(() => socket.destroy());
+  return c;
+}
+
+const text = (s: string) => [{ type: "text" as const, text: s }];
+
+describe("--agents", () => {
+  it("three agents in one process answer each from its own folder, instructions and tools, turns of all three at once", async () => {
+    const { agents, file } = threeAgents();
+    const d = watched(startDaemon(["--agents", file], linkFreeEnv()), cleanup);
+    const [alphaPort, betaPort, gammaPort] = [await servedPort(d, /"agent":"alpha"/), await servedPort(d, /"agent":"beta"/), await servedPort(d, /"agent":"gamma"/)];
+    expect(new Set([alphaPort, betaPort, gammaPort]).size).toBe(3);
+
+    const alpha = await portClient(alphaPort);
+    const gamma = await portClient(gammaPort);
+    const stdio = await stdioClient(d, cleanup);
+    // gamma holds a key: its port serves it only once the client has proved it holds it too.
+    expect(await failure(gamma.agent.request(acp.methods.agent.session.list, {}))).toMatchObject({ code: -32000 });
+    const { nonce } = (await gamma.agent.request("_link/prove", { challenge: "from-link-to-gamma-0001" })) as { nonce: string; hmac: string };
+    await gamma.agent.request("_link/prove", { answer: createHmac("sha256", GAMMA_KEY).update(`${CLIENT_PROOF_PREFIX}${nonce}`).digest("hex") });
+    // alpha's port holds no key: no proof is asked.
+    const beta = { agent: { link: { agent: "beta-id" } } };
+
+    const sa = (await alpha.agent.request(acp.methods.agent.session.new, { cwd: "/", mcpServers: [], _meta: { link: { thread: "same-name" } } })).sessionId;
+    const sb = (await stdio.agent.request(acp.methods.agent.session.new, { cwd: "/", mcpServers: [], _meta: { link: { agent: "beta", thread: "same-name" } } })).sessionId;
+    const sg = (await gamma.agent.request(acp.methods.agent.session.new, { cwd: "/", mcpServers: [], _meta: { link: { thread: "same-name" } } })).sessionId;
+    expect([sa, sb, sg]).toEqual(["same-name", "same-name", "same-name"]);
+
+    // Each turn is answered only once all three have asked the model: they run at the same time.
+    server.fallback = async (request) => {
+      await server.waitForRequest(3);
+      return { text: `I am ${whoIn(request).join(" and ")}` };
+    };
+    const answers = (await Promise.all([
+      alpha.agent.request(acp.methods.agent.session.prompt, { sessionId: sa, prompt: text("who are you?") }),
+      stdio.agent.request(acp.methods.agent.session.prompt, { sessionId: sb, prompt: text("who are you?"), _meta: { link: { agent: "beta-id" } } }),
+      gamma.agent.request(acp.methods.agent.session.prompt, { sessionId: sg, prompt: text("who are you?") }),
+    ])) as acp.PromptResponse[];
+    expect(answers.map((a) => a.stopReason)).toEqual(["end_turn", "end_turn", "end_turn"]);
+    expect([answerText(alpha.updates, sa), answerText(stdio.updates, sb), answerText(gamma.updates, sg)]).toEqual(["I am alpha", "I am beta", "I am gamma"]);
+    // What each model call was sent: its agent's instructions alone, and its agent's tools alone.
+    expect(server.requests.map((r) => whoIn(r)).sort()).toEqual([["alpha"], ["beta"], ["gamma"]]);
+    for (const r of server.requests) {
+      const tools = ((r.body.tools ?? []) as { function: { name: string } }[]).map((t) => t.function.name);
+      if (whoIn(r)[0] === "alpha") expect(tools).toContain("everything__echo");
+      else expect(tools).toEqual([]);
+    }
+    // Each conversation is in its own agent's folder, and nowhere else.
+    for (const a of agents) {
+      const conv = paths({ dir: a.agent as string }).conversation("same-name");
+      expect(readdirSync(conv.dir).filter((n) => /^\d{12}\.json$/.test(n)).length, a.name).toBe(2);
+      expect(existsSync(join(a.files, "chats")), a.name).toBe(false);
+    }
+    // A second message in beta's conversation carries beta's history alone.
+    server.fallback = (request) => ({ text: `seen ${request.body.messages?.length ?? 0} messages` });
+    await stdio.agent.request(acp.methods.agent.session.prompt, { sessionId: sb, prompt: text("again"), _meta: beta.agent });
+    expect(whoIn(server.requests.at(-1) as RecordedRequest)).toEqual(["beta"]);
+    expect(JSON.stringify(server.requests.at(-1)?.body.messages)).not.toMatch(/I am alpha|I am gamma/);
+
+    // A connection to one agent reaches nothing of another's.
+    const only = async (c: Client, meta?: Record<string, unknown>) => {
+      const listed: acp.ListSessionsResponse = await c.agent.request(acp.methods.agent.session.list, meta ? { _meta: meta } : {});
+      return listed.sessions.map((s) => s.sessionId);
+    };
+    const sb2 = (await stdio.agent.request(acp.methods.agent.session.new, { cwd: "/", mcpServers: [], _meta: beta.agent })).sessionId;
+    await stdio.agent.request(acp.methods.agent.session.prompt, { sessionId: sb2, prompt: text("beta's own"), _meta: beta.agent });
+    expect(await only(alpha)).toEqual(["same-name"]);
+    expect((await only(stdio, beta.agent)).sort()).toEqual([sb2, "same-name"].sort());
+    expect(await failure(alpha.agent.request(acp.methods.agent.session.load, { sessionId: sb2, cwd: "/", mcpServers: [] }))).toMatchObject({ code: -32002 });
+    expect(await failure(alpha.agent.request(acp.methods.agent.session.list, { _meta: beta.agent }))).toMatchObject({ code: -32602, message: expect.stringContaining('serves the agent "alpha" alone') });
+
+    // On stdio, a request names its agent, or is refused.
+    expect(await failure(stdio.agent.request(acp.methods.agent.session.list, {}))).toMatchObject({ code: -32602, message: expect.stringContaining("name the agent this request is for: this process serves alpha, beta, gamma") });
+    expect(await failure(stdio.agent.request(acp.methods.agent.session.list, { _meta: { link: { agent: "delta" } } }))).toMatchObject({ code: -32602, message: expect.stringContaining('serves no agent "delta"') });
+    // The proof of an agent on stdio is made with its own key: gamma's, and alpha has none.
+    const proved = (await stdio.agent.request("_link/prove", { challenge: "stdio-challenge-for-gamma", _meta: { link: { agent: "gamma" } } })) as { hmac: string };
+    expect(proved.hmac).toBe(createHmac("sha256", GAMMA_KEY).update("stdio-challenge-for-gamma").digest("hex"));
+    expect(await failure(stdio.agent.request("_link/prove", { challenge: "stdio-challenge-for-alpha", _meta: { link: { agent: "alpha" } } }))).toMatchObject({ code: -32600 });
+    expect(d.stderr()).not.toContain(GAMMA_KEY);
+  });
+
+  it("refuses a file that is not SharedAgents, names one folder or name twice, or an agent without settings, and a port in use: one line, exit 2, nothing served", async () => {
+    const { root, agents } = threeAgents();
+    const busy = await freePort();
+    const blocker = watched(startDaemon(["--agent", agents[0]?.agent as string, "--port", String(busy)], linkFreeEnv()), cleanup);
+    await servedPort(blocker);
+    const cases: [string, unknown, RegExp][] = [
+      ["not JSON", "{not json", /not JSON/],
+      ["not a list", { name: "x" }, /not a SharedAgents list/],
+      ["no agent", [], /names no agent/],
+      ["a field unknown", [{ ...agents[0], extra: 1 }], /not a SharedAgents list/],
+      ["one folder twice", [agents[0], { ...agents[1], agent: agents[0]?.agent }], /share a folder/],
+      ["a folder inside another's", [agents[0], { ...agents[1], files: join(agents[0]?.agent as string, "inside") }], /share a folder/],
+      ["one name twice", [agents[0], { ...agents[1], id: "alpha" }], /both called "alpha"/],
+      ["one port twice", [{ ...agents[0], port: 4567 }, { ...agents[1], port: 4567 }], /both on port 4567/],
+      ["a relative path", [{ ...agents[0], files: "files" }], /not an absolute path/],
+      ["no settings", [{ ...agents[0], agent: join(root, "nowhere") }], /there is no agent at/],
+      ["a port in use", [{ ...agents[1], port: busy }], new RegExp(`agent beta: port ${busy} on 127.0.0.1 is in use`)],
+    ];
+    for (const [what, content, said] of cases) {
+      const file = join(root, `bad-${what.replace(/\W+/g, "-")}.json`);
+      writeFileSync(file, typeof content === "string" ? content : JSON.stringify(content));
+      const d = watched(startDaemon(["--agents", file], linkFreeEnv()), cleanup);
+      const exit = await d.exited;
+      expect(exit.code, what).toBe(2);
+      const lines = d.stderr().trim().split("\n");
+      expect(lines, what).toHaveLength(1);
+      expect(lines[0], what).toMatch(said);
+    }
+    // Nothing was written for any agent.
+    for (const a of agents) expect(existsSync(join(a.agent as string, "chats")), a.name).toBe(false);
+  });
+});
