@@ -1,6 +1,7 @@
 // The one-shot commands: configure and state.
 import { readFileSync } from "node:fs";
-import { SettingsError, parseSettings, paths, writeSettings, type AgentRef } from "../store/index.js";
+import { StoreError } from "../protocol/index.js";
+import { SettingsError, parseSettings, paths, planIdentity, writeSettings, type AgentRef } from "../store/index.js";
 import { UsageError, agentRef, type AgentOptions } from "./cli.js";
 
 /** The most of settings read: what config.json may hold, and some room for the way it is written. */
@@ -32,7 +33,11 @@ async function readInput(file: string | undefined): Promise<string> {
   }
 }
 
-/** Validates settings and writes config.json through the store; nothing is written for bad input. */
+/**
+ * Validates settings and writes config.json through the store, and who the agent is into Link's block
+ * of instruction.md (replaced, never added twice); nothing is written for bad input, nor for an
+ * instruction.md that can't be written.
+ */
 export async function configure(o: AgentOptions, file: string | undefined): Promise<void> {
   const text = await readInput(file);
   let settings;
@@ -43,7 +48,15 @@ export async function configure(o: AgentOptions, file: string | undefined): Prom
     throw e;
   }
   const agent = agentRef(o);
+  let identity;
+  try {
+    identity = planIdentity(agent, settings.identity);
+  } catch (e) {
+    if (e instanceof StoreError) throw new UsageError(`cannot write who the agent is: ${e.message}`);
+    throw e;
+  }
   writeSettings(agent, settings);
+  identity?.();
   process.stderr.write(`lnk-link-harness: settings written to ${paths(agent).config}\n`);
 }
 

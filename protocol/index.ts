@@ -8,3 +8,4 @@ export * from "./model-facts.js";
 export * from "./errors.js";
 export * from "./names.js";
 export * from "./usage.js";
+export * from "./identity.js";
