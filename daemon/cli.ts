@@ -34,6 +34,7 @@ export const USAGE = `usage:
   lnk-link-harness contract                        print the Contract as JSON
   lnk-link-harness configure [--agent DIR] [FILE]  validate settings (FILE or stdin) and write config.json
   lnk-link-harness state [--agent DIR]             print the paths a move carries
+  lnk-link-harness state export [--agent DIR]      print the agent's own instructions, skills and memory as ASP State
   lnk-link-harness facts [--agent DIR] [MODEL]     print the window and answer share a turn would use, and where each came from
   lnk-link-harness usage [--agent DIR] [THREAD] [--since DATE] [--json]
                                                    tokens, the cached share, cost, and why a cache missed

@@ -66,7 +66,14 @@ export function statePaths(agent: AgentRef): { agent: string; files: string; pat
   return { agent: p.dir, files: p.files, paths: [p.config, p.instructions, p.skills, p.memory, p.chats] };
 }
 
-export function printState(o: AgentOptions, asp: boolean): void {
-  if (asp) throw new UsageError("state export is not supported yet");
-  process.stdout.write(`${JSON.stringify(statePaths(agentRef(o)), null, 2)}\n`);
+/** `state`: the paths a move carries; `state export`: the ASP State, and on stderr a line for each file it left. */
+export async function printState(o: AgentOptions, asp: boolean): Promise<void> {
+  if (!asp) {
+    process.stdout.write(`${JSON.stringify(statePaths(agentRef(o)), null, 2)}\n`);
+    return;
+  }
+  const { exportState } = await import("../asp/export.js");
+  const { state, left } = exportState(agentRef(o));
+  for (const l of left) process.stderr.write(`lnk-link-harness: left out of the export: ${l.path}: ${l.why}\n`);
+  process.stdout.write(`${JSON.stringify(state, null, 2)}\n`);
 }

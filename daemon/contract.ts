@@ -26,6 +26,9 @@ export function contract(): Contract {
     // It reads memory/notes.md at each turn.
     notes: true,
     native_memory: false,
+    // It carries who the agent is both ways: in at configure (Link's block of instruction.md, the
+    // identity's skills from the home's copy), out at `state export`.
+    identity: true,
     // Each feature built, as the spec says.
     features: Object.fromEntries(FEATURES.filter((f) => !NOT_BUILT.includes(f)).map((f) => [f, "spec" as const])),
   };

@@ -26,7 +26,7 @@ async function run(command: Command): Promise<void> {
       await (await import("./commands.js")).configure(command.agent, command.file);
       return;
     case "state":
-      (await import("./commands.js")).printState(command.agent, command.export);
+      await (await import("./commands.js")).printState(command.agent, command.export);
       return;
     case "facts":
       process.stdout.write(await (await import("./facts.js")).factsReport(command.agent, command.model));

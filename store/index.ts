@@ -5,3 +5,4 @@ export * from "./lock.js";
 export * from "./settings.js";
 export * from "./conversation.js";
 export * from "./answers.js";
+export * from "./tree.js";

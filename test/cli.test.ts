@@ -7,7 +7,7 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import fc from "fast-check";
 import { z } from "zod";
 import { UsageError, parseCommandLine } from "../daemon/cli.js";
-import { Contract, FEATURES, Settings } from "../protocol/index.js";
+import { AspState, Contract, FEATURES, Settings } from "../protocol/index.js";
 import { writeSettings } from "../store/index.js";
 import { BIN, MAIN, ROOT, assertBuilt } from "./fixtures/built.js";
 import { Child, killAll, run, type Run } from "./fixtures/child.js";
@@ -54,7 +54,7 @@ describe.concurrent("contract, --version, --help", () => {
     const contract = Contract.parse(JSON.parse(r.stdout));
     // Every key: a key left out means no, and the parts not built yet (proof, recovering answers,
     // several agents a process, starting blank, the instructions and conversations commands, ASP
-    // state, identity both ways) are left out.
+    // state over the endpoint) are left out.
     expect(contract).toEqual({
       version: 2,
       proxy: true,
@@ -68,6 +68,7 @@ describe.concurrent("contract, --version, --help", () => {
       acp: true,
       notes: true,
       native_memory: false,
+      identity: true,
       features: expect.any(Object),
     });
     // Every feature is built, a repository's own instructions (AGENTS.md) too.
@@ -470,7 +471,8 @@ describe("the README's way of using it", () => {
         const r = await run("sh", ["-ec", serves ? `${command} </dev/null` : command], { cwd: ROOT, env, ms: 50_000 });
         expect(r.code, `${written}\n${r.stderr}`).toBe(0);
         if (command.includes("acpx")) expect(r.stdout).toContain("echo: hello");
-        if (command.includes("state")) expect(r.stdout).toContain(join(userHome, "agent"));
+        if (command.includes("state export")) expect(AspState.parse(JSON.parse(r.stdout))).toEqual({ skills: [], memory: [] });
+        else if (command.includes("state")) expect(r.stdout).toContain(join(userHome, "agent"));
       }
     } finally {
       model.proc.kill();

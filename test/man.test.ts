@@ -123,7 +123,7 @@ describe("lnk-link-harness(1)", () => {
 
   it("says which parts of the command line are not yet available", () => {
     const text = plain(roff);
-    for (const part of ["state export", "--agents", "--blank"]) {
+    for (const part of ["--agents", "--blank"]) {
       const at = text.indexOf(`.TP\n.B${part.startsWith("-") ? "I" : ""} ${part}`);
       expect(at, part).toBeGreaterThan(0);
       const entry = text.slice(at, text.indexOf(".TP", at + 3));
