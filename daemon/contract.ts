@@ -23,6 +23,8 @@ export function contract(): Contract {
     // It writes only chats/ of the agent's own folder.
     folders: true,
     acp: true,
+    // It answers `instructions`: the system prompt a turn would send, by section.
+    prompt: true,
     // It reads memory/notes.md at each turn.
     notes: true,
     native_memory: false,

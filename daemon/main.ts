@@ -31,6 +31,9 @@ async function run(command: Command): Promise<void> {
     case "facts":
       process.stdout.write(await (await import("./facts.js")).factsReport(command.agent, command.model));
       return;
+    case "instructions":
+      process.stdout.write((await import("./instructions.js")).instructionsReport(command.agent, command.thread));
+      return;
     case "usage":
       (await import("./usage.js")).printUsage(command.agent, command.thread, command.since, command.json);
       return;

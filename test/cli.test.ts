@@ -53,8 +53,8 @@ describe.concurrent("contract, --version, --help", () => {
     expect(r.stderr).toBe("");
     const contract = Contract.parse(JSON.parse(r.stdout));
     // Every key: a key left out means no, and the parts not built yet (proof, recovering answers,
-    // several agents a process, starting blank, the instructions and conversations commands, ASP
-    // state over the endpoint) are left out.
+    // several agents a process, starting blank, the conversations commands, ASP state over the
+    // endpoint) are left out.
     expect(contract).toEqual({
       version: 2,
       proxy: true,
@@ -66,6 +66,7 @@ describe.concurrent("contract, --version, --help", () => {
       instructions: true,
       folders: true,
       acp: true,
+      prompt: true,
       notes: true,
       native_memory: false,
       identity: true,
@@ -484,7 +485,7 @@ describe("the README's way of using it", () => {
 describe("the command line, fuzzed", () => {
   it("any argv is a command or one line of usage error, never another failure", () => {
     const word = fc.oneof(
-      fc.constantFrom("--agent", "--agnet", "--files", "--home", "--socket", "--sokcet", "--agents", "--blank", "--help", "-h", "-V", "--", "-x", "--agent=~/a", "configure", "state", "export", "contract", "serve", "usage", "--since", "--since=2026-11-30", "--json", "2026-11-30T21:00Z"),
+      fc.constantFrom("--agent", "--agnet", "--files", "--home", "--socket", "--sokcet", "--agents", "--blank", "--help", "-h", "-V", "--", "-x", "--agent=~/a", "configure", "state", "export", "contract", "serve", "usage", "--since", "--since=2026-11-30", "--json", "2026-11-30T21:00Z", "instructions", "--thread", "--thread=../x"),
       fc.string({ maxLength: 12 }),
       fc.string({ maxLength: 12 }).map((s) => `~${s}`),
       fc.string({ maxLength: 12 }).map((s) => `--${s}`),

@@ -37,7 +37,7 @@ function identityText(settings: Settings, blocked: boolean): string {
   return parts.join("\n\n");
 }
 
-function toolsText(calls: readonly OfferedCall[]): string {
+function toolsText(calls: readonly Pick<OfferedCall, "tool">[]): string {
   if (calls.length === 0) return "";
   const tools = [...new Set(calls.map((c) => c.tool))];
   const lines = [
@@ -121,7 +121,7 @@ export function cut(text: string, max: number): string {
 }
 
 /** The sections of the system prompt, each read at this turn through the store. */
-export function composeSections(agent: AgentRef, settings: Settings, calls: readonly OfferedCall[], cwd?: string): Section[] {
+export function composeSections(agent: AgentRef, settings: Settings, calls: readonly Pick<OfferedCall, "tool">[], cwd?: string): Section[] {
   // A file is read only as far as its section can hold.
   const standingMax = settings.instructions?.standing?.max ?? SECTION_DEFAULTS.standing.max;
   const standing = settings.instructions?.standing?.text === undefined ? readStanding(agent, sectionBytes(standingMax)) : undefined;
