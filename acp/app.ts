@@ -13,6 +13,7 @@ import { initializeResult } from "./initialize.js";
 import { NewSessionLink, OVERSIZED_METHOD, ParamsError, PromptLink, SessionLink, TOO_DEEP_METHOD, parseLink, servedAgent } from "./meta.js";
 import { configOptions, setModel } from "./model.js";
 import { availableCommands } from "./commands.js";
+import { ASP_EXPORT, aspExport } from "./asp.js";
 import { parseCommand, runCommand, type CommandContext } from "../turn/commands.js";
 import { replay } from "./replay.js";
 import { Sessions, type SessionState } from "./sessions.js";
@@ -313,6 +314,11 @@ export function createAgentApp(state: AcpState, outbox: Outbox): acp.AgentApp {
           await outbox.flushed();
         }
       }),
+    )
+    .onRequest(
+      ASP_EXPORT,
+      z.unknown(),
+      guard(({ params }) => aspExport(params, deps.agent, served, log)),
     )
     // A method this agent doesn't serve, in plain words (the SDK's own quotes its words: "\"Method not found\": x").
     .onRequest("*", ({ method }) => {

@@ -53,8 +53,7 @@ describe.concurrent("contract, --version, --help", () => {
     expect(r.stderr).toBe("");
     const contract = Contract.parse(JSON.parse(r.stdout));
     // Every key: a key left out means no, and the parts not built yet (proof, recovering answers,
-    // several agents a process, starting blank, the conversations commands, ASP state over the
-    // endpoint) are left out.
+    // several agents a process, starting blank, the conversations commands) are left out.
     expect(contract).toEqual({
       version: 2,
       proxy: true,
@@ -67,6 +66,7 @@ describe.concurrent("contract, --version, --help", () => {
       folders: true,
       acp: true,
       prompt: true,
+      state: { export: ["instructions", "skills", "memory"], import: [] },
       notes: true,
       native_memory: false,
       identity: true,

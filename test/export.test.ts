@@ -6,9 +6,11 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import fc from "fast-check";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { AspState } from "../protocol/index.js";
+import { AspState, Contract } from "../protocol/index.js";
+import { failure, openClient, startDaemon, stdioStream, type Daemon } from "./acp-client.js";
 import { BIN, MAIN, assertBuilt } from "./fixtures/built.js";
 import { killAll, run, type Run } from "./fixtures/child.js";
+import * as acp from "@agentclientprotocol/sdk";
 
 const SECRET = "sk-SECRET-export";
 const seed = process.env.FC_SEED ? { seed: Number(process.env.FC_SEED) } : {};
@@ -147,5 +149,51 @@ describe("state export of a hostile folder, fuzzed", { timeout: 120_000 }, () =>
       }),
       { numRuns: 25, ...seed },
     );
+  });
+});
+
+describe("_asp/export over ACP", { timeout: 60_000 }, () => {
+  it("gives the same State as state export, the kinds asked alone, and refuses bad params naming the field", async () => {
+    const dir = folder();
+    write(join(dir, "instructions", "instruction.md"), "Be brief.\n");
+    write(join(dir, "skills", "triage", "SKILL.md"), "---\nname: triage\n---\n");
+    write(join(dir, "memory", "notes.md"), "Gate 4417.\n");
+    write(join(dir, "memory", "x.bin"), Buffer.from([0, 0xff]));
+    const c0 = await cli(["configure", "--agent", dir], JSON.stringify({ model }));
+    expect(c0.code, c0.stderr).toBe(0);
+    const printed = await cli(["state", "export", "--agent", dir]);
+    expect(printed.code, printed.stderr).toBe(0);
+
+    let d: Daemon | undefined;
+    try {
+      d = startDaemon(["--agent", dir]);
+      const c = await openClient(stdioStream(d.child));
+      try {
+        const init = await c.agent.request(acp.methods.agent.initialize, { protocolVersion: acp.PROTOCOL_VERSION, clientCapabilities: {} });
+        const contract = Contract.parse(JSON.parse((await cli(["contract"])).stdout));
+        // What initialize advertises is what the contract claims.
+        expect(init.agentCapabilities?._meta).toMatchObject({ link: { agentState: contract.state } });
+        expect(contract.state).toEqual({ export: ["instructions", "skills", "memory"], import: [] });
+
+        expect(await c.agent.request("_asp/export", {})).toEqual(JSON.parse(printed.stdout));
+        expect(await c.agent.request("_asp/export", { kinds: ["memory", "sessions"] })).toEqual({ memory: [{ path: "memory/notes.md", text: "Gate 4417.\n", source: "link" }] });
+        expect(await c.agent.request("_asp/export", { kinds: [], _meta: { link: { agent: dir.split("/").at(-1) } } })).toEqual({});
+        for (const [params, field] of [
+          [{ kinds: ["everything"] }, "kinds.0"],
+          [{ kinds: "memory" }, "kinds"],
+          [{ bogus: 1 }, "bogus"],
+          [{ _meta: { link: { agent: "another" } } }, "_meta.link.agent"],
+        ] as const) {
+          const e = await failure(c.agent.request("_asp/export", params));
+          expect(e.code, JSON.stringify(params)).toBe(-32602);
+          expect(e.message).toContain(field);
+        }
+        await d.waitForLog(/left out of the export.*memory\/x\.bin/);
+      } finally {
+        c.close();
+      }
+    } finally {
+      await d?.stop("SIGKILL");
+    }
   });
 });
