@@ -247,7 +247,13 @@ export function listOwnSkills(agent: AgentRef): Skill[] {
  */
 export function listSkills(agent: AgentRef): Skill[] {
   const own = listOwnSkills(agent);
-  const named = readSettings(agent)?.identity?.skills;
+  let named: readonly string[] | undefined;
+  try {
+    named = readSettings(agent)?.identity?.skills;
+  } catch {
+    // Settings that can't be read fail the turn, saying why; the agent's own skills are still its own.
+    return own;
+  }
   if (!named?.length) return own;
   const p = paths(agent);
   checkNoLinks(p.home, `${p.identitySkills}/x`);
