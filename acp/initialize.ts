@@ -9,7 +9,8 @@ const CONTRACT = 2;
 
 /** What `initialize` says under `agentCapabilities._meta`. */
 export const INITIALIZE_META = {
-  link: { contract: CONTRACT, agentState: { export: [] as string[], import: [] as string[] } },
+  // What `_asp/export` gives (asp/export.ts EXPORTED; sessions not yet) and `_asp/import` takes (nothing yet).
+  link: { contract: CONTRACT, agentState: { export: ["instructions", "skills", "memory"] as string[], import: [] as string[] } },
 } as const;
 
 /** Stands in for a message too large to read (daemon/lines.ts), so its request still gets an answer. */

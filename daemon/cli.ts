@@ -28,13 +28,17 @@ export type Command =
   | { kind: "state"; agent: AgentOptions; export: boolean }
   | { kind: "facts"; agent: AgentOptions; model?: string }
   | { kind: "usage"; agent: AgentOptions; thread?: string; since?: Date; json: boolean }
+  | { kind: "instructions"; agent: AgentOptions; thread?: string }
   | { kind: "serve"; agent: AgentOptions; socket?: string; port?: number; agents?: string; blank?: string };
 
 export const USAGE = `usage:
   lnk-link-harness contract                        print the Contract as JSON
   lnk-link-harness configure [--agent DIR] [FILE]  validate settings (FILE or stdin) and write config.json
   lnk-link-harness state [--agent DIR]             print the paths a move carries
+  lnk-link-harness state export [--agent DIR]      print the agent's own instructions, skills and memory as ASP State
   lnk-link-harness facts [--agent DIR] [MODEL]     print the window and answer share a turn would use, and where each came from
+  lnk-link-harness instructions [--agent DIR] [--thread T]
+                                                   print the system prompt a turn would send now, by section
   lnk-link-harness usage [--agent DIR] [THREAD] [--since DATE] [--json]
                                                    tokens, the cached share, cost, and why a cache missed
   lnk-link-harness [--agent DIR] [--files DIR] [--home DIR] [--socket PATH] [--port N]
@@ -68,6 +72,7 @@ const OPTIONS = {
   blank: { type: "string" },
   since: { type: "string" },
   json: { type: "boolean" },
+  thread: { type: "string" },
 } as const;
 
 /** A date or a time with its zone, as ISO 8601 writes them: 2026-11-30, 2026-11-30T21:00Z. */
@@ -139,6 +144,7 @@ export function parseCommandLine(argv: string[], env: NodeJS.ProcessEnv = proces
   switch (verb) {
     case undefined: {
       if (v.since !== undefined || v.json) throw new UsageError(`serving takes no --${v.since !== undefined ? "since" : "json"}: did you mean lnk-link-harness usage?`);
+      if (v.thread !== undefined) throw new UsageError("serving takes no --thread: did you mean lnk-link-harness instructions?");
       if (v.blank && (v.agent || v.agents)) throw new UsageError("--blank starts with no agent: it takes no --agent or --agents");
       if (v.agents && v.agent) throw new UsageError("--agents names each agent's folders: it takes no --agent");
       if (v.agents && (v.socket || v.port)) throw new UsageError("--agents serves each agent on the port its file names: it takes no --socket or --port");
@@ -191,6 +197,11 @@ export function parseCommandLine(argv: string[], env: NodeJS.ProcessEnv = proces
         json: v.json === true,
       };
     }
+    case "instructions":
+      only(["agent", "files", "home", "thread"], "instructions");
+      if (rest.length > 0) throw new UsageError(`instructions takes no argument, got ${JSON.stringify(rest[0])} (a conversation is named with --thread)`);
+      // The thread's name is checked where the conversation is read, which loads what checks it.
+      return { kind: "instructions", agent, ...(v.thread !== undefined ? { thread: v.thread } : {}) };
     default:
       throw new UsageError(`unknown command ${JSON.stringify(verb)} (see --help)`);
   }

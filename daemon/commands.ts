@@ -1,6 +1,7 @@
 // The one-shot commands: configure and state.
 import { readFileSync } from "node:fs";
-import { SettingsError, parseSettings, paths, writeSettings, type AgentRef } from "../store/index.js";
+import { StoreError } from "../protocol/index.js";
+import { SettingsError, parseSettings, paths, planIdentity, writeSettings, type AgentRef } from "../store/index.js";
 import { UsageError, agentRef, type AgentOptions } from "./cli.js";
 
 /** The most of settings read: what config.json may hold, and some room for the way it is written. */
@@ -32,7 +33,11 @@ async function readInput(file: string | undefined): Promise<string> {
   }
 }
 
-/** Validates settings and writes config.json through the store; nothing is written for bad input. */
+/**
+ * Validates settings and writes config.json through the store, and who the agent is into Link's block
+ * of instruction.md (replaced, never added twice); nothing is written for bad input, nor for an
+ * instruction.md that can't be written.
+ */
 export async function configure(o: AgentOptions, file: string | undefined): Promise<void> {
   const text = await readInput(file);
   let settings;
@@ -43,7 +48,15 @@ export async function configure(o: AgentOptions, file: string | undefined): Prom
     throw e;
   }
   const agent = agentRef(o);
+  let identity;
+  try {
+    identity = planIdentity(agent, settings.identity);
+  } catch (e) {
+    if (e instanceof StoreError) throw new UsageError(`cannot write who the agent is: ${e.message}`);
+    throw e;
+  }
   writeSettings(agent, settings);
+  identity?.();
   process.stderr.write(`lnk-link-harness: settings written to ${paths(agent).config}\n`);
 }
 
@@ -53,7 +66,14 @@ export function statePaths(agent: AgentRef): { agent: string; files: string; pat
   return { agent: p.dir, files: p.files, paths: [p.config, p.instructions, p.skills, p.memory, p.chats] };
 }
 
-export function printState(o: AgentOptions, asp: boolean): void {
-  if (asp) throw new UsageError("state export is not supported yet");
-  process.stdout.write(`${JSON.stringify(statePaths(agentRef(o)), null, 2)}\n`);
+/** `state`: the paths a move carries; `state export`: the ASP State, and on stderr a line for each file it left. */
+export async function printState(o: AgentOptions, asp: boolean): Promise<void> {
+  if (!asp) {
+    process.stdout.write(`${JSON.stringify(statePaths(agentRef(o)), null, 2)}\n`);
+    return;
+  }
+  const { exportState } = await import("../asp/export.js");
+  const { state, left } = exportState(agentRef(o));
+  for (const l of left) process.stderr.write(`lnk-link-harness: left out of the export: ${l.path}: ${l.why}\n`);
+  process.stdout.write(`${JSON.stringify(state, null, 2)}\n`);
 }

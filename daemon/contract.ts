@@ -1,6 +1,7 @@
 // Link Harness's own Contract: what it says of itself when asked `contract` (spec: contract.txt).
 // It claims a part of the contract, or a feature, only once it works.
 import { CONTRACT_VERSION, FEATURES, type Contract, type Feature } from "../protocol/index.js";
+import { EXPORTED } from "../asp/export.js";
 
 /** Features not built yet: left out of the list, so Link refuses a spec that turns one on. */
 export const NOT_BUILT: readonly Feature[] = [];
@@ -33,9 +34,16 @@ export function contract(): Contract {
     // It writes only chats/ of the agent's own folder.
     folders: true,
     acp: true,
+    // It answers `instructions`: the system prompt a turn would send, by section.
+    prompt: true,
+    // Its endpoint's _asp/export gives the agent's own instructions, skills and memory; it takes nothing in yet.
+    state: { export: [...EXPORTED], import: [] },
     // It reads memory/notes.md at each turn.
     notes: true,
     native_memory: false,
+    // It carries who the agent is both ways: in at configure (Link's block of instruction.md, the
+    // identity's skills from the home's copy), out at `state export`.
+    identity: true,
     // Each feature built, as the spec says.
     features: Object.fromEntries(FEATURES.filter((f) => !NOT_BUILT.includes(f)).map((f) => [f, "spec" as const])),
   };

@@ -26,10 +26,13 @@ async function run(command: Command): Promise<void> {
       await (await import("./commands.js")).configure(command.agent, command.file);
       return;
     case "state":
-      (await import("./commands.js")).printState(command.agent, command.export);
+      await (await import("./commands.js")).printState(command.agent, command.export);
       return;
     case "facts":
       process.stdout.write(await (await import("./facts.js")).factsReport(command.agent, command.model));
+      return;
+    case "instructions":
+      process.stdout.write((await import("./instructions.js")).instructionsReport(command.agent, command.thread));
       return;
     case "usage":
       (await import("./usage.js")).printUsage(command.agent, command.thread, command.since, command.json);

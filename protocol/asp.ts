@@ -2,6 +2,7 @@
 import { z } from "zod";
 import { Note } from "./settings.js";
 import { Event } from "./events.js";
+import { AspKind } from "./contract.js";
 
 export const AspSkill = z.object({ name: z.string().min(1), files: z.record(z.string(), z.string()) }).strict();
 
@@ -18,3 +19,12 @@ export const AspState = z
   })
   .strict();
 export type AspState = z.infer<typeof AspState>;
+
+/** `_asp/export`'s params: the kinds asked (left out, every kind the harness gives). */
+export const AspExportParams = z
+  .object({
+    kinds: z.array(AspKind).optional(),
+    _meta: z.record(z.string(), z.unknown()).nullish(),
+  })
+  .strict();
+export type AspExportParams = z.infer<typeof AspExportParams>;

@@ -9,3 +9,4 @@ export * from "./errors.js";
 export * from "./names.js";
 export * from "./usage.js";
 export * from "./link.js";
+export * from "./identity.js";

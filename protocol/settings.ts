@@ -1,5 +1,6 @@
 // Settings: the agent's config.json, as `configure` takes them (spec: contract.txt, decisions.txt).
 import { z } from "zod";
+import { BLOCK_MARK } from "./identity.js";
 
 const tokens = z.number().int().positive();
 
@@ -79,14 +80,26 @@ export const SectionSettings = z
 
 export const InstructionsSettings = z.partialRecord(SectionName, SectionSettings);
 
+/** A text of the identity: it goes into Link's block, so it may not hold the block's markers. */
+const IdentityText = z.string().refine((s) => !s.includes(BLOCK_MARK), `must not hold "${BLOCK_MARK}" (the block's markers)`);
+
+/** A skill's name: a folder of <home>/.lnk/agent/skills/, so never a path. */
+export const SkillName = z
+  .string()
+  .regex(/^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$/, "must be letters, digits, '.', '_' or '-', starting with a letter or digit, at most 128")
+  .refine((s) => !s.includes(".."), "must not hold '..'");
+
+/** Who the agent is (contract.txt "Into the harness"): written into Link's block of instruction.md at configure. */
 export const Identity = z
   .object({
-    persona: z.string().optional(),
-    owner: z.string().optional(),
-    standing: z.string().optional(),
-    skills: z.array(z.string()).optional(),
+    persona: IdentityText.optional(),
+    owner: IdentityText.optional(),
+    standing: IdentityText.optional(),
+    /** Skills Link copied to <home>/.lnk/agent/skills/<name>/, offered like the agent's own. */
+    skills: z.array(SkillName).optional(),
   })
   .strict();
+export type Identity = z.infer<typeof Identity>;
 
 export const Note = z.object({ path: z.string().min(1), text: z.string(), source: z.string().min(1) }).strict();
 export type Note = z.infer<typeof Note>;

@@ -6,3 +6,4 @@ export * from "./settings.js";
 export * from "./conversation.js";
 export * from "./answers.js";
 export * from "./owed.js";
+export * from "./tree.js";

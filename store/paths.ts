@@ -32,6 +32,8 @@ export interface AgentPaths {
   readonly instructions: string;
   readonly instruction: string;
   readonly skills: string;
+  /** The skills Link copies into the harness's home for the identity: <home>/.lnk/agent/skills. */
+  readonly identitySkills: string;
   readonly memory: string;
   readonly notes: string;
   readonly chats: string;
@@ -68,10 +70,12 @@ export function checkThread(thread: string, kind = "thread name"): string {
 export function paths(agent: AgentRef): AgentPaths {
   const dir = agent.dir;
   const chats = join(dir, "chats");
+  const home = agent.home ?? agent.files ?? dir;
   return {
     dir,
     files: agent.files ?? dir,
-    home: agent.home ?? agent.files ?? dir,
+    home,
+    identitySkills: join(home, ".lnk", "agent", "skills"),
     config: join(dir, "config.json"),
     instructions: join(dir, "instructions"),
     instruction: join(dir, "instructions", "instruction.md"),

@@ -1,7 +1,7 @@
 // The agent's settings, instructions, skills and notes: read at each turn, written through the store.
-import { existsSync, readdirSync } from "node:fs";
+import { existsSync, readdirSync, statSync } from "node:fs";
 import { dirname, isAbsolute, join, resolve } from "node:path";
-import { Settings, StoreError, describeIssues, type Settings as SettingsT } from "../protocol/index.js";
+import { Settings, StoreError, describeIssues, withBlock, type Identity, type Settings as SettingsT } from "../protocol/index.js";
 import { checkNoLinks, isErrno, jsonFault, LIMITS, readText, replaceFile } from "./files.js";
 import { checkThread, paths, type AgentRef } from "./paths.js";
 
@@ -127,6 +127,21 @@ export function readStanding(agent: AgentRef, bytes = LIMITS.settings): string |
   return readSource(p.dir, p.instruction, bytes);
 }
 
+/**
+ * What writing the identity into Link's block of instruction.md takes, checked before anything is
+ * written: a function that writes it, or undefined when the file is already as it would be. The rest
+ * of the file is kept byte for byte, and its mode; with no identity, a block there is taken out.
+ */
+export function planIdentity(agent: AgentRef, identity: Identity | undefined): (() => void) | undefined {
+  const p = paths(agent);
+  checkNoLinks(p.dir, p.instruction);
+  const text = readText(p.instruction, { max: LIMITS.settings, single: true });
+  const made = withBlock(text ?? "", identity ?? {});
+  if (made === (text ?? "")) return undefined;
+  const mode = text === undefined ? 0o600 : statSync(p.instruction).mode & 0o777;
+  return () => replaceFile(p.instruction, made, mode);
+}
+
 /** What the agent remembered (memory/notes.md; at most `bytes` of it). */
 export function readNotes(agent: AgentRef, bytes = LIMITS.settings): string | undefined {
   const p = paths(agent);
@@ -169,6 +184,8 @@ export interface Skill {
   path: string;
   /** A repository's skill: the repository it is in (read as its AGENTS.md is, see listRepositorySkills). */
   repository?: string;
+  /** A skill of the identity, read from the copy in the harness's home. */
+  home?: boolean;
 }
 
 /**
@@ -216,18 +233,41 @@ function skillsIn(dir: string, read: (path: string) => string | undefined, o: { 
   return skills;
 }
 
-/** The agent's skills: each folder of skills/ with a SKILL.md (Agent Skills format). */
-export function listSkills(agent: AgentRef): Skill[] {
+/** The skills the agent made: each folder of skills/ with a SKILL.md (Agent Skills format). */
+export function listOwnSkills(agent: AgentRef): Skill[] {
   const p = paths(agent);
   // skills/ itself is checked too: a link there would reach SKILL.md files anywhere.
   checkNoLinks(p.dir, `${p.skills}/x`);
   return skillsIn(p.skills, (path) => readSource(p.dir, path, SKILL_BYTES));
 }
 
+/**
+ * The agent's skills: its own, then each the settings' identity names that Link copied to
+ * <home>/.lnk/agent/skills/<name>/, offered like its own (one of its own of that name wins).
+ */
+export function listSkills(agent: AgentRef): Skill[] {
+  const own = listOwnSkills(agent);
+  let named: readonly string[] | undefined;
+  try {
+    named = readSettings(agent)?.identity?.skills;
+  } catch {
+    // Settings that can't be read fail the turn, saying why; the agent's own skills are still its own.
+    return own;
+  }
+  if (!named?.length) return own;
+  const p = paths(agent);
+  checkNoLinks(p.home, `${p.identitySkills}/x`);
+  const taken = new Set(own.map((s) => s.folder));
+  const wanted = new Set(named);
+  const copied = skillsIn(p.identitySkills, (path) => readSource(p.home, path, SKILL_BYTES)).filter((s) => wanted.has(s.folder) && !taken.has(s.folder));
+  return [...own, ...copied.map((s) => ({ ...s, home: true }))];
+}
+
 /** A skill's SKILL.md, whole (at most its limit), read as every source of the prompt is: never through a link. */
 export function readSkill(agent: AgentRef, skill: Skill): string | undefined {
   if (skill.repository !== undefined) return readText(skill.path, { max: SKILL_BYTES, cut: true, follow: true });
-  return readSource(paths(agent).dir, skill.path, SKILL_BYTES);
+  const p = paths(agent);
+  return readSource(skill.home ? p.home : p.dir, skill.path, SKILL_BYTES);
 }
 
 /** Where a repository keeps its skills, as the agent tools that read Agent Skills name it. */

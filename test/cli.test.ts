@@ -7,7 +7,7 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import fc from "fast-check";
 import { z } from "zod";
 import { UsageError, parseCommandLine } from "../daemon/cli.js";
-import { Contract, FEATURES, Settings } from "../protocol/index.js";
+import { AspState, Contract, FEATURES, Settings } from "../protocol/index.js";
 import { writeSettings } from "../store/index.js";
 import { BIN, MAIN, ROOT, assertBuilt } from "./fixtures/built.js";
 import { Child, killAll, run, type Run } from "./fixtures/child.js";
@@ -52,8 +52,8 @@ describe.concurrent("contract, --version, --help", () => {
     expect(r.code, r.stderr).toBe(0);
     expect(r.stderr).toBe("");
     const contract = Contract.parse(JSON.parse(r.stdout));
-    // Every key: a key left out means no, and the parts not built yet (the instructions and
-    // conversations commands, ASP state, identity both ways) are left out.
+    // Every key: a key left out means no, and the parts not built yet (the conversations commands,
+    // ASP state import) are left out.
     expect(contract).toEqual({
       version: 2,
       proxy: true,
@@ -70,8 +70,11 @@ describe.concurrent("contract, --version, --help", () => {
       instructions: true,
       folders: true,
       acp: true,
+      prompt: true,
+      state: { export: ["instructions", "skills", "memory"], import: [] },
       notes: true,
       native_memory: false,
+      identity: true,
       features: expect.any(Object),
     });
     // Every feature is built, a repository's own instructions (AGENTS.md) too.
@@ -474,7 +477,8 @@ describe("the README's way of using it", () => {
         const r = await run("sh", ["-ec", serves ? `${command} </dev/null` : command], { cwd: ROOT, env, ms: 50_000 });
         expect(r.code, `${written}\n${r.stderr}`).toBe(0);
         if (command.includes("acpx")) expect(r.stdout).toContain("echo: hello");
-        if (command.includes("state")) expect(r.stdout).toContain(join(userHome, "agent"));
+        if (command.includes("state export")) expect(AspState.parse(JSON.parse(r.stdout))).toEqual({ skills: [], memory: [] });
+        else if (command.includes("state")) expect(r.stdout).toContain(join(userHome, "agent"));
       }
     } finally {
       model.proc.kill();
@@ -486,7 +490,7 @@ describe("the README's way of using it", () => {
 describe("the command line, fuzzed", () => {
   it("any argv is a command or one line of usage error, never another failure", () => {
     const word = fc.oneof(
-      fc.constantFrom("--agent", "--agnet", "--files", "--home", "--socket", "--sokcet", "--agents", "--blank", "--port", "--prot", "--port=0", "65536", "-1", "8080", "--help", "-h", "-V", "--", "-x", "--agent=~/a", "configure", "state", "export", "contract", "serve", "usage", "--since", "--since=2026-11-30", "--json", "2026-11-30T21:00Z"),
+      fc.constantFrom("--agent", "--agnet", "--files", "--home", "--socket", "--sokcet", "--agents", "--blank", "--port", "--prot", "--port=0", "65536", "-1", "8080", "--help", "-h", "-V", "--", "-x", "--agent=~/a", "configure", "state", "export", "contract", "serve", "usage", "--since", "--since=2026-11-30", "--json", "2026-11-30T21:00Z", "instructions", "--thread", "--thread=../x"),
       fc.string({ maxLength: 12 }),
       fc.string({ maxLength: 12 }).map((s) => `~${s}`),
       fc.string({ maxLength: 12 }).map((s) => `--${s}`),

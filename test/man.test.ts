@@ -120,16 +120,6 @@ describe("lnk-link-harness(1)", () => {
       expect(bold, word).toContain(word);
     }
   });
-
-  it("says which parts of the command line are not yet available", () => {
-    const text = plain(roff);
-    for (const part of ["state export"]) {
-      const at = text.indexOf(`.TP\n.B${part.startsWith("-") ? "I" : ""} ${part}`);
-      expect(at, part).toBeGreaterThan(0);
-      const entry = text.slice(at, text.indexOf(".TP", at + 3));
-      expect(entry, part).toMatch(/Not yet available/);
-    }
-  });
 });
 
 describe("lnk-link-harness-folder(5)", () => {

@@ -1,6 +1,6 @@
 // The instructions: sections in the order of how often each changes, least first, so a provider's
 // cache holds. Spec: "Where does Link Harness take its instructions from?" (decisions.txt).
-import { SECTION_NAMES, type SectionName, type Settings } from "../protocol/index.js";
+import { SECTION_NAMES, splitBlock, type SectionName, type Settings } from "../protocol/index.js";
 import { listRepositorySkills, listSkills, paths, readNotes, readRepositoryInstructions, readStanding, repositoryOf, sectionBytes, type AgentRef } from "../store/index.js";
 import type { OfferedCall } from "./tools.js";
 
@@ -27,16 +27,17 @@ const BASE = `You are a personal AI agent run by Link. You answer your owner and
 Each message you get starts with a line in brackets saying when it was sent, on which channel and who is speaking; answer the message, not that line.
 Be direct and accurate. When you don't know, say so. Use your tools when they help, and say what you did.`;
 
-function identityText(settings: Settings): string {
+/** Who the agent is, in the base, from the settings: only for an agent whose instruction.md holds no block of Link's (configured before there was one). */
+function identityText(settings: Settings, blocked: boolean): string {
   const id = settings.identity;
-  if (!id) return "";
+  if (!id || blocked) return "";
   const parts: string[] = [];
   if (id.persona) parts.push(`## Who you are\n${id.persona.trim()}`);
   if (id.owner) parts.push(`## Your owner\n${id.owner.trim()}`);
   return parts.join("\n\n");
 }
 
-function toolsText(calls: readonly OfferedCall[]): string {
+function toolsText(calls: readonly Pick<OfferedCall, "tool">[]): string {
   if (calls.length === 0) return "";
   const tools = [...new Set(calls.map((c) => c.tool))];
   const lines = [
@@ -95,6 +96,23 @@ function notesText(agent: AgentRef, settings: Settings, max: number): string {
   return parts.length ? `What you remember:\n${parts.join("\n\n")}` : "";
 }
 
+/**
+ * Your standing instructions: instruction.md, its block of Link's (who the agent is, each text under
+ * its heading) first, then the owner's own text under "## Standing instructions".
+ */
+function standingText(file: string | undefined, settings: Settings): string {
+  const split = file === undefined ? undefined : splitBlock(file);
+  if (split?.block === undefined) {
+    const text = file ?? settings.identity?.standing;
+    return text?.trim() ? `## Standing instructions\n${text.trim()}` : "";
+  }
+  const block = split.block.trim();
+  const own = (split.before + split.after).trim();
+  if (!own) return block;
+  // The block's last heading is the standing instructions' when it holds some: the owner's text goes on under it.
+  return /^## Standing instructions$/m.test(block) ? `${block}\n\n${own}` : [block, `## Standing instructions\n${own}`].filter(Boolean).join("\n\n");
+}
+
 /** Holds a section to its most, saying what was cut. */
 export function cut(text: string, max: number): string {
   if (text.length <= max) return text;
@@ -103,19 +121,19 @@ export function cut(text: string, max: number): string {
 }
 
 /** The sections of the system prompt, each read at this turn through the store. */
-export function composeSections(agent: AgentRef, settings: Settings, calls: readonly OfferedCall[], cwd?: string): Section[] {
+export function composeSections(agent: AgentRef, settings: Settings, calls: readonly Pick<OfferedCall, "tool">[], cwd?: string): Section[] {
   // A file is read only as far as its section can hold.
+  const standingMax = settings.instructions?.standing?.max ?? SECTION_DEFAULTS.standing.max;
+  const standing = settings.instructions?.standing?.text === undefined ? readStanding(agent, sectionBytes(standingMax)) : undefined;
+  const blocked = standing !== undefined && splitBlock(standing).block !== undefined;
   const made: Record<SectionName, (max: number) => string> = {
-    base: () => [BASE, identityText(settings)].filter(Boolean).join("\n\n"),
+    base: () => [BASE, identityText(settings, blocked)].filter(Boolean).join("\n\n"),
     model: () => "",
     tools: () => toolsText(calls),
     environment: () => environmentText(agent, settings),
     repository: (max) => repositoryText(agent, cwd, max),
     skills: () => skillsText(agent),
-    standing: (max) => {
-      const text = readStanding(agent, sectionBytes(max)) ?? settings.identity?.standing;
-      return text?.trim() ? `## Standing instructions\n${text.trim()}` : "";
-    },
+    standing: () => standingText(standing, settings),
     notes: (max) => notesText(agent, settings, max),
   };
   const out: Section[] = [];

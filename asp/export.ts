@@ -1,0 +1,52 @@
+// What the harness holds of the agent's own, in ASP's portable forms (spec: contract.txt "Out of the
+// harness", "What it exports"): its instruction text outside Link's block, the skills it made, and its
+// memory files as notes. What Link wrote in (the identity's block, its skills' copies in the home, the
+// settings' remembered notes) is left out, so nothing comes back as the harness's own.
+import { AspState, IDENTITY_HEADINGS, outsideBlock, type AspKind } from "../protocol/index.js";
+import { listOwnSkills, paths, readStanding, readTree, type AgentRef } from "../store/index.js";
+
+/** The kinds `state export` gives (sessions are not given yet). */
+export const EXPORTED = ["instructions", "skills", "memory"] as const satisfies readonly AspKind[];
+
+export interface Exported {
+  state: AspState;
+  /** What was not carried, by its path from the agent's folder, and why. */
+  left: { path: string; why: string }[];
+}
+
+/** Where a text of the agent's own already says which of Identity::all it is, it is given as it is. */
+const HEADED = new RegExp(`^(${IDENTITY_HEADINGS.map(([, h]) => h).join("|")})\\s*$`, "m");
+
+/** The agent's own instruction text: instruction.md outside Link's block, under its heading. */
+function instructions(agent: AgentRef): string | undefined {
+  const file = readStanding(agent);
+  if (file === undefined) return undefined;
+  const own = outsideBlock(file).trim();
+  if (!own) return undefined;
+  return HEADED.test(own) ? `${own}\n` : `## Standing instructions\n${own}\n`;
+}
+
+/** Exports the kinds asked (all it gives, by default). */
+export function exportState(agent: AgentRef, kinds: readonly AspKind[] = EXPORTED): Exported {
+  const p = paths(agent);
+  const state: AspState = {};
+  const left: Exported["left"] = [];
+  if (kinds.includes("instructions")) {
+    const text = instructions(agent);
+    if (text !== undefined) state.instructions = text;
+  }
+  if (kinds.includes("skills")) {
+    state.skills = listOwnSkills(agent).map((skill) => {
+      const tree = readTree(p.dir, `${p.skills}/${skill.folder}`);
+      left.push(...tree.left);
+      return { name: skill.folder, files: tree.files };
+    });
+  }
+  if (kinds.includes("memory")) {
+    const tree = readTree(p.dir, p.memory);
+    left.push(...tree.left);
+    state.memory = Object.entries(tree.files).map(([path, text]) => ({ path: `memory/${path}`, text, source: "link" }));
+  }
+  // Checked as any reader of it will: what is given is valid ASP.
+  return { state: AspState.parse(state), left };
+}
