@@ -83,7 +83,7 @@ export function startAgent(o: AgentOptions): RunningAgent {
   const env = o.env ?? process.env;
   const key = o.key ?? (env.LNK_KEY || undefined);
   let host: Promise<ToolHost> | undefined;
-  const toolHost = lazy(async () => new (await hostModule()).McpToolHost());
+  const toolHost = lazy(async () => new (await hostModule()).McpToolHost({}, env));
   const held = o.settings;
   const state = new AcpState({
     agent: o.agent,
@@ -92,7 +92,8 @@ export function startAgent(o: AgentOptions): RunningAgent {
     ...(o.names ? { names: o.names } : {}),
     ...(key !== undefined ? { key } : {}),
     ...(held ? { settings: () => held } : {}),
-    runTurn: async (input, listener) => (await turnModule()).runTurn(input, listener),
+    // Each agent's turn runs with its own environment: its model's key and the secrets kept out of errors.
+    runTurn: async (input, listener) => (await turnModule()).runTurn({ ...input, env: input.env ?? env }, listener),
     status: async (input) => (await turnModule()).statusLines(input),
     toolHost: () => (host = toolHost()),
     discoverTools: (settings, servers) => discoverTools(env, { ...(settings ? { settings } : {}), acp: servers }),

@@ -42,7 +42,11 @@ function threeAgents(): { root: string; agents: Agent[]; file: string } {
     configure(own, scriptedSettings(server.url));
     mkdirSync(join(own, "instructions"), { recursive: true });
     writeFileSync(join(own, "instructions", "instruction.md"), `You are ${name}, and no one else.\n`);
-    const env: Record<string, string> = name === "alpha" ? { LNK_TOOL_EVERYTHING: EVERYTHING } : name === "gamma" ? { LNK_KEY: GAMMA_KEY } : {};
+    // Each agent's model key is its own environment's (LNK_MODEL_KEY), never another's.
+    const env: Record<string, string> = {
+      LNK_MODEL_KEY: `model-key-of-${name}`,
+      ...(name === "alpha" ? { LNK_TOOL_EVERYTHING: EVERYTHING } : name === "gamma" ? { LNK_KEY: GAMMA_KEY } : {}),
+    };
     return { name, id: `${name}-id`, owner: "ada", home: join(tmp.path, name), files, agent: own, port: 0, env };
   });
   const file = join(tmp.path, "agents.json");
@@ -102,6 +106,7 @@ describe("--agents", () => {
     // What each model call was sent: its agent's instructions alone, and its agent's tools alone.
     expect(server.requests.map((r) => whoIn(r)).sort()).toEqual([["alpha"], ["beta"], ["gamma"]]);
     for (const r of server.requests) {
+      expect(r.headers.authorization, whoIn(r)[0]).toBe(`Bearer model-key-of-${whoIn(r)[0] ?? ""}`);
       const tools = ((r.body.tools ?? []) as { function: { name: string } }[]).map((t) => t.function.name);
       if (whoIn(r)[0] === "alpha") expect(tools).toContain("everything__echo");
       else expect(tools).toEqual([]);

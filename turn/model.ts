@@ -64,6 +64,8 @@ export interface ModelRequest {
   onText?: (delta: string) => void;
   /** The conversation it is for: the bytes of the messages it shares with its previous request are reused. */
   conversation?: string;
+  /** The agent's environment (its LNK_MODEL_KEY, and the secrets kept out of errors); left out, the process's. */
+  env?: NodeJS.ProcessEnv;
 }
 
 export interface ModelAnswer {
@@ -112,10 +114,10 @@ export async function preloadModelClient(): Promise<void> {
   OpenAICtor ??= (await openaiModule()).default;
 }
 
-async function client(settings: Settings): Promise<InstanceType<OpenAIClass>> {
+async function client(settings: Settings, env: NodeJS.ProcessEnv = process.env): Promise<InstanceType<OpenAIClass>> {
   // Loaded when a turn first needs it, so the daemon starts fast.
   OpenAICtor ??= (await openaiModule()).default;
-  const key = settings.model.key ?? process.env.LNK_MODEL_KEY ?? PLACEHOLDER_KEY;
+  const key = settings.model.key ?? env.LNK_MODEL_KEY ?? PLACEHOLDER_KEY;
   const id = `${settings.model.base_url}\0${key}`;
   let c = clients.get(id);
   if (!c) {
@@ -306,10 +308,11 @@ class Streamed {
  * wait and every request ends at once when the signal aborts.
  */
 export async function askModel(req: ModelRequest): Promise<ModelAnswer> {
-  const c = await client(req.settings);
+  const env = req.env ?? process.env;
+  const c = await client(req.settings, env);
   const body = requestBody(req);
   const limits = { ...TIMEOUT_DEFAULTS, ...req.settings.timeouts };
-  const secrets = redactor(settingsSecrets(req.settings), envSecrets(process.env));
+  const secrets = redactor(settingsSecrets(req.settings), envSecrets(env));
   // From here on it is the model's time: the request on its way, the model thinking, its answer coming.
   const started = performance.now();
   for (let retry = 0; ; retry++) {

@@ -183,12 +183,12 @@ class Turn {
     if (this.input.conversation !== undefined) await this.enter(this.input.conversation);
     const agentModel = this.input.agentModel ?? settings.model.name;
     const history = await History.load(this.conv, async (chosen) => {
-      mw = await modelWindow(settings, chosen ?? agentModel);
+      mw = await modelWindow(settings, chosen ?? agentModel, this.input.env ? { env: this.input.env } : {});
       return conversationShare(mw, fixed, settings);
     });
     const model = history.model ?? agentModel;
     if (history.chosen.verbosity !== undefined) this.listener({ type: "verbosity", verbosity: history.chosen.verbosity });
-    const window = mw ?? (await modelWindow(settings, model));
+    const window = mw ?? (await modelWindow(settings, model, this.input.env ? { env: this.input.env } : {}));
     const budget = history.budget;
     // The message is flushed while the model is asked; should writing it fail, the ask is cut short.
     const notWritten = new AbortController();
@@ -216,6 +216,7 @@ class Turn {
           callNothing,
           signal,
           conversation: this.conv.dir,
+          ...(this.input.env ? { env: this.input.env } : {}),
           onText: (delta) => this.listener({ type: "text", delta }),
         });
       } catch (e) {

@@ -42,7 +42,7 @@ export interface TurnInput {
   steering?: SteerQueue;
   /** Settings as last read (the turn reads config.json itself when left out). */
   settings?: Settings;
-  /** Environment for tool discovery (LNK_TOOL_*, LNK_MEMORY); left out, process.env. */
+  /** The agent's environment: its tools (LNK_TOOL_*, LNK_MEMORY) and its model's key (LNK_MODEL_KEY); left out, process.env. */
   env?: NodeJS.ProcessEnv;
 }
 

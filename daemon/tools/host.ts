@@ -31,9 +31,9 @@ const DEFAULTS: Required<McpToolHostOptions> = {
   callTotalMs: TIMEOUT_DEFAULTS.tool_call * 1000,
 };
 
-/** The secrets a tool's log lines and errors are cleared of: the environment's and its source's own. */
-function secretsOf(servers: readonly ToolServer[], extra: readonly string[] = []): Redactor {
-  return redactor(envSecrets(process.env), ...servers.map((s) => sourceSecrets(s.source)), [...extra]);
+/** The secrets a tool's log lines and errors are cleared of: the agent's environment's and its source's own. */
+function secretsOf(env: NodeJS.ProcessEnv, servers: readonly ToolServer[], extra: readonly string[] = []): Redactor {
+  return redactor(envSecrets(env), ...servers.map((s) => sourceSecrets(s.source)), [...extra]);
 }
 
 /** A stdio tool starts in the workspace, unless its source names a folder of its own. */
@@ -78,6 +78,8 @@ interface Entry extends OfferedCall {
 /** The MCP implementation of the turn's ToolHost: one a process. */
 export class McpToolHost implements ToolHost {
   private readonly opts: Required<McpToolHostOptions>;
+  /** The environment of the agent whose tools these are: its secrets are kept out of every log line and error. */
+  private readonly env: NodeJS.ProcessEnv;
   /** Each tool's calls, by its source: derived, asked again whenever a session starts. */
   private readonly lists = new Map<string, ListedCall[]>();
   private readonly listing = new Map<string, Promise<void>>();
@@ -89,8 +91,9 @@ export class McpToolHost implements ToolHost {
   private readonly background = new Set<Promise<unknown>>();
   private readonly shutdown = new AbortController();
 
-  constructor(opts: McpToolHostOptions = {}) {
+  constructor(opts: McpToolHostOptions = {}, env: NodeJS.ProcessEnv = process.env) {
     this.opts = { ...DEFAULTS, ...opts };
+    this.env = env;
   }
 
   get closed(): boolean {
@@ -108,7 +111,7 @@ export class McpToolHost implements ToolHost {
       timeoutMs: opts.timeouts?.tool_idle !== undefined ? opts.timeouts.tool_idle * 1000 : this.opts.callTimeoutMs,
       totalMs: opts.timeouts?.tool_call !== undefined ? opts.timeouts.tool_call * 1000 : this.opts.callTotalMs,
     };
-    const box = new TurnTools(this, this.offer(tools, opts.allowed), bounds, secretsOf(tools, opts.secrets));
+    const box = new TurnTools(this, this.offer(tools, opts.allowed), bounds, secretsOf(this.env, tools, opts.secrets));
     this.boxes.add(box);
     return box;
   }
@@ -140,7 +143,7 @@ export class McpToolHost implements ToolHost {
       await within(abortable(job, signal), this.opts.listTimeoutMs);
     } catch (e) {
       // Spec: "A tool that was never listed and doesn't answer is left out of that turn only."
-      log.warn("tool left out of this turn", { tool: server.name, why: secretsOf([server]).redact(message(e)) });
+      log.warn("tool left out of this turn", { tool: server.name, why: secretsOf(this.env, [server]).redact(message(e)) });
     }
   }
 
@@ -154,7 +157,7 @@ export class McpToolHost implements ToolHost {
       });
       return;
     }
-    const session = await ToolSession.start(server, this.opts.startTimeoutMs, secretsOf([server]), this.shutdown.signal);
+    const session = await ToolSession.start(server, this.opts.startTimeoutMs, secretsOf(this.env, [server]), this.shutdown.signal);
     try {
       this.lists.set(key, await session.list(this.opts.listTimeoutMs, this.shutdown.signal));
     } finally {
@@ -188,7 +191,7 @@ export class McpToolHost implements ToolHost {
   /** Starts a session and asks its list again (spec: "asked again whenever a session starts"). */
   startSession<H extends Held>(server: ToolServer, signal: AbortSignal, Kind: new (...a: ConstructorParameters<typeof Held>) => H): H {
     const key = sourceKey(server);
-    return new Kind(ToolSession.start(server, this.opts.startTimeoutMs, secretsOf([server]), signal), async (session) => {
+    return new Kind(ToolSession.start(server, this.opts.startTimeoutMs, secretsOf(this.env, [server]), signal), async (session) => {
       const calls = await session.list(this.opts.listTimeoutMs, signal);
       this.lists.set(key, calls);
       return calls;
