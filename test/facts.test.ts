@@ -4,6 +4,8 @@
 // briefly, the answer share as set, Link's max against yours, the endpoint's models, and parts sent
 // or named as left out.
 import { mkdirSync, mkdtempSync, rmSync, unlinkSync, writeFileSync } from "node:fs";
+import { createServer } from "node:http";
+import type { AddressInfo } from "node:net";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
@@ -291,6 +293,27 @@ describe("each local runtime, against a server speaking its answer", () => {
     expect(lists).toHaveLength(1);
     expect(lists[0]?.headers.authorization).toBe("Bearer sk-list-key");
     expect(await listedModels({ model: { provider: "x", name: "m", base_url: `http://127.0.0.1:${await freePort()}/v1` } })).toBeUndefined();
+  });
+
+  it("keeps an endpoint's answer that it has no list (404) as an answer, not as a failure asked again soon", async () => {
+    let requests = 0;
+    const none = createServer((_req, res) => {
+      requests++;
+      res.writeHead(404).end();
+    });
+    await new Promise<void>((resolve) => none.listen(0, "127.0.0.1", resolve));
+    try {
+      const { port } = none.address() as AddressInfo;
+      const settings: Settings = { model: { provider: "x", name: "m", base_url: `http://127.0.0.1:${port}/v1` } };
+      let now = 9_000_000;
+      const clock = { now: () => now };
+      expect(await listedModels(settings, clock)).toBeUndefined();
+      now += FAILURE_KEPT_MS + 1;
+      expect(await listedModels(settings, clock)).toBeUndefined();
+      expect(requests).toBe(1);
+    } finally {
+      await new Promise((resolve) => none.close(resolve));
+    }
   });
 });
 

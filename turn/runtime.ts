@@ -341,8 +341,9 @@ export async function listedModels(settings: Settings, o: AskOptions = {}): Prom
         const list = ModelList.safeParse(await askJson(`${base}/models`, { headers: authorization(settings, env), signal }));
         const ids = list.success ? [...new Set(list.data.data.map((m) => m.id.trim()).filter((id) => id.length > 0 && id.length <= 256))].slice(0, 500) : undefined;
         return { value: ids, failed: !list.success };
-      } catch {
-        return { value: undefined, failed: true };
+      } catch (e) {
+        // An endpoint that answers it has no list (404, not JSON) has none: kept as an answer is.
+        return { value: undefined, failed: !(e instanceof NotThis) };
       }
     },
     clock,
