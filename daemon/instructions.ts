@@ -1,10 +1,11 @@
 // `lnk-link-harness instructions`: the system prompt a turn would send now, section by section, each
 // with its owner, its size and its limit (the contract's `prompt`). Loaded only for this command.
 import { existsSync } from "node:fs";
-import { InvalidNameError, checkThread, paths, readSettings, readToolsList } from "../store/index.js";
+import { readSettings, readToolsList } from "../store/index.js";
 import { SECTION_DEFAULTS, composeSections } from "../turn/sections.js";
 import { TOOL_SEPARATOR } from "../turn/tools.js";
 import { UsageError, agentRef, type AgentOptions } from "./cli.js";
+import { namedConversation } from "./thread-arg.js";
 import { discoverTools } from "./tools/discover.js";
 
 /**
@@ -24,15 +25,7 @@ export function instructionsReport(o: AgentOptions, thread: string | undefined):
   if (!settings) throw new UsageError(`the agent has no settings: run lnk-link-harness configure --agent ${o.agent}`);
   let allowed: string[] | undefined;
   if (thread !== undefined) {
-    try {
-      checkThread(thread);
-    } catch (e) {
-      if (e instanceof InvalidNameError) throw new UsageError(e.message);
-      throw e;
-    }
-    const conv = paths(agent).conversation(thread);
-    if (!existsSync(conv.dir)) throw new UsageError(`no conversation ${JSON.stringify(thread)} in ${paths(agent).chats}`);
-    allowed = readToolsList(conv);
+    allowed = readToolsList(namedConversation(agent, thread));
   }
   const tools = toolNames(settings.tools, allowed).map((tool) => ({ tool }));
   const sections = composeSections(agent, settings, tools);

@@ -1,10 +1,10 @@
 // `lnk-link-harness usage`: what each conversation cost and what the provider's cache held, as a
 // table for people or as JSON (figures from turn/usage.ts, which /status reads too).
 import { existsSync } from "node:fs";
-import { InvalidNameError, checkThread, paths } from "../store/index.js";
 import type { AgentUsage, Fall, UsageFigures } from "../protocol/index.js";
 import { agentUsage } from "../turn/usage.js";
 import { UsageError, agentRef, type AgentOptions } from "./cli.js";
+import { namedConversation } from "./thread-arg.js";
 
 /** A count as a person reads it: 950, 12.3k, 4.56M. */
 export function human(n: number): string {
@@ -84,15 +84,7 @@ export function renderUsage(u: AgentUsage): string {
 export function printUsage(o: AgentOptions, thread: string | undefined, since: Date | undefined, json: boolean): void {
   const agent = agentRef(o);
   if (!existsSync(o.agent)) throw new UsageError(`no agent folder at ${o.agent}`);
-  if (thread !== undefined) {
-    try {
-      checkThread(thread);
-    } catch (e) {
-      if (e instanceof InvalidNameError) throw new UsageError(e.message);
-      throw e;
-    }
-    if (!existsSync(paths(agent).conversation(thread).dir)) throw new UsageError(`no conversation ${JSON.stringify(thread)} in ${paths(agent).chats}`);
-  }
+  if (thread !== undefined) namedConversation(agent, thread);
   const u = agentUsage(agent, { ...(thread !== undefined ? { thread } : {}), ...(since ? { since } : {}) });
   process.stdout.write(`${json ? JSON.stringify(u, null, 2) : renderUsage(u)}\n`);
 }
