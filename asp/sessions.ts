@@ -12,7 +12,6 @@ import {
   describeIssues,
   type AspImported,
   type AspKind,
-  type Event,
   type Numbered,
 } from "../protocol/index.js";
 import { EXPORTED } from "./export.js";
@@ -29,21 +28,6 @@ export interface ExportedSessions {
   sessions: SessionForm[];
   /** What was not carried, by its path from the agent's folder, and why. */
   left: { path: string; why: string }[];
-}
-
-/**
- * A conversation's events in the portable form: a fork's `event` becomes the position in the list of
- * the last event it shares (events on disk are numbered from 1 with no gap, so it is most often the same).
- */
-function portable(events: readonly Numbered[]): Event[] {
-  return events.map(({ event }) => {
-    if (event.kind !== "command" || event.event === undefined) return event;
-    const at = event.event;
-    let position = 0;
-    while (position < events.length && (events[position]?.n ?? Infinity) <= at) position++;
-    // A fork of nothing read back keeps its number: it was never a fork of this chat's events.
-    return position === 0 ? event : { ...event, event: position };
-  });
 }
 
 /**
@@ -79,7 +63,8 @@ export function exportSessions(agent: AgentRef, max = EXPORT_SESSIONS_BYTES): Ex
       left.push({ path, why: e.message });
       continue;
     }
-    const session: SessionForm = { thread, events: portable(events) };
+    // Read from the first until the first number missing: a fork's `event` is its position in the list.
+    const session: SessionForm = { thread, events: events.map((e) => e.event) };
     const size = JSON.stringify(session).length;
     if (bytes + size > max) {
       left.push({ path, why: `past the export's limit of ${max} bytes of sessions` });

@@ -2,7 +2,7 @@
 // read it. Its events are the conversation's own, in order, as Link Harness keeps them (events.ts):
 // each message with its time, who it is from, the model that answered, its tool calls, their
 // answers, its thinking and parts, and the command events. A fork's `event` is a position in the
-// list (1 for the first event), never a number on some disk.
+// list (1 for the first event): events are numbered from 1 with no gap, and an import numbers them so.
 import { z } from "zod";
 import { Thread } from "./conversation.js";
 import { Event } from "./events.js";

@@ -207,8 +207,18 @@ describe("sessions both ways", { timeout: 180_000 }, () => {
     mkdirSync(join(dir, "outside"));
     writeFileSync(join(dir, "outside", "000000000001.json"), readFileSync(join(dir, "config.json")));
     symlinkSync(join(dir, "outside"), join(dir, "chats", "linked"));
-    expect((await exported(c, ["sessions"])).sessions).toEqual([{ thread: "fine", events: [] }]);
+    // A conversation with a number missing gives its events up to it, and names the rest.
+    const event = { v: 1, time: "2026-01-02T03:04:05.000Z", kind: "message", role: "user", text: "hi", header: "[Fri 2026-01-02 03:04]" };
+    mkdirSync(join(dir, "chats", "gap"));
+    writeFileSync(join(dir, "chats", "gap", "000000000001.json"), JSON.stringify(event));
+    writeFileSync(join(dir, "chats", "gap", "000000000003.json"), JSON.stringify({ ...event, text: "after" }));
+    expect((await exported(c, ["sessions"])).sessions).toEqual([
+      { thread: "fine", events: [] },
+      { thread: "gap", events: [event] },
+    ]);
     await d.waitForLog(/left out of the export.*chats\/bad/);
+    await d.waitForLog(/left out of the export.*chats\/gap.*after number 2/);
+    expect(d.stderr()).not.toContain("linked");
   });
 });
 
