@@ -1,6 +1,7 @@
 // ASP over ACP: `_asp/export` gives what `state export` prints, the agent's own instructions, skills
 // and memory, with every conversation in the portable session form; `_asp/import` takes sessions in.
 // DESIGN.md "ACP mapping", man lnk-link-harness-acp(7) and lnk-link-harness-session(5).
+import { z } from "zod";
 import { ASP_KINDS, AspExportParams, AspImportParams, describeIssues, type AspImportResult, type AspLeftBehind, type AspState } from "../protocol/index.js";
 import type { AgentRef } from "../store/index.js";
 import { exportState } from "../asp/export.js";
@@ -32,7 +33,8 @@ export function aspExport(raw: unknown, agent: AgentRef, served: readonly string
  * other kind in it is left behind, named. Invalid params are refused whole, with nothing written.
  */
 export async function aspImport(raw: unknown, agent: AgentRef, served: readonly string[]): Promise<AspImportResult> {
-  const parsed = AspImportParams.safeParse(raw ?? {});
+  // The sessions are checked by importSessions, which names an event's wrong field by its kind.
+  const parsed = AspImportParams.extend({ sessions: z.unknown() }).safeParse(raw ?? {});
   if (!parsed.success) throw new ParamsError(describeIssues(parsed.error));
   const { _meta, sessions, ...rest } = parsed.data;
   parseLink(SessionLink, _meta, served);
@@ -45,7 +47,7 @@ export async function aspImport(raw: unknown, agent: AgentRef, served: readonly 
     }
   }
   try {
-    const imported = await importSessions(agent, sessions ?? []);
+    const imported = await importSessions(agent, sessions === undefined || sessions === null ? [] : sessions);
     return { imported, leftBehind };
   } catch (e) {
     if (e instanceof InvalidSessions) throw new ParamsError(e.message);

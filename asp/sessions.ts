@@ -3,8 +3,15 @@
 // session taken in written as a new conversation whose events, read back, give the same form again.
 import { lstatSync, mkdirSync, rmSync } from "node:fs";
 import { join } from "node:path";
+import { z } from "zod";
 import {
+  AssistantMessage,
+  Command,
+  EVENT_KINDS,
+  Failure,
   SessionForm,
+  ToolResult,
+  UserMessage,
   StoreError,
   Thread,
   THREAD_MAX,
@@ -84,14 +91,51 @@ export class InvalidSessions extends Error {
   }
 }
 
+/** How many faults of the sessions an answer names. */
+const FAULTS_NAMED = 10;
+
+/** The schema an event says it is of, by its kind (and a message's role). */
+function schemaOf(event: unknown): z.ZodType | undefined {
+  if (typeof event !== "object" || event === null) return undefined;
+  const { kind, role } = event as { kind?: unknown; role?: unknown };
+  if (kind === EVENT_KINDS.message) return role === "user" ? UserMessage : role === "assistant" ? AssistantMessage : undefined;
+  if (kind === EVENT_KINDS.toolResult) return ToolResult;
+  if (kind === EVENT_KINDS.command) return Command;
+  if (kind === EVENT_KINDS.failure) return Failure;
+  return undefined;
+}
+
+/**
+ * The issues named by field: an event that is of no kind's schema ("Invalid input" of the union) is
+ * checked again against the schema its kind names, so the answer says which of its fields is wrong.
+ */
+function eventFaults(raw: unknown, error: z.ZodError): string {
+  const issues = error.issues.slice(0, FAULTS_NAMED).flatMap((issue) => {
+    const [i, events, j] = issue.path;
+    if (issue.code !== "invalid_union" || events !== "events" || issue.path.length !== 3 || !Array.isArray(raw)) return [issue];
+    const event: unknown = (raw[Number(i)] as { events?: unknown[] } | undefined)?.events?.[Number(j)];
+    if (typeof event !== "object" || event === null || Array.isArray(event)) return [{ ...issue, message: "an event is a JSON object" }];
+    const schema = schemaOf(event);
+    if (!schema) {
+      const kinds = Object.values(EVENT_KINDS).join(", ");
+      return [{ ...issue, path: [...issue.path, "kind"], message: `an event's kind is one of ${kinds} (a message's role user or assistant)` }];
+    }
+    const again = schema.safeParse(event);
+    return again.success ? [issue] : again.error.issues.map((e) => ({ ...e, path: [...issue.path, ...e.path] }));
+  });
+  const named = issues.slice(0, FAULTS_NAMED).map((issue) => ({ ...issue, path: ["sessions", ...issue.path] }));
+  const more = error.issues.length > FAULTS_NAMED ? ` (and ${error.issues.length - FAULTS_NAMED} more)` : "";
+  return `${describeIssues(new z.ZodError(named))}${more}`;
+}
+
 /** Checks sessions whole before anything is written: each of the form, each event within the store's limit. */
 export function checkSessions(raw: unknown): SessionForm[] {
   const parsed = SessionForm.array().safeParse(raw);
-  if (!parsed.success) throw new InvalidSessions(`invalid sessions: ${describeIssues(parsed.error)}`);
+  if (!parsed.success) throw new InvalidSessions(eventFaults(raw, parsed.error));
   parsed.data.forEach((s, i) =>
     s.events.forEach((e, j) => {
       const size = JSON.stringify(e).length + 1;
-      if (size > LIMITS.event) throw new InvalidSessions(`invalid sessions: ${i}.events.${j}: an event of ${size} characters, over the limit of ${LIMITS.event}`);
+      if (size > LIMITS.event) throw new InvalidSessions(`sessions.${i}.events.${j}: an event of ${size} characters, over the limit of ${LIMITS.event}`);
     }),
   );
   return parsed.data;

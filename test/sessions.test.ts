@@ -180,8 +180,12 @@ describe("sessions both ways", { timeout: 180_000 }, () => {
     for (const [params, field] of [
       [{ sessions: [good, { ...good, thread: "../x" }] }, "sessions.1.thread"],
       [{ sessions: [good, { ...good, thread: "a/b" }] }, "sessions.1.thread"],
-      [{ sessions: [good, { thread: "t", events: [{ ...good.events[0], time: "yesterday" }] }] }, "sessions.1.events.0"],
+      [{ sessions: [good, { thread: "t", events: [{ ...good.events[0], time: "yesterday" }] }] }, "sessions.1.events.0.time"],
       [{ sessions: [good, { thread: "t" }] }, "sessions.1.events"],
+      // An event of no kind's schema is named by the field its kind's schema finds wrong.
+      [{ sessions: [good, { thread: "t", events: [{ ...good.events[0], role: "assistant" }] }] }, "sessions.1.events.0.model"],
+      [{ sessions: [good, { thread: "t", events: [{ ...good.events[0], kind: "note" }] }] }, "sessions.1.events.0.kind"],
+      [{ sessions: [good, { thread: "t", events: [good.events[0], 5] }] }, "sessions.1.events.1: an event is a JSON object"],
       [{ sessions: [good, { ...good, extra: 1 }] }, "sessions.1"],
       [{ sessions: "all" }, "sessions"],
       [{ sessions: [good], bogus: 1 }, "bogus"],
