@@ -47,7 +47,7 @@ export async function aspImport(raw: unknown, agent: AgentRef, served: readonly 
     }
   }
   try {
-    const imported = await importSessions(agent, sessions === undefined || sessions === null ? [] : sessions);
+    const imported = await importSessions(agent, sessions === undefined ? [] : sessions);
     return { imported, leftBehind };
   } catch (e) {
     if (e instanceof InvalidSessions) throw new ParamsError(e.message);

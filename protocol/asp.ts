@@ -40,10 +40,9 @@ export interface AspImported {
   events: number;
 }
 
-/** What an import did not carry, and why: a kind, or one session of it by its thread. */
+/** What an import did not carry, by its kind, and why. */
 export interface AspLeftBehind {
   kind: AspKind;
-  thread?: string;
   why: string;
 }
 

@@ -33,7 +33,7 @@ function daemon(dir: string): Daemon {
 const text = (s: string): ContentBlock[] => [{ type: "text", text: s }];
 const Imported = z.object({
   imported: z.array(z.object({ kind: z.literal("sessions"), thread: z.string(), as: z.string(), events: z.number() }).strict()),
-  leftBehind: z.array(z.object({ kind: z.string(), thread: z.string().optional(), why: z.string() }).strict()),
+  leftBehind: z.array(z.object({ kind: z.string(), why: z.string() }).strict()),
 });
 
 async function exported(c: Client, kinds?: string[]): Promise<AspState> {
@@ -188,6 +188,7 @@ describe("sessions both ways", { timeout: 180_000 }, () => {
       [{ sessions: [good, { thread: "t", events: [good.events[0], 5] }] }, "sessions.1.events.1: an event is a JSON object"],
       [{ sessions: [good, { ...good, extra: 1 }] }, "sessions.1"],
       [{ sessions: "all" }, "sessions"],
+      [{ sessions: null }, "sessions: Invalid input: expected array, received null"],
       [{ sessions: [good], bogus: 1 }, "bogus"],
       [{ sessions: [good], _meta: { link: { agent: "another" } } }, "_meta.link.agent"],
     ] as const) {
