@@ -16,7 +16,7 @@ import { LinkConnection, withLinkMethods } from "./link.js";
 import { NewSessionLink, OVERSIZED_METHOD, ParamsError, PromptLink, SessionLink, TOO_DEEP_METHOD, parseLink, servedAgent } from "./meta.js";
 import { configOptions, setModel } from "./model.js";
 import { availableCommands } from "./commands.js";
-import { ASP_EXPORT, aspExport } from "./asp.js";
+import { ASP_EXPORT, ASP_IMPORT, aspExport, aspImport } from "./asp.js";
 import { parseCommand, runCommand, type CommandContext } from "../turn/commands.js";
 import { replay } from "./replay.js";
 import { Sessions, type SessionState } from "./sessions.js";
@@ -330,6 +330,11 @@ export function createAgentApp(state: AcpState, outbox: Outbox, connection = new
       ASP_EXPORT,
       z.unknown(),
       guard(({ params }) => aspExport(params, deps.agent, served, log)),
+    )
+    .onRequest(
+      ASP_IMPORT,
+      z.unknown(),
+      guard(({ params }) => aspImport(params, deps.agent, served)),
     )
     // A method this agent doesn't serve, in plain words (the SDK's own quotes its words: "\"Method not found\": x").
     .onRequest("*", ({ method }) => {

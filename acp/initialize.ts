@@ -9,8 +9,8 @@ const CONTRACT = 2;
 
 /** What `initialize` says under `agentCapabilities._meta`. */
 export const INITIALIZE_META = {
-  // What `_asp/export` gives (asp/export.ts EXPORTED; sessions not yet) and `_asp/import` takes (nothing yet).
-  link: { contract: CONTRACT, agentState: { export: ["instructions", "skills", "memory"] as string[], import: [] as string[] } },
+  // What `_asp/export` gives and `_asp/import` takes (asp/sessions.ts ENDPOINT_EXPORTED, ENDPOINT_IMPORTED; a test holds them equal).
+  link: { contract: CONTRACT, agentState: { export: ["instructions", "skills", "memory", "sessions"] as string[], import: ["sessions"] as string[] } },
 } as const;
 
 /** Stands in for a message too large to read (daemon/lines.ts), so its request still gets an answer. */

@@ -1,7 +1,7 @@
 // Link Harness's own Contract: what it says of itself when asked `contract` (spec: contract.txt).
 // It claims a part of the contract, or a feature, only once it works.
 import { CONTRACT_VERSION, FEATURES, type Contract, type Feature } from "../protocol/index.js";
-import { EXPORTED } from "../asp/export.js";
+import { ENDPOINT_EXPORTED, ENDPOINT_IMPORTED } from "../asp/sessions.js";
 
 /** Features not built yet: left out of the list, so Link refuses a spec that turns one on. */
 export const NOT_BUILT: readonly Feature[] = [];
@@ -36,8 +36,12 @@ export function contract(): Contract {
     acp: true,
     // It answers `instructions`: the system prompt a turn would send, by section.
     prompt: true,
-    // Its endpoint's _asp/export gives the agent's own instructions, skills and memory; it takes nothing in yet.
-    state: { export: [...EXPORTED], import: [] },
+    // Its endpoint's _asp/export gives the agent's own instructions, skills and memory and its
+    // conversations; _asp/import takes sessions, each written as a new conversation.
+    state: { export: [...ENDPOINT_EXPORTED], import: [...ENDPOINT_IMPORTED] },
+    // What a session imported keeps and uses besides text: its tool calls and their answers, the
+    // model's thinking (sent back with its calls), images and documents (embedded resources) as parts.
+    session_content: ["tools", "thinking", "images", "resources"],
     // It reads memory/notes.md at each turn.
     notes: true,
     native_memory: false,

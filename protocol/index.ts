@@ -4,6 +4,7 @@ export * from "./events.js";
 export * from "./conversation.js";
 export * from "./agents.js";
 export * from "./asp.js";
+export * from "./session-form.js";
 export * from "./model-facts.js";
 export * from "./errors.js";
 export * from "./names.js";

@@ -71,7 +71,7 @@ describe("initialize and sessions", () => {
       promptCapabilities: { image: true, embeddedContext: true },
       mcpCapabilities: { http: true },
       sessionCapabilities: { list: {}, resume: {}, close: {} },
-      _meta: { link: { contract: 2, agentState: { export: ["instructions", "skills", "memory"], import: [] } } },
+      _meta: { link: { contract: 2, agentState: { export: ["instructions", "skills", "memory", "sessions"], import: ["sessions"] } } },
     });
     conn.close();
   });

@@ -173,10 +173,14 @@ describe("_asp/export over ACP", { timeout: 60_000 }, () => {
         const contract = Contract.parse(JSON.parse((await cli(["contract"])).stdout));
         // What initialize advertises is what the contract claims.
         expect(init.agentCapabilities?._meta).toMatchObject({ link: { agentState: contract.state } });
-        expect(contract.state).toEqual({ export: ["instructions", "skills", "memory"], import: [] });
+        expect(contract.state).toEqual({ export: ["instructions", "skills", "memory", "sessions"], import: ["sessions"] });
 
-        expect(await c.agent.request("_asp/export", {})).toEqual(JSON.parse(printed.stdout));
-        expect(await c.agent.request("_asp/export", { kinds: ["memory", "sessions"] })).toEqual({ memory: [{ path: "memory/notes.md", text: "Gate 4417.\n", source: "link" }] });
+        // And every conversation (none yet) as sessions.
+        expect(await c.agent.request("_asp/export", {})).toEqual({ ...JSON.parse(printed.stdout), sessions: [] });
+        expect(await c.agent.request("_asp/export", { kinds: ["memory", "sessions"] })).toEqual({
+          memory: [{ path: "memory/notes.md", text: "Gate 4417.\n", source: "link" }],
+          sessions: [],
+        });
         expect(await c.agent.request("_asp/export", { kinds: [], _meta: { link: { agent: dir.split("/").at(-1) } } })).toEqual({});
         for (const [params, field] of [
           [{ kinds: ["everything"] }, "kinds.0"],

@@ -378,6 +378,31 @@ function shaped(fields: Record<string, fc.Arbitrary<unknown>>, required: string[
   return fc.oneof({ weight: 10, arbitrary: record }, { weight: 1, arbitrary: weird }, { weight: 1, arbitrary: fc.constant(undefined) });
 }
 
+/** An event of the session form: mostly one of each kind that holds, sometimes one a field off. */
+const time = fc.oneof({ weight: 6, arbitrary: fc.date({ min: new Date(0), max: new Date(4e12), noInvalidDate: true }).map((d) => d.toISOString()) }, { weight: 1, arbitrary: fc.string({ maxLength: 30 }) });
+const formEvent = fc.oneof(
+  fc.record({ v: fc.constant(1), time, kind: fc.constant("message"), role: fc.constant("user"), text: fc.string({ maxLength: 40 }), header: fc.string({ maxLength: 20 }) }),
+  fc.record(
+    {
+      v: fc.constant(1),
+      time,
+      kind: fc.constant("message"),
+      role: fc.constant("assistant"),
+      text: fc.string({ maxLength: 40 }),
+      model: fc.string({ maxLength: 10 }),
+      provider: fc.string({ maxLength: 10 }),
+      latency_ms: fc.nat(),
+      stop: fc.constantFrom("end_turn", "tool_calls", "stopped"),
+      thinking: fc.record({ reasoning_content: fc.string({ maxLength: 20 }) }),
+      tool_calls: fc.array(fc.record({ id: fc.string({ maxLength: 6 }), name: fc.string({ maxLength: 10 }), arguments: fc.string({ maxLength: 20 }) }), { maxLength: 2 }),
+    },
+    { requiredKeys: ["v", "time", "kind", "role", "text", "model", "provider", "latency_ms", "stop"] },
+  ),
+  fc.record({ v: fc.constant(1), time, kind: fc.constant("tool_result"), call_id: fc.string({ maxLength: 6 }), tool: fc.string({ maxLength: 10 }), text: fc.string({ maxLength: 40 }), error: fc.boolean() }),
+  fc.record({ v: fc.constant(1), time, kind: fc.constant("command"), name: fc.constantFrom("/model:set", "/chat:create", "/chat:fork", "/new"), conversation: fc.oneof(fc.constant("b"), hostile), event: fc.integer({ min: -1, max: 5 }) }, { requiredKeys: ["v", "time", "kind", "name"] }),
+);
+const formSession = fc.record({ thread: mostly(fc.oneof({ weight: 3, arbitrary: fc.constantFrom(MAIN, "moved", "moved-2") }, { weight: 1, arbitrary: threadish })), events: mostly(fc.array(mostly(formEvent), { maxLength: 4 })) });
+
 const PARAMS: Record<string, fc.Arbitrary<unknown>> = {
   initialize: shaped({ protocolVersion: fc.oneof(fc.integer({ min: -2, max: 3 }), weird), clientCapabilities: fc.oneof(fc.constant({}), weird), _meta: meta }, ["protocolVersion"]),
   "session/new": shaped({ cwd, mcpServers: servers, _meta: meta }, ["cwd", "mcpServers"]),
@@ -390,6 +415,10 @@ const PARAMS: Record<string, fc.Arbitrary<unknown>> = {
     ["sessionId", "configId", "value"],
   ),
   "session/prompt": shaped({ sessionId, prompt: mostly(fc.array(block, { maxLength: 3 })), _meta: meta }, ["sessionId", "prompt"]),
+  "_asp/import": shaped(
+    { sessions: mostly(fc.array(formSession, { maxLength: 3 })), instructions: mostly(fc.string({ maxLength: 20 })), memory: mostly(fc.constant([])), _meta: meta },
+    [],
+  ),
   "_asp/export": shaped({ kinds: mostly(fc.array(fc.oneof(fc.constantFrom("sessions", "instructions", "skills", "tools", "memory", "settings"), fc.string()), { maxLength: 3 })), _meta: meta }, []),
 };
 
@@ -417,7 +446,14 @@ async function check(method: string, params: unknown, idKind: number): Promise<v
     return;
   }
   if (READ_ONLY.has(method)) expect(changed, what).toEqual([]);
-  // What a request writes is its own conversation's.
+  // What a request writes is its own conversation's; an import's, the new conversations it names.
+  if (method === "_asp/import") {
+    const made = z.object({ imported: z.array(z.object({ as: z.string() }).loose()) }).loose().parse(answer.result).imported.map((i) => `chats${sep}${i.as}`);
+    expect(changed.filter((l) => !made.some((m) => l === m || l.startsWith(`${m}${sep}`))), what).toEqual([]);
+    // Each is new: nothing of a conversation that was there before changed.
+    expect(before.filter((l) => made.some((m) => l === m || l.startsWith(`${m}${sep}`))), what).toEqual([]);
+    return;
+  }
   const own = z.object({ sessionId: z.string() }).safeParse(method === "session/new" ? answer.result : params);
   const prefix = own.success ? `chats${sep}${own.data.sessionId}${sep}` : "(none)";
   expect(changed.filter((l) => !l.startsWith(prefix)), what).toEqual([]);
@@ -469,7 +505,7 @@ describe("every request the daemon serves, fuzzed", () => {
     const method = fc.oneof(
       fc.string().filter((m) => !known.has(m)),
       fc.string().map((s) => `_link/${s}`).filter((m) => !LINK_SERVED.has(m)),
-      fc.constantFrom("_link/oversized", "_asp/import", "session/fork", "session/set_model", "session/delete", "authenticate"),
+      fc.constantFrom("_link/oversized", "session/fork", "session/set_model", "session/delete", "authenticate"),
     );
     await fc.assert(
       fc.asyncProperty(method, fc.oneof(weird, fc.record({ bytes: fc.integer(), max: fc.integer() })), fc.nat({ max: 2 }), async (m, p, idKind) => {

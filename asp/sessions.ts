@@ -1,0 +1,210 @@
+// Sessions both ways, in the portable session form (protocol/session-form.ts, man
+// lnk-link-harness-session(5)): every conversation of the agent given out as it is kept, and a
+// session taken in written as a new conversation whose events, read back, give the same form again.
+import { lstatSync, mkdirSync, rmSync } from "node:fs";
+import { join } from "node:path";
+import { z } from "zod";
+import {
+  AssistantMessage,
+  Command,
+  EVENT_KINDS,
+  Failure,
+  SessionForm,
+  ToolResult,
+  UserMessage,
+  StoreError,
+  Thread,
+  THREAD_MAX,
+  THREAD_MAX_BYTES,
+  describeIssues,
+  type AspImported,
+  type AspKind,
+  type Numbered,
+} from "../protocol/index.js";
+import { EXPORTED } from "./export.js";
+import { LIMITS, appendEvent, forgetEvents, isErrno, listEventNumbers, listThreads, paths, readEventsFrom, type AgentRef } from "../store/index.js";
+
+/** The kinds an endpoint's `_asp/export` gives (`state export`'s and sessions), and `_asp/import` takes. */
+export const ENDPOINT_EXPORTED = [...EXPORTED, "sessions"] as const satisfies readonly AspKind[];
+export const ENDPOINT_IMPORTED = ["sessions"] as const satisfies readonly AspKind[];
+
+/** The most text an export gives of sessions; the conversations past it are left out, and named. */
+export const EXPORT_SESSIONS_BYTES = 256 * 1024 * 1024;
+
+export interface ExportedSessions {
+  sessions: SessionForm[];
+  /** What was not carried, by its path from the agent's folder, and why. */
+  left: { path: string; why: string }[];
+}
+
+/**
+ * Every conversation of the agent, each read whole through the store (never through a link), in the
+ * order of their threads' names; at most EXPORT_SESSIONS_BYTES of them. What can't be read is left out and named.
+ */
+export function exportSessions(agent: AgentRef, max = EXPORT_SESSIONS_BYTES): ExportedSessions {
+  const p = paths(agent);
+  const sessions: SessionForm[] = [];
+  const left: ExportedSessions["left"] = [];
+  let threads: string[];
+  try {
+    threads = listThreads(p.chats);
+  } catch (e) {
+    if (!(e instanceof StoreError)) throw e;
+    return { sessions, left: [{ path: "chats", why: e.message }] };
+  }
+  let bytes = 0;
+  for (const thread of threads) {
+    const path = `chats/${thread}`;
+    if (!Thread.safeParse(thread).success) {
+      left.push({ path, why: "not a thread's name" });
+      continue;
+    }
+    const conv = p.conversation(thread);
+    let events: Numbered[];
+    try {
+      events = readEventsFrom(conv, 1);
+      const last = listEventNumbers(conv).at(-1) ?? 0;
+      if (last > events.length) left.push({ path, why: `its events after number ${events.length + 1}, which is missing` });
+    } catch (e) {
+      if (!(e instanceof StoreError)) throw e;
+      left.push({ path, why: e.message });
+      continue;
+    }
+    // Read from the first until the first number missing: a fork's `event` is its position in the list.
+    const session: SessionForm = { thread, events: events.map((e) => e.event) };
+    const size = JSON.stringify(session).length;
+    if (bytes + size > max) {
+      left.push({ path, why: `past the export's limit of ${max} bytes of sessions` });
+      continue;
+    }
+    bytes += size;
+    sessions.push(session);
+  }
+  return { sessions, left };
+}
+
+/** Sessions that are not of the portable form: nothing of them is written. */
+export class InvalidSessions extends Error {
+  constructor(message: string) {
+    super(message);
+    this.name = "InvalidSessions";
+  }
+}
+
+/** How many faults of the sessions an answer names. */
+const FAULTS_NAMED = 10;
+
+/** The schema an event says it is of, by its kind (and a message's role). */
+function schemaOf(event: unknown): z.ZodType | undefined {
+  if (typeof event !== "object" || event === null) return undefined;
+  const { kind, role } = event as { kind?: unknown; role?: unknown };
+  if (kind === EVENT_KINDS.message) return role === "user" ? UserMessage : role === "assistant" ? AssistantMessage : undefined;
+  if (kind === EVENT_KINDS.toolResult) return ToolResult;
+  if (kind === EVENT_KINDS.command) return Command;
+  if (kind === EVENT_KINDS.failure) return Failure;
+  return undefined;
+}
+
+/**
+ * The issues named by field: an event that is of no kind's schema ("Invalid input" of the union) is
+ * checked again against the schema its kind names, so the answer says which of its fields is wrong.
+ */
+function eventFaults(raw: unknown, error: z.ZodError): string {
+  const issues = error.issues.slice(0, FAULTS_NAMED).flatMap((issue) => {
+    const [i, events, j] = issue.path;
+    if (issue.code !== "invalid_union" || events !== "events" || issue.path.length !== 3 || !Array.isArray(raw)) return [issue];
+    const event: unknown = (raw[Number(i)] as { events?: unknown[] } | undefined)?.events?.[Number(j)];
+    if (typeof event !== "object" || event === null || Array.isArray(event)) return [{ ...issue, message: "an event is a JSON object" }];
+    const schema = schemaOf(event);
+    if (!schema) {
+      const kinds = Object.values(EVENT_KINDS).join(", ");
+      return [{ ...issue, path: [...issue.path, "kind"], message: `an event's kind is one of ${kinds} (a message's role user or assistant)` }];
+    }
+    const again = schema.safeParse(event);
+    return again.success ? [issue] : again.error.issues.map((e) => ({ ...e, path: [...issue.path, ...e.path] }));
+  });
+  const named = issues.slice(0, FAULTS_NAMED).map((issue) => ({ ...issue, path: ["sessions", ...issue.path] }));
+  const more = error.issues.length > FAULTS_NAMED ? ` (and ${error.issues.length - FAULTS_NAMED} more)` : "";
+  return `${describeIssues(new z.ZodError(named))}${more}`;
+}
+
+/** Checks sessions whole before anything is written: each of the form, each event within the store's limit. */
+export function checkSessions(raw: unknown): SessionForm[] {
+  const parsed = SessionForm.array().safeParse(raw);
+  if (!parsed.success) throw new InvalidSessions(eventFaults(raw, parsed.error));
+  parsed.data.forEach((s, i) =>
+    s.events.forEach((e, j) => {
+      const size = JSON.stringify(e).length + 1;
+      if (size > LIMITS.event) throw new InvalidSessions(`sessions.${i}.events.${j}: an event of ${size} characters, over the limit of ${LIMITS.event}`);
+    }),
+  );
+  return parsed.data;
+}
+
+/** The thread's name with `-<k>` at its end, cut to fit a thread's limits. */
+function withSuffix(thread: string, k: number): string {
+  if (k === 1) return thread;
+  const suffix = `-${k}`;
+  const chars = Array.from(thread);
+  for (let keep = chars.length; keep > 0; keep--) {
+    const name = chars.slice(0, keep).join("") + suffix;
+    if (Array.from(name).length <= THREAD_MAX && Buffer.byteLength(name) <= THREAD_MAX_BYTES && Thread.safeParse(name).success) return name;
+  }
+  return `imported${suffix}`;
+}
+
+/** Makes chats/ where missing; refuses a link or a file there. */
+function ensureChats(chats: string): void {
+  try {
+    mkdirSync(chats, { mode: 0o700 });
+  } catch (e) {
+    if (!isErrno(e, "EEXIST")) throw e;
+  }
+  const st = lstatSync(chats);
+  if (st.isSymbolicLink() || !st.isDirectory()) throw new StoreError(`refused: ${chats} is not a folder`, chats);
+}
+
+/** Takes a fresh thread for a session: its own name when free, else the first free `<name>-<k>`. Made here, so never another's. */
+function claimThread(chats: string, thread: string): string {
+  for (let k = 1; ; k++) {
+    const name = withSuffix(thread, k);
+    try {
+      mkdirSync(join(chats, name), { mode: 0o700 });
+      return name;
+    } catch (e) {
+      if (!isErrno(e, "EEXIST")) throw e;
+    }
+  }
+}
+
+/**
+ * Writes each session as a new conversation of the agent, in order, under a fresh thread (never one
+ * that exists). The sessions are checked whole first (InvalidSessions: nothing written); a write that
+ * fails removes every conversation this call made, and throws.
+ */
+export async function importSessions(agent: AgentRef, raw: unknown): Promise<AspImported[]> {
+  const sessions = checkSessions(raw);
+  const p = paths(agent);
+  const made: string[] = [];
+  const imported: AspImported[] = [];
+  try {
+    if (sessions.length > 0) ensureChats(p.chats);
+    for (const session of sessions) {
+      const as = claimThread(p.chats, session.thread);
+      made.push(join(p.chats, as));
+      const conv = p.conversation(as);
+      for (const [i, event] of session.events.entries()) {
+        const n = await appendEvent(conv, event);
+        // Another writer took this new conversation meanwhile: its numbers would no longer be the form's.
+        if (n !== i + 1) throw new StoreError(`conversation ${as} was written to while it was imported`, conv.dir);
+      }
+      imported.push({ kind: "sessions", thread: session.thread, as, events: session.events.length });
+    }
+  } catch (e) {
+    for (const dir of made) rmSync(dir, { recursive: true, force: true });
+    // What this process keeps of the removed conversations' events would no longer be true.
+    if (made.length > 0) forgetEvents();
+    throw e;
+  }
+  return imported;
+}
