@@ -1,7 +1,7 @@
 // The one-shot commands: configure and state.
 import { readFileSync } from "node:fs";
 import { StoreError } from "../protocol/index.js";
-import { SettingsError, parseSettings, paths, planIdentity, writeSettings, type AgentRef } from "../store/index.js";
+import { SettingsError, parseSettings, paths, planIdentity, planNotes, writeSettings, type AgentRef } from "../store/index.js";
 import { UsageError, agentRef, type AgentOptions } from "./cli.js";
 
 /** The most of settings read: what config.json may hold, and some room for the way it is written. */
@@ -34,9 +34,9 @@ async function readInput(file: string | undefined): Promise<string> {
 }
 
 /**
- * Validates settings and writes config.json through the store, and who the agent is into Link's block
- * of instruction.md (replaced, never added twice); nothing is written for bad input, nor for an
- * instruction.md that can't be written.
+ * Validates settings and writes config.json through the store, who the agent is into Link's block
+ * of instruction.md, and what it remembered into Link's note blocks of memory/notes.md (each replaced,
+ * never added twice); nothing is written for bad input, nor for a file that can't be written.
  */
 export async function configure(o: AgentOptions, file: string | undefined): Promise<void> {
   const text = await readInput(file);
@@ -55,8 +55,16 @@ export async function configure(o: AgentOptions, file: string | undefined): Prom
     if (e instanceof StoreError) throw new UsageError(`cannot write who the agent is: ${e.message}`);
     throw e;
   }
+  let notes;
+  try {
+    notes = planNotes(agent, "note", settings.remembered ?? []);
+  } catch (e) {
+    if (e instanceof StoreError) throw new UsageError(`cannot write what the agent remembered: ${e.message}`);
+    throw e;
+  }
   writeSettings(agent, settings);
   identity?.();
+  notes?.();
   process.stderr.write(`lnk-link-harness: settings written to ${paths(agent).config}\n`);
 }
 
