@@ -2,6 +2,7 @@
 // It claims a part of the contract, or a feature, only once it works.
 import { CONTRACT_VERSION, FEATURES, type Contract, type Feature } from "../protocol/index.js";
 import { EXPORTED } from "../asp/export.js";
+import { IMPORTED } from "../asp/state-import.js";
 
 /** Features not built yet: left out of the list, so Link refuses a spec that turns one on. */
 export const NOT_BUILT: readonly Feature[] = [];
@@ -36,8 +37,9 @@ export function contract(): Contract {
     acp: true,
     // It answers `instructions`: the system prompt a turn would send, by section.
     prompt: true,
-    // Its endpoint's _asp/export gives the agent's own instructions, skills and memory; it takes nothing in yet.
-    state: { export: [...EXPORTED], import: [] },
+    // Its endpoint's _asp/export gives the agent's own instructions, skills and memory; `state import`
+    // takes them in (sessions left behind, named). initialize's agentState claims what _asp/import takes.
+    state: { export: [...EXPORTED], import: [...IMPORTED] },
     // It reads memory/notes.md at each turn.
     notes: true,
     native_memory: false,

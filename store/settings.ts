@@ -16,7 +16,7 @@ export class SettingsError extends Error {
  * Where the JSON holds a key named `__proto__`, if anywhere. zod's records pass over such a key without
  * a word, so settings holding one would be written without it: they are refused instead.
  */
-function protoKey(raw: unknown): string | undefined {
+export function protoKey(raw: unknown): string | undefined {
   // A stack, not recursion: the input may be nested deeper than the call stack goes.
   const stack: [unknown, string][] = [[raw, ""]];
   for (let item = stack.pop(); item !== undefined; item = stack.pop()) {

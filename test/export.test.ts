@@ -171,9 +171,10 @@ describe("_asp/export over ACP", { timeout: 60_000 }, () => {
       try {
         const init = await c.agent.request(acp.methods.agent.initialize, { protocolVersion: acp.PROTOCOL_VERSION, clientCapabilities: {} });
         const contract = Contract.parse(JSON.parse((await cli(["contract"])).stdout));
-        // What initialize advertises is what the contract claims.
-        expect(init.agentCapabilities?._meta).toMatchObject({ link: { agentState: contract.state } });
-        expect(contract.state).toEqual({ export: ["instructions", "skills", "memory"], import: [] });
+        // What initialize advertises is what the contract claims: the same export; the contract's import is
+        // what `state import` takes, initialize's what _asp/import takes over ACP (nothing yet).
+        expect(init.agentCapabilities?._meta).toMatchObject({ link: { agentState: { export: contract.state?.export, import: [] } } });
+        expect(contract.state).toEqual({ export: ["instructions", "skills", "memory"], import: ["instructions", "skills", "memory"] });
 
         expect(await c.agent.request("_asp/export", {})).toEqual(JSON.parse(printed.stdout));
         expect(await c.agent.request("_asp/export", { kinds: ["memory", "sessions"] })).toEqual({ memory: [{ path: "memory/notes.md", text: "Gate 4417.\n", source: "link" }] });
