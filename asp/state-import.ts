@@ -6,7 +6,7 @@
 import { existsSync, lstatSync, renameSync, rmSync, statSync } from "node:fs";
 import { dirname, join } from "node:path";
 import { AspState, describeIssues, type AspKind, outsideBlock, splitNotes, withNotes, type Note } from "../protocol/index.js";
-import { InvalidNameError, TREE_LIMITS, checkNoLinks, checkThread, makeFolder, paths, planNotes, protoKey, readText, replaceFile, type AgentRef } from "../store/index.js";
+import { InvalidNameError, LIMITS, TREE_LIMITS, checkNoLinks, checkThread, makeFolder, paths, planNotes, protoKey, readText, replaceFile, type AgentRef } from "../store/index.js";
 
 /** The kinds `state import` takes (sessions are left behind, named). */
 export const IMPORTED = ["instructions", "skills", "memory"] as const satisfies readonly AspKind[];
@@ -50,6 +50,10 @@ export function checkState(raw: unknown): AspState {
   const parsed = AspState.safeParse(raw);
   if (!parsed.success) throw new ImportError(`invalid State: ${describeIssues(parsed.error)}`);
   const state = parsed.data;
+  // No more than a turn reads of instruction.md.
+  if (state.instructions !== undefined && Buffer.byteLength(state.instructions) > LIMITS.settings) {
+    throw new ImportError(`invalid State: instructions: over ${LIMITS.settings} bytes`);
+  }
   const names = new Set<string>();
   for (const [i, skill] of (state.skills ?? []).entries()) {
     try {

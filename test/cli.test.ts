@@ -368,6 +368,17 @@ describe.concurrent("a newcomer's first commands", () => {
     expect(readdirSync(dir)).toEqual([]);
   });
 
+  it("state import with a terminal for stdin says what it reads rather than waiting", async () => {
+    const dir = tempDir();
+    const r = await run("script", ["-qec", `"${process.execPath}" "${MAIN}" state import --agent "${dir}"`, "/dev/null"], {
+      env: { PATH: process.env.PATH ?? "", HOME: home },
+      ms: 15_000,
+    });
+    expect(r.code).toBe(2);
+    expect(r.stdout).toContain("state import reads the State as JSON from FILE or from stdin, and stdin is a terminal: name a FILE, or pipe the JSON in");
+    expect(readdirSync(dir)).toEqual([]);
+  });
+
   it("large settings on stdin are read whole, however the pipe hands them over", async () => {
     const dir = tempDir();
     const large = { model: { ...valid.model, params: { note: "n".repeat(900_000) } } };

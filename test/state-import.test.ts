@@ -114,6 +114,7 @@ describe("state import", { timeout: 60_000 }, () => {
       ["{", /the State is not JSON/],
       ["[]", /invalid State: \(top\)/],
       [JSON.stringify({ instructions: 3 }), /invalid State: instructions/],
+      [JSON.stringify({ instructions: big }), /invalid State: instructions: over 1048576 bytes/],
       [JSON.stringify({ tools: [] }), /invalid State: .*tools/],
       [JSON.stringify({ skills: [{ name: "../x", files: { "SKILL.md": "" } }] }), /invalid State: skills\.0\.name/],
       [JSON.stringify({ skills: [{ name: "x", files: { "SKILL.md": "", "../../etc/cron.d/x": "x" } }] }), /invalid State: skills\.0\.files: a path holds an empty part/],
