@@ -2,7 +2,7 @@
 // harness", "What it exports"): its instruction text outside Link's block, the skills it made, and its
 // memory files as notes. What Link wrote in (the identity's block, its skills' copies in the home, the
 // settings' remembered notes) is left out, so nothing comes back as the harness's own.
-import { AspState, IDENTITY_HEADINGS, outsideBlock, type AspKind } from "../protocol/index.js";
+import { AspState, IDENTITY_HEADINGS, outsideBlock, splitNotes, type AspKind } from "../protocol/index.js";
 import { listOwnSkills, paths, readStanding, readTree, type AgentRef } from "../store/index.js";
 
 /** The kinds `state export` gives (sessions are not given yet). */
@@ -45,6 +45,12 @@ export function exportState(agent: AgentRef, kinds: readonly AspKind[] = EXPORTE
   if (kinds.includes("memory")) {
     const tree = readTree(p.dir, p.memory);
     left.push(...tree.left);
+    // notes.md without Link's blocks (the settings' remembered, an import's notes): the agent's own only.
+    if (tree.files["notes.md"] !== undefined) {
+      const own = splitNotes(tree.files["notes.md"]).own;
+      if (own.trim()) tree.files["notes.md"] = own;
+      else delete tree.files["notes.md"];
+    }
     state.memory = Object.entries(tree.files).map(([path, text]) => ({ path: `memory/${path}`, text, source: "link" }));
   }
   // Checked as any reader of it will: what is given is valid ASP.

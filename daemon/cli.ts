@@ -26,6 +26,7 @@ export type Command =
   | { kind: "contract" }
   | { kind: "configure"; agent: AgentOptions; file?: string }
   | { kind: "state"; agent: AgentOptions; export: boolean }
+  | { kind: "state import"; agent: AgentOptions; file?: string }
   | { kind: "facts"; agent: AgentOptions; model?: string }
   | { kind: "usage"; agent: AgentOptions; thread?: string; since?: Date; json: boolean }
   | { kind: "instructions"; agent: AgentOptions; thread?: string }
@@ -36,6 +37,8 @@ export const USAGE = `usage:
   lnk-link-harness configure [--agent DIR] [FILE]  validate settings (FILE or stdin) and write config.json
   lnk-link-harness state [--agent DIR]             print the paths a move carries
   lnk-link-harness state export [--agent DIR]      print the agent's own instructions, skills and memory as ASP State
+  lnk-link-harness state import [--agent DIR] [FILE]
+                                                   take an ASP State (FILE or stdin) into the agent's folder
   lnk-link-harness facts [--agent DIR] [MODEL]     print the window and answer share a turn would use, and where each came from
   lnk-link-harness instructions [--agent DIR] [--thread T]
                                                    print the system prompt a turn would send now, by section
@@ -172,8 +175,13 @@ export function parseCommandLine(argv: string[], env: NodeJS.ProcessEnv = proces
     case "state": {
       only(["agent", "files", "home"], "state");
       const [sub, ...more] = rest;
+      if (sub === "import") {
+        if (more.length > 1) throw new UsageError("state import takes at most one FILE");
+        if (more[0] !== undefined) checkTilde("FILE", more[0]);
+        return { kind: "state import", agent, ...(more[0] !== undefined ? { file: resolve(more[0]) } : {}) };
+      }
       if (more.length > 0 || (sub !== undefined && sub !== "export")) {
-        throw new UsageError(`state takes only "export", got ${JSON.stringify(sub === "export" ? more[0] : sub)}`);
+        throw new UsageError(`state takes only "export" or "import", got ${JSON.stringify(sub === "export" ? more[0] : sub)}`);
       }
       return { kind: "state", agent, export: sub === "export" };
     }

@@ -1,29 +1,30 @@
 // The one-shot commands: configure and state.
-import { readFileSync } from "node:fs";
+import { readFileSync, statSync } from "node:fs";
 import { StoreError } from "../protocol/index.js";
-import { SettingsError, parseSettings, paths, planIdentity, writeSettings, type AgentRef } from "../store/index.js";
+import { SettingsError, parseSettings, paths, planIdentity, planNotes, writeSettings, type AgentRef } from "../store/index.js";
 import { UsageError, agentRef, type AgentOptions } from "./cli.js";
 
 /** The most of settings read: what config.json may hold, and some room for the way it is written. */
 const INPUT_MAX = 4 * 1024 * 1024;
 
 /**
- * The settings' text, from FILE or stdin. Stdin is read as a stream: a pipe whose writer is still
- * writing would make a synchronous read fail with EAGAIN.
+ * The input's text, from FILE or stdin, at most `max` bytes. Stdin is read as a stream: a pipe whose
+ * writer is still writing would make a synchronous read fail with EAGAIN. `terminal` says what to do
+ * when stdin is a terminal, since waiting silently on one would look like a hang.
  */
-async function readInput(file: string | undefined): Promise<string> {
-  // Waiting silently on a terminal would look like a hang.
-  if (file === undefined && process.stdin.isTTY) {
-    throw new UsageError("configure reads the settings as JSON from FILE or from stdin, and stdin is a terminal: name a FILE, or pipe the JSON in (configure --agent DIR < settings.json)");
-  }
+export async function readInput(file: string | undefined, terminal: string, max = INPUT_MAX): Promise<string> {
+  if (file === undefined && process.stdin.isTTY) throw new UsageError(terminal);
   try {
-    if (file !== undefined) return readFileSync(file, "utf8");
+    if (file !== undefined) {
+      if (statSync(file).size > max) throw new UsageError(`${file} holds more than ${max} bytes`);
+      return readFileSync(file, "utf8");
+    }
     const chunks: Buffer[] = [];
     let size = 0;
     for await (const chunk of process.stdin) {
       const bytes = Buffer.isBuffer(chunk) ? chunk : Buffer.from(String(chunk));
       size += bytes.length;
-      if (size > INPUT_MAX) throw new UsageError(`stdin holds more than ${INPUT_MAX} bytes: settings are far smaller`);
+      if (size > max) throw new UsageError(`stdin holds more than ${max} bytes`);
       chunks.push(bytes);
     }
     return Buffer.concat(chunks).toString("utf8");
@@ -34,12 +35,15 @@ async function readInput(file: string | undefined): Promise<string> {
 }
 
 /**
- * Validates settings and writes config.json through the store, and who the agent is into Link's block
- * of instruction.md (replaced, never added twice); nothing is written for bad input, nor for an
- * instruction.md that can't be written.
+ * Validates settings and writes config.json through the store, who the agent is into Link's block
+ * of instruction.md, and what it remembered into Link's note blocks of memory/notes.md (each replaced,
+ * never added twice); nothing is written for bad input, nor for a file that can't be written.
  */
 export async function configure(o: AgentOptions, file: string | undefined): Promise<void> {
-  const text = await readInput(file);
+  const text = await readInput(
+    file,
+    "configure reads the settings as JSON from FILE or from stdin, and stdin is a terminal: name a FILE, or pipe the JSON in (configure --agent DIR < settings.json)",
+  );
   let settings;
   try {
     settings = parseSettings(text);
@@ -55,8 +59,16 @@ export async function configure(o: AgentOptions, file: string | undefined): Prom
     if (e instanceof StoreError) throw new UsageError(`cannot write who the agent is: ${e.message}`);
     throw e;
   }
+  let notes;
+  try {
+    notes = planNotes(agent, "note", settings.remembered ?? []);
+  } catch (e) {
+    if (e instanceof StoreError) throw new UsageError(`cannot write what the agent remembered: ${e.message}`);
+    throw e;
+  }
   writeSettings(agent, settings);
   identity?.();
+  notes?.();
   process.stderr.write(`lnk-link-harness: settings written to ${paths(agent).config}\n`);
 }
 

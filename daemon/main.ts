@@ -28,6 +28,9 @@ async function run(command: Command): Promise<void> {
     case "state":
       await (await import("./commands.js")).printState(command.agent, command.export);
       return;
+    case "state import":
+      await (await import("./state-import.js")).importState(command.agent, command.file);
+      return;
     case "facts":
       process.stdout.write(await (await import("./facts.js")).factsReport(command.agent, command.model));
       return;

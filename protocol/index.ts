@@ -11,3 +11,4 @@ export * from "./names.js";
 export * from "./usage.js";
 export * from "./link.js";
 export * from "./identity.js";
+export * from "./notes.js";

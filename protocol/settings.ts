@@ -1,6 +1,12 @@
 // Settings: the agent's config.json, as `configure` takes them (spec: contract.txt, decisions.txt).
 import { z } from "zod";
 import { BLOCK_MARK } from "./identity.js";
+import { notePathFault, noteSourceFault, noteTextFault } from "./notes.js";
+
+/** Adds a fault found by a check as the issue of the value checked. */
+function fault(ctx: z.RefinementCtx, why: string | undefined): void {
+  if (why !== undefined) ctx.addIssue({ code: "custom", message: why });
+}
 
 const tokens = z.number().int().positive();
 
@@ -101,7 +107,14 @@ export const Identity = z
   .strict();
 export type Identity = z.infer<typeof Identity>;
 
-export const Note = z.object({ path: z.string().min(1), text: z.string(), source: z.string().min(1) }).strict();
+/** A note: its path on the harness it was remembered on, its text, and that harness (link, hermes, openclaw). */
+export const Note = z
+  .object({
+    path: z.string().min(1).superRefine((v, ctx) => fault(ctx, notePathFault(v))),
+    text: z.string().superRefine((v, ctx) => fault(ctx, noteTextFault(v))),
+    source: z.string().min(1).superRefine((v, ctx) => fault(ctx, noteSourceFault(v))),
+  })
+  .strict();
 export type Note = z.infer<typeof Note>;
 
 /** A tool the settings name: an http(s) URL (Streamable HTTP) or a command line (stdio). */

@@ -1,7 +1,7 @@
 // The agent's settings, instructions, skills and notes: read at each turn, written through the store.
 import { existsSync, readdirSync, statSync } from "node:fs";
 import { dirname, isAbsolute, join, resolve } from "node:path";
-import { Settings, StoreError, describeIssues, withBlock, type Identity, type Settings as SettingsT } from "../protocol/index.js";
+import { Settings, StoreError, describeIssues, withBlock, withNotes, type Identity, type Note, type NoteKind, type Settings as SettingsT } from "../protocol/index.js";
 import { checkNoLinks, isErrno, jsonFault, LIMITS, readText, replaceFile } from "./files.js";
 import { checkThread, paths, type AgentRef } from "./paths.js";
 
@@ -16,7 +16,7 @@ export class SettingsError extends Error {
  * Where the JSON holds a key named `__proto__`, if anywhere. zod's records pass over such a key without
  * a word, so settings holding one would be written without it: they are refused instead.
  */
-function protoKey(raw: unknown): string | undefined {
+export function protoKey(raw: unknown): string | undefined {
   // A stack, not recursion: the input may be nested deeper than the call stack goes.
   const stack: [unknown, string][] = [[raw, ""]];
   for (let item = stack.pop(); item !== undefined; item = stack.pop()) {
@@ -140,6 +140,23 @@ export function planIdentity(agent: AgentRef, identity: Identity | undefined): (
   if (made === (text ?? "")) return undefined;
   const mode = text === undefined ? 0o600 : statSync(p.instruction).mode & 0o777;
   return () => replaceFile(p.instruction, made, mode);
+}
+
+/**
+ * What writing notes into Link's blocks of memory/notes.md takes, checked before anything is written:
+ * a function that writes it, or undefined when the file is already as it would be. The blocks of
+ * `kind` become `notes` (those no longer given taken out, none added twice); the agent's own text and
+ * the blocks of the other kind are kept, and the file's mode. Never through a link.
+ */
+export function planNotes(agent: AgentRef, kind: NoteKind, notes: readonly Note[]): (() => void) | undefined {
+  const p = paths(agent);
+  checkNoLinks(p.dir, p.notes);
+  const text = readText(p.notes, { max: LIMITS.settings * 2, single: true });
+  const made = withNotes(text ?? "", kind, notes);
+  if (made === (text ?? "")) return undefined;
+  if (Buffer.byteLength(made) > LIMITS.settings * 2) throw new StoreError(`${p.notes}: with the notes it would be over ${LIMITS.settings * 2} bytes`, p.notes);
+  const mode = text === undefined ? 0o600 : statSync(p.notes).mode & 0o777;
+  return () => replaceFile(p.notes, made, mode);
 }
 
 /** What the agent remembered (memory/notes.md; at most `bytes` of it). */

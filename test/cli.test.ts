@@ -53,7 +53,7 @@ describe.concurrent("contract, --version, --help", () => {
     expect(r.stderr).toBe("");
     const contract = Contract.parse(JSON.parse(r.stdout));
     // Every key: a key left out means no, and the parts not built yet (the conversations commands,
-    // ASP state import) are left out.
+    // sessions carried by a switch) are left out.
     expect(contract).toEqual({
       version: 2,
       proxy: true,
@@ -368,6 +368,17 @@ describe.concurrent("a newcomer's first commands", () => {
     expect(readdirSync(dir)).toEqual([]);
   });
 
+  it("state import with a terminal for stdin says what it reads rather than waiting", async () => {
+    const dir = tempDir();
+    const r = await run("script", ["-qec", `"${process.execPath}" "${MAIN}" state import --agent "${dir}"`, "/dev/null"], {
+      env: { PATH: process.env.PATH ?? "", HOME: home },
+      ms: 15_000,
+    });
+    expect(r.code).toBe(2);
+    expect(r.stdout).toContain("state import reads the State as JSON from FILE or from stdin, and stdin is a terminal: name a FILE, or pipe the JSON in");
+    expect(readdirSync(dir)).toEqual([]);
+  });
+
   it("large settings on stdin are read whole, however the pipe hands them over", async () => {
     const dir = tempDir();
     const large = { model: { ...valid.model, params: { note: "n".repeat(900_000) } } };
@@ -478,7 +489,8 @@ describe("the README's way of using it", () => {
         const r = await run("sh", ["-ec", serves ? `${command} </dev/null` : command], { cwd: ROOT, env, ms: 50_000 });
         expect(r.code, `${written}\n${r.stderr}`).toBe(0);
         if (command.includes("acpx")) expect(r.stdout).toContain("echo: hello");
-        if (command.includes("state export")) expect(AspState.parse(JSON.parse(r.stdout))).toEqual({ skills: [], memory: [] });
+        if (command.includes("state export")) expect(AspState.parse(JSON.parse(readFileSync(join(userHome, "state.json"), "utf8")))).toEqual({ skills: [], memory: [] });
+        else if (command.includes("state import")) expect(r.stdout).toBe("nothing came: the State is empty\n");
         else if (command.includes("state")) expect(r.stdout).toContain(join(userHome, "agent"));
       }
     } finally {
@@ -491,7 +503,7 @@ describe("the README's way of using it", () => {
 describe("the command line, fuzzed", () => {
   it("any argv is a command or one line of usage error, never another failure", () => {
     const word = fc.oneof(
-      fc.constantFrom("--agent", "--agnet", "--files", "--home", "--socket", "--sokcet", "--agents", "--blank", "--port", "--prot", "--port=0", "65536", "-1", "8080", "--help", "-h", "-V", "--", "-x", "--agent=~/a", "configure", "state", "export", "contract", "serve", "usage", "--since", "--since=2026-11-30", "--json", "2026-11-30T21:00Z", "instructions", "--thread", "--thread=../x"),
+      fc.constantFrom("--agent", "--agnet", "--files", "--home", "--socket", "--sokcet", "--agents", "--blank", "--port", "--prot", "--port=0", "65536", "-1", "8080", "--help", "-h", "-V", "--", "-x", "--agent=~/a", "configure", "state", "export", "import", "contract", "serve", "usage", "--since", "--since=2026-11-30", "--json", "2026-11-30T21:00Z", "instructions", "--thread", "--thread=../x"),
       fc.string({ maxLength: 12 }),
       fc.string({ maxLength: 12 }).map((s) => `~${s}`),
       fc.string({ maxLength: 12 }).map((s) => `--${s}`),

@@ -33,6 +33,7 @@ const tokens = fc.integer({ min: 1, max: 2_000_000 });
 const seconds = fc.double({ min: 0.001, max: 86_400, noNaN: true });
 /** Keys JSON objects may hold that a JavaScript object treats specially. */
 const odd = fc.constantFrom("__proto__", "constructor", "prototype", "toString", "hasOwnProperty");
+const noteWord = fc.stringMatching(/^[a-z0-9][a-z0-9._-]{0,10}$/);
 const hostilePath = fc.constantFrom("../../etc/passwd", "/etc/shadow", "a/../../b", "notes\u0000.md", ".hidden", "C:\\x");
 
 const validSettings = fc.record(
@@ -55,7 +56,15 @@ const validSettings = fc.record(
       { maxKeys: 3 },
     ),
     identity: fc.record({ persona: text, owner: text, standing: text, skills: fc.array(fc.oneof(text, hostilePath), { maxLength: 3 }) }, { requiredKeys: [] }),
-    remembered: fc.array(fc.record({ path: fc.oneof(name, hostilePath), text, source: name }), { maxLength: 3 }),
+    // A note's path and source are words (man lnk-link-harness(1), "remembered"): a hostile one, sometimes.
+    remembered: fc.array(
+      fc.record({
+        path: fc.oneof({ weight: 4, arbitrary: fc.array(noteWord, { minLength: 1, maxLength: 3 }).map((p) => p.join("/")) }, { weight: 1, arbitrary: hostilePath }),
+        text,
+        source: fc.oneof({ weight: 6, arbitrary: noteWord }, { weight: 1, arbitrary: name }),
+      }),
+      { maxLength: 3 },
+    ),
     tools: fc.dictionary(fc.oneof({ weight: 6, arbitrary: fc.stringMatching(/^[a-z0-9][a-z0-9_-]{0,10}$/) }, { weight: 1, arbitrary: odd }), name, { maxKeys: 3 }),
     environment: fc.record({ files: fc.oneof(text, hostilePath), channels: fc.array(text, { maxLength: 3 }) }, { requiredKeys: [] }),
     verbosity: fc.constantFrom(...VERBOSITIES),

@@ -1,6 +1,6 @@
 // The instructions: sections in the order of how often each changes, least first, so a provider's
 // cache holds. Spec: "Where does Link Harness take its instructions from?" (decisions.txt).
-import { SECTION_NAMES, splitBlock, type SectionName, type Settings } from "../protocol/index.js";
+import { SECTION_NAMES, notesForTurn, splitBlock, splitNotes, type SectionName, type Settings } from "../protocol/index.js";
 import { listRepositorySkills, listSkills, paths, readNotes, readRepositoryInstructions, readStanding, repositoryOf, sectionBytes, type AgentRef } from "../store/index.js";
 import type { OfferedCall } from "./tools.js";
 
@@ -87,10 +87,13 @@ function skillsText(agent: AgentRef): string {
 
 function notesText(agent: AgentRef, settings: Settings, max: number): string {
   const parts: string[] = [];
-  const notes = readNotes(agent, sectionBytes(max))?.trim();
+  const file = readNotes(agent, sectionBytes(max)) ?? "";
+  const notes = notesForTurn(file);
   if (notes) parts.push(notes);
-  // What a switch left of what the agent remembered on other harnesses; Link's own notes are in notes.md.
+  // What a switch left of what the agent remembered that configure has not written into notes.md yet.
+  const written = new Set(splitNotes(file).blocks.map((b) => `${b.source} ${b.path}`));
   for (const note of settings.remembered ?? []) {
+    if (written.has(`${note.source} ${note.path}`)) continue;
     if (note.source !== "link" || !notes) parts.push(`(${note.source}: ${note.path})\n${note.text.trim()}`);
   }
   return parts.length ? `What you remember:\n${parts.join("\n\n")}` : "";

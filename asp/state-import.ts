@@ -1,0 +1,218 @@
+// An ASP State taken in (spec: contract.txt "Taken in a switch"): each text written where the agent's
+// file is missing or empty, each skill added whose name the agent has none of, the notes kept (its own,
+// by their paths under memory/, where missing or empty; another harness's, in Link's blocks of
+// memory/notes.md marked imported), and what was left behind named with why. Everything is checked
+// before anything is written: bad input writes nothing.
+import { existsSync, lstatSync, renameSync, rmSync, statSync } from "node:fs";
+import { dirname, join } from "node:path";
+import { AspState, describeIssues, type AspKind, outsideBlock, splitNotes, withNotes, type Note } from "../protocol/index.js";
+import { InvalidNameError, LIMITS, TREE_LIMITS, checkNoLinks, checkThread, makeFolder, paths, planNotes, protoKey, readText, replaceFile, type AgentRef } from "../store/index.js";
+
+/** The kinds `state import` takes (sessions are left behind, named). */
+export const IMPORTED = ["instructions", "skills", "memory"] as const satisfies readonly AspKind[];
+
+/** Bad input: the field and what is wrong with it, never its value. */
+export class ImportError extends Error {
+  constructor(message: string) {
+    super(message);
+    this.name = "ImportError";
+  }
+}
+
+export interface Imported {
+  /** What came in, each a line for a person. */
+  came: string[];
+  /** What was left behind, and why. */
+  left: string[];
+  /** Writes it all; nothing is written before. */
+  write: () => void;
+}
+
+/** The most bytes of a skill file's path. */
+const FILE_PATH_MAX = 256;
+
+/** Why a skill file's path is refused, or undefined: relative, plain parts, no deeper than a tree is read. */
+function filePathFault(path: string): string | undefined {
+  if (Buffer.byteLength(path) > FILE_PATH_MAX) return `over ${FILE_PATH_MAX} bytes`;
+  if (path.startsWith("/")) return "an absolute path";
+  // eslint-disable-next-line no-control-regex
+  if (/[\\\u0000-\u001f\u007f]/.test(path)) return "holds a backslash or a control character";
+  const parts = path.split("/");
+  if (parts.some((part) => part === "" || part === "." || part === "..")) return "holds an empty part, . or ..";
+  if (parts.length - 1 > TREE_LIMITS.depth) return `deeper than ${TREE_LIMITS.depth} folders`;
+  return undefined;
+}
+
+/** Checks the State whole: the first fault found, naming its field, is thrown. */
+export function checkState(raw: unknown): AspState {
+  const proto = protoKey(raw);
+  if (proto !== undefined) throw new ImportError(`invalid State: ${proto}: the key "__proto__" is not allowed`);
+  const parsed = AspState.safeParse(raw);
+  if (!parsed.success) throw new ImportError(`invalid State: ${describeIssues(parsed.error)}`);
+  const state = parsed.data;
+  // No more than a turn reads of instruction.md.
+  if (state.instructions !== undefined && Buffer.byteLength(state.instructions) > LIMITS.settings) {
+    throw new ImportError(`invalid State: instructions: over ${LIMITS.settings} bytes`);
+  }
+  const names = new Set<string>();
+  for (const [i, skill] of (state.skills ?? []).entries()) {
+    try {
+      checkThread(skill.name, "skill name");
+    } catch (e) {
+      if (e instanceof InvalidNameError) throw new ImportError(`invalid State: skills.${i}.name: not a skill's folder name`);
+      throw e;
+    }
+    if (names.has(skill.name)) throw new ImportError(`invalid State: skills.${i}.name: a second skill of that name`);
+    names.add(skill.name);
+    const files = Object.entries(skill.files);
+    if (files.length > TREE_LIMITS.files) throw new ImportError(`invalid State: skills.${i}.files: over ${TREE_LIMITS.files} files`);
+    if (skill.files["SKILL.md"] === undefined) throw new ImportError(`invalid State: skills.${i}.files: no SKILL.md`);
+    const seen = new Set<string>();
+    for (const [path, text] of files) {
+      const why = filePathFault(path);
+      if (why) throw new ImportError(`invalid State: skills.${i}.files: a path ${why}`);
+      if (Buffer.byteLength(text) > TREE_LIMITS.file) throw new ImportError(`invalid State: skills.${i}.files.${path}: over ${TREE_LIMITS.file} bytes`);
+      if (text.includes("\0")) throw new ImportError(`invalid State: skills.${i}.files.${path}: not text`);
+      // A file and a folder of the same path can't both be written.
+      for (let at = dirname(path); at !== "."; at = dirname(at)) seen.add(`${at}/`);
+      seen.add(path);
+    }
+    for (const path of Object.keys(skill.files)) {
+      if (seen.has(`${path}/`)) throw new ImportError(`invalid State: skills.${i}.files.${path}: both a file and a folder`);
+    }
+  }
+  const notes = new Set<string>();
+  const folders = new Set<string>();
+  for (const note of state.memory ?? []) {
+    if (ownFile(note) !== undefined) for (let at = dirname(note.path); at !== "."; at = dirname(at)) folders.add(at);
+  }
+  for (const [i, note] of (state.memory ?? []).entries()) {
+    const key = `${note.source} ${note.path}`;
+    if (notes.has(key)) throw new ImportError(`invalid State: memory.${i}: a second note of that source and path`);
+    notes.add(key);
+    if (ownFile(note) !== undefined && folders.has(note.path)) throw new ImportError(`invalid State: memory.${i}.path: both a file and a folder`);
+  }
+  return state;
+}
+
+/** Where an own note goes: its path, under memory/, else nowhere (it goes into a block). */
+function ownFile(note: Note): string | undefined {
+  return note.source === "link" && note.path.startsWith("memory/") && note.path !== "memory/" ? note.path : undefined;
+}
+
+/** Whether the agent's text there is missing or empty (Link's blocks aside). */
+function emptyText(text: string | undefined, own: (t: string) => string): boolean {
+  return text === undefined || own(text).trim() === "";
+}
+
+/** The text a file of the agent's holds now (never through a link, bounded). */
+function current(root: string, path: string): string | undefined {
+  checkNoLinks(root, path);
+  return readText(path, { max: TREE_LIMITS.file * 2, single: true });
+}
+
+/** Plans the import of a checked State into the agent's folder: what comes, what is left, and the writing. */
+export function planImport(agent: AgentRef, state: AspState, sessionsTaken = false): Imported {
+  const p = paths(agent);
+  const came: string[] = [];
+  const left: string[] = [];
+  const writes: (() => void)[] = [];
+
+  if (state.instructions !== undefined) {
+    const text = current(p.dir, p.instruction);
+    if (!state.instructions.trim()) left.push("instructions: empty");
+    else if (!emptyText(text, outsideBlock)) left.push("instructions: instructions/instruction.md already holds text of the agent's own");
+    else {
+      const before = text ?? "";
+      const made = before + (before === "" || before.endsWith("\n") ? "" : "\n") + state.instructions;
+      const mode = text === undefined ? 0o600 : statSync(p.instruction).mode & 0o777;
+      writes.push(() => replaceFile(p.instruction, made, mode));
+      came.push("instructions: into instructions/instruction.md");
+    }
+  }
+
+  if (state.skills?.length) {
+    checkNoLinks(p.dir, join(p.skills, "x"));
+    for (const skill of state.skills) {
+      const dir = join(p.skills, skill.name);
+      if (existsSync(dir) || isLink(dir)) {
+        left.push(`skill ${skill.name}: the agent has a skill of that name`);
+        continue;
+      }
+      writes.push(() => writeSkill(p.skills, skill.name, skill.files));
+      came.push(`skill ${skill.name}: ${Object.keys(skill.files).length} file${Object.keys(skill.files).length === 1 ? "" : "s"} into skills/${skill.name}/`);
+    }
+  }
+
+  const blocks: Note[] = [];
+  // Its own notes go to their paths; notes.md's own text is planned with the blocks, below.
+  let notesOwn: string | undefined;
+  for (const note of state.memory ?? []) {
+    const path = ownFile(note);
+    if (path === undefined) {
+      blocks.push(note);
+      came.push(`note ${note.path} (${note.source}): into a block of memory/notes.md`);
+      continue;
+    }
+    const file = join(p.dir, path);
+    if (file === p.notes) {
+      if (!emptyText(current(p.dir, p.notes), (t) => splitNotes(t).own)) left.push(`note ${path}: memory/notes.md already holds text of the agent's own`);
+      else if (note.text.trim()) {
+        notesOwn = note.text;
+        came.push(`note ${path}`);
+      }
+      continue;
+    }
+    const text = current(p.dir, file);
+    if (!emptyText(text, (t) => t)) left.push(`note ${path}: the agent's file already holds text`);
+    else if (!note.text.trim()) left.push(`note ${path}: empty`);
+    else {
+      writes.push(() => replaceFile(file, note.text));
+      came.push(`note ${path}`);
+    }
+  }
+  if (blocks.length || notesOwn !== undefined) {
+    // Blocks an earlier import wrote are kept, each replaced by a note of the same source and path.
+    const before = current(p.dir, p.notes) ?? "";
+    const kept = splitNotes(before).blocks.filter((b) => b.kind === "imported" && !blocks.some((n) => n.source === b.source && n.path === b.path));
+    const all = [...kept.map(({ source, path, text }) => ({ source, path, text })), ...blocks];
+    if (notesOwn !== undefined) {
+      // The agent's own text is empty: the note's text becomes it, Link's blocks after it.
+      const made = withNotes(notesOwn + withNotes(before, "imported", []).slice(splitNotes(before).own.length), "imported", all);
+      writes.push(() => replaceFile(p.notes, made, existsSync(p.notes) ? statSync(p.notes).mode & 0o777 : 0o600));
+    } else {
+      const write = planNotes(agent, "imported", all);
+      if (write) writes.push(write);
+    }
+  }
+
+  if (state.sessions?.length && !sessionsTaken) {
+    left.push(`sessions: ${state.sessions.length}, since state import carries no conversation yet`);
+  }
+  return { came, left, write: () => writes.forEach((w) => w()) };
+}
+
+function isLink(path: string): boolean {
+  try {
+    return lstatSync(path).isSymbolicLink();
+  } catch {
+    return false;
+  }
+}
+
+/** A skill's folder, written whole beside skills/ first and then put in place, so no half skill is seen. */
+function writeSkill(skills: string, name: string, files: Record<string, string>): void {
+  const tmp = join(skills, `.${name}.importing-${process.pid}`);
+  rmSync(tmp, { recursive: true, force: true });
+  try {
+    for (const [path, text] of Object.entries(files)) {
+      const file = join(tmp, ...path.split("/"));
+      makeFolder(dirname(file));
+      replaceFile(file, text);
+    }
+    renameSync(tmp, join(skills, name));
+  } catch (e) {
+    rmSync(tmp, { recursive: true, force: true });
+    throw e;
+  }
+}

@@ -1,0 +1,234 @@
+// `state import` over the built command line: an ASP State's texts written where the agent's file is
+// missing or empty, its skills added where the agent has none of that name, its notes kept (its own
+// by their paths, another harness's in Link's blocks), sessions and what was there named as left
+// behind; a second import adds nothing. Bad input: one line naming the field, exit 2, nothing
+// written; hostile States fuzzed; and export, import into a fresh folder, export again: the same State.
+import { existsSync, mkdirSync, mkdtempSync, readFileSync, readdirSync, rmSync, statSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join, relative } from "node:path";
+import fc from "fast-check";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { AspState, splitNotes } from "../protocol/index.js";
+import { ImportError, checkState, planImport } from "../asp/state-import.js";
+import { BIN, MAIN, assertBuilt } from "./fixtures/built.js";
+import { killAll, run, type Run } from "./fixtures/child.js";
+
+const seed = process.env.FC_SEED ? { seed: Number(process.env.FC_SEED) } : {};
+let tmp: string;
+beforeAll(() => {
+  assertBuilt([BIN, "dist/daemon/state-import.js", "dist/asp/state-import.js", "dist/asp/export.js"], ["daemon", "asp", "store", "protocol"]);
+  tmp = mkdtempSync(join(tmpdir(), "lnk-state-import-"));
+});
+afterAll(async () => {
+  await killAll();
+  rmSync(tmp, { recursive: true, force: true });
+});
+
+const folder = () => mkdtempSync(join(tmp, "agent-"));
+const cli = (args: string[], input = ""): Promise<Run> => run(process.execPath, [MAIN, ...args], { input, ms: 15_000 });
+const model = { provider: "p", name: "m", base_url: "http://127.0.0.1:9/v1" };
+
+function write(path: string, text: string): void {
+  mkdirSync(join(path, ".."), { recursive: true });
+  writeFileSync(path, text);
+}
+
+/** Every file under a folder, by its path, with its text: what a test compares before and after. */
+function files(dir: string): Record<string, string> {
+  const out: Record<string, string> = {};
+  const walk = (at: string) => {
+    if (!existsSync(at)) return;
+    for (const e of readdirSync(at, { withFileTypes: true })) {
+      const p = join(at, e.name);
+      if (e.isDirectory()) walk(p);
+      else out[relative(dir, p)] = e.isFile() ? readFileSync(p, "utf8") : "(not a file)";
+    }
+  };
+  walk(dir);
+  return out;
+}
+
+const triage = { name: "triage", files: { "SKILL.md": "---\nname: triage\ndescription: sorts\n---\nSort it.\n", "scripts/run.sh": "#!/bin/sh\necho sorted\n" } };
+
+describe("state import", { timeout: 60_000 }, () => {
+  it("writes each text where the agent's file is empty, adds the skills it has none of, keeps the notes, and names what is left behind", async () => {
+    const dir = folder();
+    // Configured with an identity: instruction.md holds Link's block alone, so the agent's own text is empty.
+    const c = await cli(["configure", "--agent", dir], JSON.stringify({ model, identity: { persona: "You are Mira." } }));
+    expect(c.code, c.stderr).toBe(0);
+    write(join(dir, "skills", "mine", "SKILL.md"), "---\nname: mine\n---\nMine.\n");
+    write(join(dir, "memory", "people", "ana.md"), "Ana likes coffee.\n");
+    const block = readFileSync(join(dir, "instructions", "instruction.md"), "utf8");
+    const state = {
+      instructions: "## Standing instructions\nAnswer in French.\n",
+      skills: [triage, { name: "mine", files: { "SKILL.md": "theirs" } }],
+      memory: [
+        { path: "memory/notes.md", text: "The gate code is 4417.\n", source: "link" },
+        { path: "memory/people/ana.md", text: "Ana likes tea.\n", source: "link" },
+        { path: "MEMORY.md", text: "Ana's cat is Tom.\n", source: "hermes" },
+      ],
+      sessions: [{ thread: "t1", events: [] }],
+    };
+    const r = await cli(["state", "import", "--agent", dir], JSON.stringify(state));
+    expect(r.code, r.stderr).toBe(0);
+    expect(r.stderr).toBe("");
+    expect(r.stdout).toBe(
+      [
+        "came: instructions: into instructions/instruction.md",
+        "came: skill triage: 2 files into skills/triage/",
+        "came: note memory/notes.md",
+        "came: note MEMORY.md (hermes): into a block of memory/notes.md",
+        "left behind: skill mine: the agent has a skill of that name",
+        "left behind: note memory/people/ana.md: the agent's file already holds text",
+        "left behind: sessions: 1, since state import carries no conversation yet",
+        "",
+      ].join("\n"),
+    );
+    expect(readFileSync(join(dir, "instructions", "instruction.md"), "utf8")).toBe(`${block}## Standing instructions\nAnswer in French.\n`);
+    expect(files(join(dir, "skills", "triage"))).toEqual({ "SKILL.md": triage.files["SKILL.md"], "scripts/run.sh": triage.files["scripts/run.sh"] });
+    expect(readFileSync(join(dir, "skills", "mine", "SKILL.md"), "utf8")).toBe("---\nname: mine\n---\nMine.\n");
+    expect(readFileSync(join(dir, "memory", "people", "ana.md"), "utf8")).toBe("Ana likes coffee.\n");
+    const notes = readFileSync(join(dir, "memory", "notes.md"), "utf8");
+    expect(splitNotes(notes).own).toBe("The gate code is 4417.\n");
+    expect(splitNotes(notes).blocks.map((b) => [b.kind, b.source, b.path, b.text])).toEqual([["imported", "hermes", "MEMORY.md", "Ana's cat is Tom.\n"]]);
+
+    // The model is told: the imported note is in the notes section.
+    const i = await cli(["instructions", "--agent", dir]);
+    expect(i.stdout).toContain("The gate code is 4417.\n\n(hermes: MEMORY.md)\nAna's cat is Tom.");
+    // A configure leaves an import's blocks; a second import adds nothing.
+    expect((await cli(["configure", "--agent", dir], JSON.stringify({ model, identity: { persona: "You are Mira." } }))).code).toBe(0);
+    const before = files(dir);
+    const again = await cli(["state", "import", "--agent", dir], JSON.stringify(state));
+    expect(again.code, again.stderr).toBe(0);
+    expect(again.stdout).not.toContain("came: instructions");
+    expect(again.stdout).not.toContain("came: skill");
+    expect(files(dir)).toEqual(before);
+  });
+
+  it("bad input: one line naming the field, exit 2, nothing written", async () => {
+    const dir = folder();
+    write(join(dir, "memory", "notes.md"), "");
+    const before = files(dir);
+    const big = "x".repeat(1024 * 1024 + 1);
+    const bad: [string, RegExp][] = [
+      ["{", /the State is not JSON/],
+      ["[]", /invalid State: \(top\)/],
+      [JSON.stringify({ instructions: 3 }), /invalid State: instructions/],
+      [JSON.stringify({ instructions: big }), /invalid State: instructions: over 1048576 bytes/],
+      [JSON.stringify({ tools: [] }), /invalid State: .*tools/],
+      [JSON.stringify({ skills: [{ name: "../x", files: { "SKILL.md": "" } }] }), /invalid State: skills\.0\.name/],
+      [JSON.stringify({ skills: [{ name: "x", files: { "SKILL.md": "", "../../etc/cron.d/x": "x" } }] }), /invalid State: skills\.0\.files: a path holds an empty part/],
+      [JSON.stringify({ skills: [{ name: "x", files: { "SKILL.md": "", "/etc/passwd": "x" } }] }), /invalid State: skills\.0\.files: a path an absolute path/],
+      [JSON.stringify({ skills: [{ name: "x", files: { "a.md": "" } }] }), /invalid State: skills\.0\.files: no SKILL\.md/],
+      [JSON.stringify({ skills: [{ name: "x", files: { "SKILL.md": big } }] }), /invalid State: skills\.0\.files\.SKILL\.md: over 1048576 bytes/],
+      [JSON.stringify({ skills: [triage, triage] }), /invalid State: skills\.1\.name: a second skill/],
+      [JSON.stringify({ skills: [{ name: "x", files: { "SKILL.md": "", a: "", "a/b": "" } }] }), /invalid State: skills\.0\.files\.a: both a file and a folder/],
+      ['{"skills": [{"name": "x", "files": {"SKILL.md": "", "__proto__": "x"}}]}', /invalid State: skills\.0\.files: the key "__proto__"/],
+      [JSON.stringify({ memory: [{ path: "../../etc/passwd", text: "x", source: "link" }] }), /invalid State: memory\.0\.path/],
+      [JSON.stringify({ memory: [{ path: "MEMORY.md", text: "<!-- link:end -->", source: "hermes" }] }), /invalid State: memory\.0\.text/],
+      [JSON.stringify({ memory: [{ path: "memory/a", text: "x", source: "link" }, { path: "memory/a/b", text: "x", source: "link" }] }), /invalid State: memory\.0\.path: both a file and a folder/],
+      // A good skill before a bad note: neither is written.
+      [JSON.stringify({ skills: [triage], memory: [{ path: "/abs", text: "x", source: "link" }] }), /invalid State: memory\.0\.path/],
+      [JSON.stringify({ sessions: [{ thread: "t", events: [{ bogus: 1 }] }] }), /invalid State: sessions\.0\.events\.0/],
+    ];
+    for (const [input, why] of bad) {
+      const r = await cli(["state", "import", "--agent", dir], input);
+      expect(r.code, `${input.slice(0, 80)}: ${r.stderr}`).toBe(2);
+      expect(r.stdout).toBe("");
+      expect(r.stderr).toMatch(/^lnk-link-harness: [^\n]+\n$/);
+      expect(r.stderr).toMatch(why);
+      expect(files(dir)).toEqual(before);
+    }
+    // The command line: one FILE at most, and a FILE that is not there.
+    let r = await cli(["state", "import", "--agent", dir, "a.json", "b.json"]);
+    expect([r.code, r.stderr]).toEqual([2, "lnk-link-harness: state import takes at most one FILE\n"]);
+    r = await cli(["state", "import", "--agent", dir, join(tmp, "none.json")]);
+    expect(r.code).toBe(2);
+    expect(r.stderr).toMatch(/^lnk-link-harness: cannot read .*none\.json: ENOENT\n$/);
+    expect(files(dir)).toEqual(before);
+  });
+});
+
+describe("state import of hostile States, fuzzed", { timeout: 120_000 }, () => {
+  const part = fc.oneof(fc.stringMatching(/^[a-z][a-z0-9._-]{0,6}$/), fc.constantFrom("..", ".", "", "/", "\\", "a\u0000", "~", " "));
+  const path = fc.array(part, { minLength: 1, maxLength: 4 }).map((p) => p.join("/"));
+  const text = fc.oneof(fc.string({ maxLength: 20 }), fc.constantFrom("<!-- link:end -->", "<!-- link:begin note a b -->\n"));
+  const state = fc.record(
+    {
+      instructions: text,
+      skills: fc.array(
+        fc.record({ name: fc.oneof(fc.stringMatching(/^[a-z]{1,6}$/), part), files: fc.dictionary(fc.oneof(path, fc.constant("SKILL.md")), text, { maxKeys: 4 }) }),
+        { maxLength: 3 },
+      ),
+      memory: fc.array(fc.record({ path: fc.oneof(path, path.map((p) => `memory/${p}`)), text, source: fc.oneof(fc.constant("link"), fc.constant("hermes"), part) }), { maxLength: 3 }),
+    },
+    { requiredKeys: [] },
+  );
+
+  it("each State is taken with every file inside the agent's folder, or refused with ImportError and nothing written", () => {
+    let n = 0;
+    const outcomes = { taken: 0, refused: 0 };
+    fc.assert(
+      fc.property(state, (s) => {
+        const root = join(tmp, `fuzz-${++n}`);
+        const dir = join(root, "agent");
+        mkdirSync(dir, { recursive: true });
+        let plan;
+        try {
+          plan = planImport({ dir }, checkState(s));
+        } catch (e) {
+          expect(e).toBeInstanceOf(ImportError);
+          expect((e as Error).message).toMatch(/^invalid State: [^\n]+$/);
+          expect(readdirSync(root)).toEqual(["agent"]);
+          expect(readdirSync(dir)).toEqual([]);
+          outcomes.refused++;
+          return;
+        }
+        plan.write();
+        outcomes.taken++;
+        // Nothing beside the agent's folder, and inside it only its own parts.
+        expect(readdirSync(root)).toEqual(["agent"]);
+        for (const f of Object.keys(files(dir))) expect(f).toMatch(/^(instructions\/instruction\.md|skills\/[^/]+\/.+|memory\/.+)$/);
+        for (const f of Object.keys(files(dir))) expect(statSync(join(dir, f)).isFile()).toBe(true);
+        // A second import of the same State writes nothing new.
+        const before = files(dir);
+        planImport({ dir }, checkState(s)).write();
+        expect(files(dir)).toEqual(before);
+      }),
+      { numRuns: 300, endOnFailure: true, ...seed },
+    );
+    expect(outcomes.taken).toBeGreaterThan(10);
+    expect(outcomes.refused).toBeGreaterThan(10);
+  });
+});
+
+describe("state export, import into a fresh folder, export again", { timeout: 60_000 }, () => {
+  it("gives the same State: instructions, skills and memory", async () => {
+    const dir = folder();
+    const c = await cli(
+      ["configure", "--agent", dir],
+      JSON.stringify({ model, identity: { persona: "You are Mira." }, remembered: [{ path: "MEMORY.md", text: "from hermes", source: "hermes" }] }),
+    );
+    expect(c.code, c.stderr).toBe(0);
+    write(join(dir, "instructions", "instruction.md"), `${readFileSync(join(dir, "instructions", "instruction.md"), "utf8")}Answer in French.\n`);
+    write(join(dir, "skills", "triage", "SKILL.md"), triage.files["SKILL.md"]);
+    write(join(dir, "skills", "triage", "scripts", "run.sh"), triage.files["scripts/run.sh"]);
+    write(join(dir, "memory", "notes.md"), `The gate code is 4417.\n${readFileSync(join(dir, "memory", "notes.md"), "utf8")}`);
+    write(join(dir, "memory", "people", "ana.md"), "Ana likes tea.\n");
+
+    const first = await cli(["state", "export", "--agent", dir]);
+    expect(first.code, first.stderr).toBe(0);
+    const state = AspState.parse(JSON.parse(first.stdout));
+    expect(state.instructions).toBe("## Standing instructions\nAnswer in French.\n");
+    expect(state.skills?.map((s) => s.name)).toEqual(["triage"]);
+    expect(state.memory?.map((m) => m.path)).toEqual(["memory/notes.md", "memory/people/ana.md"]);
+
+    const fresh = join(folder(), "new");
+    const r = await cli(["state", "import", "--agent", fresh], first.stdout);
+    expect(r.code, r.stderr).toBe(0);
+    expect(r.stdout).not.toContain("left behind");
+    const second = await cli(["state", "export", "--agent", fresh]);
+    expect(second.code, second.stderr).toBe(0);
+    expect(second.stdout).toBe(first.stdout);
+  });
+});
