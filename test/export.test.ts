@@ -1,31 +1,19 @@
 // `state export` over the built command line: the agent's own instruction text, skills and memory
 // in ASP's portable forms, and nothing Link wrote in (its block, its skills' copies, the settings'
 // remembered notes, the key); what it can't carry named on stderr; a hostile folder, fuzzed.
-import { mkdirSync, mkdtempSync, rmSync, symlinkSync, writeFileSync } from "node:fs";
-import { tmpdir } from "node:os";
+import { mkdirSync, symlinkSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import fc from "fast-check";
-import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { describe, expect, it } from "vitest";
 import { AspState, Contract } from "../protocol/index.js";
 import { failure, openClient, startDaemon, stdioStream, type Daemon } from "./acp-client.js";
-import { BIN, MAIN, assertBuilt } from "./fixtures/built.js";
-import { killAll, run, type Run } from "./fixtures/child.js";
+import { BIN } from "./fixtures/built.js";
+import { cliAgents } from "./fixtures/cli-agents.js";
 import * as acp from "@agentclientprotocol/sdk";
 
 const SECRET = "sk-SECRET-export";
 const seed = process.env.FC_SEED ? { seed: Number(process.env.FC_SEED) } : {};
-let tmp: string;
-beforeAll(() => {
-  assertBuilt([BIN, "dist/daemon/commands.js", "dist/asp/export.js", "dist/store/tree.js"], ["daemon", "asp", "store", "protocol"]);
-  tmp = mkdtempSync(join(tmpdir(), "lnk-export-"));
-});
-afterAll(async () => {
-  await killAll();
-  rmSync(tmp, { recursive: true, force: true });
-});
-
-const folder = () => mkdtempSync(join(tmp, "agent-"));
-const cli = (args: string[], input = ""): Promise<Run> => run(process.execPath, [MAIN, ...args], { input, ms: 15_000 });
+const { folder, cli } = cliAgents("lnk-export-", [BIN, "dist/daemon/commands.js", "dist/asp/export.js", "dist/store/tree.js"], ["daemon", "asp", "store", "protocol"]);
 const model = { provider: "p", name: "m", base_url: "http://127.0.0.1:9/v1", key: SECRET };
 
 function write(path: string, text: string | Buffer): void {

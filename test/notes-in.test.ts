@@ -2,28 +2,16 @@
 // of memory/notes.md (the agent's own text kept byte for byte, none added twice, deleted ones taken
 // out), a turn's notes section shows them, and state export leaves them out. Hostile notes refused
 // with one line naming the field and nothing written; the blocks' text, fuzzed.
-import { existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, symlinkSync, writeFileSync } from "node:fs";
-import { tmpdir } from "node:os";
+import { existsSync, mkdirSync, readFileSync, symlinkSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import fc from "fast-check";
-import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { describe, expect, it } from "vitest";
 import { AspState, BLOCK_MARK, Note, notePathFault, splitNotes, withNotes } from "../protocol/index.js";
-import { BIN, MAIN, assertBuilt } from "./fixtures/built.js";
-import { killAll, run, type Run } from "./fixtures/child.js";
+import { BIN } from "./fixtures/built.js";
+import { cliAgents } from "./fixtures/cli-agents.js";
 
 const seed = process.env.FC_SEED ? { seed: Number(process.env.FC_SEED) } : {};
-let tmp: string;
-beforeAll(() => {
-  assertBuilt([BIN, "dist/daemon/commands.js", "dist/asp/export.js", "dist/protocol/notes.js"], ["daemon", "asp", "store", "protocol", "turn"]);
-  tmp = mkdtempSync(join(tmpdir(), "lnk-notes-in-"));
-});
-afterAll(async () => {
-  await killAll();
-  rmSync(tmp, { recursive: true, force: true });
-});
-
-const folder = () => mkdtempSync(join(tmp, "agent-"));
-const cli = (args: string[], input = ""): Promise<Run> => run(process.execPath, [MAIN, ...args], { input, ms: 15_000 });
+const { root, folder, cli } = cliAgents("lnk-notes-in-", [BIN, "dist/daemon/commands.js", "dist/asp/export.js", "dist/protocol/notes.js"], ["daemon", "asp", "store", "protocol", "turn"]);
 const model = { provider: "p", name: "m", base_url: "http://127.0.0.1:9/v1" };
 const configure = (dir: string, remembered: unknown) => cli(["configure", "--agent", dir], JSON.stringify({ model, remembered }));
 
@@ -99,12 +87,12 @@ describe("remembered notes, in", { timeout: 60_000 }, () => {
     }
     // notes.md that is a link is refused, and nothing written.
     mkdirSync(join(dir, "memory"));
-    writeFileSync(join(tmp, "elsewhere.md"), "theirs\n");
-    symlinkSync(join(tmp, "elsewhere.md"), join(dir, "memory", "notes.md"));
+    writeFileSync(join(root(), "elsewhere.md"), "theirs\n");
+    symlinkSync(join(root(), "elsewhere.md"), join(dir, "memory", "notes.md"));
     const c = await configure(dir, [{ path: "MEMORY.md", text: "x", source: "hermes" }]);
     expect(c.code).toBe(2);
     expect(c.stderr).toMatch(/^lnk-link-harness: cannot write what the agent remembered: .*\n$/);
-    expect(readFileSync(join(tmp, "elsewhere.md"), "utf8")).toBe("theirs\n");
+    expect(readFileSync(join(root(), "elsewhere.md"), "utf8")).toBe("theirs\n");
     expect(existsSync(join(dir, "config.json"))).toBe(false);
   });
 });

@@ -3,29 +3,17 @@
 // by their paths, another harness's in Link's blocks), sessions and what was there named as left
 // behind; a second import adds nothing. Bad input: one line naming the field, exit 2, nothing
 // written; hostile States fuzzed; and export, import into a fresh folder, export again: the same State.
-import { existsSync, mkdirSync, mkdtempSync, readFileSync, readdirSync, rmSync, statSync, writeFileSync } from "node:fs";
-import { tmpdir } from "node:os";
+import { existsSync, mkdirSync, readFileSync, readdirSync, statSync, writeFileSync } from "node:fs";
 import { join, relative } from "node:path";
 import fc from "fast-check";
-import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { describe, expect, it } from "vitest";
 import { AspState, splitNotes } from "../protocol/index.js";
 import { ImportError, checkState, planImport } from "../asp/state-import.js";
-import { BIN, MAIN, assertBuilt } from "./fixtures/built.js";
-import { killAll, run, type Run } from "./fixtures/child.js";
+import { BIN } from "./fixtures/built.js";
+import { cliAgents } from "./fixtures/cli-agents.js";
 
 const seed = process.env.FC_SEED ? { seed: Number(process.env.FC_SEED) } : {};
-let tmp: string;
-beforeAll(() => {
-  assertBuilt([BIN, "dist/daemon/state-import.js", "dist/asp/state-import.js", "dist/asp/export.js"], ["daemon", "asp", "store", "protocol"]);
-  tmp = mkdtempSync(join(tmpdir(), "lnk-state-import-"));
-});
-afterAll(async () => {
-  await killAll();
-  rmSync(tmp, { recursive: true, force: true });
-});
-
-const folder = () => mkdtempSync(join(tmp, "agent-"));
-const cli = (args: string[], input = ""): Promise<Run> => run(process.execPath, [MAIN, ...args], { input, ms: 15_000 });
+const { root, folder, cli } = cliAgents("lnk-state-import-", [BIN, "dist/daemon/state-import.js", "dist/asp/state-import.js", "dist/asp/export.js"], ["daemon", "asp", "store", "protocol"]);
 const model = { provider: "p", name: "m", base_url: "http://127.0.0.1:9/v1" };
 
 function write(path: string, text: string): void {
@@ -142,7 +130,7 @@ describe("state import", { timeout: 60_000 }, () => {
     // The command line: one FILE at most, and a FILE that is not there.
     let r = await cli(["state", "import", "--agent", dir, "a.json", "b.json"]);
     expect([r.code, r.stderr]).toEqual([2, "lnk-link-harness: state import takes at most one FILE\n"]);
-    r = await cli(["state", "import", "--agent", dir, join(tmp, "none.json")]);
+    r = await cli(["state", "import", "--agent", dir, join(root(), "none.json")]);
     expect(r.code).toBe(2);
     expect(r.stderr).toMatch(/^lnk-link-harness: cannot read .*none\.json: ENOENT\n$/);
     expect(files(dir)).toEqual(before);
@@ -170,8 +158,8 @@ describe("state import of hostile States, fuzzed", { timeout: 120_000 }, () => {
     const outcomes = { taken: 0, refused: 0 };
     fc.assert(
       fc.property(state, (s) => {
-        const root = join(tmp, `fuzz-${++n}`);
-        const dir = join(root, "agent");
+        const place = join(root(), `fuzz-${++n}`);
+        const dir = join(place, "agent");
         mkdirSync(dir, { recursive: true });
         let plan;
         try {
@@ -179,7 +167,7 @@ describe("state import of hostile States, fuzzed", { timeout: 120_000 }, () => {
         } catch (e) {
           expect(e).toBeInstanceOf(ImportError);
           expect((e as Error).message).toMatch(/^invalid State: [^\n]+$/);
-          expect(readdirSync(root)).toEqual(["agent"]);
+          expect(readdirSync(place)).toEqual(["agent"]);
           expect(readdirSync(dir)).toEqual([]);
           outcomes.refused++;
           return;
@@ -187,7 +175,7 @@ describe("state import of hostile States, fuzzed", { timeout: 120_000 }, () => {
         plan.write();
         outcomes.taken++;
         // Nothing beside the agent's folder, and inside it only its own parts.
-        expect(readdirSync(root)).toEqual(["agent"]);
+        expect(readdirSync(place)).toEqual(["agent"]);
         for (const f of Object.keys(files(dir))) expect(f).toMatch(/^(instructions\/instruction\.md|skills\/[^/]+\/.+|memory\/.+)$/);
         for (const f of Object.keys(files(dir))) expect(statSync(join(dir, f)).isFile()).toBe(true);
         // A second import of the same State writes nothing new.
