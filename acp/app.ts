@@ -157,6 +157,13 @@ export function createAgentApp(state: AcpState, outbox: Outbox, connection = new
     else send();
   };
 
+  /** A session just made or resumed: its config options, and its commands offered once it is answered. */
+  const opened = async (client: AgentContext, session: SessionState) => {
+    const options = await configOptions(sessions, session, state.settings(), state.agentModel);
+    announceCommands(client, session.id, session.cwd, true);
+    return options;
+  };
+
   /** A command's reply: to the chat only, marked as the harness's own, stored nowhere. */
   const reply = (sub: Subscriber, text: string) => {
     if (text.length > 0) sub.send({ sessionUpdate: "agent_message_chunk", content: { type: "text", text }, _meta: { link: { reply: true } } });
@@ -209,9 +216,7 @@ export function createAgentApp(state: AcpState, outbox: Outbox, connection = new
         const link = parseLink(NewSessionLink, params._meta, served);
         checkServers(params.mcpServers);
         const session = sessions.create(link, params.cwd, params.mcpServers);
-        const options = await configOptions(sessions, session, state.settings(), state.agentModel);
-        announceCommands(client, session.id, session.cwd, true);
-        return { sessionId: session.id, configOptions: options };
+        return { sessionId: session.id, configOptions: await opened(client, session) };
       }),
     )
     .onRequest(
@@ -235,9 +240,7 @@ export function createAgentApp(state: AcpState, outbox: Outbox, connection = new
         parseLink(SessionLink, params._meta, served);
         checkServers(params.mcpServers ?? []);
         const session = sessions.attach(params.sessionId, params.cwd, params.mcpServers ?? []);
-        const options = await configOptions(sessions, session, state.settings(), state.agentModel);
-        announceCommands(client, session.id, session.cwd, true);
-        return { configOptions: options };
+        return { configOptions: await opened(client, session) };
       }),
     )
     .onRequest(
@@ -347,8 +350,8 @@ export function createAgentApp(state: AcpState, outbox: Outbox, connection = new
       } catch {
         return;
       }
-      if (!sessions.known(params.sessionId)) return;
-      turns.cancel(sessions.conversation(sessions.resolve(params.sessionId).thread).dir);
+      const named = sessions.named(params.sessionId);
+      if (named) turns.cancel(sessions.conversation(named.thread).dir);
     })
     .onRequest(
       OVERSIZED_METHOD,

@@ -93,13 +93,12 @@ export class Sessions {
     throw new SessionNotFound(sessionId);
   }
 
-  /** Whether the session id names a chat or a conversation of one. */
-  known(sessionId: string): boolean {
+  /** What the session id names, or undefined when it names no chat and no conversation of one. */
+  named(sessionId: string): { thread: string; conversation?: string } | undefined {
     try {
-      this.resolve(sessionId);
-      return true;
+      return this.resolve(sessionId);
     } catch (e) {
-      if (e instanceof SessionNotFound) return false;
+      if (e instanceof SessionNotFound) return undefined;
       throw e;
     }
   }

@@ -5,7 +5,7 @@
 import { ConversationName, nearest, type Command, type From, type Settings, type Verbosity, VERBOSITIES } from "../protocol/index.js";
 import { appendEvent, lastEventNumber, listRepositorySkills, listSkills, paths, repositoryOf, readEventsFrom, readMark, readSkill, withConversationLock, writeMark, type AgentRef, type ConversationPaths, type Skill } from "../store/index.js";
 import { chatMap, conversationEvents, FIRST, sessionIdOf, splitSessionId, type ChatMap } from "./chat.js";
-import { conversationChoices } from "./history.js";
+import { conversationChoices, resumeEvent } from "./history.js";
 import type { IncomingMessage } from "./types.js";
 
 /** Who may run a command: the owner alone (`_meta.link.from` left out, or `owner: true`). */
@@ -90,8 +90,9 @@ async function writeBegin(ctx: CommandContext, make: (map: ChatMap, last: number
   const conv = conversationOf(ctx);
   return withConversationLock(conv, async () => {
     let { map, last } = readChat(conv);
-    if (ctx.conversation !== undefined && map.current !== ctx.conversation && map.conversations.has(ctx.conversation)) {
-      last = await appendEvent(conv, { v: 1, kind: "command", name: "/chat:resume", conversation: ctx.conversation, time: ctx.time.toISOString() });
+    const resume = ctx.conversation !== undefined ? resumeEvent(conv, ctx.conversation, map, ctx.time) : undefined;
+    if (resume) {
+      last = await appendEvent(conv, resume);
       ({ map } = readChat(conv));
     }
     const event = make(map, last);

@@ -3,7 +3,7 @@
 // conversations (turn/chat.ts), which is read whole at a process's first turn of it.
 import { StoreError, type Command, type Event, type Numbered, type Verbosity, type WindowMark } from "../protocol/index.js";
 import { lastEventNumber, readEvent, readEventsFrom, readMark, writeMark, type ConversationPaths } from "../store/index.js";
-import { chatMap, conversationEvents, isBegin, isPlain } from "./chat.js";
+import { chatMap, conversationEvents, isBegin, isPlain, type ChatMap } from "./chat.js";
 import { transcriptEnd } from "./transcript.js";
 import { countEvent, countFromMark, emptyCount, markHolds, markOf, windowEvents, type WindowCount } from "./window.js";
 
@@ -80,12 +80,10 @@ export function conversationChoices(conv: ConversationPaths): Chosen {
  * The /chat:resume that makes `name` the chat's current conversation, or undefined when it is already
  * (a chat of one is `main`). Throws when the chat has no conversation of that name.
  */
-export function resumeEvent(conv: ConversationPaths, name: string): Command | undefined {
-  const all = readEventsFrom(conv, 1);
-  const map = chatMap(all);
+export function resumeEvent(conv: ConversationPaths, name: string, map: ChatMap = chatMap(readEventsFrom(conv, 1)), time = new Date()): Command | undefined {
   if (!map.conversations.has(name)) throw new StoreError(`chat ${conv.thread} has no conversation ${JSON.stringify(name.slice(0, 80))} (it has: ${[...map.conversations.keys()].join(", ")})`, conv.dir);
   if (map.current === name) return undefined;
-  return { v: 1, kind: "command", name: "/chat:resume", conversation: name, time: new Date().toISOString() };
+  return { v: 1, kind: "command", name: "/chat:resume", conversation: name, time: time.toISOString() };
 }
 
 /** The conversation's model: its last /model:set, if it chose one. */

@@ -179,16 +179,17 @@ class Turn {
     const prints = sectionPrints(sections, calls);
     const fixed = roughTokens(system) + (calls.length ? roughTokens(JSON.stringify(calls.map((c) => [c.name, c.description, c.parameters]))) : 0);
     let mw: ModelWindow | undefined;
-    // The conversation's share: the window less the answer's, the instructions and tools, and the margin.
     if (this.input.conversation !== undefined) await this.enter(this.input.conversation);
     const agentModel = this.input.agentModel ?? settings.model.name;
+    const facts = this.input.env ? { env: this.input.env } : {};
+    // The conversation's share: the window less the answer's, the instructions and tools, and the margin.
     const history = await History.load(this.conv, async (chosen) => {
-      mw = await modelWindow(settings, chosen ?? agentModel, this.input.env ? { env: this.input.env } : {});
+      mw = await modelWindow(settings, chosen ?? agentModel, facts);
       return conversationShare(mw, fixed, settings);
     });
     const model = history.model ?? agentModel;
     if (history.chosen.verbosity !== undefined) this.listener({ type: "verbosity", verbosity: history.chosen.verbosity });
-    const window = mw ?? (await modelWindow(settings, model, this.input.env ? { env: this.input.env } : {}));
+    const window = mw ?? (await modelWindow(settings, model, facts));
     const budget = history.budget;
     // The message is flushed while the model is asked; should writing it fail, the ask is cut short.
     const notWritten = new AbortController();
@@ -216,7 +217,7 @@ class Turn {
           callNothing,
           signal,
           conversation: this.conv.dir,
-          ...(this.input.env ? { env: this.input.env } : {}),
+          ...facts,
           onText: (delta) => this.listener({ type: "text", delta }),
         });
       } catch (e) {
