@@ -58,14 +58,16 @@ export class ConversationFolder {
    * the conversation's folder must be folders, never links. A folder an earlier version made open to
    * others is made private.
    */
-  static open(conv: ConversationPaths): ConversationFolder {
+  static open(conv: ConversationPaths, o: { make?: boolean } = {}): ConversationFolder {
     const chats = dirname(conv.dir);
     // conv.dir is <agent>/chats/<thread>, and a thread name holds no separator.
     checkNoLinks(dirname(chats), conv.event(1));
-    try {
-      makeFolder(conv.dir);
-    } catch (e) {
-      throw new StoreError(`cannot make ${conv.dir}: ${(e as Error).message}`, conv.dir);
+    if (o.make !== false) {
+      try {
+        makeFolder(conv.dir);
+      } catch (e) {
+        throw new StoreError(`cannot make ${conv.dir}: ${(e as Error).message}`, conv.dir);
+      }
     }
     let parent: number;
     try {
@@ -152,12 +154,13 @@ export function holdWhile<T>(folder: ConversationFolder, fn: () => Promise<T>): 
 
 /**
  * Runs `fn` with the conversation's folder: the one the lock the caller runs under holds (checked,
- * with its guard), else one opened for this call alone.
+ * with its guard), else one opened for this call alone, and made where missing unless `make` is false
+ * (a removal: a folder that is gone has nothing to remove, and is not made again).
  */
-export function withFolder<T>(conv: ConversationPaths, fn: (folder: ConversationFolder) => T): T {
+export function withFolder<T>(conv: ConversationPaths, fn: (folder: ConversationFolder) => T, o: { make?: boolean } = {}): T {
   const kept = holding.getStore();
   if (kept && kept.conv.dir === conv.dir) return fn(kept);
-  const folder = ConversationFolder.open(conv);
+  const folder = ConversationFolder.open(conv, o);
   let result: T;
   try {
     result = fn(folder);

@@ -50,7 +50,7 @@ export function writeOwed(conv: ConversationPaths, name: string, after: number):
 /** Removes an owed file (its answer reached the client, or was handed over), in the checked folder: never through a link. */
 export function removeOwed(conv: ConversationPaths, name: string): void {
   try {
-    withFolder(conv, (folder) => unlinkQuiet(folder.at(name)));
+    withFolder(conv, (folder) => unlinkQuiet(folder.at(name)), { make: false });
   } catch {
     // The folder is gone, or is a link now: nothing of it is removed.
   }

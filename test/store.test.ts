@@ -29,10 +29,12 @@ import {
   readStanding,
   readToolsList,
   readTranscript,
+  removeOwed,
   replaceTranscript,
   transcriptTail,
   withConversationLock,
   writeMark,
+  writeOwed,
   writeSettings,
 } from "../store/index.js";
 import { ROOT, assertBuilt } from "./fixtures/built.js";
@@ -466,6 +468,15 @@ describe("files of any size", () => {
 });
 
 describe("the derived files beside the events", () => {
+  it("an owed file's removal never makes again a conversation folder that is gone", () => {
+    const conv = paths({ dir: tempDir() }).conversation("t");
+    writeOwed(conv, "owed-1-a", 0);
+    expect(readdirSync(conv.dir)).toContain("owed-1-a");
+    rmSync(conv.dir, { recursive: true });
+    removeOwed(conv, "owed-1-a");
+    expect(existsSync(conv.dir)).toBe(false);
+  });
+
   it("the transcript is added to, read, tailed and made again", () => {
     const conv = paths({ dir: tempDir() }).conversation("t");
     expect(readTranscript(conv)).toBeUndefined();
