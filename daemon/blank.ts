@@ -149,7 +149,7 @@ export async function serveBlank(p: Process, command: Extract<Command, { kind: "
   try {
     // The Bind's own schema, compiled on its first use, is used once here on a Bind of no one.
     Bind.safeParse({ agent: { name: "n", id: "i", owner: "o" }, key: "k", settings: { model: { provider: "p", name: "m", base_url: "http://127.0.0.1:9/v1" } }, store: "/" });
-    await (await import("./agent.js")).preload();
+    await (await p.agentCode()).preload();
     log.info("blank: loaded", { control });
   } catch (e) {
     log.warn("blank: loading ahead failed: the first prompt loads what it needs", { error: (e as Error).message });

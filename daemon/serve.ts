@@ -4,10 +4,11 @@
 // the agent (the ACP SDK, the schemas, the sessions) is loaded right after.
 import type { Server, Socket } from "node:net";
 import { Duplex, Readable, Writable } from "node:stream";
-import { lazy, lazyImport } from "../turn/load.js";
+import { lazy } from "../turn/load.js";
 import type { Settings } from "../protocol/settings.js";
 import type { AgentRef } from "../store/paths.js";
 import type { RunningAgent } from "./agent.js";
+import { agentCode } from "./bundle.js";
 import { UsageError, agentRef, type Command } from "./cli.js";
 import { front, type WebStreams } from "./front.js";
 import { checkAgent } from "./check.js";
@@ -54,7 +55,8 @@ export interface AgentSpec {
   settings?: Settings;
 }
 
-const agentModule = lazyImport(() => import("./agent.js"), () => new URL("./agent.js", import.meta.url).href);
+/** The agent's code, one copy for the process: every agent's and a blank process's warm-up. */
+const agentModule = agentCode();
 
 /** An agent of this process: loaded when a connection first needs it (or a moment after the start). */
 export class Served {
@@ -101,6 +103,8 @@ export type Target = (input: ReadableStream<Uint8Array>, output: WritableStream<
 /** What a serving process holds: its agents, its endpoints and its connections, and how it stops. */
 export class Process {
   readonly agents: Served[] = [];
+  /** The agent's code (modules loaded later, as blank.ts is, reach it here: they hold their own copy of this one). */
+  readonly agentCode = agentModule;
   private readonly connections = new Set<Socket>();
   private readonly servers: Server[] = [];
   private readonly sockets: ControlSocket[] = [];

@@ -3,6 +3,8 @@
 // one file is read instead of a dozen. What a command loads later (the agent, the ACP SDK, zod,
 // openai) stays in the ES modules beside it that tsc wrote, imported when it is needed.
 // Run after tsc: `npm run build`.
+import { spawnSync } from "node:child_process";
+import { readFileSync } from "node:fs";
 import { build } from "esbuild";
 import { dirname, join, relative } from "node:path";
 import { fileURLToPath } from "node:url";
@@ -37,3 +39,44 @@ if (heavy.length > 0) {
 }
 const inputs = Object.keys(result.metafile.inputs).map((p) => relative("dist", p));
 process.stdout.write(`bundle: ${BIN} from ${inputs.length} modules (${inputs.join(", ")})\n`);
+
+// The agent and all it loads, dependencies too, as one more CommonJS file loaded by daemon/bundle.ts;
+// then V8's compiled code for it, made in a process of its own by one warm-up prompt (the same
+// Node, and no V8 flags, as the daemon runs with: V8 takes the code only then).
+export const AGENT = "dist/daemon/agent.cjs";
+const agent = await build({
+  absWorkingDir: ROOT,
+  entryPoints: ["dist/daemon/agent.js"],
+  outfile: AGENT,
+  bundle: true,
+  // ASCII only, as daemon/bundle.ts reads it; less to read and parse, with the names kept for the stacks.
+  charset: "ascii",
+  minifyWhitespace: true,
+  minifySyntax: true,
+  platform: "node",
+  format: "cjs",
+  target: "node20",
+  banner: {
+    js: '"use strict";\nconst __bundle_url = require("node:url").pathToFileURL(__filename).href;\nconst __bundle_resolve = (name) => require("node:url").pathToFileURL(require.resolve(name)).href;',
+  },
+  define: { "import.meta.url": "__bundle_url", "import.meta.resolve": "__bundle_resolve" },
+  metafile: true,
+  logLevel: "warning",
+});
+// daemon/bundle.ts reads it as latin1, which is the same text only if it is ASCII.
+// eslint-disable-next-line no-control-regex
+if (/[^\x00-\x7f]/.test(readFileSync(join(ROOT, AGENT), "latin1"))) {
+  process.stderr.write(`bundle: ${AGENT} holds a character outside ASCII\n`);
+  process.exit(1);
+}
+const cached = spawnSync(
+  process.execPath,
+  ["--input-type=module", "-e", `const { keepCompiled } = await import("./dist/daemon/bundle.js"); process.stdout.write(String(await keepCompiled(${JSON.stringify(join(ROOT, AGENT))}, (m) => m.preload())));`],
+  { cwd: ROOT, encoding: "utf8", stdio: ["ignore", "pipe", "inherit"] },
+);
+if (cached.status !== 0) {
+  process.stderr.write(`bundle: the agent's compiled code could not be kept (status ${String(cached.status)})\n`);
+  process.exit(1);
+}
+const modules = Object.keys(agent.metafile.inputs).length;
+process.stdout.write(`bundle: ${AGENT} from ${modules} modules, its compiled code ${Math.round(Number(cached.stdout) / 1024)} KiB\n`);

@@ -1,7 +1,6 @@
 // A conversation's folder, checked once and held open while it is written, so no file of the
 // conversation is ever written outside the agent's folder: not when chats/ or the conversation's
 // folder is a link, and not when either is swapped for one while a turn writes.
-import { AsyncLocalStorage } from "node:async_hooks";
 import { chmodSync, closeSync, constants, fstatSync, lstatSync, openSync, type Stats } from "node:fs";
 import { basename, dirname } from "node:path";
 import { StoreError } from "../protocol/index.js";
@@ -140,16 +139,25 @@ function refusedOrFailed(e: unknown, path: string): StoreError {
 }
 
 /**
- * The folder of the conversation whose lock the running code holds: set for the code a lock runs
- * (and every call it makes, awaited or not), never for another request's. A write made elsewhere
- * meanwhile (a command's, which takes no lock) opens a folder of its own, so it is neither refused by
- * the guard of a lock it never held, nor left with a descriptor closed under it when the lock is let go.
+ * The folder each held lock writes through, by the very paths object the lock was taken with: the
+ * code a lock runs passes that object to every write it makes, and nothing else holds it. A write
+ * made elsewhere meanwhile (a command's, which takes no lock) names the conversation through paths of
+ * its own, so it opens a folder of its own: it is neither refused by the guard of a lock it never
+ * held, nor left with a descriptor closed under it when the lock is let go. Kept by identity rather
+ * than by an async context: Node 20's AsyncLocalStorage hooks every promise of the process, and a
+ * turn makes thousands.
  */
-const holding = new AsyncLocalStorage<ConversationFolder>();
+const held = new WeakMap<ConversationPaths, ConversationFolder>();
 
-/** Runs `fn` with `folder` as the one every write of its conversation in `fn` goes through. */
-export function holdWhile<T>(folder: ConversationFolder, fn: () => Promise<T>): Promise<T> {
-  return holding.run(folder, fn);
+/** Runs `fn` with `folder` as the one every write through its paths object goes through. */
+export async function holdWhile<T>(folder: ConversationFolder, fn: () => Promise<T>): Promise<T> {
+  if (held.has(folder.conv)) throw new Error(`${folder.conv.dir} is already held through these paths`);
+  held.set(folder.conv, folder);
+  try {
+    return await fn();
+  } finally {
+    held.delete(folder.conv);
+  }
 }
 
 /**
@@ -158,8 +166,8 @@ export function holdWhile<T>(folder: ConversationFolder, fn: () => Promise<T>): 
  * (a removal: a folder that is gone has nothing to remove, and is not made again).
  */
 export function withFolder<T>(conv: ConversationPaths, fn: (folder: ConversationFolder) => T, o: { make?: boolean } = {}): T {
-  const kept = holding.getStore();
-  if (kept && kept.conv.dir === conv.dir) return fn(kept);
+  const kept = held.get(conv);
+  if (kept) return fn(kept);
   const folder = ConversationFolder.open(conv, o);
   let result: T;
   try {

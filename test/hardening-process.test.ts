@@ -2,14 +2,14 @@
 // daemons starting on one stale socket, a read-only agent folder, a restart between a group's turns.
 // Each runs the built daemon as a child process with the scripted model server.
 import { spawn, spawnSync } from "node:child_process";
-import { copyFileSync, cpSync, existsSync, lstatSync, mkdirSync, readFileSync, readdirSync, symlinkSync, writeFileSync } from "node:fs";
+import { copyFileSync, cpSync, existsSync, lstatSync, mkdirSync, readFileSync, readdirSync, rmSync, symlinkSync, writeFileSync } from "node:fs";
 import { connect as netConnect, type Socket } from "node:net";
 import { basename, join } from "node:path";
 import * as acp from "@agentclientprotocol/sdk";
 import type { ContentBlock } from "@agentclientprotocol/sdk";
 import { describe, expect, it } from "vitest";
 import { answerText, configure, daemonTestHooks, openClient, scriptedSettings, socketStream, startDaemon, tempDir, watchDaemon, type Client, type Daemon, failure, stdioClient, watched } from "./acp-client.js";
-import { BIN, MAIN, ROOT } from "./fixtures/built.js";
+import { AGENT_BUNDLE, BIN, MAIN, ROOT } from "./fixtures/built.js";
 import { linkFreeEnv } from "./fixtures/env.js";
 import { lastUserText, type ModelServer, type RecordedRequest } from "./model-server.js";
 
@@ -51,11 +51,16 @@ function shadow(src: string, dst: string, own: readonly string[]): void {
   }
 }
 
-/** A copy of the built program in a folder of its own, as installed: its dist/ and the files it reads copied, its packages seen through links but for `own`. */
-function copyOfBuild(own: readonly string[]): { bin: string; path(rel: string): string } {
+/**
+ * A copy of the built program in a folder of its own, as installed: its dist/ and the files it reads
+ * copied, its packages seen through links but for `own`. `modules`: without the agent's bundle, so
+ * the agent runs from the ES modules beside it.
+ */
+function copyOfBuild(own: readonly string[], o: { modules?: boolean } = {}): { bin: string; path(rel: string): string } {
   const tmp = tempDir("lnk-hard-build-");
   cleanup.push(() => tmp.remove());
-  cpSync(join(ROOT, "dist"), join(tmp.path, "dist"), { recursive: true, filter: (p) => !p.startsWith(join(ROOT, "dist", "test")) });
+  const skipped = [join(ROOT, "dist", "test"), ...(o.modules ? [join(ROOT, AGENT_BUNDLE)] : [])];
+  cpSync(join(ROOT, "dist"), join(tmp.path, "dist"), { recursive: true, filter: (p) => !skipped.some((s) => p.startsWith(s)) });
   for (const file of ["package.json", "protocol/model-facts.toml"]) cpSync(join(ROOT, file), join(tmp.path, file));
   shadow(join(ROOT, "node_modules"), join(tmp.path, "node_modules"), own);
   return { bin: join(tmp.path, BIN), path: (rel) => join(tmp.path, rel) };
@@ -68,11 +73,11 @@ function breakModule(path: string): () => void {
   return () => writeFileSync(path, good);
 }
 
-describe("a module that failed to load once", { timeout: 120_000 }, () => {
+describe("a module that failed to load once (a build without the agent's bundle)", { timeout: 120_000 }, () => {
   it("is loaded again by the next prompt: the turn, openai, the tool host and the MCP SDK", async () => {
     const OPENAI = "openai/index.mjs";
     const SDK = "@modelcontextprotocol/sdk/dist/esm/client/index.js";
-    const build = copyOfBuild([OPENAI, SDK]);
+    const build = copyOfBuild([OPENAI, SDK], { modules: true });
     const dir = agent();
     const d = watch(startDaemon(["--agent", dir], linkFreeEnv({ LNK_TOOL_EVERYTHING: EVERYTHING }), { bin: build.bin }));
     const c = await client(d);
@@ -109,17 +114,21 @@ describe("a module that failed to load once", { timeout: 120_000 }, () => {
 });
 
 describe("a moment of EMFILE at the first turn", { timeout: 120_000 }, () => {
-  // With no file left, the turn's own module fails to load; with one, the first of the modules it imports takes it and the others fail.
+  // From the ES modules, with no file left, the turn's own module fails to load; with one, the first
+  // of the modules it imports takes it and the others fail. From the bundle, every module is loaded
+  // with the agent, and the turn fails at the first file of the conversation it can't open.
   it.skipIf(!existsSync("/proc/self/fd")).each([
-    [0, "the turn's module"],
-    [1, "modules the turn's module imports"],
-  ])("fails that turn only: the next loads what the first could not (%i files left: %s)", async (free) => {
+    [0, "modules", "the turn's module", /EMFILE.*turn\/turn\.js/],
+    [1, "modules", "modules the turn's module imports", /EMFILE.*turn\/(?!turn\.js)\w+\.js/],
+    [0, "bundle", "the conversation's files", /EMFILE/],
+  ] as const)("fails that turn only: the next loads what the first could not (%i files left, from the %s: %s)", async (free, from, _what, why) => {
+    const main = from === "modules" ? copyOfBuild([], { modules: true }).bin : MAIN;
     const dir = agent();
     const socket = join(dir, "control.sock");
     const LIMIT = 128;
     const d = watch(
       watchDaemon(
-        spawn("sh", ["-c", `ulimit -n ${LIMIT} && exec "$0" "$@"`, process.execPath, MAIN, "--agent", dir, "--socket", socket], {
+        spawn("sh", ["-c", `ulimit -n ${LIMIT} && exec "$0" "$@"`, process.execPath, main, "--agent", dir, "--socket", socket], {
           env: linkFreeEnv(),
           stdio: ["pipe", "pipe", "pipe"],
         }),
@@ -153,7 +162,7 @@ describe("a moment of EMFILE at the first turn", { timeout: 120_000 }, () => {
       });
     await Promise.all(held.splice(0, free).map(letGo));
     const first = await failure(c.agent.request(acp.methods.agent.session.prompt, { sessionId, prompt: text("one") }));
-    expect(first).toMatchObject({ code: -32603, message: expect.stringMatching(free === 0 ? /EMFILE.*turn\/turn\.js/ : /EMFILE.*turn\/(?!turn\.js)\w+\.js/) });
+    expect(first).toMatchObject({ code: -32603, message: expect.stringMatching(why) });
 
     // Each connection let go, and closed by the daemon: its file is free again.
     await Promise.all(held.map(letGo));
@@ -163,12 +172,33 @@ describe("a moment of EMFILE at the first turn", { timeout: 120_000 }, () => {
   });
 });
 
+describe("the agent's kept compiled code", { timeout: 120_000 }, () => {
+  it.each([
+    ["as built", () => undefined, "kept"],
+    ["damaged", (cache: string) => writeFileSync(cache, Buffer.alloc(4096, 0x5a)), "rejected"],
+    ["missing", (cache: string) => rmSync(cache), "none kept"],
+    ["cut short", (cache: string) => writeFileSync(cache, readFileSync(cache).subarray(0, 64)), "rejected"],
+  ] as const)("%s: is taken, or the bundle is compiled from its source, and the agent answers", async (_what, spoil, code) => {
+    const build = copyOfBuild([]);
+    spoil(build.path(`${AGENT_BUNDLE}.cache`));
+    const dir = agent();
+    const d = watch(startDaemon(["--agent", dir], linkFreeEnv(), { bin: build.bin }));
+    const c = await client(d);
+    const { sessionId } = await c.agent.request(acp.methods.agent.session.new, { cwd: dir, mcpServers: [] });
+    server.script({ text: "answered" });
+    expect(await c.agent.request(acp.methods.agent.session.prompt, { sessionId, prompt: text("one") })).toMatchObject({ stopReason: "end_turn" });
+    expect(answerText(c.updates)).toBe("answered");
+    expect(d.stderr()).toContain(`"msg":"agent loaded","ms":`);
+    expect(d.stderr()).toMatch(new RegExp(`"msg":"agent loaded","ms":\\d+,"code":"${code}"`));
+  });
+});
+
 describe("the agent, when it failed to load", { timeout: 120_000 }, () => {
   it("is loaded again for the next connection to the socket", async () => {
     const build = copyOfBuild([]);
     const dir = agent();
     const socket = join(dir, "control.sock");
-    const mend = breakModule(build.path("dist/daemon/agent.js"));
+    const mend = breakModule(build.path(AGENT_BUNDLE));
     const d = watch(startDaemon(["--agent", dir, "--socket", socket], linkFreeEnv(), { bin: build.bin }));
     await d.waitForLog(/"serving ACP"/);
     // initialize is answered by the connection's front; what comes after needs the agent.
@@ -187,7 +217,7 @@ describe("the agent, when it failed to load", { timeout: 120_000 }, () => {
 
   it("on stdio, ends the daemon with status 1 and says why", async () => {
     const build = copyOfBuild([]);
-    breakModule(build.path("dist/daemon/agent.js"));
+    breakModule(build.path(AGENT_BUNDLE));
     const d = watch(startDaemon(["--agent", agent()], linkFreeEnv(), { bin: build.bin }));
     const c = await client(d);
     void c.agent.request(acp.methods.agent.session.list, {}).catch(() => undefined);

@@ -75,7 +75,6 @@ function answerEvent(answer: ModelAnswer, o: { model: string; provider: string; 
 }
 
 class Turn {
-  readonly conv: ConversationPaths;
   readonly usage: Usage = { in: 0, out: 0, cached: 0 };
   private sawUsage = false;
   private lastAnswer: number | undefined;
@@ -85,9 +84,9 @@ class Turn {
     readonly input: TurnInput,
     readonly listener: TurnListener,
     readonly signal: AbortSignal,
-  ) {
-    this.conv = paths(input.agent).conversation(input.thread);
-  }
+    /** The paths the turn's lock was taken with: every write through them goes through its folder. */
+    readonly conv: ConversationPaths,
+  ) {}
 
   private writes: Promise<unknown> = Promise.resolve();
 
@@ -332,7 +331,7 @@ export async function runTurn(input: TurnInput, listener: TurnListener): Promise
   const conv = paths(input.agent).conversation(input.thread);
   const lost = new AbortController();
   const signal = input.signal ? AbortSignal.any([input.signal, lost.signal]) : lost.signal;
-  const outcome = await withConversationLock(conv, () => new Turn(input, listener, signal).run(), {
+  const outcome = await withConversationLock(conv, () => new Turn(input, listener, signal, conv).run(), {
     ...(input.signal ? { signal: input.signal } : {}),
     // Another process took the conversation over: stop writing to it.
     onCompromised: (err) => lost.abort(err),

@@ -1,0 +1,86 @@
+// The agent's code as one file: the build bundles daemon/agent.ts with everything it loads, the
+// turn, the ACP and MCP SDKs, zod and openai, into dist/daemon/agent.cjs, and keeps beside it V8's
+// compiled code for it, made by running one warm-up prompt (agent.cjs.cache). A start reads two
+// files instead of hundreds of modules and compiles almost nothing: the code a first prompt runs
+// comes compiled. A cache that doesn't fit this Node (another version, other V8 flags) or is
+// damaged is rejected by V8 itself, and the bundle compiles from its source as any script does.
+// Without the bundle (a build of tsc alone), the agent is imported from the ES modules beside it.
+// Free of dependencies: the start path (bundled) loads it.
+import { existsSync, readFileSync, renameSync, writeFileSync } from "node:fs";
+import Module, { createRequire } from "node:module";
+import { dirname } from "node:path";
+import { fileURLToPath } from "node:url";
+import { Script, constants } from "node:vm";
+import { lazy, lazyImport } from "../turn/load.js";
+import { log } from "./log.js";
+
+type AgentModule = typeof import("./agent.js");
+
+/** The agent's bundle, beside this module (dist/daemon/, as the start path's bundle is). */
+export const AGENT_BUNDLE = fileURLToPath(new URL("./agent.cjs", import.meta.url));
+
+/** The file V8's compiled code of a bundle is kept in. */
+export const cacheOf = (file: string): string => `${file}.cache`;
+
+export interface Loaded<M> {
+  exports: M;
+  script: Script;
+  /** Whether V8 took the kept compiled code: undefined when there was none. */
+  cached: boolean | undefined;
+}
+
+/**
+ * Runs a CommonJS bundle as Node's loader would (its own require, module, __filename), compiled
+ * with its kept code when V8 takes it. A bundle that can't be read or doesn't parse throws: the
+ * caller's next attempt reads it again, nothing of a failed one is kept.
+ */
+export function loadBundle<M>(file: string): Loaded<M> {
+  // The build writes it in ASCII (esbuild escapes the rest): read as latin1, it is the same text, and
+  // V8 keeps it as it was read, one byte a character, with no UTF-8 to decode.
+  const source = readFileSync(file, "latin1");
+  let cachedData: Buffer | undefined;
+  try {
+    cachedData = readFileSync(cacheOf(file));
+  } catch {
+    // None (or unreadable): compiled from the source.
+  }
+  const script = new Script(Module.wrap(source), { filename: file, cachedData, importModuleDynamically: constants.USE_MAIN_CONTEXT_DEFAULT_LOADER });
+  const module = { exports: {} as M };
+  const run = script.runInThisContext() as (exports: M, require: NodeJS.Require, module: { exports: M }, filename: string, dirname: string) => void;
+  run.call(module.exports, module.exports, createRequire(file), module, file, dirname(file));
+  return { exports: module.exports, script, cached: cachedData === undefined ? undefined : !script.cachedDataRejected };
+}
+
+/** Whether the agent runs from its bundle: it was built (a build of tsc alone has none). */
+export const bundled = (): boolean => existsSync(AGENT_BUNDLE);
+
+/**
+ * The agent's code, loaded when first needed: from its bundle, or from the ES modules when there is
+ * none. Made once for the process (serve.ts), whose every agent shares it. A load that failed (a moment of EMFILE) is tried again by the next
+ * caller; the ES modules' retry gives each failed module a URL of its own (../turn/load.ts).
+ */
+export function agentCode(): () => Promise<AgentModule> {
+  const modules = lazyImport(() => import("./agent.js"), () => new URL("./agent.js", import.meta.url).href);
+  return lazy(async () => {
+    if (!bundled()) return modules();
+    const began = performance.now();
+    const loaded = loadBundle<AgentModule>(AGENT_BUNDLE);
+    // Whether the kept code was taken: compiled from the source, a start costs some tens of ms more.
+    log.info("agent loaded", { ms: Math.round(performance.now() - began), code: loaded.cached === true ? "kept" : loaded.cached === false ? "rejected" : "none kept" });
+    return loaded.exports;
+  });
+}
+
+/**
+ * Keeps V8's compiled code of a loaded bundle, with everything compiled so far (run `warm` first so
+ * that the code a prompt runs is in it), written whole or not at all.
+ */
+export async function keepCompiled(file: string, warm: (exports: unknown) => Promise<void>): Promise<number> {
+  const loaded = loadBundle<unknown>(file);
+  await warm(loaded.exports);
+  const data = loaded.script.createCachedData();
+  const temporary = `${cacheOf(file)}.${process.pid}`;
+  writeFileSync(temporary, data);
+  renameSync(temporary, cacheOf(file));
+  return data.length;
+}
