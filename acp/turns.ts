@@ -59,6 +59,9 @@ export class Turns {
     return this.running.has(key);
   }
 
+  /** Whether a turn was ever started here. */
+  started = false;
+
   get count(): number {
     return this.running.size;
   }
@@ -79,6 +82,7 @@ export class Turns {
       run.queue.push(waiting);
       return answer;
     }
+    this.started = true;
     const fresh: Running = { controller: new AbortController(), queue: [], subscribers: new Set([subscriber]) };
     this.running.set(key, fresh);
     fresh.done = this.drive(key, fresh, waiting, start).catch((e: unknown) => this.onError(key, e));

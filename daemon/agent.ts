@@ -93,7 +93,8 @@ export function startAgent(o: AgentOptions): RunningAgent {
     ...(key !== undefined ? { key } : {}),
     ...(held ? { settings: () => held } : {}),
     // Each agent's turn runs with its own environment: its model's key and the secrets kept out of errors.
-    runTurn: async (input, listener) => (await turnModule()).runTurn({ ...input, env: input.env ?? env }, listener),
+    // Answered once its events are on disk; its copy and mark are made after, under its lock.
+    runTurn: async (input, listener) => (await turnModule()).runTurn({ ...input, env: input.env ?? env }, listener, { early: true }),
     status: async (input) => (await turnModule()).statusLines(input),
     toolHost: () => (host = toolHost()),
     discoverTools: (settings, servers) => discoverTools(env, { ...(settings ? { settings } : {}), acp: servers }),
@@ -113,6 +114,8 @@ export function startAgent(o: AgentOptions): RunningAgent {
     },
     async stop(abort) {
       await state.turns.stop(abort);
+      // Turns that answered still bring their derived files up to date and let their locks go.
+      if (state.turns.started) await (await turnModule()).turnsSettled();
       await host?.then((h) => h.close()).catch((e: unknown) => log.error("closing the tools failed", { error: (e as Error).message }));
     },
     get turns() {

@@ -63,6 +63,8 @@ export class Served {
   private readonly started: () => Promise<RunningAgent>;
   private loading: Promise<RunningAgent> | undefined;
   stopping = false;
+  /** Whether its load ahead of any request was planned. */
+  ahead = false;
 
   constructor(
     readonly spec: AgentSpec,
@@ -136,14 +138,22 @@ export class Process {
     process.on("SIGINT", onSignal);
   }
 
-  /** Adds an agent, loaded a moment later unless a connection asks for it first. */
+  /** Adds an agent, loaded a moment after an endpoint serves it, unless a connection asks for it first. */
   add(spec: AgentSpec): Served {
     const served = new Served(spec, this.version, this.max);
     this.agents.push(served);
-    this.timers.push(
-      setTimeout(() => void served.load().catch((e: unknown) => log.warn("loading the agent failed: the next connection tries again", { error: (e as Error).message })), LOAD_AFTER_MS),
-    );
     return served;
+  }
+
+  /** The agents added and not yet loading begin to load a moment from now: an endpoint serves them. */
+  private loadAhead(): void {
+    for (const served of this.agents) {
+      if (served.ahead) continue;
+      served.ahead = true;
+      this.timers.push(
+        setTimeout(() => void served.load().catch((e: unknown) => log.warn("loading the agent failed: the next connection tries again", { error: (e as Error).message })), LOAD_AFTER_MS),
+      );
+    }
   }
 
   /** The target of a connection to one agent. */
@@ -231,6 +241,7 @@ export class Process {
     this.servers.push(control.server);
     control.server.on("error", (e) => log.error("control socket error", { error: e.message }));
     log.info("serving ACP", { socket: path, ...fields });
+    this.loadAhead();
   }
 
   /** ACP on 127.0.0.1:`port`: anyone on the machine reaches it, so with a key a connection proves itself first. */
@@ -239,6 +250,7 @@ export class Process {
     this.servers.push(endpoint.server);
     endpoint.server.on("error", (e) => log.error("port error", { error: e.message }));
     log.info("serving ACP", { port: endpoint.port, ...fields });
+    this.loadAhead();
     return endpoint.port;
   }
 
@@ -247,6 +259,7 @@ export class Process {
     // A client that hangs up closes the pipe: not the daemon's failure.
     process.stdout.on("error", (e) => log.warn("stdout closed", { error: e.message }));
     log.info("serving ACP", { stdio: true, ...fields });
+    this.loadAhead();
     const web = () => ({ readable: Readable.toWeb(process.stdin) as ReadableStream<Uint8Array>, writable: Writable.toWeb(process.stdout) });
     void this.serveFront(process.stdin, process.stdout, web, target, false)
       .catch((e: unknown) => {

@@ -216,6 +216,9 @@ export async function appendEvent(conv: ConversationPaths, event: Event): Promis
           n++;
         }
       }
+      folder.linked();
+      // Outside a lock, the name is flushed now; under one, once, when the lock's work is done.
+      if (!folder.held) await folder.flush();
       // The caller's own object, checked: what it holds (a turn's history) and what is read back by
       // number are one object, so what is made from it once (its message, its count) is made once.
       cache.add(conv.dir, n, event, text.length);

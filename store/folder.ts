@@ -1,7 +1,7 @@
 // A conversation's folder, checked once and held open while it is written, so no file of the
 // conversation is ever written outside the agent's folder: not when chats/ or the conversation's
 // folder is a link, and not when either is swapped for one while a turn writes.
-import { chmodSync, closeSync, constants, fstatSync, lstatSync, openSync, type Stats } from "node:fs";
+import { chmodSync, closeSync, constants, fstatSync, fsync, lstatSync, openSync, type Stats } from "node:fs";
 import { basename, dirname } from "node:path";
 import { StoreError } from "../protocol/index.js";
 import { isErrno } from "./errno.js";
@@ -40,7 +40,11 @@ function openIn(parent: number, parentPath: string, name: string): number {
 export class ConversationFolder {
   /** Checks that must still hold before each write: the conversation's lock, while a turn holds it. */
   guard: (() => void) | undefined;
+  /** Whether a lock holds it: its writes' names are flushed once, when the lock's work is done. */
+  held = false;
   private fd: number | undefined;
+  /** Whether a name was linked in it since it was last flushed. */
+  private unflushed = false;
 
   private constructor(
     readonly conv: ConversationPaths,
@@ -126,6 +130,28 @@ export class ConversationFolder {
     }
   }
 
+  /** A file was linked in it: its name is on disk once the folder is flushed. */
+  linked(): void {
+    this.unflushed = true;
+  }
+
+  /**
+   * Flushes the folder itself (fsync of its descriptor, off the event loop), so that the names linked
+   * in it since the last flush survive the machine going down, not only the process: an event's own
+   * data is flushed before it is linked, and its name is not on disk until this. Once per turn.
+   */
+  async flush(): Promise<void> {
+    if (!this.unflushed || this.fd === undefined) return;
+    this.unflushed = false;
+    const fd = this.fd;
+    try {
+      await new Promise<void>((resolve, reject) => fsync(fd, (err) => (err ? reject(err) : resolve())));
+    } catch (e) {
+      this.unflushed = true;
+      throw new StoreError(`cannot flush ${this.conv.dir}: ${(e as Error).message}`, this.conv.dir);
+    }
+  }
+
   close(): void {
     if (this.fd === undefined) return;
     closeSync(this.fd);
@@ -153,11 +179,23 @@ const held = new WeakMap<ConversationPaths, ConversationFolder>();
 export async function holdWhile<T>(folder: ConversationFolder, fn: () => Promise<T>): Promise<T> {
   if (held.has(folder.conv)) throw new Error(`${folder.conv.dir} is already held through these paths`);
   held.set(folder.conv, folder);
+  folder.held = true;
   try {
-    return await fn();
+    const result = await fn();
+    // What fn wrote and didn't flush itself is on disk before its caller hears of it.
+    await folder.flush();
+    return result;
   } finally {
     held.delete(folder.conv);
   }
+}
+
+/**
+ * Flushes the names written through a held lock's folder so far (see ConversationFolder.flush): what
+ * a turn that answers before its lock is let go calls first.
+ */
+export async function flushHeld(conv: ConversationPaths): Promise<void> {
+  await held.get(conv)?.flush();
 }
 
 /**

@@ -10,6 +10,7 @@ import { StoreError } from "../protocol/index.js";
 import { isErrno } from "./errno.js";
 import { FILE_MODE, LIMITS, readNoFollow, removeTempsOf, writeAll } from "./files.js";
 import { ConversationFolder, holdWhile } from "./folder.js";
+export { flushHeld } from "./folder.js";
 import type { ConversationPaths } from "./paths.js";
 
 export interface LockOptions {

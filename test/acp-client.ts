@@ -1,7 +1,7 @@
 // Drives the built daemon as a child process with the real ACP SDK client, over stdio or its socket.
 // Shared by the tests and the demo.
 import { spawn, spawnSync, type ChildProcess } from "node:child_process";
-import { mkdtempSync, rmSync } from "node:fs";
+import { existsSync, mkdtempSync, rmSync } from "node:fs";
 import { connect as netConnect, type Socket } from "node:net";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
@@ -175,6 +175,23 @@ export function daemonTestHooks(outputs: string[], use: (server: ModelServer) =>
 }
 
 /** The error a request was answered with; throws when it was answered with a result. */
+/**
+ * Waits until a conversation's lock is let go: a turn answers once its events are on disk, and makes
+ * its derived files (the copy, the mark) after, still under its lock.
+ */
+export async function lockFreed(lock: string, ms = 10_000): Promise<void> {
+  await until(() => !existsSync(lock), `${lock} let go`, ms);
+}
+
+/** Waits until `check` holds, looking every few ms; throws naming `what` after `ms`. */
+export async function until(check: () => boolean, what: string, ms = 10_000): Promise<void> {
+  const end = Date.now() + ms;
+  while (!check()) {
+    if (Date.now() > end) throw new Error(`not ${what} after ${ms} ms`);
+    await new Promise((resolve) => setTimeout(resolve, 5));
+  }
+}
+
 export async function failure(p: Promise<unknown>): Promise<{ code: number; message: string }> {
   try {
     await p;

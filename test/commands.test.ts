@@ -8,7 +8,7 @@ import type { SessionNotification } from "@agentclientprotocol/sdk";
 import { describe, expect, it } from "vitest";
 import type { Event } from "../protocol/index.js";
 import { paths, readEventsFrom } from "../store/index.js";
-import { configure, daemonTestHooks, scriptedSettings, startDaemon, stdioClient, tempDir, watched, type Client } from "./acp-client.js";
+import { configure, daemonTestHooks, lockFreed, scriptedSettings, startDaemon, stdioClient, tempDir, watched, type Client } from "./acp-client.js";
 import { spawnSync } from "node:child_process";
 import { z } from "zod";
 import { BIN, MAIN, ROOT } from "./fixtures/built.js";
@@ -40,7 +40,12 @@ const prompt = (c: Client, sessionId: string, text: string, meta?: Record<string
   c.agent.request(acp.methods.agent.session.prompt, { sessionId, prompt: [{ type: "text", text }], ...(meta ? { _meta: { link: meta } } : {}) });
 
 const eventsOf = (dir: string, thread: string): Event[] => readEventsFrom(paths({ dir }).conversation(thread), 1).map((e) => e.event);
-const transcriptOf = (dir: string, thread: string) => readFileSync(paths({ dir }).conversation(thread).transcript, "utf8");
+/** The copy, once the turn that answered has made it (after its answer, under its lock). */
+async function transcriptOf(dir: string, thread: string): Promise<string> {
+  const conv = paths({ dir }).conversation(thread);
+  await lockFreed(conv.lock);
+  return readFileSync(conv.transcript, "utf8");
+}
 const sent = (r: RecordedRequest | undefined) => JSON.stringify(r?.body.messages ?? []);
 /** The text of the replies among the updates since `from`, and whether every one was marked as the harness's. */
 function replies(c: Client, from = 0): { text: string; allMarked: boolean } {
@@ -76,7 +81,7 @@ describe("/new", { timeout: 60_000 }, () => {
     expect(events.filter((e) => e.kind === "command")).toMatchObject([{ name: "/new", text: "/new" }]);
     // The reply is nowhere on disk: not an event, not the copy.
     expect(JSON.stringify(events)).not.toContain("Started anew");
-    const copy = transcriptOf(dir, sessionId);
+    const copy = await transcriptOf(dir, sessionId);
     expect(copy).toContain("the gate code is 4711");
     expect(copy).toContain("what is the gate code?");
     expect(copy).not.toContain("Started anew");

@@ -6,7 +6,7 @@ import { join } from "node:path";
 import * as acp from "@agentclientprotocol/sdk";
 import { describe, expect, it } from "vitest";
 import { paths, readEventsFrom } from "../store/index.js";
-import { configure, daemonTestHooks, failure, scriptedSettings, startDaemon, stdioClient, tempDir, watched, type Client } from "./acp-client.js";
+import { configure, daemonTestHooks, failure, lockFreed, scriptedSettings, startDaemon, stdioClient, tempDir, watched, type Client } from "./acp-client.js";
 import type { ModelServer } from "./model-server.js";
 import { BIN, ROOT } from "./fixtures/built.js";
 
@@ -29,7 +29,12 @@ async function session(): Promise<{ c: Client; dir: string; sessionId: string }>
 }
 
 const prompt = (c: Client, sessionId: string, text: string) => c.agent.request(acp.methods.agent.session.prompt, { sessionId, prompt: [{ type: "text", text }] });
-const transcript = (dir: string, sessionId: string) => readFileSync(paths({ dir }).conversation(sessionId).transcript, "utf8");
+/** The copy, once the turn that answered has made it (after its answer, under its lock). */
+async function transcript(dir: string, sessionId: string): Promise<string> {
+  const conv = paths({ dir }).conversation(sessionId);
+  await lockFreed(conv.lock);
+  return readFileSync(conv.transcript, "utf8");
+}
 
 describe("the copy of a conversation", { timeout: 60_000 }, () => {
   it("marks an answer cut short by a cancel, so it doesn't read as whole", async () => {
@@ -39,7 +44,7 @@ describe("the copy of a conversation", { timeout: 60_000 }, () => {
     await c.waitForUpdate((n) => n.update.sessionUpdate === "agent_message_chunk");
     await c.agent.notify(acp.methods.agent.session.cancel, { sessionId });
     expect(await turn).toMatchObject({ stopReason: "cancelled" });
-    const copy = transcript(dir, sessionId);
+    const copy = await transcript(dir, sessionId);
     expect(copy).toContain("tell me a long story");
     expect(copy).toMatch(/\*\(cut short: the turn was stopped\)\*\n<!-- answer 2 -->/);
   });
@@ -48,13 +53,13 @@ describe("the copy of a conversation", { timeout: 60_000 }, () => {
     const { c, dir, sessionId } = await session();
     server.script({ error: { status: 400, message: "This model does not exist", code: "model_not_found" } });
     expect((await failure(prompt(c, sessionId, "are you there?"))).message).toContain("This model does not exist");
-    const copy = transcript(dir, sessionId);
+    const copy = await transcript(dir, sessionId);
     expect(copy).toContain("are you there?");
     expect(copy).toMatch(/\*\(no answer: the turn failed: the model answered 400: This model does not exist\)\*\n<!-- answer 2 -->/);
     // The next turn goes on from it, and the copy grows with its answer.
     server.script({ text: "Here now." });
     expect(await prompt(c, sessionId, "again?")).toMatchObject({ stopReason: "end_turn" });
-    expect(transcript(dir, sessionId)).toMatch(/<!-- answer 2 -->\n\n\*\*Owner\*\* · [^\n]+\nagain\?\n\n\*\*Agent\*\* · [^\n]+\nHere now\.\n<!-- answer 4 -->\n\n$/);
+    expect(await transcript(dir, sessionId)).toMatch(/<!-- answer 2 -->\n\n\*\*Owner\*\* · [^\n]+\nagain\?\n\n\*\*Agent\*\* · [^\n]+\nHere now\.\n<!-- answer 4 -->\n\n$/);
   });
 });
 

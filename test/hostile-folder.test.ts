@@ -9,7 +9,7 @@ import type { ContentBlock } from "@agentclientprotocol/sdk";
 import { describe, expect, it } from "vitest";
 import type { Event } from "../protocol/index.js";
 import { paths, readEventsFrom } from "../store/index.js";
-import { configure, daemonTestHooks, scriptedSettings, startDaemon, tempDir, type Client, type Daemon, failure, stdioClient, watched } from "./acp-client.js";
+import { configure, daemonTestHooks, lockFreed, until, scriptedSettings, startDaemon, tempDir, type Client, type Daemon, failure, stdioClient, watched } from "./acp-client.js";
 import type { ModelServer } from "./model-server.js";
 import { BIN } from "./fixtures/built.js";
 import { deferred } from "./fixtures/deferred.js";
@@ -115,6 +115,8 @@ describe("a conversation folder swapped for a link mid-turn", { timeout: 60_000 
     });
     const turn = failure(prompt(c, sessionId, "hello"));
     await asked.promise;
+    // The question is flushed while the model is asked: swapped once it is written.
+    await until(() => existsSync(conv.event(1)), "the question written");
     const moved = join(outside, "moved");
     renameSync(conv.dir, moved);
     symlinkSync(outside, conv.dir);
@@ -162,6 +164,8 @@ describe("permissions", { timeout: 60_000 }, () => {
       const sessionId = await session(c);
       expect(await prompt(c, sessionId, "hello")).toMatchObject({ stopReason: "end_turn" });
       const conv = paths({ dir }).conversation(sessionId);
+      // The copy and the mark are made after the answer, under the turn's lock.
+      await lockFreed(conv.lock);
       expect([mode(paths({ dir }).chats), mode(conv.dir)]).toEqual([0o700, 0o700]);
       for (const name of readdirSync(conv.dir)) expect([name, mode(join(conv.dir, name))]).toEqual([name, 0o600]);
       // The prompt's owed file (lnk-link-harness-acp(7), RECOVERY) is removed just after its answer is written: it may still be there.
@@ -187,6 +191,8 @@ describe("a process paused past its lock's stale period", { timeout: 60_000 }, (
     });
     const first = failure(prompt(ca, sessionId, "from the process that will be paused"));
     await asked.promise;
+    // The question is flushed while the model is asked: paused once it is written.
+    await until(() => existsSync(paths({ dir }).conversation(sessionId).event(1)), "the question written");
     a.child.kill("SIGSTOP");
     try {
       // Another process takes the conversation once the paused one's lock is stale, and answers.

@@ -1,7 +1,7 @@
 // One turn, stateless: reads what it needs through the store, asks the model, runs tools in rounds,
 // and writes every event as it happens. It reports through a callback of plain events, never ACP.
 import type { AssistantMessage, Event, Failure, ModelInput, PromptPrints, Settings, StopReason, ToolCall, Usage, UserMessage } from "../protocol/index.js";
-import { appendEvent, forgetEvents, forgetSettings, LockLostError, paths, readSettings, readToolsList, withConversationLock, type ConversationPaths } from "../store/index.js";
+import { appendEvent, flushHeld, forgetEvents, forgetSettings, LockLostError, paths, readSettings, readToolsList, withConversationLock, type ConversationPaths } from "../store/index.js";
 import { forgetBodies } from "./body.js";
 import { runCalls } from "./calls.js";
 import { conversationShare, modelWindow, type ModelWindow } from "./facts.js";
@@ -299,12 +299,22 @@ class Turn {
     return this.pendingSteer.length > 0;
   }
 
+  /** The history whose copy and mark are brought up to date once the turn is answered. */
+  private derived: History | undefined;
+
+  private finish(history: History): void {
+    this.derived = history;
+  }
+
   /**
-   * The copy and the mark: derived, brought up to date at the end of the turn. The answer is stored
+   * The copy and the mark: derived, brought up to date at the end of the turn, still under its lock
+   * but after its answer (the next turn of the conversation waits for the lock). The answer is stored
    * by now, so a failure here is reported as a warning, never as a failed turn (a client would send
    * the message again): the next turn makes them again.
    */
-  private finish(history: History): void {
+  settle(): void {
+    const history = this.derived;
+    if (!history) return;
     try {
       const copyEnd = updateTranscript(this.conv, history.events);
       history.saveMark(copyEnd);
@@ -326,17 +336,52 @@ export function forgetProcessState(): void {
   forgetBodies();
 }
 
-/** Runs one turn of a conversation, holding its lock (one turn at a time per conversation). */
-export async function runTurn(input: TurnInput, listener: TurnListener): Promise<TurnOutcome> {
+/** Turns that answered and still bring their derived files up to date and let their lock go. */
+const settling = new Set<Promise<unknown>>();
+
+/** Resolves once every turn that answered early has let its lock go (a process waits for it to stop). */
+export async function turnsSettled(): Promise<void> {
+  await Promise.allSettled([...settling]);
+}
+
+/**
+ * Runs one turn of a conversation, holding its lock (one turn at a time per conversation). Resolves
+ * once the lock is let go; with `early`, once the turn's events are on disk, their names flushed,
+ * while its derived files are brought up to date and its lock let go after (turnsSettled).
+ */
+export async function runTurn(input: TurnInput, listener: TurnListener, o: { early?: boolean } = {}): Promise<TurnOutcome> {
   const conv = paths(input.agent).conversation(input.thread);
   const lost = new AbortController();
   const signal = input.signal ? AbortSignal.any([input.signal, lost.signal]) : lost.signal;
-  const outcome = await withConversationLock(conv, () => new Turn(input, listener, signal, conv).run(), {
-    ...(input.signal ? { signal: input.signal } : {}),
-    // Another process took the conversation over: stop writing to it.
-    onCompromised: (err) => lost.abort(err),
-  });
-  // Stopped because the lock was lost, not by the client: said as that, never as a cancel.
-  if (lost.signal.aborted) throw new LockLostError(conv, (lost.signal.reason as Error | undefined)?.message ?? "taken over");
-  return outcome;
+  const lostError = () => new LockLostError(conv, (lost.signal.reason as Error | undefined)?.message ?? "taken over");
+  let answer: ((outcome: TurnOutcome) => void) | undefined;
+  const answered = new Promise<TurnOutcome>((resolve) => (answer = resolve));
+  const whole = (async () => {
+    const outcome = await withConversationLock(
+      conv,
+      async () => {
+        const turn = new Turn(input, listener, signal, conv);
+        const outcome = await turn.run();
+        if (o.early && !lost.signal.aborted) {
+          await flushHeld(conv);
+          // The lock could be lost while its folder was flushed: then the whole turn says so.
+          if (!lost.signal.aborted) answer?.(outcome);
+        }
+        turn.settle();
+        return outcome;
+      },
+      {
+        ...(input.signal ? { signal: input.signal } : {}),
+        // Another process took the conversation over: stop writing to it.
+        onCompromised: (err) => lost.abort(err),
+      },
+    );
+    // Stopped because the lock was lost, not by the client: said as that, never as a cancel.
+    if (lost.signal.aborted) throw lostError();
+    return outcome;
+  })();
+  if (!o.early) return whole;
+  settling.add(whole);
+  void whole.catch(() => undefined).finally(() => settling.delete(whole));
+  return Promise.race([answered, whole]);
 }
