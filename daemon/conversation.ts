@@ -14,6 +14,7 @@ import { namedSession } from "./thread-arg.js";
 /** A conversation as read for the command: its session form and its events by their numbers. */
 export interface ReadNamed {
   session: SessionForm;
+  /** What a person is shown: its events by their numbers in the chat's log. */
   events: Numbered[];
   /** A chat of several conversations: their names, in the order they began. */
   conversations?: string[];
@@ -46,8 +47,9 @@ export function readNamed(agent: AgentRef, arg: string): ReadNamed {
   if (!map.conversations.has(named.conversation)) {
     throw new UsageError(`chat ${named.thread} has no conversation ${JSON.stringify(named.conversation)} (it has: ${[...map.conversations.keys()].join(", ")})`);
   }
-  const events = conversationEvents(map, named.conversation).filter((e) => !isBegin(e.event));
-  return { session: { thread: arg, events: events.map((e) => e.event) }, events };
+  // A person reads the commands that began it as they were typed; the session leaves them out.
+  const events = conversationEvents(map, named.conversation);
+  return { session: { thread: arg, events: events.filter((e) => !isBegin(e.event)).map((e) => e.event) }, events };
 }
 
 /**
@@ -131,7 +133,7 @@ function commandLine(e: Extract<Event, { kind: "command" }>): string {
     case "/model:set":
       return `${e.name}${e.model !== undefined ? ` ${e.model}` : ""}`;
     case "/chat:fork":
-      return `${e.name}${e.conversation !== undefined ? ` ${e.conversation}` : ""}${e.thread !== undefined ? ` (from ${e.thread}${e.event !== undefined ? ` at event ${e.event}` : ""})` : ""}`;
+      return `${e.name}${e.conversation !== undefined ? ` ${e.conversation}` : ""}${e.thread !== undefined ? `, from ${e.thread}${e.event !== undefined ? ` at event ${e.event}` : ""}` : ""}`;
     case "/chat:create":
     case "/chat:resume":
       return `${e.name}${e.conversation !== undefined ? ` ${e.conversation}` : ""}`;
@@ -185,7 +187,7 @@ export function eventText({ n, event: e }: Numbered): string {
     case "command": {
       const canonical = commandLine(e);
       const typed = e.text?.trim();
-      return [head(`${who(e.from)} · command`), typed && typed !== canonical ? `${oneLine(typed)} (${oneLine(canonical)})` : oneLine(canonical)].join("\n");
+      return [head(`${who(e.from)} · command`), typed && typed !== canonical ? `${oneLine(typed)} (as ${oneLine(canonical)})` : oneLine(canonical)].join("\n");
     }
     case "failure":
       return [head(`Turn failed: ${e.reason}${e.status !== undefined ? ` (status ${e.status})` : ""}`), safe(e.message)].join("\n");
