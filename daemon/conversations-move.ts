@@ -5,10 +5,10 @@
 // new conversation, as `_asp/import` does (the same code), and prints `_asp/import`'s answer.
 // Out never removes what it gives: events are written once and never taken back, and what is moved
 // is kept until its copy is in, so a failed move loses nothing (man lnk-link-harness(1)).
-import { existsSync } from "node:fs";
+import { existsSync, mkdirSync } from "node:fs";
 import { z } from "zod";
 import { ASP_KINDS, AspState, describeIssues, type AspImportResult, type AspLeftBehind } from "../protocol/index.js";
-import { EXPORT_SESSIONS_BYTES, InvalidSessions, importSessions, readSessions } from "../asp/sessions.js";
+import { EXPORT_SESSIONS_BYTES, InvalidSessions, checkSessions, importSessions, readSessions } from "../asp/sessions.js";
 import { jsonFault } from "../store/index.js";
 import { UsageError, agentRef, type AgentOptions } from "./cli.js";
 import { readInput } from "./commands.js";
@@ -71,7 +71,6 @@ export async function moveIn(o: AgentOptions, file: string | undefined): Promise
     throw new UsageError(`the sessions are not JSON: ${jsonFault(e, text)}`);
   }
   const agent = agentRef(o);
-  if (!existsSync(agent.dir)) throw new UsageError(`no agent folder at ${agent.dir}`);
   const one = isOneSession(raw);
   let sessions: unknown = [raw];
   const leftBehind: AspLeftBehind[] = [];
@@ -89,13 +88,16 @@ export async function moveIn(o: AgentOptions, file: string | undefined): Promise
       }
     }
   }
-  let answer: AspImportResult;
+  let checked;
   try {
-    answer = { imported: await importSessions(agent, sessions), leftBehind };
+    checked = checkSessions(sessions);
   } catch (e) {
     // One session is named as the input names it: its fields, not sessions.0's.
     if (e instanceof InvalidSessions) throw new UsageError(one ? `the session: ${e.message.replace(/\bsessions\.0\./g, "").replace(/\bsessions\.0:/g, "(top):")}` : e.message);
     throw e;
   }
+  // The agent's folder is made when missing, as state import makes it, once the input is known good.
+  if (checked.length > 0) mkdirSync(agent.dir, { recursive: true, mode: 0o700 });
+  const answer: AspImportResult = { imported: await importSessions(agent, checked), leftBehind };
   process.stdout.write(`${JSON.stringify(answer, null, 2)}\n`);
 }

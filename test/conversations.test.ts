@@ -200,6 +200,11 @@ describe("conversation and conversations move", { timeout: 240_000 }, () => {
     expect(Imported.parse(JSON.parse(single.stdout)).imported).toEqual([{ kind: "sessions", thread: chat, as: `${chat}-2`, events: sessions.find((s) => s.thread === chat)?.events.length }]);
     const state = await cli(["conversations", "move", "in", "--agent", folder()], JSON.stringify({ instructions: "Be brief.", skills: [], sessions: [] }));
     expect(JSON.parse(state.stdout)).toEqual({ imported: [], leftBehind: [{ kind: "instructions", why: "conversations move in takes sessions only (state import takes the rest)" }] });
+    // An agent's folder not there yet is made, as state import makes it.
+    const fresh = join(folder(false), "fresh");
+    const made = await cli(["conversations", "move", "in", "--agent", fresh], one.stdout);
+    expect(made.code, made.stderr).toBe(0);
+    expect((await cli(["conversation", "--agent", fresh, chat, "--json"])).stdout).toBe(one.stdout);
   });
 
   it("bad input: one line, a non-zero status, nothing written", async () => {
