@@ -271,6 +271,13 @@ describe("conversation and conversations move", { timeout: 240_000 }, () => {
     writeFileSync(join(chat, "000000000002.json"), "{");
     expect((await cli(["conversation", "--agent", dir, "odd"])).stderr).toMatch(/000000000002\.json is not JSON/);
     rmSync(join(chat, "000000000002.json"));
+    // Events that skip a number: given up to it, what was left out said.
+    writeFileSync(join(chat, "000000000003.json"), `${JSON.stringify(event)}\n`);
+    const gap = await cli(["conversation", "--agent", dir, "odd", "--json"]);
+    expect(gap.code, gap.stderr).toBe(0);
+    expect(gap.stderr).toBe("lnk-link-harness: left out: its events after number 2, which is missing\n");
+    expect(SessionForm.parse(JSON.parse(gap.stdout)).events).toHaveLength(1);
+    rmSync(join(chat, "000000000003.json"));
 
     // A conversation's folder that is a link is refused, never followed.
     const elsewhere = join(dir, "elsewhere");
