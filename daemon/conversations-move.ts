@@ -7,7 +7,7 @@
 // is kept until its copy is in, so a failed move loses nothing (man lnk-link-harness(1)).
 import { existsSync, mkdirSync } from "node:fs";
 import { z } from "zod";
-import { ASP_KINDS, AspState, describeIssues, type AspImportResult, type AspLeftBehind } from "../protocol/index.js";
+import { ASP_KINDS, AspState, describeIssues, type AspImportResult, type AspLeftBehind, type SessionForm } from "../protocol/index.js";
 import { EXPORT_SESSIONS_BYTES, InvalidSessions, checkSessions, importSessions, readSessions } from "../asp/sessions.js";
 import { jsonFault } from "../store/index.js";
 import { UsageError, agentRef, type AgentOptions } from "./cli.js";
@@ -28,7 +28,7 @@ export async function moveOut(o: AgentOptions, threads: readonly string[]): Prom
   const out = stdoutChunks();
   await out.write('{\n  "sessions": [');
   let first = true;
-  const put = async (session: Parameters<typeof writeSessionJson>[1]) => {
+  const put = async (session: SessionForm) => {
     await out.write(first ? "\n" : ",\n");
     first = false;
     await writeSessionJson(out, session, "    ");
