@@ -34,51 +34,75 @@ export const EXPORT_SESSIONS_BYTES = 256 * 1024 * 1024;
 export interface ExportedSessions {
   sessions: SessionForm[];
   /** What was not carried, by its path from the agent's folder, and why. */
-  left: { path: string; why: string }[];
+  left: LeftOut[];
+}
+
+/** What was not carried of a conversation, by its path from the agent's folder, and why. */
+export interface LeftOut {
+  path: string;
+  why: string;
+}
+
+/** One conversation read for a session (left out: none of it could be read), and what of it was not carried. */
+export interface ReadSession {
+  session?: SessionForm;
+  left?: LeftOut;
 }
 
 /**
- * Every conversation of the agent, each read whole through the store (never through a link), in the
- * order of their threads' names; at most EXPORT_SESSIONS_BYTES of them. What can't be read is left out and named.
+ * A conversation of the agent in the portable form: its events read whole through the store (never
+ * through a link), from the first until the first number missing, since a fork's `event` is its
+ * position in the list. A thread that can't be read, or read whole, is left, with why.
  */
-export function exportSessions(agent: AgentRef, max = EXPORT_SESSIONS_BYTES): ExportedSessions {
-  const p = paths(agent);
-  const sessions: SessionForm[] = [];
-  const left: ExportedSessions["left"] = [];
-  let threads: string[];
+export function readSession(agent: AgentRef, thread: string): ReadSession {
+  const path = `chats/${thread}`;
+  if (!Thread.safeParse(thread).success) return { left: { path, why: "not a thread's name" } };
+  const conv = paths(agent).conversation(thread);
+  let events: Numbered[];
   try {
-    threads = listThreads(p.chats);
+    events = readEventsFrom(conv, 1);
+    const last = listEventNumbers(conv).at(-1) ?? 0;
+    const session = { thread, events: events.map((e) => e.event) };
+    // What comes after a missing number is left out, and named.
+    if (last > events.length) return { session, left: { path, why: `its events after number ${events.length + 1}, which is missing` } };
+    return { session };
   } catch (e) {
     if (!(e instanceof StoreError)) throw e;
-    return { sessions, left: [{ path: "chats", why: e.message }] };
+    return { left: { path, why: e.message } };
   }
+}
+
+/** Every conversation of the agent, one at a time in the order of their threads' names, or why one can't be read. */
+export function* readSessions(agent: AgentRef): Generator<ReadSession> {
+  let threads: string[];
+  try {
+    threads = listThreads(paths(agent).chats);
+  } catch (e) {
+    if (!(e instanceof StoreError)) throw e;
+    yield { left: { path: "chats", why: e.message } };
+    return;
+  }
+  for (const thread of threads) yield readSession(agent, thread);
+}
+
+/**
+ * Every conversation of the agent (readSessions), at most EXPORT_SESSIONS_BYTES of them. What can't
+ * be read is left out and named.
+ */
+export function exportSessions(agent: AgentRef, max = EXPORT_SESSIONS_BYTES): ExportedSessions {
+  const sessions: SessionForm[] = [];
+  const left: ExportedSessions["left"] = [];
   let bytes = 0;
-  for (const thread of threads) {
-    const path = `chats/${thread}`;
-    if (!Thread.safeParse(thread).success) {
-      left.push({ path, why: "not a thread's name" });
-      continue;
-    }
-    const conv = p.conversation(thread);
-    let events: Numbered[];
-    try {
-      events = readEventsFrom(conv, 1);
-      const last = listEventNumbers(conv).at(-1) ?? 0;
-      if (last > events.length) left.push({ path, why: `its events after number ${events.length + 1}, which is missing` });
-    } catch (e) {
-      if (!(e instanceof StoreError)) throw e;
-      left.push({ path, why: e.message });
-      continue;
-    }
-    // Read from the first until the first number missing: a fork's `event` is its position in the list.
-    const session: SessionForm = { thread, events: events.map((e) => e.event) };
-    const size = JSON.stringify(session).length;
+  for (const read of readSessions(agent)) {
+    if (read.left) left.push(read.left);
+    if (!read.session) continue;
+    const size = JSON.stringify(read.session).length;
     if (bytes + size > max) {
-      left.push({ path, why: `past the export's limit of ${max} bytes of sessions` });
+      left.push({ path: `chats/${read.session.thread}`, why: `past the export's limit of ${max} bytes of sessions` });
       continue;
     }
     bytes += size;
-    sessions.push(session);
+    sessions.push(read.session);
   }
   return { sessions, left };
 }

@@ -30,6 +30,9 @@ export type Command =
   | { kind: "facts"; agent: AgentOptions; model?: string }
   | { kind: "usage"; agent: AgentOptions; thread?: string; since?: Date; json: boolean }
   | { kind: "instructions"; agent: AgentOptions; thread?: string }
+  | { kind: "conversation"; agent: AgentOptions; thread: string; json: boolean }
+  | { kind: "conversations move out"; agent: AgentOptions; threads: string[] }
+  | { kind: "conversations move in"; agent: AgentOptions; file?: string }
   | { kind: "serve"; agent: AgentOptions; socket?: string; port?: number; agents?: string; blank?: string };
 
 export const USAGE = `usage:
@@ -42,6 +45,12 @@ export const USAGE = `usage:
   lnk-link-harness facts [--agent DIR] [MODEL]     print the window and answer share a turn would use, and where each came from
   lnk-link-harness instructions [--agent DIR] [--thread T]
                                                    print the system prompt a turn would send now, by section
+  lnk-link-harness conversation [--agent DIR] THREAD [--json]
+                                                   print one conversation for a person, or in the portable form
+  lnk-link-harness conversations move out [--agent DIR] [THREAD...]
+                                                   print conversations (all when none is named) in the portable form
+  lnk-link-harness conversations move in [--agent DIR] [FILE]
+                                                   take conversations in the portable form (FILE or stdin)
   lnk-link-harness usage [--agent DIR] [THREAD] [--since DATE] [--json]
                                                    tokens, the cached share, cost, and why a cache missed
   lnk-link-harness [--agent DIR] [--files DIR] [--home DIR] [--socket PATH] [--port N]
@@ -210,6 +219,24 @@ export function parseCommandLine(argv: string[], env: NodeJS.ProcessEnv = proces
       if (rest.length > 0) throw new UsageError(`instructions takes no argument, got ${JSON.stringify(rest[0])} (a conversation is named with --thread)`);
       // The thread's name is checked where the conversation is read, which loads what checks it.
       return { kind: "instructions", agent, ...(v.thread !== undefined ? { thread: v.thread } : {}) };
+    case "conversation": {
+      only(["agent", "json"], "conversation");
+      if (rest.length !== 1) throw new UsageError(rest.length === 0 ? "conversation takes a THREAD" : `conversation takes one THREAD, got ${JSON.stringify(rest[1])} too`);
+      // The thread's name is checked where the conversation is read, which loads what checks it.
+      return { kind: "conversation", agent, thread: rest[0] ?? "", json: v.json === true };
+    }
+    case "conversations": {
+      only(["agent"], "conversations");
+      const [move, way, ...more] = rest;
+      if (move !== "move") throw new UsageError(`conversations takes "move out" or "move in", got ${JSON.stringify(move ?? "nothing")}`);
+      if (way === "out") return { kind: "conversations move out", agent, threads: more };
+      if (way === "in") {
+        if (more.length > 1) throw new UsageError("conversations move in takes at most one FILE");
+        if (more[0] !== undefined) checkTilde("FILE", more[0]);
+        return { kind: "conversations move in", agent, ...(more[0] !== undefined ? { file: resolve(more[0]) } : {}) };
+      }
+      throw new UsageError(`conversations move takes "out" or "in", got ${JSON.stringify(way ?? "nothing")}`);
+    }
     default:
       throw new UsageError(`unknown command ${JSON.stringify(verb)} (see --help)`);
   }

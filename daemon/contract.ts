@@ -36,6 +36,10 @@ export function contract(): Contract {
     acp: true,
     // It answers `instructions`: the system prompt a turn would send, by section.
     prompt: true,
+    // It answers `conversation` and `conversations move`. The contract's JSON names this key
+    // `conversations` and its paragraph `chats`: both are said, so Link reads yes by either name.
+    conversations: true,
+    chats: true,
     // Its endpoint's _asp/export gives the agent's own instructions, skills and memory and its
     // conversations; _asp/import takes sessions, each written as a new conversation.
     state: { export: [...ENDPOINT_EXPORTED], import: [...ENDPOINT_IMPORTED] },

@@ -37,6 +37,15 @@ async function run(command: Command): Promise<void> {
     case "instructions":
       process.stdout.write((await import("./instructions.js")).instructionsReport(command.agent, command.thread));
       return;
+    case "conversation":
+      await (await import("./conversation.js")).printConversation(command.agent, command.thread, command.json);
+      return;
+    case "conversations move out":
+      await (await import("./conversations-move.js")).moveOut(command.agent, command.threads);
+      return;
+    case "conversations move in":
+      await (await import("./conversations-move.js")).moveIn(command.agent, command.file);
+      return;
     case "usage":
       (await import("./usage.js")).printUsage(command.agent, command.thread, command.since, command.json);
       return;

@@ -52,8 +52,8 @@ describe.concurrent("contract, --version, --help", () => {
     expect(r.code, r.stderr).toBe(0);
     expect(r.stderr).toBe("");
     const contract = Contract.parse(JSON.parse(r.stdout));
-    // Every key: a key left out means no, and the parts not built yet (the conversations commands,
-    // sessions carried by a switch) are left out.
+    // Every key: a key left out means no, and the parts not built yet (sessions carried by a
+    // switch) are left out.
     expect(contract).toEqual({
       version: 2,
       proxy: true,
@@ -71,6 +71,8 @@ describe.concurrent("contract, --version, --help", () => {
       folders: true,
       acp: true,
       prompt: true,
+      conversations: true,
+      chats: true,
       state: { export: ["instructions", "skills", "memory", "sessions"], import: ["sessions"] },
       session_content: ["tools", "thinking", "images", "resources"],
       notes: true,

@@ -1,0 +1,224 @@
+// `lnk-link-harness conversation [--agent DIR] THREAD [--json]`: one conversation for a person (who
+// said what and when, tool calls and their answers shortened, commands as typed, thinking marked but
+// never shown, parts named), or in the portable session form, as `_asp/export` gives it. Loaded only
+// for this command.
+import { existsSync } from "node:fs";
+import { StoreError, type Event, type Numbered, type SessionForm } from "../protocol/index.js";
+import { readSession } from "../asp/sessions.js";
+import { readEventsFrom, type AgentRef } from "../store/index.js";
+import { chatMap, conversationEvents, isBegin } from "../turn/chat.js";
+import { UsageError, agentRef, type AgentOptions } from "./cli.js";
+import { stdoutChunks, type Output } from "./output.js";
+import { namedSession } from "./thread-arg.js";
+
+/** A conversation as read for the command: its session form and its events by their numbers. */
+export interface ReadNamed {
+  session: SessionForm;
+  /** What a person is shown: its events by their numbers in the chat's log. */
+  events: Numbered[];
+  /** A chat of several conversations: their names, in the order they began. */
+  conversations?: string[];
+  /** What of it could not be read (a missing number), said on stderr. */
+  left?: string;
+}
+
+/**
+ * The conversation THREAD names, read whole. A chat's folder gives its session as `_asp/export` does
+ * (the same code); `<thread>~<name>` gives that conversation of the chat as a session of its own,
+ * thread `<thread>~<name>`: its events as the chat reads them back (a fork's shared start, then its
+ * own), without the commands that began the chat's conversations, which name events of the chat's log.
+ */
+export function readNamed(agent: AgentRef, arg: string): ReadNamed {
+  if (!existsSync(agent.dir)) throw new UsageError(`no agent folder at ${agent.dir}`);
+  const named = namedSession(agent, arg);
+  if (named.conversation === undefined) {
+    const read = readSession(agent, named.thread);
+    if (!read.session) throw new StoreError(`cannot read conversation ${named.thread}: ${read.left?.why ?? "unreadable"}`, named.conv.dir);
+    const events = read.session.events.map((event, i) => ({ n: i + 1, event }));
+    const names = [...chatMap(events).conversations.keys()];
+    return {
+      session: read.session,
+      events,
+      ...(names.length > 1 ? { conversations: names } : {}),
+      ...(read.left ? { left: read.left.why } : {}),
+    };
+  }
+  const map = chatMap(readEventsFrom(named.conv, 1));
+  if (!map.conversations.has(named.conversation)) {
+    throw new UsageError(`chat ${named.thread} has no conversation ${JSON.stringify(named.conversation)} (it has: ${[...map.conversations.keys()].join(", ")})`);
+  }
+  // A person reads the commands that began it as they were typed; the session leaves them out.
+  const events = conversationEvents(map, named.conversation);
+  return { session: { thread: arg, events: events.filter((e) => !isBegin(e.event)).map((e) => e.event) }, events };
+}
+
+/**
+ * The session as `JSON.stringify(session, null, 2)` writes it, each line after `pad`, made an event
+ * at a time so a long conversation is never one string.
+ */
+export async function writeSessionJson(out: Output, session: SessionForm, pad = ""): Promise<void> {
+  const indent = (text: string, by: string) => text.replace(/\n/g, `\n${by}`);
+  if (session.events.length === 0) {
+    await out.write(pad + indent(JSON.stringify(session, null, 2), pad));
+    return;
+  }
+  await out.write(`${pad}{\n${pad}  "thread": ${JSON.stringify(session.thread)},\n${pad}  "events": [\n`);
+  const last = session.events.length - 1;
+  for (const [i, event] of session.events.entries()) {
+    await out.write(`${pad}    ${indent(JSON.stringify(event, null, 2), `${pad}    `)}${i < last ? "," : ""}\n`);
+  }
+  await out.write(`${pad}  ]\n${pad}}`);
+}
+
+/** Characters that would act on a terminal, or make text read other than it is, shown as escapes. */
+const UNSAFE = /[\p{Cc}\p{Cs}\u202A-\u202E\u2066-\u2069\u200E\u200F\u061C]/gu;
+const escape = (c: string) => `\\u{${(c.codePointAt(0) ?? 0).toString(16)}}`;
+
+/** Text as a terminal shows it safely: lines and tabs kept, every other control character escaped. */
+function safe(text: string): string {
+  return text.replace(UNSAFE, (c) => (c === "\n" || c === "\t" ? c : escape(c)));
+}
+
+/** Text on one line: a line break too is escaped. */
+function oneLine(text: string): string {
+  return text.replace(UNSAFE, (c) => (c === "\n" ? "\\n" : c === "\t" ? "\\t" : escape(c)));
+}
+
+/** At most `max` characters and `lines` lines of a text, saying how much more there was. */
+function shortened(text: string, max: number, lines = Number.POSITIVE_INFINITY): string {
+  const kept = text.split("\n").slice(0, lines).join("\n").slice(0, max);
+  const more = text.length - kept.length;
+  return more > 0 ? `${kept}… (${more} more characters)` : kept;
+}
+
+/** How much of a tool's answer, and of a call's arguments, is shown. */
+const ANSWER_CHARS = 600;
+const ANSWER_LINES = 8;
+const ARGUMENTS_CHARS = 200;
+
+function when(time: string): string {
+  const d = new Date(time);
+  return Number.isNaN(d.getTime()) ? time : `${d.toISOString().slice(0, 19).replace("T", " ")} UTC`;
+}
+
+const seconds = (ms: number) => (ms < 1000 ? `${Math.round(ms)} ms` : `${(ms / 1000).toFixed(1)} s`);
+
+/** A part of a message by what it is: an image by its type and size, a document by its name. */
+function partName(part: NonNullable<Extract<Event, { role: "user" }>["parts"]>[number]): string {
+  const data = (url: string | undefined) => {
+    const m = url === undefined ? null : /^data:([^;,]*)(;base64)?,/.exec(url);
+    if (!m || url === undefined) return url === undefined ? "" : `, ${shortened(url, 80)}`;
+    const body = url.length - m[0].length;
+    const padding = url.endsWith("==") ? 2 : url.endsWith("=") ? 1 : 0;
+    const bytes = m[2] ? Math.max(0, Math.floor((body * 3) / 4) - padding) : body;
+    return `${m[1] ? `, ${m[1]}` : ""}, ${bytes} bytes`;
+  };
+  switch (part.type) {
+    case "image_url":
+      return `[image${oneLine(data(part.image_url.url))}]`;
+    case "file":
+      return `[document${part.file.filename !== undefined ? ` ${oneLine(part.file.filename)}` : ""}${oneLine(data(part.file.file_data))}]`;
+    case "text":
+      return `[text: ${oneLine(shortened(part.text, ARGUMENTS_CHARS))}]`;
+    default: {
+      const never: never = part;
+      return `[${String(never)}]`;
+    }
+  }
+}
+
+/** A command as its canonical form says it. */
+function commandLine(e: Extract<Event, { kind: "command" }>): string {
+  switch (e.name) {
+    case "/model:set":
+      return `${e.name}${e.model !== undefined ? ` ${e.model}` : ""}`;
+    case "/chat:fork":
+      return `${e.name}${e.conversation !== undefined ? ` ${e.conversation}` : ""}${e.thread !== undefined ? `, from ${e.thread}${e.event !== undefined ? ` at event ${e.event}` : ""}` : ""}`;
+    case "/chat:create":
+    case "/chat:resume":
+      return `${e.name}${e.conversation !== undefined ? ` ${e.conversation}` : ""}`;
+    case "/verbosity:set":
+      return `${e.name}${e.verbosity !== undefined ? ` ${e.verbosity}` : ""}`;
+    case "/new":
+    case "/stop":
+      return e.name;
+    default: {
+      const never: never = e.name;
+      return String(never);
+    }
+  }
+}
+
+/** Who a message or command is from: left out, the owner. */
+function who(from: { id: string; name?: string; owner: boolean } | undefined): string {
+  if (!from) return "Owner";
+  return `${oneLine(from.name ?? from.id)}${from.owner ? " (owner)" : ""}`;
+}
+
+/** One event for a person: a heading line, then what it said. */
+export function eventText({ n, event: e }: Numbered): string {
+  const head = (what: string) => `#${n} · ${when(e.time)} · ${what}`;
+  switch (e.kind) {
+    case "message": {
+      if (e.role === "user") {
+        const lines = [head(`${who(e.from)}${e.channel !== undefined ? ` on ${oneLine(e.channel)}` : ""}`), safe(e.text)];
+        if (e.skill) lines.push(`[skill ${oneLine(e.skill.name)}: ${e.skill.text.length} characters, sent with the message]`);
+        for (const part of e.parts ?? []) lines.push(partName(part));
+        return lines.join("\n");
+      }
+      const facts = [`${oneLine(e.model)} (${oneLine(e.provider)})`, seconds(e.latency_ms)];
+      if (e.usage) facts.push(`${e.usage.in} in, ${e.usage.out} out, ${e.usage.cached} cached`);
+      if (e.cost !== undefined) facts.push(`cost ${e.cost}`);
+      if (e.stop !== "end_turn" && e.stop !== "tool_calls") facts.push(`stopped: ${e.stop}`);
+      const lines = [head(`Agent · ${facts.join(" · ")}`)];
+      if (e.thinking) {
+        const size = (e.thinking.reasoning_content ?? e.thinking.reasoning ?? "").length;
+        lines.push(`(thinking${size > 0 ? `: ${size} characters` : ""}, kept, not shown)`);
+      }
+      if (e.text.length > 0) lines.push(safe(e.text));
+      for (const call of e.tool_calls ?? []) lines.push(`→ calls ${oneLine(call.name)} ${oneLine(shortened(call.arguments, ARGUMENTS_CHARS))} [${oneLine(call.id)}]`);
+      return lines.join("\n");
+    }
+    case "tool_result": {
+      const lines = [head(`${oneLine(e.tool)} ${e.error ? "failed" : "answered"} [${oneLine(e.call_id)}]${e.truncated ? " (cut when kept)" : ""}`)];
+      lines.push(safe(shortened(e.text, ANSWER_CHARS, ANSWER_LINES)));
+      return lines.join("\n");
+    }
+    case "command": {
+      const canonical = commandLine(e);
+      const typed = e.text?.trim();
+      return [head(`${who(e.from)} · command`), typed && typed !== canonical ? `${oneLine(typed)} (as ${oneLine(canonical)})` : oneLine(canonical)].join("\n");
+    }
+    case "failure":
+      return [head(`Turn failed: ${e.reason}${e.status !== undefined ? ` (status ${e.status})` : ""}`), safe(e.message)].join("\n");
+    default: {
+      const never: never = e;
+      return String(never);
+    }
+  }
+}
+
+/** The first line: which conversation, how many events, from when to when. */
+function heading(arg: string, read: ReadNamed): string {
+  const first = read.events[0]?.event.time;
+  const last = read.events.at(-1)?.event.time;
+  const span = first !== undefined && last !== undefined ? `, ${when(first)} to ${when(last)}` : "";
+  const count = `${read.events.length} event${read.events.length === 1 ? "" : "s"}`;
+  const chat = read.conversations ? ` (a chat of ${read.conversations.length} conversations: ${read.conversations.map(oneLine).join(", ")}; name one as ${oneLine(arg)}~NAME)` : "";
+  return `Conversation ${oneLine(arg)}: ${count}${span}${chat}`;
+}
+
+/** Prints the conversation, for a person or (json) in the portable session form. */
+export async function printConversation(o: AgentOptions, thread: string, json: boolean): Promise<void> {
+  const read = readNamed(agentRef(o), thread);
+  if (read.left !== undefined) process.stderr.write(`lnk-link-harness: left out: ${read.left}\n`);
+  const out = stdoutChunks();
+  if (json) {
+    await writeSessionJson(out, read.session);
+    await out.write("\n");
+  } else {
+    await out.write(`${heading(thread, read)}\n`);
+    for (const e of read.events) await out.write(`\n${eventText(e)}\n`);
+  }
+  await out.end();
+}

@@ -1,0 +1,300 @@
+// `lnk-link-harness conversation` and `conversations move` over the built command line: a
+// conversation made by real turns through the daemon shown to a person and in the portable session
+// form (the session `_asp/export` gives); conversations moved out and into a fresh agent folder, the
+// same sessions again, replaying over session/load; a chat's conversation named `<thread>~<name>`;
+// and bad input refused in one line with nothing written.
+import { mkdirSync, readdirSync, readFileSync, rmSync, symlinkSync, writeFileSync } from "node:fs";
+import { join } from "node:path";
+import * as acp from "@agentclientprotocol/sdk";
+import type { ContentBlock } from "@agentclientprotocol/sdk";
+import { describe, expect, it } from "vitest";
+import { z } from "zod";
+import { AspState, SessionForm } from "../protocol/index.js";
+import { configure, daemonTestHooks, scriptedSettings, startDaemon, stdioClient, tempDir, type Client, type Daemon, watched } from "./acp-client.js";
+import type { ModelServer } from "./model-server.js";
+import { BIN, MAIN, ROOT } from "./fixtures/built.js";
+import { run, type Run } from "./fixtures/child.js";
+
+const EVERYTHING = `"${process.execPath}" "${ROOT}node_modules/@modelcontextprotocol/server-everything/dist/index.js" stdio`;
+
+let server: ModelServer;
+const cleanup = daemonTestHooks([BIN, "dist/daemon/conversation.js", "dist/daemon/conversations-move.js", "dist/asp/sessions.js"], (s) => (server = s));
+
+function folder(settings = true): string {
+  const dir = tempDir("lnk-conversations-");
+  cleanup.push(() => dir.remove());
+  if (settings) configure(dir.path, scriptedSettings(server.url, { verbosity: "all" }));
+  return dir.path;
+}
+
+function daemon(dir: string): Daemon {
+  return watched(startDaemon(["--agent", dir], { LNK_TOOL_EVERYTHING: EVERYTHING }), cleanup);
+}
+
+const cli = (args: string[], input = ""): Promise<Run> => run(process.execPath, [MAIN, ...args], { input, env: { PATH: process.env.PATH ?? "/usr/bin:/bin" }, ms: 30_000 });
+const text = (s: string): ContentBlock[] => [{ type: "text", text: s }];
+
+const Imported = z
+  .object({
+    imported: z.array(z.object({ kind: z.literal("sessions"), thread: z.string(), as: z.string(), events: z.number() }).strict()),
+    leftBehind: z.array(z.object({ kind: z.string(), why: z.string() }).strict()),
+  })
+  .strict();
+
+async function exported(c: Client): Promise<SessionForm[]> {
+  return AspState.parse(await c.agent.request("_asp/export", { kinds: ["sessions"] })).sessions ?? [];
+}
+
+/** What session/load replays of a session, as a fresh client sees it. */
+async function replay(dir: string, sessionId: string): Promise<unknown[]> {
+  const d = daemon(dir);
+  const c = await stdioClient(d, cleanup);
+  await c.agent.request(acp.methods.agent.session.load, { sessionId, cwd: ROOT, mcpServers: [] });
+  const updates = c.updates.map((u) => u.update);
+  c.close();
+  await d.stop();
+  return updates;
+}
+
+const kindOf = (u: unknown) => z.object({ sessionUpdate: z.string() }).loose().parse(u).sessionUpdate;
+const userTexts = (updates: unknown[]) =>
+  updates.flatMap((u) => {
+    const chunk = z.object({ sessionUpdate: z.literal("user_message_chunk"), content: z.object({ type: z.literal("text"), text: z.string() }).loose() }).loose().safeParse(u);
+    return chunk.success ? [chunk.data.content.text] : [];
+  });
+
+/** Every file under the agent's chats/, so a test can see nothing was written. */
+function listing(dir: string): string[] {
+  try {
+    return readdirSync(join(dir, "chats"), { recursive: true }).map(String).sort();
+  } catch {
+    return [];
+  }
+}
+
+/**
+ * An agent with two chats made by real turns: one with an image, thinking, two tool calls (one
+ * failing), a model chosen and a turn that failed; one forked into a second conversation.
+ */
+async function madeByTurns(): Promise<{ dir: string; plain: string; chat: string; fork: string; sessions: SessionForm[] }> {
+  const dir = folder();
+  const d = daemon(dir);
+  const c = await stdioClient(d, cleanup);
+  const { sessionId: plain } = await c.agent.request(acp.methods.agent.session.new, { cwd: ROOT, mcpServers: [] });
+  server.script(
+    {
+      reasoning_content: "The user wants an echo.",
+      tool_calls: [
+        { id: "c1", name: "everything__echo", arguments: { message: "ping" } },
+        { id: "c2", name: "everything__get-sum", arguments: { a: "not a number" } },
+      ],
+    },
+    { text: "The tool said ping." },
+    { error: { status: 400, message: "the prompt is too long" } },
+  );
+  const image = { type: "image" as const, mimeType: "image/png", data: "iVBORw0KGgo=" };
+  await c.agent.request(acp.methods.agent.session.prompt, { sessionId: plain, prompt: [...text("call the echo tool"), image] });
+  await c.agent.request(acp.methods.agent.session.setConfigOption, { sessionId: plain, configId: "model", value: "bigger-model" });
+  await c.agent.request(acp.methods.agent.session.prompt, { sessionId: plain, prompt: text("and again") }).catch(() => undefined);
+
+  const { sessionId: chat } = await c.agent.request(acp.methods.agent.session.new, { cwd: ROOT, mcpServers: [] });
+  server.script({ text: "One." }, { text: "In the fork." });
+  await c.agent.request(acp.methods.agent.session.prompt, { sessionId: chat, prompt: text("one") });
+  await c.agent.request(acp.methods.agent.session.prompt, { sessionId: chat, prompt: text("/chat:fork") });
+  await c.agent.request(acp.methods.agent.session.prompt, { sessionId: chat, prompt: text("in the fork") });
+  const sessions = await exported(c);
+  c.close();
+  await d.stop();
+  return { dir, plain, chat, fork: `${chat}~fork-3`, sessions };
+}
+
+describe("conversation and conversations move", { timeout: 240_000 }, () => {
+  it("shows a conversation made by real turns to a person, and --json is the session _asp/export gives", async () => {
+    const { dir, plain, chat, fork, sessions } = await madeByTurns();
+    expect(sessions.map((s) => s.thread)).toEqual([plain, chat].sort());
+
+    const shown = await cli(["conversation", "--agent", dir, plain]);
+    expect(shown.code, shown.stderr).toBe(0);
+    expect(shown.stderr).toBe("");
+    const out = shown.stdout;
+    const events = sessions.find((s) => s.thread === plain)?.events ?? [];
+    expect(out.split("\n")[0]).toMatch(new RegExp(`^Conversation ${plain}: ${events.length} events, \\d{4}-\\d\\d-\\d\\d \\d\\d:\\d\\d:\\d\\d UTC to `));
+    // Who said what, with times; the image named; thinking marked, never shown; the calls and their answers.
+    expect(out).toMatch(/\n#1 · \d{4}-\d\d-\d\d \d\d:\d\d:\d\d UTC · Owner\ncall the echo tool\n\[image, image\/png, 8 bytes\]\n/);
+    expect(out).toMatch(/\n#2 · [^\n]* · Agent · scripted-model \([^)\n]+\) · [^\n]*\n\(thinking: 23 characters, kept, not shown\)\n→ calls everything__echo \{"message":"ping"\} \[c1\]\n→ calls everything__get-sum \{"a":"not a number"\} \[c2\]\n/);
+    expect(out).not.toContain("The user wants an echo.");
+    expect(out).toMatch(/ · everything__echo answered \[c1\]\nEcho: ping\n/);
+    expect(out).toMatch(/ · everything__get-sum failed \[c2\]\n/);
+    expect(out).toMatch(/ · Agent · [^\n]*\nThe tool said ping\.\n/);
+    expect(out).toMatch(/ · Owner · command\n\/model:set bigger-model\n/);
+    expect(out).toMatch(/ · Owner\nand again\n/);
+    expect(out).toMatch(/ · Turn failed: \w+ \(status 400\)\n[^\n]*too long/);
+    expect(out.match(/^#\d+ · /gm)?.length).toBe(events.length);
+
+    // --json: the very session _asp/export gives, written as JSON.stringify writes it.
+    for (const thread of [plain, chat]) {
+      const json = await cli(["conversation", "--agent", dir, thread, "--json"]);
+      expect(json.code, json.stderr).toBe(0);
+      const session = sessions.find((s) => s.thread === thread);
+      expect(SessionForm.parse(JSON.parse(json.stdout))).toEqual(session);
+      expect(json.stdout).toBe(`${JSON.stringify(session, null, 2)}\n`);
+    }
+
+    // A chat of several conversations says so; one of them is named as its session is.
+    const whole = await cli(["conversation", "--agent", dir, chat]);
+    expect(whole.stdout.split("\n")[0]).toContain(`(a chat of 2 conversations: main, fork-3; name one as ${chat}~NAME)`);
+    const forked = await cli(["conversation", "--agent", dir, fork]);
+    expect(forked.code, forked.stderr).toBe(0);
+    expect(forked.stdout).toMatch(/\none\n[^]*\nOne\.\n[^]*· Owner · command\n\/chat:fork \(as \/chat:fork fork-3, from main at event 2\)\n[^]*\nin the fork\n[^]*\nIn the fork\.\n$/);
+    const forkJson = await cli(["conversation", "--agent", dir, fork, "--json"]);
+    expect(forkJson.code, forkJson.stderr).toBe(0);
+    const forkSession = SessionForm.parse(JSON.parse(forkJson.stdout));
+    // Its events as the chat reads them back, without the command that began it.
+    const chatEvents = sessions.find((s) => s.thread === chat)?.events ?? [];
+    expect(forkSession).toEqual({ thread: fork, events: chatEvents.filter((e) => e.kind !== "command") });
+    const main = await cli(["conversation", "--agent", dir, `${chat}~main`, "--json"]);
+    expect(SessionForm.parse(JSON.parse(main.stdout)).events).toEqual(chatEvents.slice(0, 2));
+  });
+
+  it("moves every conversation out and into a fresh agent: the same sessions again, which replay as the source's", async () => {
+    const { dir, plain, chat, fork, sessions } = await madeByTurns();
+    const out = await cli(["conversations", "move", "out", "--agent", dir]);
+    expect(out.code, out.stderr).toBe(0);
+    expect(out.stderr).toBe("");
+    expect(AspState.parse(JSON.parse(out.stdout))).toEqual({ sessions });
+    expect(out.stdout).toBe(`${JSON.stringify({ sessions }, null, 2)}\n`);
+
+    const target = folder();
+    const into = await cli(["conversations", "move", "in", "--agent", target], out.stdout);
+    expect(into.code, into.stderr).toBe(0);
+    expect(Imported.parse(JSON.parse(into.stdout))).toEqual({ imported: sessions.map((s) => ({ kind: "sessions", thread: s.thread, as: s.thread, events: s.events.length })), leftBehind: [] });
+    const again = await cli(["conversations", "move", "out", "--agent", target]);
+    expect(again.stdout).toBe(out.stdout);
+    // Out keeps what it gave.
+    expect((await cli(["conversations", "move", "out", "--agent", dir])).stdout).toBe(out.stdout);
+
+    // The moved conversation replays over session/load as the source does, every message and tool call.
+    const replayed = await replay(target, plain);
+    expect(replayed).toEqual(await replay(dir, plain));
+    expect(replayed.map(kindOf)).toEqual(expect.arrayContaining(["user_message_chunk", "tool_call", "tool_call_update", "agent_message_chunk"]));
+    expect(JSON.stringify(replayed)).toContain("Echo: ping");
+
+    // Named ones only, a chat's conversation among them, from a FILE; into an agent that has them: fresh threads.
+    const some = await cli(["conversations", "move", "out", "--agent", dir, fork, plain]);
+    expect(some.code, some.stderr).toBe(0);
+    const picked = AspState.parse(JSON.parse(some.stdout)).sessions ?? [];
+    expect(picked.map((s) => s.thread)).toEqual([fork, plain]);
+    const file = join(target, "picked.json");
+    writeFileSync(file, some.stdout);
+    const twice = await cli(["conversations", "move", "in", "--agent", target, file]);
+    expect(Imported.parse(JSON.parse(twice.stdout)).imported.map((i) => [i.thread, i.as])).toEqual([
+      [fork, fork],
+      [plain, `${plain}-2`],
+    ]);
+    // The fork, a conversation of its own now, replays its shared start and its own messages.
+    expect(userTexts(await replay(target, fork))).toEqual(["one", "in the fork"]);
+
+    // One session, as conversation --json prints it, is taken too; other kinds of a State are left behind.
+    const one = await cli(["conversation", "--agent", dir, chat, "--json"]);
+    const single = await cli(["conversations", "move", "in", "--agent", target], one.stdout);
+    expect(Imported.parse(JSON.parse(single.stdout)).imported).toEqual([{ kind: "sessions", thread: chat, as: `${chat}-2`, events: sessions.find((s) => s.thread === chat)?.events.length }]);
+    const state = await cli(["conversations", "move", "in", "--agent", folder()], JSON.stringify({ instructions: "Be brief.", skills: [], sessions: [] }));
+    expect(JSON.parse(state.stdout)).toEqual({ imported: [], leftBehind: [{ kind: "instructions", why: "conversations move in takes sessions only (state import takes the rest)" }] });
+    // An agent's folder not there yet is made, as state import makes it.
+    const fresh = join(folder(false), "fresh");
+    const made = await cli(["conversations", "move", "in", "--agent", fresh], one.stdout);
+    expect(made.code, made.stderr).toBe(0);
+    expect((await cli(["conversation", "--agent", fresh, chat, "--json"])).stdout).toBe(one.stdout);
+  });
+
+  it("bad input: one line, a non-zero status, nothing written", async () => {
+    const dir = folder();
+    const good = { thread: "kept", events: [{ v: 1, time: "2026-01-02T03:04:05.000Z", kind: "message", role: "user", text: "hi", header: "[Fri 2026-01-02 03:04]" }] };
+    mkdirSync(join(dir, "chats", "real"), { recursive: true });
+    writeFileSync(join(dir, "chats", "real", "000000000001.json"), `${JSON.stringify(good.events[0])}\n`);
+    const before = listing(dir);
+    for (const [args, input, message] of [
+      [["conversation", "--agent", dir, "nobody"], "", /no conversation "nobody"/],
+      [["conversation", "--agent", dir, "../etc"], "", /invalid thread name "..\/etc"/],
+      [["conversation", "--agent", dir, "/etc/passwd"], "", /invalid thread name "\/etc\/passwd"/],
+      [["conversation", "--agent", dir, "a\u001b[31mb"], "", /invalid thread name "a\\u001b\[31mb": must not hold control characters/],
+      [["conversation", "--agent", dir, "real~nope"], "", /chat real has no conversation "nope" \(it has: main\)/],
+      [["conversation", "--agent", dir, "real~../x"], "", /invalid conversation name "..\/x"/],
+      [["conversation", "--agent", dir], "", /conversation takes a THREAD/],
+      [["conversation", "--agent", dir, "real", "real"], "", /conversation takes one THREAD/],
+      [["conversation", "--agent", join(dir, "none"), "real"], "", /no agent folder/],
+      [["conversation", "--agent", dir, "real", "--since", "2026-01-01"], "", /conversation takes no --since/],
+      [["conversations", "--agent", dir], "", /conversations takes "move out" or "move in"/],
+      [["conversations", "move", "--agent", dir], "", /conversations move takes "out" or "in"/],
+      [["conversations", "move", "out", "--agent", dir, "real", "../x"], "", /invalid thread name/],
+      [["conversations", "move", "out", "--agent", dir, "--json"], "", /conversations takes no --json/],
+      [["conversations", "move", "in", "--agent", dir, "a", "b"], "", /at most one FILE/],
+      [["conversations", "move", "in", "--agent", dir, join(dir, "missing.json")], "", /cannot read .*missing\.json: ENOENT/],
+      [["conversations", "move", "in", "--agent", dir], "{not json", /the sessions are not JSON: .* at line 1, column 2/],
+      [["conversations", "move", "in", "--agent", dir], "", /the sessions are not JSON: it ends too soon/],
+      [["conversations", "move", "in", "--agent", dir], "[1]", /not an ASP State of sessions: \(top\)/],
+      [["conversations", "move", "in", "--agent", dir], JSON.stringify({ sessions: [good, { ...good, thread: "../x" }] }), /sessions\.1\.thread/],
+      [["conversations", "move", "in", "--agent", dir], JSON.stringify({ sessions: [good, { thread: "t", events: [{ ...good.events[0], time: "yesterday" }] }] }), /sessions\.1\.events\.0\.time/],
+      [["conversations", "move", "in", "--agent", dir], JSON.stringify({ sessions: [good, { thread: "t", events: [{ ...good.events[0], role: "assistant" }] }] }), /sessions\.1\.events\.0\.model/],
+      [["conversations", "move", "in", "--agent", dir], JSON.stringify({ sessions: [good], bogus: 1 }), /bogus/],
+      [["conversations", "move", "in", "--agent", dir], JSON.stringify({ ...good, events: [{ ...good.events[0], kind: "note" }] }), /^lnk-link-harness: the session: events\.0\.kind: /],
+      [["conversations", "move", "in", "--agent", dir], JSON.stringify({ ...good, extra: 1 }), /the session: \(top\): Unrecognized key/],
+    ] as const) {
+      const r = await cli([...args], input);
+      expect(r.code, `${args.join(" ")} ${input}`).toBe(2);
+      expect(r.stdout).toBe("");
+      expect(r.stderr).toMatch(/^lnk-link-harness: [^\n]+\n$/);
+      expect(r.stderr).toMatch(message);
+      expect(listing(dir)).toEqual(before);
+    }
+  });
+
+  it("a conversation folder with hostile content: the bad event or the link named, never a crash", async () => {
+    const dir = folder(false);
+    const event = { v: 1, time: "2026-01-02T03:04:05.000Z", kind: "message", role: "user", text: "hi\u001b]0;owned\u0007 \u202Egpj.exe", header: "[Fri]" };
+    const chat = join(dir, "chats", "odd");
+    mkdirSync(chat, { recursive: true });
+    writeFileSync(join(chat, "000000000001.json"), `${JSON.stringify(event)}\n`);
+    // Escapes that would act on a terminal, or make text read other than it is, are shown as escapes.
+    const shown = await cli(["conversation", "--agent", dir, "odd"]);
+    expect(shown.code, shown.stderr).toBe(0);
+    expect(shown.stdout).toContain("hi\\u{1b}]0;owned\\u{7} \\u{202e}gpj.exe");
+    for (const c of ["\u001b", "\u0007", "\u202e"]) expect(shown.stdout).not.toContain(c);
+
+    writeFileSync(join(chat, "000000000002.json"), `${JSON.stringify({ ...event, kind: "note" })}\n`);
+    for (const args of [["conversation", "--agent", dir, "odd"], ["conversation", "--agent", dir, "odd", "--json"], ["conversations", "move", "out", "--agent", dir, "odd"]]) {
+      const r = await cli(args);
+      expect(r.code, args.join(" ")).toBe(1);
+      expect(r.stdout).toBe("");
+      expect(r.stderr).toMatch(/^lnk-link-harness: cannot read conversation odd: event \S+000000000002\.json fails its schema: [^\n]+\n$/);
+    }
+    writeFileSync(join(chat, "000000000002.json"), "{");
+    expect((await cli(["conversation", "--agent", dir, "odd"])).stderr).toMatch(/000000000002\.json is not JSON/);
+    rmSync(join(chat, "000000000002.json"));
+    // Events that skip a number: given up to it, what was left out said.
+    writeFileSync(join(chat, "000000000003.json"), `${JSON.stringify(event)}\n`);
+    const gap = await cli(["conversation", "--agent", dir, "odd", "--json"]);
+    expect(gap.code, gap.stderr).toBe(0);
+    expect(gap.stderr).toBe("lnk-link-harness: left out: its events after number 2, which is missing\n");
+    expect(SessionForm.parse(JSON.parse(gap.stdout)).events).toHaveLength(1);
+    rmSync(join(chat, "000000000003.json"));
+
+    // A conversation's folder that is a link is refused, never followed.
+    const elsewhere = join(dir, "elsewhere");
+    mkdirSync(elsewhere);
+    writeFileSync(join(elsewhere, "000000000001.json"), `${JSON.stringify(event)}\n`);
+    symlinkSync(elsewhere, join(dir, "chats", "linked"));
+    const linked = await cli(["conversation", "--agent", dir, "linked"]);
+    expect(linked.code).toBe(1);
+    expect(linked.stderr).toMatch(/^lnk-link-harness: cannot read conversation linked: refused: [^\n]*symbolic link[^\n]*\n$/);
+    // Moving every conversation out gives those that are folders, as _asp/export does: a link is none.
+    const all = await cli(["conversations", "move", "out", "--agent", dir]);
+    expect(all.code, all.stderr).toBe(0);
+    expect((AspState.parse(JSON.parse(all.stdout)).sessions ?? []).map((s) => s.thread)).toEqual(["odd"]);
+    // Moved in, the odd text is kept as it was.
+    const target = folder(false);
+    const into = await cli(["conversations", "move", "in", "--agent", target], all.stdout);
+    expect(into.code, into.stderr).toBe(0);
+    expect(readFileSync(join(target, "chats", "odd", "000000000001.json"), "utf8")).toContain("\\u001b]0;owned");
+  });
+});

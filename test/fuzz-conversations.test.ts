@@ -1,0 +1,121 @@
+// `conversations move in` and the THREAD arguments of `conversation` and `conversations move out`,
+// fuzzed over the built command line: any input is taken whole (every session a new conversation)
+// or refused in one line with nothing written; any THREAD names a conversation the agent has or is
+// refused in one line.
+import { mkdirSync, readdirSync, writeFileSync } from "node:fs";
+import { join } from "node:path";
+import fc from "fast-check";
+import { z } from "zod";
+import { describe, expect, it } from "vitest";
+import { AspState, SessionForm } from "../protocol/index.js";
+import { BIN } from "./fixtures/built.js";
+import { cliAgents } from "./fixtures/cli-agents.js";
+
+const seed = process.env.FC_SEED ? { seed: Number(process.env.FC_SEED) } : {};
+const agents = cliAgents("lnk-fuzz-conversations-", [BIN, "dist/daemon/conversations-move.js", "dist/daemon/conversation.js"], ["daemon", "asp", "store", "protocol"]);
+
+const time = "2026-01-02T03:04:05.000Z";
+const user = { v: 1, time, kind: "message", role: "user", text: "hi", header: "[Fri 2026-01-02 03:04]" };
+const answer = { v: 1, time, kind: "message", role: "assistant", text: "Hello.", model: "m", provider: "p", latency_ms: 5, stop: "end_turn" };
+const command = { v: 1, time, kind: "command", name: "/model:set", model: "big", text: "/model big" };
+
+/** A value of any JSON shape, or one that looks nearly right. */
+const anyValue: fc.Arbitrary<unknown> = fc.oneof(fc.jsonValue(), fc.constantFrom(null, "", "../x", -1, 1.5, [], {}, "__proto__"));
+
+/** An event: a good one, or a good one with one field changed to anything, or dropped. */
+const event: fc.Arbitrary<unknown> = fc.oneof(
+  { weight: 3, arbitrary: fc.constantFrom<Record<string, unknown>>(user, answer, command) },
+  {
+    weight: 1,
+    arbitrary: fc.tuple(fc.constantFrom<Record<string, unknown>>(user, answer, command), fc.string({ maxLength: 12 }), anyValue, fc.boolean()).map(([e, key, value, drop]) => {
+      const k = Object.keys(e).includes(key) || key.length === 0 ? key : (Object.keys(e)[key.length % Object.keys(e).length] ?? key);
+      const copy: Record<string, unknown> = { ...e };
+      if (drop) delete copy[k];
+      else copy[k] = value;
+      return copy;
+    }),
+  },
+  { weight: 1, arbitrary: anyValue },
+);
+
+/** A thread's name: a usual one, a hostile one, or any text. */
+const threadName = fc.oneof(fc.constantFrom("t", "chat-1", "../x", "/etc", ".hidden", "a/b", "x\u202Ey", "a~b", "t~main", ""), fc.string({ maxLength: 20, unit: "binary" }));
+
+const session: fc.Arbitrary<unknown> = fc.oneof(
+  { weight: 4, arbitrary: fc.record({ thread: threadName, events: fc.array(event, { maxLength: 4 }) }) },
+  { weight: 1, arbitrary: fc.record({ thread: threadName, events: anyValue, extra: anyValue }, { requiredKeys: [] }) },
+  { weight: 1, arbitrary: anyValue },
+);
+
+/** What move in is given: a State of sessions, one session, or anything at all, as JSON or not. */
+const input: fc.Arbitrary<string> = fc.oneof(
+  { weight: 4, arbitrary: fc.array(session, { maxLength: 4 }).map((sessions) => JSON.stringify({ sessions })) },
+  { weight: 1, arbitrary: session.map((s) => JSON.stringify(s) ?? "") },
+  { weight: 1, arbitrary: fc.record({ sessions: anyValue, instructions: anyValue, notes: anyValue }, { requiredKeys: [] }).map((s) => JSON.stringify(s)) },
+  { weight: 1, arbitrary: fc.string({ maxLength: 40 }) },
+);
+
+function listing(dir: string): string[] {
+  try {
+    return readdirSync(join(dir, "chats"), { recursive: true }).map(String).sort();
+  } catch {
+    return [];
+  }
+}
+
+describe("conversations, fuzzed", { timeout: 180_000 }, () => {
+  it("move in takes every session whole, or refuses in one line and writes nothing", async () => {
+    const seen = { taken: 0, refused: 0 };
+    await fc.assert(
+      fc.asyncProperty(input, async (text) => {
+        const dir = agents.folder();
+        const r = await agents.cli(["conversations", "move", "in", "--agent", dir], text);
+        if (r.code === 0) {
+          seen.taken += 1;
+          const raw: unknown = JSON.parse(text);
+          const sessions = SessionForm.array().parse(SessionForm.safeParse(raw).success ? [raw] : (AspState.parse(raw).sessions ?? []));
+          const answer = z.object({ imported: z.array(z.object({ as: z.string(), events: z.number() }).loose()) }).loose().parse(JSON.parse(r.stdout));
+          expect(answer.imported.map((i) => i.events)).toEqual(sessions.map((s) => s.events.length));
+          // Each written whole, and the same sessions come out again under the threads they were given.
+          const out = await agents.cli(["conversations", "move", "out", "--agent", dir, ...answer.imported.map((i) => i.as)]);
+          expect(out.code, out.stderr).toBe(0);
+          expect((AspState.parse(JSON.parse(out.stdout)).sessions ?? []).map((s) => s.events)).toEqual(sessions.map((s) => s.events));
+        } else {
+          seen.refused += 1;
+          expect(r.code, r.stderr).toBe(2);
+          expect(r.stdout).toBe("");
+          expect(r.stderr).toMatch(/^lnk-link-harness: [^\n]+\n$/);
+          expect(listing(dir)).toEqual([]);
+        }
+      }),
+      { numRuns: 40, ...seed },
+    );
+    // Both ways were tried.
+    expect(seen.taken).toBeGreaterThan(0);
+    expect(seen.refused).toBeGreaterThan(0);
+  });
+
+  it("any THREAD names a conversation the agent has, or is refused in one line", async () => {
+    const dir = agents.folder();
+    mkdirSync(join(dir, "chats", "real"), { recursive: true });
+    writeFileSync(join(dir, "chats", "real", "000000000001.json"), `${JSON.stringify(user)}\n`);
+    const before = listing(dir);
+    const named = fc.oneof(fc.constantFrom("real", "real~main", "real~x", "real~", "~main", "real~../x", "..", "real/..", "/etc/passwd", "x\u202Ey"), fc.string({ minLength: 1, maxLength: 20, unit: "binary" }));
+    await fc.assert(
+      fc.asyncProperty(named.filter((t) => !t.includes("\0")), fc.constantFrom("conversation", "json", "out"), async (thread, how) => {
+        const args = how === "out" ? ["conversations", "move", "out", "--agent", dir, "--", thread] : ["conversation", "--agent", dir, ...(how === "json" ? ["--json"] : []), "--", thread];
+        const r = await agents.cli(args);
+        if (r.code === 0) {
+          expect(["real", "real~main"]).toContain(thread);
+          expect(r.stdout).toContain("hi");
+        } else {
+          expect(r.code, r.stderr).toBe(2);
+          expect(r.stdout).toBe("");
+          expect(r.stderr).toMatch(/^lnk-link-harness: [^\n]+\n$/);
+        }
+        expect(listing(dir)).toEqual(before);
+      }),
+      { numRuns: 40, ...seed },
+    );
+  });
+});
