@@ -14,7 +14,7 @@ import { owe } from "./delivery.js";
 import { groupSession, onlyMention } from "./groups.js";
 import { LinkConnection, withLinkMethods } from "./link.js";
 import { NewSessionLink, OVERSIZED_METHOD, ParamsError, PromptLink, SessionLink, TOO_DEEP_METHOD, parseLink, servedAgent } from "./meta.js";
-import { configOptions, setModel } from "./model.js";
+import { configOptions, configOptionsNow, setModel } from "./model.js";
 import { availableCommands } from "./commands.js";
 import { ASP_EXPORT, ASP_IMPORT, aspExport, aspImport } from "./asp.js";
 import { parseCommand, runCommand, type CommandContext } from "../turn/commands.js";
@@ -158,8 +158,21 @@ export function createAgentApp(state: AcpState, outbox: Outbox, connection = new
   };
 
   /** A session just made or resumed: its config options, and its commands offered once it is answered. */
-  const opened = async (client: AgentContext, session: SessionState) => {
-    const options = await configOptions(sessions, session, state.settings(), state.agentModel);
+  /**
+   * What a session just opened (new, loaded, resumed) is answered with: its options at once, and the
+   * endpoint's models, when they weren't known yet, as a `config_option_update` once both its answer
+   * was written and the endpoint answered. Its first turn's facts are asked meanwhile.
+   */
+  const opened = (client: AgentContext, session: SessionState, requestId: acp.RequestId | null) => {
+    const settings = state.settings();
+    if (settings) deps.ready?.(settings, state.agentModel);
+    const { options, later } = configOptionsNow(sessions, session, settings, state.agentModel);
+    if (later) {
+      const answered = connection.written(requestId);
+      void Promise.all([later, answered]).then(([update, written]) => {
+        if (update && written) outbox.subscriber(client, session.id).send({ sessionUpdate: "config_option_update", configOptions: update });
+      });
+    }
     announceCommands(client, session.id, session.cwd, true);
     return options;
   };
@@ -212,11 +225,11 @@ export function createAgentApp(state: AcpState, outbox: Outbox, connection = new
     )
     .onRequest(
       acp.methods.agent.session.new,
-      guard(async ({ params, client }) => {
+      guard(async ({ params, client, requestId }) => {
         const link = parseLink(NewSessionLink, params._meta, served);
         checkServers(params.mcpServers);
         const session = sessions.create(link, params.cwd, params.mcpServers);
-        return { sessionId: session.id, configOptions: await opened(client, session) };
+        return { sessionId: session.id, configOptions: opened(client, session, requestId) };
       }),
     )
     .onRequest(
@@ -236,11 +249,11 @@ export function createAgentApp(state: AcpState, outbox: Outbox, connection = new
     )
     .onRequest(
       acp.methods.agent.session.resume,
-      guard(async ({ params, client }) => {
+      guard(async ({ params, client, requestId }) => {
         parseLink(SessionLink, params._meta, served);
         checkServers(params.mcpServers ?? []);
         const session = sessions.attach(params.sessionId, params.cwd, params.mcpServers ?? []);
-        return { configOptions: await opened(client, session) };
+        return { configOptions: opened(client, session, requestId) };
       }),
     )
     .onRequest(

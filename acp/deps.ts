@@ -28,6 +28,11 @@ export interface AcpDeps {
   runTurn(input: TurnInput, listener: TurnListener): Promise<TurnOutcome>;
   /** /status: what a conversation is and holds (loaded with the turn, when first asked). */
   status?(input: StatusInput): Promise<string[]>;
+  /**
+   * Makes ready what a first turn with these settings asks of its model ahead of it (its window's
+   * facts, the model's client), in the background: a session was opened, its first prompt is near.
+   */
+  ready?(settings: Settings, agentModel: string | undefined): void;
   /** The process's one tool host, made when a turn first needs it. */
   toolHost?(): Promise<ToolHost>;
   /** The tools a conversation reaches: the environment's, the settings' and its session's own servers. */

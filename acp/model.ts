@@ -3,7 +3,7 @@
 import type { SessionConfigOption } from "@agentclientprotocol/sdk";
 import type { Settings } from "../protocol/index.js";
 import { setConversationModel, type CommandContext } from "../turn/commands.js";
-import { listedModels } from "../turn/runtime.js";
+import { knownModels, listedModels } from "../turn/runtime.js";
 import { ParamsError } from "./meta.js";
 import type { Sessions, SessionState } from "./sessions.js";
 
@@ -15,7 +15,48 @@ export const MODEL_OPTION = "model" as const;
  */
 export async function offeredModels(current: string, agents: string | undefined, settings: Settings | undefined): Promise<string[]> {
   const listed = settings ? ((await listedModels(settings).catch(() => undefined)) ?? []) : [];
-  return [...new Set([current, ...(agents !== undefined ? [agents] : []), ...listed])];
+  return offered(current, agents, listed);
+}
+
+const offered = (current: string, agents: string | undefined, listed: readonly string[]): string[] => [...new Set([current, ...(agents !== undefined ? [agents] : []), ...listed])];
+
+function modelOption(current: string, agents: string | undefined, values: readonly string[]): SessionConfigOption {
+  return {
+    type: "select",
+    id: MODEL_OPTION,
+    name: "Model",
+    description: "The model this conversation runs on (a model of the agent's provider)",
+    category: "model",
+    currentValue: current,
+    options: values.map((value) => ({ value, name: value, ...(value === agents ? { description: "the agent's model" } : {}) })),
+  };
+}
+
+/**
+ * The options of a session just opened, answered at once: with the endpoint's models when this
+ * process knows them, else without, and `later` the options once the endpoint answered (undefined
+ * when it adds nothing), for a `config_option_update`. An opened session never waits for the
+ * endpoint's list, however slow the endpoint is to answer it.
+ */
+export function configOptionsNow(
+  sessions: Sessions,
+  session: SessionState,
+  settings: Settings | undefined,
+  agentModel?: string,
+): { options: SessionConfigOption[]; later?: Promise<SessionConfigOption[] | undefined> } {
+  const agents = agentModel ?? settings?.model.name;
+  const current = sessions.model(session) ?? agents;
+  if (current === undefined) return { options: [] };
+  const known = settings ? knownModels(settings) : [];
+  if (known !== undefined || !settings) return { options: [modelOption(current, agents, offered(current, agents, known ?? []))] };
+  const now = offered(current, agents, []);
+  const later = listedModels(settings)
+    .catch(() => undefined)
+    .then((listed) => {
+      const values = offered(current, agents, listed ?? []);
+      return values.length > now.length ? [modelOption(current, agents, values)] : undefined;
+    });
+  return { options: [modelOption(current, agents, now)], later };
 }
 
 /**
@@ -26,18 +67,7 @@ export async function configOptions(sessions: Sessions, session: SessionState, s
   const agents = agentModel ?? settings?.model.name;
   const current = sessions.model(session) ?? agents;
   if (current === undefined) return [];
-  const values = await offeredModels(current, agents, settings);
-  return [
-    {
-      type: "select",
-      id: MODEL_OPTION,
-      name: "Model",
-      description: "The model this conversation runs on (a model of the agent's provider)",
-      category: "model",
-      currentValue: current,
-      options: values.map((value) => ({ value, name: value, ...(value === agents ? { description: "the agent's model" } : {}) })),
-    },
-  ];
+  return [modelOption(current, agents, await offeredModels(current, agents, settings))];
 }
 
 /**

@@ -15,6 +15,11 @@ import { gateLines } from "./gate.js";
 import { log } from "./log.js";
 import { discoverTools } from "./tools/discover.js";
 
+// A process serving several agents, or started blank, runs with the agent's code: from the same
+// bundle (daemon/bundle.ts), so the schemas a Bind or an --agents file is read with are the agent's own.
+export { serveBlank } from "./blank.js";
+export { serveShared } from "./shared.js";
+
 export interface AgentOptions {
   agent: AgentRef;
   version: string;
@@ -96,6 +101,7 @@ export function startAgent(o: AgentOptions): RunningAgent {
     // Answered once its events are on disk; its copy and mark are made after, under its lock.
     runTurn: async (input, listener) => (await turnModule()).runTurn({ ...input, env: input.env ?? env }, listener, { early: true }),
     status: async (input) => (await turnModule()).statusLines(input),
+    ready: (settings, agentModel) => void turnModule().then((t) => t.readyModel(settings, agentModel, env), () => undefined),
     toolHost: () => (host = toolHost()),
     discoverTools: (settings, servers) => discoverTools(env, { ...(settings ? { settings } : {}), acp: servers }),
   });

@@ -150,6 +150,12 @@ export async function serveBlank(p: Process, command: Extract<Command, { kind: "
     // The Bind's own schema, compiled on its first use, is used once here on a Bind of no one.
     Bind.safeParse({ agent: { name: "n", id: "i", owner: "o" }, key: "k", settings: { model: { provider: "p", name: "m", base_url: "http://127.0.0.1:9/v1" } }, store: "/" });
     await (await p.agentCode()).preload();
+    if (!command.socket && command.port === undefined) {
+      // What serving on stdio first touches, made now: the streams of stdin and stdout, a decoder.
+      void process.stdin;
+      void process.stdout;
+      new TextDecoder().decode(new Uint8Array([0x7b, 0x7d]));
+    }
     log.info("blank: loaded", { control });
   } catch (e) {
     log.warn("blank: loading ahead failed: the first prompt loads what it needs", { error: (e as Error).message });

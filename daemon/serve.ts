@@ -276,14 +276,16 @@ export async function serve(command: Extract<Command, { kind: "serve" }>): Promi
   if (command.agents) {
     captureConsole();
     const p = new Process(version(), max);
-    await (await import("./shared.js")).serveShared(p, command.agents);
+    // Loaded with the agent's code (its bundle), whose schemas it reads the file with.
+    await (await p.agentCode()).serveShared(p, command.agents);
     await p.done;
     process.exit(p.exitCode);
   }
   if (command.blank) {
     captureConsole();
     const p = new Process(version(), max);
-    await (await import("./blank.js")).serveBlank(p, command);
+    // Loaded with the agent's code (its bundle), whose schemas it reads a Bind with.
+    await (await p.agentCode()).serveBlank(p, command);
     await p.done;
     process.exit(p.exitCode);
   }

@@ -12,7 +12,7 @@ import { fileURLToPath } from "node:url";
 const ROOT = join(dirname(fileURLToPath(import.meta.url)), "..");
 export const BIN = "dist/daemon/lnk-link-harness.cjs";
 /** Loaded with import() once the first answer is out, or by other commands than serving. */
-const LATER = ["./agent.js", "./commands.js", "./contract.js", "./facts.js", "./instructions.js", "./state-import.js", "./usage.js", "./conversation.js", "./conversations-move.js", "./shared.js", "./blank.js"];
+const LATER = ["./agent.js", "./commands.js", "./contract.js", "./facts.js", "./instructions.js", "./state-import.js", "./usage.js", "./conversation.js", "./conversations-move.js"];
 
 const result = await build({
   absWorkingDir: ROOT,

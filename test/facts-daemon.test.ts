@@ -45,7 +45,14 @@ describe("the model option and the conversation's model", { timeout: 60_000 }, (
     const d = watched(startDaemon(["--agent", dir], { XDG_CONFIG_HOME: config() }), cleanup);
     const c = await stdioClient(d, cleanup);
     const made = await c.agent.request(acp.methods.agent.session.new, { cwd: ROOT, mcpServers: [] });
-    expect(optionValues(made.configOptions)).toEqual(["scripted-model", "big-model", "tiny-model"]);
+    // Answered at once, never waiting for the endpoint: its list follows as an update once it answers.
+    expect(optionValues(made.configOptions)).toEqual(["scripted-model"]);
+    const update = await c.waitForUpdate((n) => n.update.sessionUpdate === "config_option_update");
+    expect(update.sessionId).toBe(made.sessionId);
+    expect(optionValues((update.update as { configOptions: SessionConfigOption[] }).configOptions)).toEqual(["scripted-model", "big-model", "tiny-model"]);
+    // Kept: the next session is answered with it at once, and sent no update.
+    const next = await c.agent.request(acp.methods.agent.session.new, { cwd: ROOT, mcpServers: [] });
+    expect(optionValues(next.configOptions)).toEqual(["scripted-model", "big-model", "tiny-model"]);
     // Asked once, with the agent's key as the model call would send it, and kept.
     const set = await c.agent.request(acp.methods.agent.session.setConfigOption, { sessionId: made.sessionId, configId: "model", value: "unlisted-model" });
     expect(set.configOptions[0]).toMatchObject({ currentValue: "unlisted-model" });
@@ -65,7 +72,10 @@ describe("the model option and the conversation's model", { timeout: 60_000 }, (
     server.script({ error: { status: 400, message: "the prompt is too long", code: "context_length_exceeded" } });
     // A failed turn is answered as an error saying why.
     expect((await failure(c.agent.request(acp.methods.agent.session.prompt, { sessionId, prompt: text("hello") }))).message).toContain("window 8192 from runtime");
-    expect(server.asked.filter((r) => r.path === "/api/show").map((r) => r.body.model)).toEqual(["big-model"]);
+    // The agent's model is asked about ahead, once, when the session opens; the turn's, before its request.
+    const shown = server.asked.filter((r) => r.path === "/api/show").map((r) => r.body.model);
+    expect(shown.filter((m) => m === "big-model")).toHaveLength(1);
+    expect(shown.filter((m) => m !== "big-model")).toEqual(shown.includes("small-model") ? ["small-model"] : []);
     expect(server.requests.at(-1)?.body.model).toBe("big-model");
     const last = readEventsFrom(paths({ dir }).conversation(sessionId), 1).at(-1)?.event;
     expect(last).toMatchObject({ kind: "failure", reason: "context_too_long", message: expect.stringContaining("window 8192 from runtime") });

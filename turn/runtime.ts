@@ -198,7 +198,7 @@ async function askLlamaCpp(a: Asking): Promise<RuntimeAnswer | undefined> {
 
 /** vLLM: its list of models says each one's max_model_len. */
 async function askVllm(a: Asking): Promise<RuntimeAnswer | undefined> {
-  const list = ModelList.safeParse(await askJson(`${a.base}/models`, { headers: a.headers, signal: a.signal }));
+  const list = ModelList.safeParse(await modelsDocument(a.settings, a.env, a.signal));
   for (const entry of list.data?.data ?? []) {
     const m = VllmModel.safeParse(entry);
     if (m.success && (sameModel(m.data.id, a.model) || sameModel(m.data.root, a.model))) {
@@ -269,6 +269,12 @@ class Answers<T> {
     return asking;
   }
 
+  /** The answer kept for `key`, fresh or stale, without asking; undefined when none is kept. */
+  known(key: string): T | undefined {
+    const entry = this.kept.get(key);
+    return entry && !entry.failed ? entry.value : undefined;
+  }
+
   private set(key: string, entry: Kept<T>): void {
     this.kept.delete(key);
     this.kept.set(key, entry);
@@ -328,17 +334,40 @@ export async function runtimeWindow(settings: Settings, model: string, o: AskOpt
   );
 }
 
+const listKey = (settings: Settings, env: NodeJS.ProcessEnv) => JSON.stringify([settings.model.base_url.replace(/\/+$/, ""), hash(settings.model.key ?? env.LNK_MODEL_KEY ?? "")]);
+
+/** The answers of GET {base_url}/models under way or just given: what vLLM's ask and the list of models share. */
+const modelDocuments = new Map<string, Promise<unknown>>();
+/** How long an answer of /models is shared after it came: the asks of one session's opening. */
+const DOCUMENT_SHARED_MS = 10_000;
+
+/** GET {base_url}/models, asked once for every ask that needs it at about the same time. */
+function modelsDocument(settings: Settings, env: NodeJS.ProcessEnv, signal: AbortSignal): Promise<unknown> {
+  const key = listKey(settings, env);
+  const kept = modelDocuments.get(key);
+  if (kept) return kept;
+  const asking = askJson(`${settings.model.base_url.replace(/\/+$/, "")}/models`, { headers: authorization(settings, env), signal });
+  modelDocuments.set(key, asking);
+  const forget = () => modelDocuments.get(key) === asking && modelDocuments.delete(key);
+  asking.then(() => setTimeout(forget, DOCUMENT_SHARED_MS).unref(), forget);
+  return asking;
+}
+
+/** The models the endpoint lists as far as this process knows now, without asking; undefined when not yet known. */
+export function knownModels(settings: Settings, env: NodeJS.ProcessEnv = process.env): string[] | undefined {
+  return modelLists.known(listKey(settings, env));
+}
+
 /** The models the endpoint lists (GET {base_url}/models), or undefined when it doesn't answer. */
 export async function listedModels(settings: Settings, o: AskOptions = {}): Promise<string[] | undefined> {
   const env = o.env ?? process.env;
   const clock = o.now ?? Date.now;
-  const base = settings.model.base_url.replace(/\/+$/, "");
   return modelLists.get(
-    JSON.stringify([base, hash(settings.model.key ?? env.LNK_MODEL_KEY ?? "")]),
+    listKey(settings, env),
     async () => {
       try {
         const signal = AbortSignal.timeout(o.timeoutMs ?? ASK_TIMEOUT_MS);
-        const list = ModelList.safeParse(await askJson(`${base}/models`, { headers: authorization(settings, env), signal }));
+        const list = ModelList.safeParse(await modelsDocument(settings, env, signal));
         const ids = list.success ? [...new Set(list.data.data.map((m) => m.id.trim()).filter((id) => id.length > 0 && id.length <= 256))].slice(0, 500) : undefined;
         return { value: ids, failed: !list.success };
       } catch (e) {
@@ -359,4 +388,5 @@ export async function settleRuntimeAsks(): Promise<void> {
 export function forgetRuntimeAnswers(): void {
   runtimeAnswers.clear();
   modelLists.clear();
+  modelDocuments.clear();
 }
