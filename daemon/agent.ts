@@ -51,6 +51,7 @@ export interface RunningAgent {
 
 // Loaded when the first prompt needs them; a load that failed is tried again by the next prompt.
 const turnModule = lazyImport(() => import("../turn/turn.js"), () => new URL("../turn/turn.js", import.meta.url).href);
+const readyModule = lazyImport(() => import("../turn/ready.js"), () => new URL("../turn/ready.js", import.meta.url).href);
 const hostModule = lazyImport(() => import("./tools/host.js"), () => new URL("./tools/host.js", import.meta.url).href);
 
 /**
@@ -101,7 +102,15 @@ export function startAgent(o: AgentOptions): RunningAgent {
     // Answered once its events are on disk; its copy and mark are made after, under its lock.
     runTurn: async (input, listener) => (await turnModule()).runTurn({ ...input, env: input.env ?? env }, listener, { early: true }),
     status: async (input) => (await turnModule()).statusLines(input),
-    ready: (settings, agentModel) => void turnModule().then((t) => t.readyModel(settings, agentModel, env), () => undefined),
+    ready: (settings, agentModel) => {
+      const began = performance.now();
+      void readyModule()
+        .then((r) => r.readyModel(settings, agentModel, env))
+        .then(
+          () => log.debug("made ready for a first turn", { ms: Math.round(performance.now() - began) }),
+          () => undefined,
+        );
+    },
     toolHost: () => (host = toolHost()),
     discoverTools: (settings, servers) => discoverTools(env, { ...(settings ? { settings } : {}), acp: servers }),
   });

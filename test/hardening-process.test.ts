@@ -129,7 +129,7 @@ describe("a moment of EMFILE at the first turn", { timeout: 120_000 }, () => {
     const d = watch(
       watchDaemon(
         spawn("sh", ["-c", `ulimit -n ${LIMIT} && exec "$0" "$@"`, process.execPath, main, "--agent", dir, "--socket", socket], {
-          env: linkFreeEnv(),
+          env: linkFreeEnv({ LNK_DEBUG: "1" }),
           stdio: ["pipe", "pipe", "pipe"],
         }),
       ),
@@ -139,6 +139,8 @@ describe("a moment of EMFILE at the first turn", { timeout: 120_000 }, () => {
     cleanup.push(() => a.socket.destroy());
     const c = await openClient(a.stream);
     const { sessionId } = await c.agent.request(acp.methods.agent.session.new, { cwd: dir, mcpServers: [] });
+    // What the session's opening asks ahead (the model's facts, its client) is done before the files run out.
+    await d.waitForLog(/"made ready for a first turn"/);
 
     // Connections until the daemon can take no more: each one it takes holds a file of it open, and
     // answers initialize; the first it can't take is closed unanswered.

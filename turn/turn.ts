@@ -9,7 +9,7 @@ export { statusLines } from "./status.js";
 import { sectionPrints, windowPrint } from "./fingerprint.js";
 import { forgetHistories, History, resumeEvent } from "./history.js";
 import { partsFor } from "./parts.js";
-import { askModel, ModelError, preloadModelClient, type ModelAnswer } from "./model.js";
+import { askModel, ModelError, type ModelAnswer } from "./model.js";
 import { eventsToMessages, type ChatMessage } from "./prompt.js";
 import { composeSections, messageHeader, systemPrompt } from "./sections.js";
 import { openOptions, type ToolBox } from "./tools.js";
@@ -334,17 +334,6 @@ export function forgetProcessState(): void {
   forgetSettings();
   forgetHistories();
   forgetBodies();
-}
-
-/**
- * Asks ahead, in the background, what a first turn with these settings asks of its model before its
- * request: the window's facts (a runtime on this machine is asked once, and kept) and the model's
- * client. A turn that comes while it is asked waits for the same answer; a failure here is the
- * turn's to meet again, and say.
- */
-export function readyModel(settings: Settings, agentModel: string | undefined, env: NodeJS.ProcessEnv = process.env): void {
-  void modelWindow(settings, agentModel ?? settings.model.name, { env }).catch(() => undefined);
-  void preloadModelClient().catch(() => undefined);
 }
 
 /** Turns that answered and still bring their derived files up to date and let their lock go. */
