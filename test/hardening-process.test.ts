@@ -184,7 +184,7 @@ describe("the agent's kept compiled code", { timeout: 120_000 }, () => {
     const build = copyOfBuild([]);
     spoil(build.path(`${AGENT_BUNDLE}.cache`));
     const dir = agent();
-    const d = watch(startDaemon(["--agent", dir], linkFreeEnv(), { bin: build.bin }));
+    const d = watch(startDaemon(["--agent", dir], linkFreeEnv({ LNK_DEBUG: "1" }), { bin: build.bin }));
     const c = await client(d);
     const { sessionId } = await c.agent.request(acp.methods.agent.session.new, { cwd: dir, mcpServers: [] });
     server.script({ text: "answered" });
