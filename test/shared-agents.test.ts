@@ -2,7 +2,7 @@
 // names, each answering from its own folder, instructions and tools, never another's, turns of all
 // three running at once.
 import { createHmac } from "node:crypto";
-import { existsSync, mkdirSync, readdirSync, writeFileSync } from "node:fs";
+import { existsSync, mkdirSync, readFileSync, readdirSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import * as acp from "@agentclientprotocol/sdk";
 import { describe, expect, it } from "vitest";
@@ -175,5 +175,48 @@ describe("--agents", () => {
     }
     // Nothing was written for any agent.
     for (const a of agents) expect(existsSync(join(a.agent as string, "chats")), a.name).toBe(false);
+  });
+  it("keeps memory's session per agent: two agents naming the same memory command each get a session of their own", async () => {
+    const tmp = tempDir("lnk-shared-memory-");
+    cleanup.push(() => tmp.remove());
+    // One memory command, the same string for both, as Link's bridge might name it: memory's kept
+    // session, shared, would answer one agent from the other's.
+    const lore = join(tmp.path, "lore");
+    mkdirSync(join(lore, "chats", "notes"), { recursive: true });
+    writeFileSync(join(lore, "chats", "notes", "transcript.md"), "**Ada**: the gate code is 4417\n");
+    const memory = `"${process.execPath}" "${join(ROOT, "dist/test/memory-server.js")}" "${lore}"`;
+    const agents = (["alpha", "beta"] as const).map((name) => {
+      const own = join(tmp.path, name, "own");
+      configure(own, scriptedSettings(server.url));
+      return { name, id: `${name}-id`, owner: "ada", home: join(tmp.path, name), files: own, agent: own, port: 0, env: { LNK_MEMORY: memory } };
+    });
+    const file = join(tmp.path, "agents.json");
+    writeFileSync(file, JSON.stringify(agents));
+    const d = watched(startDaemon(["--agents", file], linkFreeEnv()), cleanup);
+    const stdio = await stdioClient(d, cleanup);
+    server.fallback = (request) => {
+      const last = request.body.messages?.at(-1);
+      if (last?.role === "tool") return { text: /4417/.test(String(last.content)) ? "found 4417" : "found nothing" };
+      return { tool_calls: [{ name: "memory__search", arguments: { query: "gate code" } }] };
+    };
+    for (const name of ["alpha", "beta"]) {
+      const meta = { link: { agent: name } };
+      const { sessionId } = await stdio.agent.request(acp.methods.agent.session.new, { cwd: "/", mcpServers: [], _meta: meta });
+      expect(await stdio.agent.request(acp.methods.agent.session.prompt, { sessionId, prompt: text("the gate code?"), _meta: meta })).toMatchObject({ stopReason: "end_turn" });
+      expect(answerText(stdio.updates, sessionId), name).toBe("found 4417");
+    }
+    // Each agent's memory is a process of its own, kept for it: two, not one shared.
+    const memories = readdirSync("/proc")
+      .filter((pid) => /^\d+$/.test(pid))
+      .filter((pid) => {
+        try {
+          const stat = readFileSync(`/proc/${pid}/stat`, "utf8");
+          const parent = Number(stat.slice(stat.lastIndexOf(")") + 2).split(" ")[1]);
+          return parent === d.child.pid && readFileSync(`/proc/${pid}/cmdline`, "utf8").includes("memory-server.js");
+        } catch {
+          return false;
+        }
+      });
+    expect(memories).toHaveLength(2);
   });
 });
