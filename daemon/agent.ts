@@ -70,6 +70,14 @@ export async function preload(): Promise<void> {
   await (await import("./warm.js")).warmPrompt(startAgent, turn.forgetProcessState);
 }
 
+/**
+ * Asks ahead what a first turn with these settings asks of its model (turn/ready.ts), in the
+ * background: a process bound to an agent does so before its client's first session opens.
+ */
+export async function readyAhead(settings: Settings, env: NodeJS.ProcessEnv = process.env): Promise<void> {
+  await (await readyModule()).readyModel(settings, undefined, env);
+}
+
 /** The output, telling the connection each answer once it is written to the client. */
 function tapAnswers(output: WritableStream<Uint8Array>, conn: LinkConnection): WritableStream<Uint8Array> {
   const writer = output.getWriter();
