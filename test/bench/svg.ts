@@ -113,6 +113,25 @@ export function renderSvg(r: BenchResults): string {
       text(20, y, `4. Cold start to initialize: ${ms(s.coldStart.median)} ms (node -e 0: ${ms(r.nodeStart.median)} ms); RSS ${s.rssAfterInitializeMb.toFixed(0)} MB idle, ${s.rssAfterTurnMb.toFixed(0)} MB after a turn`),
     );
   } else body.push(text(20, y, `4. Cold start: not measured: ${r.start.notMeasured}`.slice(0, 130)));
+  if (r.client && "measured" in r.client) {
+    const c = r.client.measured;
+    const floor = c.durableWrite.median + c.passThrough.overhead.median;
+    y += 18;
+    body.push(
+      text(20, y, `6. As a client sees it: overhead ${ms(c.daemon.overhead.median)} ms (before the model ${ms(c.daemon.before.median)}, after ${ms(c.daemon.after.median)}), floor ${ms(floor)} ms (durable write ${ms(c.durableWrite.median)}, pass-through ${ms(c.passThrough.overhead.median)})`),
+    );
+    y += 18;
+    body.push(
+      text(20, y, `   spawn to: initialize ${ms(c.spawn.initialize.median)}, session/new ${ms(c.spawn.sessionNew.median)}, first answer ${ms(c.spawn.firstTurn.median)} ms; node -e 0 ${ms(c.nodeStart.median)} ms`),
+    );
+  }
+  if (r.dense && "measured" in r.dense) {
+    const d = r.dense.measured;
+    y += 18;
+    body.push(
+      text(20, y, `7. Bind to the first answer ${ms(d.bindToAnswer.median)} ms (${ms(d.bindOverModel.median)} over the model's time); RSS ${d.rss.map((x) => `${x.rssMb.toFixed(0)} MB at ${x.agents}`).join(", ")} agents`),
+    );
+  }
   y += 28;
   body.push(text(20, y, "Targets", 'font-weight="bold"'));
   for (const t of r.targets) {
