@@ -1,6 +1,6 @@
 // A conversation's events: one file each, numbered, written once (temp file + link), never rewritten.
 import { existsSync, linkSync, lstatSync, readdirSync } from "node:fs";
-import { dirname } from "node:path";
+import { basename, dirname } from "node:path";
 import { Event, StoreError, describeIssues, type Numbered } from "../protocol/index.js";
 import { checkNoLinks, isErrno, jsonFault, LIMITS, readNoFollow, unlinkQuiet, writeTempAsync } from "./files.js";
 import { withFolder } from "./folder.js";
@@ -187,46 +187,77 @@ export function ensureConversation(conv: ConversationPaths): void {
   withFolder(conv, () => undefined);
 }
 
+/** An event whose file is being written and flushed: linked to its number by `link`, or let go. */
+export interface BegunEvent {
+  /** Links it to the next free number once its file is flushed; resolves with the number. */
+  link(): Promise<number>;
+  /** Removes its file, never linked (a write before it failed). */
+  abandon(): Promise<void>;
+}
+
 /**
- * Appends an event: writes it whole to a temp file and flushes it (off the event loop), then links
- * it to the next free number. EEXIST means the number is taken by another writer: try the next.
- * Returns the number. Once it resolves, the event is on disk. It is written through the
- * conversation's folder as checked when opened (the one a turn holds, with its lock), and the folder
- * and the lock are checked again right before the link: nothing is written outside, or once the
- * lock is lost.
+ * Begins an event: checks it, then writes it whole to a temp file and flushes it (off the event
+ * loop), which may run while the events before it are still being flushed; `link` then links it to
+ * the next free number (EEXIST means the number is taken by another writer: the next is tried).
+ * Written through the conversation's folder as checked when opened (the one a turn holds, with its
+ * lock), and the folder and the lock are checked again right before the link: nothing is written
+ * outside, or once the lock is lost. Bad input throws at once, and writes nothing.
  */
-export async function appendEvent(conv: ConversationPaths, event: Event): Promise<number> {
+export function beginEvent(conv: ConversationPaths, event: Event): BegunEvent {
   const checked = Event.safeParse(event);
   if (!checked.success) throw new StoreError(`refused to write an invalid event: ${describeIssues(checked.error)}`, conv.dir);
   const text = `${JSON.stringify(checked.data)}\n`;
   if (text.length > LIMITS.event) {
     throw new StoreError(`refused to write an event of ${text.length} characters: over the limit of ${LIMITS.event} bytes`, conv.dir);
   }
-  return withFolder(conv, async (folder) => {
-    const tmp = await writeTempAsync(folder.base, text);
-    try {
-      folder.check();
-      let n = lastEventNumber(conv) + 1;
-      for (;;) {
+  // By its name in the folder: a folder opened for this write alone is closed once it is written.
+  const written = withFolder(conv, async (folder) => basename(await writeTempAsync(folder.base, text)));
+  written.catch(() => undefined);
+  return {
+    link: () =>
+      withFolder(conv, async (folder) => {
+        const tmp = folder.at(await written);
         try {
-          linkSync(tmp, folder.at(eventName(n)));
-          break;
-        } catch (e) {
-          if (!isErrno(e, "EEXIST")) throw e;
-          n++;
+          folder.check();
+          let n = lastEventNumber(conv) + 1;
+          for (;;) {
+            try {
+              linkSync(tmp, folder.at(eventName(n)));
+              break;
+            } catch (e) {
+              if (!isErrno(e, "EEXIST")) throw e;
+              n++;
+            }
+          }
+          folder.linked();
+          // Outside a lock, the name is flushed now; under one, once, when the lock's work is done.
+          if (!folder.held) await folder.flush();
+          // The caller's own object, checked: what it holds (a turn's history) and what is read back by
+          // number are one object, so what is made from it once (its message, its count) is made once.
+          cache.add(conv.dir, n, event, text.length);
+          return n;
+        } finally {
+          unlinkQuiet(tmp);
         }
+      }),
+    abandon: async () => {
+      const name = await written.catch(() => undefined);
+      if (name === undefined) return;
+      try {
+        withFolder(conv, (folder) => unlinkQuiet(folder.at(name)), { make: false });
+      } catch {
+        // The folder is gone, or is a link now: nothing of it is removed.
       }
-      folder.linked();
-      // Outside a lock, the name is flushed now; under one, once, when the lock's work is done.
-      if (!folder.held) await folder.flush();
-      // The caller's own object, checked: what it holds (a turn's history) and what is read back by
-      // number are one object, so what is made from it once (its message, its count) is made once.
-      cache.add(conv.dir, n, event, text.length);
-      return n;
-    } finally {
-      unlinkQuiet(tmp);
-    }
-  });
+    },
+  };
+}
+
+/**
+ * Appends an event (see beginEvent): once it resolves, the event is on disk, and its name too
+ * unless a lock holds the folder (then the lock's work flushes it once).
+ */
+export async function appendEvent(conv: ConversationPaths, event: Event): Promise<number> {
+  return beginEvent(conv, event).link();
 }
 
 /** The conversations (threads) of an agent's chats folder. */

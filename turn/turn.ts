@@ -1,7 +1,7 @@
 // One turn, stateless: reads what it needs through the store, asks the model, runs tools in rounds,
 // and writes every event as it happens. It reports through a callback of plain events, never ACP.
 import type { AssistantMessage, Event, Failure, ModelInput, PromptPrints, Settings, StopReason, ToolCall, Usage, UserMessage } from "../protocol/index.js";
-import { appendEvent, flushHeld, forgetEvents, forgetSettings, LockLostError, paths, readSettings, readToolsList, withConversationLock, type ConversationPaths } from "../store/index.js";
+import { beginEvent, flushHeld, type BegunEvent, forgetEvents, forgetSettings, LockLostError, paths, readSettings, readToolsList, withConversationLock, type ConversationPaths } from "../store/index.js";
 import { forgetBodies } from "./body.js";
 import { runCalls } from "./calls.js";
 import { conversationShare, modelWindow, type ModelWindow } from "./facts.js";
@@ -104,15 +104,35 @@ class Turn {
     return this.chain(event, (n) => history.settle(expected, n));
   }
 
-  /** Once a write fails, the writes after it fail with it: nothing is written past a missing event. */
+  /**
+   * Once a write fails, the writes after it fail with it: nothing is written past a missing event.
+   * Each event's file is written and flushed at once, while those before it may still be flushing;
+   * it is linked to its number only after them, so the numbers keep the turn's order.
+   */
   private chain(event: Event, written: (n: number) => void): Promise<number> {
-    const done = this.writes.then(async () => {
-      // Through the folder the lock holds, checked, and only while the lock is this process's.
-      const n = await appendEvent(this.conv, event);
-      written(n);
-      this.listener({ type: "event", n, event });
-      return n;
-    });
+    // Through the folder the lock holds, checked, and only while the lock is this process's.
+    let begun: BegunEvent;
+    try {
+      begun = beginEvent(this.conv, event);
+    } catch (e) {
+      // Refused as it is (invalid, too large): nothing written, and nothing after it.
+      const refused = Promise.reject(e as Error);
+      refused.catch(() => undefined);
+      this.writes = refused;
+      return refused;
+    }
+    const done = this.writes.then(
+      async () => {
+        const n = await begun.link();
+        written(n);
+        this.listener({ type: "event", n, event });
+        return n;
+      },
+      async (e: unknown) => {
+        await begun.abandon();
+        throw e;
+      },
+    );
     this.writes = done;
     done.catch(() => undefined);
     return done;
