@@ -385,7 +385,11 @@ export async function runTurn(input: TurnInput, listener: TurnListener, o: { ear
         if (o.early && !lost.signal.aborted) {
           await flushHeld(conv);
           // The lock could be lost while its folder was flushed: then the whole turn says so.
-          if (!lost.signal.aborted) answer?.(outcome);
+          if (!lost.signal.aborted) {
+            answer?.(outcome);
+            // The answer goes out first: what the caller does with it runs before the copy is made.
+            await new Promise((resolve) => setImmediate(resolve));
+          }
         }
         turn.settle();
         return outcome;
