@@ -2,7 +2,7 @@
 // huge strings, deep nesting, unknown fields, hostile names), unknown methods, and raw lines that are
 // not requests at all. Each request is answered, with a result or a JSON-RPC error, under its own id;
 // a refused one writes nothing; nothing is ever written outside the agent's folder; the daemon stays up.
-import { mkdirSync, mkdtempSync, readdirSync, rmSync, statSync } from "node:fs";
+import { existsSync, mkdirSync, mkdtempSync, readdirSync, rmSync, statSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { connect } from "node:net";
 import { join, relative, sep } from "node:path";
@@ -12,7 +12,7 @@ import fc from "fast-check";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { z } from "zod";
 import { MAX_DEPTH, nestsDeeper } from "../daemon/lines.js";
-import { configure, scriptedSettings, startDaemon, type Daemon } from "./acp-client.js";
+import { configure, scriptedSettings, startDaemon, until, type Daemon } from "./acp-client.js";
 import { assertBuilt, BIN } from "./fixtures/built.js";
 import { startModelServer, type ModelServer } from "./model-server.js";
 
@@ -158,7 +158,13 @@ function listing(root: string, skip?: string): string[] {
   return out.sort();
 }
 
-const snapshot = () => listing(agent);
+/** The agent's folder once no turn holds a lock in it: a turn makes its copy and mark after its answer. */
+async function snapshot(): Promise<string[]> {
+  const chats = join(agent, "chats");
+  const held = () => existsSync(chats) && readdirSync(chats).some((t) => existsSync(join(chats, t, ".lock")));
+  await until(() => !held(), "every lock let go");
+  return listing(agent);
+}
 
 /** A request's id: whole numbers, strings and fractions alike, each used once. */
 function nextId(kind: number): string | number {
@@ -430,9 +436,9 @@ const READ_ONLY = new Set(["initialize", "session/load", "session/resume", "sess
 
 /** Sends one request and holds its answer to what the daemon promises. */
 async function check(method: string, params: unknown, idKind: number): Promise<void> {
-  const before = snapshot();
+  const before = await snapshot();
   const answer = await request(method, params, idKind);
-  const after = snapshot();
+  const after = await snapshot();
   const seen = outcomes.get(method) ?? new Map<string, number>();
   const outcome = "error" in answer ? String(answer.error.code) : "result";
   seen.set(outcome, (seen.get(outcome) ?? 0) + 1);
@@ -485,7 +491,7 @@ describe("every request the daemon serves, fuzzed", () => {
   it("session/cancel, a notification: never answered, writes nothing, and the daemon goes on", async () => {
     await fc.assert(
       fc.asyncProperty(shaped({ sessionId, _meta: meta }, ["sessionId"]), async (p) => {
-        const before = snapshot();
+        const before = await snapshot();
         const nulls = wire.nullErrors.length;
         const line = JSON.stringify({ jsonrpc: "2.0", method: "session/cancel", ...(p === undefined ? {} : { params: p }) });
         wire.send(line);
@@ -494,7 +500,7 @@ describe("every request the daemon serves, fuzzed", () => {
         const unread = Buffer.byteLength(line) > MAX_BYTES || nestsDeeper(Buffer.from(line), MAX_DEPTH);
         if (unread) await wire.nullErrorCount(nulls + 1);
         expect(wire.nullErrors.length).toBe(nulls + (unread ? 1 : 0));
-        expect(snapshot()).toEqual(before);
+        expect(await snapshot()).toEqual(before);
       }),
       runs(100),
     );
@@ -509,11 +515,11 @@ describe("every request the daemon serves, fuzzed", () => {
     );
     await fc.assert(
       fc.asyncProperty(method, fc.oneof(weird, fc.record({ bytes: fc.integer(), max: fc.integer() })), fc.nat({ max: 2 }), async (m, p, idKind) => {
-        const before = snapshot();
+        const before = await snapshot();
         const answer = await request(m, p, idKind);
         expect(answer, m).toHaveProperty("error");
         if ("error" in answer) expect(REFUSALS, `${m} → ${answer.error.message}`).toContain(answer.error.code);
-        expect(snapshot()).toEqual(before);
+        expect(await snapshot()).toEqual(before);
       }),
       runs(150),
     );
@@ -585,7 +591,7 @@ describe("raw lines that are not requests", () => {
   it("each is answered as JSON-RPC says, writes nothing, and the daemon goes on serving", async () => {
     await fc.assert(
       fc.asyncProperty(cases, async (c) => {
-        const before = snapshot();
+        const before = await snapshot();
         const nulls = wire.nullErrors.length;
         wire.send(c.line);
         if (c.answer === "id") {
@@ -598,7 +604,7 @@ describe("raw lines that are not requests", () => {
         }
         expect(await request("initialize", { protocolVersion: 1 })).toHaveProperty("result");
         expect(wire.nullErrors.length, c.line.slice(0, 200)).toBe(nulls + (c.answer === "null-error" ? 1 : 0));
-        expect(snapshot()).toEqual(before);
+        expect(await snapshot()).toEqual(before);
       }),
       runs(200),
     );
@@ -627,10 +633,10 @@ describe("hostile values, each sent once", () => {
       }),
     ];
     for (const [method, params] of sent) {
-      const before = snapshot();
+      const before = await snapshot();
       const answer = await request(method, params);
       expect(answer, `${method} ${JSON.stringify(params)}`).toMatchObject({ error: { code: -32602 } });
-      expect(snapshot()).toEqual(before);
+      expect(await snapshot()).toEqual(before);
     }
   });
 });

@@ -94,6 +94,8 @@ describe("a FIFO where the store expects a file", { timeout: 60_000 }, () => {
     mkfifo(paths({ dir }).conversation(sessionId).window);
     expect(await prompt(c, sessionId, "hello")).toMatchObject({ stopReason: "end_turn" });
     expect(events(dir, sessionId).map(shape)).toEqual(["message:user", "message:assistant"]);
+    // Made after the answer, under the turn's lock.
+    await lockFreed(paths({ dir }).conversation(sessionId).lock);
     expect(statSync(paths({ dir }).conversation(sessionId).window).isFile()).toBe(true);
   });
 });
