@@ -11,6 +11,7 @@ import { describe, expect, it } from "vitest";
 import { z } from "zod";
 import { AspState, SessionForm } from "../protocol/index.js";
 import { configure, daemonTestHooks, scriptedSettings, startDaemon, stdioClient, tempDir, type Client, type Daemon, watched } from "./acp-client.js";
+import { promptRichTurn, scriptRichTurn } from "./fixtures/rich-turn.js";
 import type { ModelServer } from "./model-server.js";
 import { BIN, MAIN, ROOT } from "./fixtures/built.js";
 import { run, type Run } from "./fixtures/child.js";
@@ -81,19 +82,8 @@ async function madeByTurns(): Promise<{ dir: string; plain: string; chat: string
   const d = daemon(dir);
   const c = await stdioClient(d, cleanup);
   const { sessionId: plain } = await c.agent.request(acp.methods.agent.session.new, { cwd: ROOT, mcpServers: [] });
-  server.script(
-    {
-      reasoning_content: "The user wants an echo.",
-      tool_calls: [
-        { id: "c1", name: "everything__echo", arguments: { message: "ping" } },
-        { id: "c2", name: "everything__get-sum", arguments: { a: "not a number" } },
-      ],
-    },
-    { text: "The tool said ping." },
-    { error: { status: 400, message: "the prompt is too long" } },
-  );
-  const image = { type: "image" as const, mimeType: "image/png", data: "iVBORw0KGgo=" };
-  await c.agent.request(acp.methods.agent.session.prompt, { sessionId: plain, prompt: [...text("call the echo tool"), image] });
+  scriptRichTurn(server, { error: { status: 400, message: "the prompt is too long" } });
+  await promptRichTurn(c, plain);
   await c.agent.request(acp.methods.agent.session.setConfigOption, { sessionId: plain, configId: "model", value: "bigger-model" });
   await c.agent.request(acp.methods.agent.session.prompt, { sessionId: plain, prompt: text("and again") }).catch(() => undefined);
 

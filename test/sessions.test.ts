@@ -11,6 +11,7 @@ import { z } from "zod";
 import { AspState, SessionForm, sessionFormJsonSchema } from "../protocol/index.js";
 import { paths, readEventsFrom } from "../store/index.js";
 import { configure, daemonTestHooks, failure, scriptedSettings, startDaemon, stdioClient, tempDir, type Client, type Daemon, watched } from "./acp-client.js";
+import { promptRichTurn, scriptRichTurn } from "./fixtures/rich-turn.js";
 import type { ModelServer, RecordedRequest } from "./model-server.js";
 import { BIN, ROOT } from "./fixtures/built.js";
 
@@ -76,18 +77,8 @@ describe("sessions both ways", { timeout: 180_000 }, () => {
     const d1 = daemon(source);
     const c1 = await stdioClient(d1, cleanup);
     const { sessionId } = await c1.agent.request(acp.methods.agent.session.new, { cwd: ROOT, mcpServers: [] });
-    server.script(
-      {
-        reasoning_content: "The user wants an echo.",
-        tool_calls: [
-          { id: "c1", name: "everything__echo", arguments: { message: "ping" } },
-          { id: "c2", name: "everything__get-sum", arguments: { a: "not a number" } },
-        ],
-      },
-      { text: "The tool said ping." },
-    );
-    const image = { type: "image" as const, mimeType: "image/png", data: "iVBORw0KGgo=" };
-    await c1.agent.request(acp.methods.agent.session.prompt, { sessionId, prompt: [...text("call the echo tool"), image] });
+    scriptRichTurn(server);
+    await promptRichTurn(c1, sessionId);
     await c1.agent.request(acp.methods.agent.session.setConfigOption, { sessionId, configId: "model", value: "bigger-model" });
     const other = await c1.agent.request(acp.methods.agent.session.new, { cwd: ROOT, mcpServers: [] });
     server.script({ text: "Hello." });
