@@ -31,8 +31,8 @@ export interface AgentOptions {
   names?: readonly string[];
   /** Its key, for the proof; left out, LNK_KEY of its environment. */
   key?: string;
-  /** Settings held in memory (a Bind's), read in place of config.json. */
-  settings?: Settings;
+  /** Settings held in memory (a Bind's, filled with its key at each use), read in place of config.json. */
+  settings?: Settings | (() => Settings);
   /** Logs nothing (the scratch agent a blank process warms itself with). */
   quiet?: boolean;
 }
@@ -105,7 +105,7 @@ export function startAgent(o: AgentOptions): RunningAgent {
     log: o.quiet ? { info: () => undefined, warn: () => undefined, error: () => undefined } : log,
     ...(o.names ? { names: o.names } : {}),
     ...(key !== undefined ? { key } : {}),
-    ...(held ? { settings: () => held } : {}),
+    ...(held ? { settings: typeof held === "function" ? held : () => held } : {}),
     // Each agent's turn runs with its own environment: its model's key and the secrets kept out of errors.
     // Answered once its events are on disk; its copy and mark are made after, under its lock.
     runTurn: async (input, listener) => (await turnModule()).runTurn({ ...input, env: input.env ?? env }, listener, { early: true }),

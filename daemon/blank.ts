@@ -22,17 +22,29 @@ export const KEY_PLACEHOLDER = "$LNK_KEY";
 /** A Bind refused: its answer's error, in words a person can act on, never quoting what was sent. */
 class BindRefused extends Error {}
 
-/** The settings with every placeholder filled from the key, wherever a string holds one. */
+/** `v` with every placeholder filled from the key, wherever a string holds one. */
+function fill(v: unknown, key: string): unknown {
+  if (typeof v === "string") return v.split(KEY_PLACEHOLDER).join(key);
+  if (Array.isArray(v)) return v.map((x) => fill(x, key));
+  if (typeof v === "object" && v !== null) return Object.fromEntries(Object.entries(v).map(([k, x]) => [k, fill(x, key)]));
+  return v;
+}
+
+/** The settings with every placeholder filled from the key, checked: what a turn is given. */
 export function fillSecrets(settings: SettingsT, key: string): SettingsT {
-  const fill = (v: unknown): unknown => {
-    if (typeof v === "string") return v.split(KEY_PLACEHOLDER).join(key);
-    if (Array.isArray(v)) return v.map(fill);
-    if (typeof v === "object" && v !== null) return Object.fromEntries(Object.entries(v).map(([k, x]) => [k, fill(x)]));
-    return v;
-  };
-  const filled = Settings.safeParse(fill(settings));
+  const filled = Settings.safeParse(fill(settings, key));
   if (!filled.success) throw new BindRefused(`settings: once the key is filled in: ${describeIssues(filled.error)}`);
   return filled.data;
+}
+
+/**
+ * The Bind's settings as the process holds them: with their placeholders, never the key (a dump of
+ * them, by a log line or a core file, holds none), filled anew for each use; checked filled once,
+ * as the Bind is taken, so each fill after gives settings as valid.
+ */
+function heldSettings(settings: SettingsT, key: string): () => SettingsT {
+  fillSecrets(settings, key);
+  return () => fill(settings, key) as SettingsT;
 }
 
 /** A folder the Bind names: an absolute path to a folder that exists, never a link. */
@@ -50,7 +62,7 @@ function folder(what: string, path: string): string {
 }
 
 /** Reads a Bind line: the agent, its folders and its settings, the key filled in. */
-export function readBind(line: string): { agent: AgentRef; names: string[]; key: string; settings: SettingsT; name: string } {
+export function readBind(line: string): { agent: AgentRef; names: string[]; key: string; settings: () => SettingsT; name: string } {
   let json: unknown;
   try {
     json = JSON.parse(line);
@@ -64,7 +76,7 @@ export function readBind(line: string): { agent: AgentRef; names: string[]; key:
   if (b.store === undefined && b.files === undefined) throw new BindRefused("names neither store nor files: the agent's folder is where its conversations are kept");
   const store = folder("store", b.store ?? (b.files as string));
   const files = b.files !== undefined ? folder("files", b.files) : store;
-  return { agent: { dir: store, files }, names: [b.agent.name, b.agent.id], key: b.key, settings: fillSecrets(b.settings, b.key), name: b.agent.name };
+  return { agent: { dir: store, files }, names: [b.agent.name, b.agent.id], key: b.key, settings: heldSettings(b.settings, b.key), name: b.agent.name };
 }
 
 /** Reads one line from the connection, at most BIND_MAX bytes; undefined when it ends or is over the bound. */
@@ -122,7 +134,7 @@ export async function serveBlank(p: Process, command: Extract<Command, { kind: "
       setImmediate(() => {
         served.load().catch((e: unknown) => log.warn("loading the agent failed: the first connection tries again", { error: (e as Error).message }));
         void p.agentCode()
-          .then((code) => code.readyAhead(b.settings))
+          .then((code) => code.readyAhead(b.settings()))
           .catch(() => undefined);
       });
       return {};

@@ -52,7 +52,7 @@ export interface AgentSpec {
   /** Its key, for the proof (a Bind's); left out, LNK_KEY of its environment. */
   key?: string;
   /** Settings held in memory (a Bind's). */
-  settings?: Settings;
+  settings?: () => Settings;
 }
 
 /** The agent's code, one copy for the process: every agent's and a blank process's warm-up. */
