@@ -68,7 +68,7 @@ describe("state import", { timeout: 60_000 }, () => {
         "came: note MEMORY.md (hermes): into a block of memory/notes.md",
         "left behind: skill mine: the agent has a skill of that name",
         "left behind: note memory/people/ana.md: the agent's file already holds text",
-        "left behind: sessions: 1, since state import carries no conversation yet",
+        "left behind: session t1: no events",
         "",
       ].join("\n"),
     );
@@ -153,11 +153,11 @@ describe("state import of hostile States, fuzzed", { timeout: 120_000 }, () => {
     { requiredKeys: [] },
   );
 
-  it("each State is taken with every file inside the agent's folder, or refused with ImportError and nothing written", () => {
+  it("each State is taken with every file inside the agent's folder, or refused with ImportError and nothing written", async () => {
     let n = 0;
     const outcomes = { taken: 0, refused: 0 };
-    fc.assert(
-      fc.property(state, (s) => {
+    await fc.assert(
+      fc.asyncProperty(state, async (s) => {
         const place = join(root(), `fuzz-${++n}`);
         const dir = join(place, "agent");
         mkdirSync(dir, { recursive: true });
@@ -172,7 +172,7 @@ describe("state import of hostile States, fuzzed", { timeout: 120_000 }, () => {
           outcomes.refused++;
           return;
         }
-        plan.write();
+        await plan.write();
         outcomes.taken++;
         // Nothing beside the agent's folder, and inside it only its own parts.
         expect(readdirSync(place)).toEqual(["agent"]);
@@ -180,7 +180,7 @@ describe("state import of hostile States, fuzzed", { timeout: 120_000 }, () => {
         for (const f of Object.keys(files(dir))) expect(statSync(join(dir, f)).isFile()).toBe(true);
         // A second import of the same State writes nothing new.
         const before = files(dir);
-        planImport({ dir }, checkState(s)).write();
+        await planImport({ dir }, checkState(s)).write();
         expect(files(dir)).toEqual(before);
       }),
       { numRuns: 300, endOnFailure: true, ...seed },
