@@ -57,7 +57,7 @@ export async function importState(o: AgentOptions, source: StateSource): Promise
   try {
     sessions = await plan.write();
   } catch (e) {
-    throw new Error(`cannot import, and nothing of it was kept: ${(e as Error).message}`);
+    throw new Error(`cannot import, and nothing of it was kept: ${(e as Error).message}`, { cause: e });
   }
   const lines = [...plan.came.map((c) => `came: ${c}`), ...sessions.map((s) => `came: ${s}`), ...[...left, ...plan.left].map((l) => `left behind: ${l}`)];
   if (lines.length === 0) lines.push("nothing came: the State is empty");
