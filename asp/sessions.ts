@@ -199,7 +199,8 @@ export function importedAs(agent: AgentRef, session: SessionForm): string | unde
     try {
       st = lstatSync(conv.dir);
     } catch (e) {
-      if (isErrno(e, "ENOENT") || isErrno(e, "ENOTDIR")) return undefined;
+      // Not there, or a name too long for this folder: no earlier import made it.
+      if (isErrno(e, "ENOENT") || isErrno(e, "ENOTDIR") || isErrno(e, "ENAMETOOLONG")) return undefined;
       throw e;
     }
     if (!st.isDirectory()) continue;
