@@ -255,7 +255,7 @@ function convert(message: Obj, time: string, leave: Leaving): Event[] | string {
 }
 
 /** One session's rows, in order of seq, as a session; what it leaves behind named. */
-async function convertSession(sessionId: string, rows: readonly Row[], parts: Leaving): Promise<{ session: SessionForm; left: string[] }> {
+async function convertSession(sessionId: string, rows: readonly Row[], parts: Leaving, at: (row: Row) => string): Promise<{ session: SessionForm; left: string[] }> {
   const thread = threadOf(sessionId);
   const leave = new Leaving();
   const events: Event[] = [];
@@ -266,11 +266,11 @@ async function convertSession(sessionId: string, rows: readonly Row[], parts: Le
     try {
       entry = JSON.parse(await eventText(row));
     } catch (e) {
-      leave.add(`its event seq ${row.seq}: ${e instanceof OpenClawError ? e.message : "its JSON can't be read"}`);
+      leave.add(`${at(row)}: ${e instanceof OpenClawError ? e.message : "its JSON can't be read"}`);
       continue;
     }
     if (!isObj(entry) || typeof entry.type !== "string") {
-      leave.add(`its event seq ${row.seq}: not an object with a type`);
+      leave.add(`${at(row)}: not an object with a type`);
       continue;
     }
     if (entry.type !== "session") {
@@ -290,12 +290,12 @@ async function convertSession(sessionId: string, rows: readonly Row[], parts: Le
       continue;
     }
     if (!isObj(entry.message)) {
-      leave.add(`its event seq ${row.seq}: a message event without its message`);
+      leave.add(`${at(row)}: a message event without its message`);
       continue;
     }
     const time = isoOf(entry.message.timestamp) ?? isoOf(entry.timestamp) ?? isoOf(row.created_at);
     if (time === undefined) {
-      leave.add(`its event seq ${row.seq}: a message without a time`);
+      leave.add(`${at(row)}: a message without a time`);
       continue;
     }
     let made: Event[] | string;
@@ -304,12 +304,12 @@ async function convertSession(sessionId: string, rows: readonly Row[], parts: Le
     } catch {
       made = "a message not of the shape OpenClaw writes";
     }
-    if (typeof made === "string") leave.add(`its event seq ${row.seq}: ${made}`);
+    if (typeof made === "string") leave.add(`${at(row)}: ${made}`);
     else {
       for (const e of made) {
         const ok = Event.safeParse(e);
         if (ok.success) events.push(ok.data);
-        else leave.add(`its event seq ${row.seq}: a message not of the shape OpenClaw writes`);
+        else leave.add(`${at(row)}: a message not of the shape OpenClaw writes`);
       }
     }
   }
@@ -356,14 +356,53 @@ function otherTables(db: Database): [string, number][] {
 }
 
 /**
- * Reads the sessions of an OpenClaw agent database (its bytes; `name` says where it is, for a person),
- * each ordered by seq, the sessions in the order they began. The database's other tables are named as
- * left behind. A file that is not SQLite, or a database without transcript_events, is an OpenClawError.
+ * Sessions converted one after another, from the database and from JSONL transcripts: their threads
+ * kept apart, their size bounded, and what their messages leave of fields and parts said once.
  */
-export async function readSessions(bytes: Uint8Array, name: string): Promise<ReadSessions> {
+export class SessionsRead implements ReadSessions {
+  readonly sessions: SessionForm[] = [];
+  readonly left: string[] = [];
+  private size = 0;
+  private readonly threads = new Set<string>();
+  private readonly parts = new Leaving();
+
+  /** Whether a session of this id was read already. */
+  has(sessionId: string): boolean {
+    return this.threads.has(threadOf(sessionId));
+  }
+
+  /** One session's rows, in order of seq. */
+  async add(sessionId: string, rows: readonly Row[], at: (row: Row) => string = (row) => `its event seq ${row.seq}`): Promise<void> {
+    const { session, left } = await convertSession(sessionId, rows, this.parts, at);
+    this.left.push(...left);
+    if (this.threads.has(session.thread)) {
+      this.left.push(`session ${session.thread}: a second session whose id makes the same folder's name`);
+      return;
+    }
+    this.threads.add(session.thread);
+    const bytes = JSON.stringify(session).length;
+    if (this.size + bytes > OPENCLAW_SESSIONS_MAX) {
+      this.left.push(`session ${session.thread}: past the import's limit of ${OPENCLAW_SESSIONS_MAX} bytes of sessions`);
+      return;
+    }
+    this.size += bytes;
+    this.sessions.push(session);
+  }
+
+  /** What every session's messages left of their fields and parts, once all are read. */
+  done(): void {
+    this.left.push(...this.parts.lines("sessions"));
+  }
+}
+
+/**
+ * Reads the sessions of an OpenClaw agent database (its bytes; `name` says where it is, for a person)
+ * into `into`, each ordered by seq, the sessions in the order they began. The database's other tables
+ * are named as left behind. A file that is not SQLite, or a database whose transcript_events can't be
+ * read, is an OpenClawError.
+ */
+export async function readDatabase(bytes: Uint8Array, name: string, into: SessionsRead): Promise<void> {
   const db = await openDatabase(bytes, name);
-  const left: string[] = [];
-  const sessions: SessionForm[] = [];
   try {
     let tables: [string, number][];
     const bySession = new Map<string, Row[]>();
@@ -382,7 +421,7 @@ export async function readSessions(bytes: Uint8Array, name: string): Promise<Rea
           rows.push(row.data);
           bySession.set(row.data.session_id, rows);
         }
-        if (bad > 0) left.push(`${name}: ${bad} row${bad === 1 ? "" : "s"} of transcript_events not of OpenClaw's columns' types`);
+        if (bad > 0) into.left.push(`${name}: ${bad} row${bad === 1 ? "" : "s"} of transcript_events not of OpenClaw's columns' types`);
       } finally {
         st.free();
       }
@@ -395,33 +434,22 @@ export async function readSessions(bytes: Uint8Array, name: string): Promise<Rea
       const tb = Math.min(...rb.map((r) => r.created_at ?? Infinity));
       return ta !== tb ? (ta < tb ? -1 : 1) : a < b ? -1 : a > b ? 1 : 0;
     });
-    let size = 0;
-    const threads = new Set<string>();
-    // What the messages of every session leave of their fields and parts, said once for them all.
-    const parts = new Leaving();
-    for (const [id, rows] of order) {
-      const { session, left: l } = await convertSession(id, rows, parts);
-      left.push(...l);
-      if (threads.has(session.thread)) {
-        left.push(`session ${session.thread}: a second session of that name once made a folder's name`);
-        continue;
-      }
-      threads.add(session.thread);
-      const bytesOf = JSON.stringify(session).length;
-      if (size + bytesOf > OPENCLAW_SESSIONS_MAX) {
-        left.push(`session ${session.thread}: past the import's limit of ${OPENCLAW_SESSIONS_MAX} bytes of sessions`);
-        continue;
-      }
-      size += bytesOf;
-      sessions.push(session);
-    }
-    left.push(...parts.lines("sessions"));
+    for (const [id, rows] of order) await into.add(id, rows);
     if (tables.length > 0) {
       const named = tables.map(([table, n]) => `${table} (${Number.isNaN(n) ? "rows not counted" : `${n} row${n === 1 ? "" : "s"}`})`);
-      left.push(`${name}: its other tables, OpenClaw's own records, not carried: ${named.join(", ")}`);
+      into.left.push(`${name}: its other tables, OpenClaw's own records, not carried: ${named.join(", ")}`);
     }
   } finally {
     db.close();
   }
-  return { sessions, left };
+}
+
+/** One JSONL transcript of OpenClaw's before its database (a line an event, in order) into `into`. */
+export async function readTranscript(text: string, sessionId: string, into: SessionsRead): Promise<void> {
+  // A row's seq is its line's number, from 1.
+  const rows: Row[] = text
+    .split("\n")
+    .map((line, i) => ({ session_id: sessionId, seq: i + 1, event_json: line, event_zstd: null, created_at: null }))
+    .filter((row) => row.event_json.trim() !== "");
+  await into.add(sessionId, rows, (row) => `its line ${row.seq}`);
 }

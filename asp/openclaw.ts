@@ -12,12 +12,16 @@ import { basename, join, relative, sep } from "node:path";
 import { AspState, BLOCK_MARK, Note, blockText, type IdentityTexts } from "../protocol/index.js";
 import { StoreError } from "../protocol/index.js";
 import { TREE_LIMITS, checkThread, readText, readTree } from "../store/index.js";
-import { OpenClawError, readSessions } from "./openclaw-sessions.js";
+import { OpenClawError, SessionsRead, readDatabase, readTranscript } from "./openclaw-sessions.js";
 
 export { OpenClawError } from "./openclaw-sessions.js";
 
 /** The most of the agent's database read: sql.js holds it whole in memory. */
 export const OPENCLAW_DB_MAX = 1024 * 1024 * 1024;
+/** The most of one JSONL transcript read (OpenClaw's sessions before its database). */
+const TRANSCRIPT_MAX = 64 * 1024 * 1024;
+/** Where OpenClaw kept an agent's transcripts before its database: sessions/<id>.jsonl. */
+const TRANSCRIPTS = "sessions";
 /** The most of openclaw.json and of each workspace file read. */
 const TEXT_MAX = 1024 * 1024;
 
@@ -212,7 +216,13 @@ export async function readOpenClaw(dir: string): Promise<FromOpenClaw> {
     leave(agentDir, `${what(kindOf(agentDir))}: no sessions read`);
     return { state: AspState.parse(state), left };
   }
-  for (const entry of entries(agentDir)) if (entry !== DB_FOLDER) leave(join(agentDir, entry), `${what(kindOf(join(agentDir, entry)))} of OpenClaw's own, not carried`);
+  const transcripts = join(agentDir, TRANSCRIPTS);
+  const hasTranscripts = kindOf(transcripts) === "folder";
+  for (const entry of entries(agentDir)) {
+    const path = join(agentDir, entry);
+    if (entry === DB_FOLDER || (path === transcripts && hasTranscripts)) continue;
+    leave(path, `${what(kindOf(path))} of OpenClaw's own, not carried`);
+  }
   if (kindOf(dbDir) === "folder") {
     for (const entry of entries(dbDir)) {
       if (entry === DB_FILE) continue;
@@ -222,19 +232,42 @@ export async function readOpenClaw(dir: string): Promise<FromOpenClaw> {
       else leave(path, `${what(kindOf(path))} of OpenClaw's own, not carried`);
     }
   }
+  const read = new SessionsRead();
   const dbKind = kindOf(db);
-  if (dbKind !== "file") {
+  if (dbKind === "file") {
+    let bytes: Buffer;
+    try {
+      bytes = readBytes(db, OPENCLAW_DB_MAX);
+    } catch (e) {
+      if (e instanceof OpenClawError) throw new OpenClawError(e.message.replace(db, rel(db)));
+      throw new OpenClawError(`${rel(db)} can't be read: ${(e as Error).message.replace(db, rel(db))}`);
+    }
+    await readDatabase(bytes, rel(db), read);
+  } else if (!hasTranscripts) {
     left.push(`sessions: none read, since ${rel(db)} is ${dbKind === undefined ? "not there" : what(dbKind)}`);
-    return { state: AspState.parse(state), left };
+  } else if (dbKind !== undefined) leave(db, `${what(dbKind)}: not read`);
+  // The transcripts OpenClaw kept before its database, sessions/<id>.jsonl: one the database holds is read from there.
+  if (hasTranscripts) {
+    for (const entry of entries(transcripts)) {
+      const path = join(transcripts, entry);
+      const kind = kindOf(path);
+      const id = entry.slice(0, -".jsonl".length);
+      if (!entry.endsWith(".jsonl") || kind !== "file" || !id) leave(path, `${what(kind)} of OpenClaw's own, not a transcript: not carried`);
+      else if (read.has(id)) leave(path, "the transcript of a session the database holds: read from the database");
+      else {
+        let text: string;
+        try {
+          text = readBytes(path, TRANSCRIPT_MAX).toString("utf8");
+        } catch (e) {
+          leave(path, `${(e as Error).message.replace(`${path} `, "")}: not read`);
+          continue;
+        }
+        if (text.includes("\uFFFD")) leave(path, "not UTF-8 text: not read");
+        else await readTranscript(text, id, read);
+      }
+    }
   }
-  let bytes: Buffer;
-  try {
-    bytes = readBytes(db, OPENCLAW_DB_MAX);
-  } catch (e) {
-    if (e instanceof OpenClawError) throw new OpenClawError(e.message.replace(db, rel(db)));
-    throw new OpenClawError(`${rel(db)} can't be read: ${(e as Error).message.replace(db, rel(db))}`);
-  }
-  const read = await readSessions(bytes, rel(db));
+  read.done();
   if (read.sessions.length > 0) state.sessions = read.sessions;
   left.push(...read.left);
   return { state: AspState.parse(state), left };

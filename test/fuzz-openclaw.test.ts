@@ -122,6 +122,12 @@ const database = fc.oneof(
   fc.record({ kind: fc.constant("rows" as const), rows: fc.array(row, { maxLength: 8 }) }),
 );
 
+/** JSONL transcripts of OpenClaw's before its database: a line an event, or a link out. */
+const transcripts = fc.array(
+  fc.record({ name: fc.oneof(fc.stringMatching(/^[a-z0-9.-]{1,8}\.jsonl$/), fc.constantFrom(".jsonl", "sessions.json", "c0d45299-f027-41df-af45-7363803a7ad5.jsonl")), lines: fc.array(event, { maxLength: 5 }), link: fc.boolean() }),
+  { maxLength: 3 },
+);
+
 describe("hostile OpenClaw folders, fuzzed", { timeout: 300_000 }, () => {
   it("are read and taken with every file inside the agent's folder, or refused with one clear error and nothing written", async () => {
     const SQL = await initSqlJs();
@@ -129,7 +135,7 @@ describe("hostile OpenClaw folders, fuzzed", { timeout: 300_000 }, () => {
     let n = 0;
     const outcomes = { taken: 0, refused: 0 };
     await fc.assert(
-      fc.asyncProperty(fc.array(thing, { maxLength: 8 }), database, fc.boolean(), async (things, db, nested) => {
+      fc.asyncProperty(fc.array(thing, { maxLength: 8 }), database, fc.boolean(), transcripts, async (things, db, nested, jsonl) => {
         const place = join(root, `folder-${++n}`);
         const secret = join(place, "secret.md");
         mkdirSync(place);
@@ -170,6 +176,16 @@ describe("hostile OpenClaw folders, fuzzed", { timeout: 300_000 }, () => {
             }
             writeFileSync(dbPath, d.export());
             d.close();
+          }
+        }
+        for (const t of jsonl) {
+          const folder = join(state, "agents", "main", "sessions");
+          mkdirSync(folder, { recursive: true });
+          try {
+            if (t.link) symlinkSync(secret, join(folder, t.name));
+            else writeFileSync(join(folder, t.name), t.lines.join("\n"));
+          } catch {
+            // A name an earlier transcript took.
           }
         }
         const source = files(openclaw);

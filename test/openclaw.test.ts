@@ -294,6 +294,34 @@ describe("state import --from openclaw, the real fixture", { timeout: 180_000 },
   });
 });
 
+describe("state import --from openclaw, transcripts before the database", { timeout: 60_000 }, () => {
+  it("reads sessions/<id>.jsonl, a line an event, and one the database holds from the database", async () => {
+    const openclaw = copyFixture(temp("lnk-openclaw-src-"));
+    const SQL = await initSqlJs();
+    const db = new SQL.Database(readFileSync(join(FIXTURE, DB)));
+    const lines = (id: string) => (db.exec("SELECT event_json FROM transcript_events WHERE session_id = ? ORDER BY seq", [id])[0]?.values ?? []).map((r) => String(r[0]));
+    const first = lines("c0d45299-f027-41df-af45-7363803a7ad5");
+    db.close();
+    const sessions = join(openclaw, "state", "agents", "main", "sessions");
+    mkdirSync(sessions);
+    // An older session, kept only as a transcript (its lines those of the first, under another id, with a bad line).
+    writeFileSync(join(sessions, "older-one.jsonl"), `${first.join("\n")}\n{bad\n`);
+    writeFileSync(join(sessions, "faf7aa5c-d2a6-486c-8156-0c957356be3b.jsonl"), "{}\n");
+    writeFileSync(join(sessions, "sessions.json"), "{}");
+    const dir = agent();
+    const r = await cli(["state", "import", "--from", "openclaw", "--agent", dir, openclaw]);
+    expect(r.code, r.stderr).toBe(0);
+    expect(r.stdout).toContain("came: session openclaw-older-one: 12 events into chats/openclaw-older-one/\n");
+    expect(r.stdout).toContain(`came: session ${FIRST}: 12 events into chats/${FIRST}/\n`);
+    expect(r.stdout).toContain("left behind: state/agents/main/sessions/faf7aa5c-d2a6-486c-8156-0c957356be3b.jsonl: the transcript of a session the database holds: read from the database\n");
+    expect(r.stdout).toContain("left behind: state/agents/main/sessions/sessions.json: a file of OpenClaw's own, not a transcript: not carried\n");
+    expect(r.stdout).toContain("left behind: session openclaw-older-one: its line 16: its JSON can't be read\n");
+    const older = readEventsFrom(paths({ dir }).conversation("openclaw-older-one"), 1).map((e) => e.event);
+    const same = readEventsFrom(paths({ dir }).conversation(FIRST), 1).map((e) => e.event);
+    expect(older).toEqual(same);
+  });
+});
+
 describe("state import --from openclaw, bad folders", { timeout: 120_000 }, () => {
   it("not a folder, not OpenClaw's, a database that is not SQLite: one line, exit 2, nothing written", async () => {
     const place = temp("lnk-openclaw-bad-");
