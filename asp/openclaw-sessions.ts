@@ -105,7 +105,7 @@ const EVENT_WHY: Record<string, string> = {
 
 /** The fields of a message carried into an event: any other is named as left behind. */
 const CARRIED = new Set(["role", "content", "timestamp", "model", "provider", "responseId", "stopReason", "errorMessage", "toolCallId", "toolName", "isError"]);
-const USAGE_CARRIED = new Set(["input", "output", "cacheRead"]);
+const USAGE_CARRIED = new Set(["input", "output", "cacheRead", "cacheWrite"]);
 
 const STOP: Record<string, AssistantMessage["stop"]> = { stop: "end_turn", toolUse: "tool_calls", length: "max_tokens", aborted: "cancelled", error: "end_turn" };
 
@@ -196,8 +196,15 @@ function convert(message: Obj, time: string, leave: Leaving): Event[] | string {
         calls.push({ id: part.id, name: part.name, arguments: args });
       } else leave.add(`a part of an answer of type ${describeType(part)}: not one this import carries`);
     }
+    // OpenClaw's input leaves out what was read from the cache and written to it; a turn's `in` is all the prompt.
     const usage = isObj(message.usage)
-      ? { in: Count.safeParse(message.usage.input), out: Count.safeParse(message.usage.output), cached: Count.safeParse(message.usage.cacheRead ?? 0) }
+      ? {
+          in: Count.safeParse(
+            [message.usage.input, message.usage.cacheRead ?? 0, message.usage.cacheWrite ?? 0].reduce<unknown>((a, b) => (typeof a === "number" && typeof b === "number" ? a + b : Number.NaN), 0),
+          ),
+          out: Count.safeParse(message.usage.output),
+          cached: Count.safeParse(message.usage.cacheRead ?? 0),
+        }
       : undefined;
     const stopReason = typeof message.stopReason === "string" ? message.stopReason : "stop";
     const thought: Thinking | undefined = thinking.length ? { reasoning_content: thinking.join("\n") } : undefined;
