@@ -436,12 +436,11 @@ export async function readDatabase(bytes: Uint8Array, name: string, into: Sessio
       throw new OpenClawError(`${name}: its transcript_events can't be read: ${(e as Error).message}`);
     }
     // The sessions in the order they began, then by id.
-    const order = [...bySession].sort(([a, ra], [b, rb]) => {
-      const ta = Math.min(...ra.map((r) => r.created_at ?? Infinity));
-      const tb = Math.min(...rb.map((r) => r.created_at ?? Infinity));
-      return ta !== tb ? (ta < tb ? -1 : 1) : a < b ? -1 : a > b ? 1 : 0;
-    });
-    for (const [id, rows] of order) await into.add(id, rows);
+    const began = (rows: readonly Row[]) => rows.reduce((t, r) => Math.min(t, r.created_at ?? Infinity), Infinity);
+    const order = [...bySession]
+      .map(([id, rows]) => ({ id, rows, at: began(rows) }))
+      .sort((a, b) => (a.at !== b.at ? (a.at < b.at ? -1 : 1) : a.id < b.id ? -1 : a.id > b.id ? 1 : 0));
+    for (const { id, rows } of order) await into.add(id, rows);
     if (tables.length > 0) {
       const named = tables.map(([table, n]) => `${table} (${Number.isNaN(n) ? "rows not counted" : `${n} row${n === 1 ? "" : "s"}`})`);
       into.left.push(`${name}: its other tables, OpenClaw's own records, not carried: ${named.join(", ")}`);

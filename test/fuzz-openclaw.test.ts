@@ -150,13 +150,14 @@ describe("hostile OpenClaw folders, fuzzed", { timeout: 300_000 }, () => {
           const path = join(workspace, t.kind === "note" ? `memory/${t.path}` : t.kind === "skill" ? `skills/${t.path}` : t.path);
           try {
             mkdirSync(join(path, ".."), { recursive: true });
-            if (t.kind === "file" || t.kind === "note") writeFileSync(path, t.text);
+            // Never over what is there: a FIFO an earlier thing made would block a write into it.
+            if (t.kind === "file" || t.kind === "note") writeFileSync(path, t.text, { flag: "wx" });
             else if (t.kind === "link") symlinkSync(secret, path);
             else if (t.kind === "fifo") execFileSync("mkfifo", [path], { stdio: "ignore" });
             else {
               for (const [f, body] of Object.entries(t.files)) {
                 mkdirSync(join(path, f, ".."), { recursive: true });
-                writeFileSync(join(path, f), body);
+                writeFileSync(join(path, f), body, { flag: "wx" });
               }
             }
           } catch {
@@ -183,7 +184,7 @@ describe("hostile OpenClaw folders, fuzzed", { timeout: 300_000 }, () => {
           mkdirSync(folder, { recursive: true });
           try {
             if (t.link) symlinkSync(secret, join(folder, t.name));
-            else writeFileSync(join(folder, t.name), t.lines.join("\n"));
+            else writeFileSync(join(folder, t.name), t.lines.join("\n"), { flag: "wx" });
           } catch {
             // A name an earlier transcript took.
           }
