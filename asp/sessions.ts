@@ -1,7 +1,7 @@
 // Sessions both ways, in the portable session form (protocol/session-form.ts, man
 // lnk-link-harness-session(5)): every conversation of the agent given out as it is kept, and a
 // session taken in written as a new conversation whose events, read back, give the same form again.
-import { lstatSync, mkdirSync, rmSync } from "node:fs";
+import { lstatSync, mkdirSync, rmdirSync, rmSync } from "node:fs";
 import { join } from "node:path";
 import { z } from "zod";
 import {
@@ -177,15 +177,18 @@ function withSuffix(thread: string, k: number): string {
   return `imported${suffix}`;
 }
 
-/** Makes chats/ where missing; refuses a link or a file there. */
-function ensureChats(chats: string): void {
+/** Makes chats/ where missing; refuses a link or a file there. Says whether it made it. */
+function ensureChats(chats: string): boolean {
+  let made = true;
   try {
     mkdirSync(chats, { mode: 0o700 });
   } catch (e) {
     if (!isErrno(e, "EEXIST")) throw e;
+    made = false;
   }
   const st = lstatSync(chats);
   if (st.isSymbolicLink() || !st.isDirectory()) throw new StoreError(`refused: ${chats} is not a folder`, chats);
+  return made;
 }
 
 /** Takes a fresh thread for a session: its own name when free, else the first free `<name>-<k>`. Made here, so never another's. */
@@ -201,18 +204,66 @@ function claimThread(chats: string, thread: string): string {
   }
 }
 
+/** How many of a thread's `-<k>` names are looked at for a conversation an earlier import made. */
+const SAME_LOOKED = 64;
+
 /**
- * Writes each session as a new conversation of the agent, in order, under a fresh thread (never one
- * that exists). The sessions are checked whole first (InvalidSessions: nothing written); a write that
- * fails removes every conversation this call made, and throws.
+ * The conversation an earlier import made of this session, if any: its thread, or one of its `-<k>`
+ * names, whose events begin with the session's own, in order (it may have gone on since). Read
+ * through the store, never through a link; one that can't be read is not it.
  */
-export async function importSessions(agent: AgentRef, raw: unknown): Promise<AspImported[]> {
-  const sessions = checkSessions(raw);
+export function importedAs(agent: AgentRef, session: SessionForm): string | undefined {
+  if (session.events.length === 0) return undefined;
+  const p = paths(agent);
+  const want = session.events.map((e) => JSON.stringify(e));
+  for (let k = 1; k <= SAME_LOOKED; k++) {
+    const name = withSuffix(session.thread, k);
+    const conv = p.conversation(name);
+    let st;
+    try {
+      st = lstatSync(conv.dir);
+    } catch (e) {
+      // Not there, or a name too long for this folder: no earlier import made it.
+      if (isErrno(e, "ENOENT") || isErrno(e, "ENOTDIR") || isErrno(e, "ENAMETOOLONG")) return undefined;
+      throw e;
+    }
+    if (!st.isDirectory()) continue;
+    let events: Numbered[];
+    try {
+      events = readEventsFrom(conv, 1);
+    } catch (e) {
+      if (e instanceof StoreError) continue;
+      throw e;
+    }
+    if (events.length >= want.length && want.every((w, i) => JSON.stringify(events[i]?.event) === w)) return name;
+  }
+  return undefined;
+}
+
+/** Sessions written: what each became, and how to take them all out again. */
+export interface WrittenSessions {
+  imported: AspImported[];
+  /** Removes every conversation written (and chats/ when it was made for them). */
+  undo: () => void;
+}
+
+/**
+ * Writes checked sessions, each as a new conversation of the agent, in order, under a fresh thread
+ * (never one that exists). A write that fails removes every conversation this call made, and throws.
+ */
+export async function writeSessions(agent: AgentRef, sessions: readonly SessionForm[]): Promise<WrittenSessions> {
   const p = paths(agent);
   const made: string[] = [];
+  let chatsMade = false;
   const imported: AspImported[] = [];
+  const undo = () => {
+    for (const dir of made) rmSync(dir, { recursive: true, force: true });
+    if (chatsMade) rmEmpty(p.chats);
+    // What this process keeps of the removed conversations' events would no longer be true.
+    if (made.length > 0) forgetEvents();
+  };
   try {
-    if (sessions.length > 0) ensureChats(p.chats);
+    if (sessions.length > 0) chatsMade = ensureChats(p.chats);
     for (const session of sessions) {
       const as = claimThread(p.chats, session.thread);
       made.push(join(p.chats, as));
@@ -225,10 +276,26 @@ export async function importSessions(agent: AgentRef, raw: unknown): Promise<Asp
       imported.push({ kind: "sessions", thread: session.thread, as, events: session.events.length });
     }
   } catch (e) {
-    for (const dir of made) rmSync(dir, { recursive: true, force: true });
-    // What this process keeps of the removed conversations' events would no longer be true.
-    if (made.length > 0) forgetEvents();
+    undo();
     throw e;
   }
-  return imported;
+  return { imported, undo };
+}
+
+/** Removes a folder if it is empty; anything else is left as it is. */
+function rmEmpty(dir: string): void {
+  try {
+    rmdirSync(dir);
+  } catch {
+    // not empty, or gone
+  }
+}
+
+/**
+ * Writes each session as a new conversation of the agent, in order, under a fresh thread (never one
+ * that exists). The sessions are checked whole first (InvalidSessions: nothing written); a write that
+ * fails removes every conversation this call made, and throws.
+ */
+export async function importSessions(agent: AgentRef, raw: unknown): Promise<AspImported[]> {
+  return (await writeSessions(agent, checkSessions(raw))).imported;
 }

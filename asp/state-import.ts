@@ -3,13 +3,18 @@
 // by their paths under memory/, where missing or empty; another harness's, in Link's blocks of
 // memory/notes.md marked imported), and what was left behind named with why. Everything is checked
 // before anything is written: bad input writes nothing.
-import { existsSync, lstatSync, renameSync, rmSync, statSync } from "node:fs";
+import { existsSync, lstatSync, renameSync, rmdirSync, rmSync, statSync } from "node:fs";
 import { dirname, join } from "node:path";
-import { AspState, describeIssues, type AspKind, outsideBlock, splitNotes, withNotes, type Note } from "../protocol/index.js";
-import { InvalidNameError, LIMITS, TREE_LIMITS, checkNoLinks, checkThread, makeFolder, paths, planNotes, protoKey, readText, replaceFile, type AgentRef } from "../store/index.js";
+import { z } from "zod";
+import { AspState, describeIssues, type AspKind, outsideBlock, splitNotes, withNotes, type Note, type SessionForm } from "../protocol/index.js";
+import { InvalidNameError, LIMITS, TREE_LIMITS, checkNoLinks, checkThread, makeFolder, paths, planNotes, protoKey, readText, replaceFile, unlinkQuiet, type AgentRef } from "../store/index.js";
+import { InvalidSessions, checkSessions, importedAs, writeSessions } from "./sessions.js";
 
-/** The kinds `state import` takes (sessions are left behind, named). */
-export const IMPORTED = ["instructions", "skills", "memory"] as const satisfies readonly AspKind[];
+/**
+ * The kinds `state import` takes: every kind `state export` and `_asp/export` give. (The contract's
+ * `state.import` is what the endpoint's `_asp/import` takes over ASP: sessions; see daemon/contract.ts.)
+ */
+export const IMPORTED = ["instructions", "skills", "memory", "sessions"] as const satisfies readonly AspKind[];
 
 /** Bad input: the field and what is wrong with it, never its value. */
 export class ImportError extends Error {
@@ -24,8 +29,51 @@ export interface Imported {
   came: string[];
   /** What was left behind, and why. */
   left: string[];
-  /** Writes it all; nothing is written before. */
-  write: () => void;
+  /**
+   * Writes it all, the sessions last, and gives a line for each session written; nothing is written
+   * before. A write that fails puts back everything written before it (each file as it was, each
+   * skill and conversation taken out, each folder made for them removed), and throws.
+   */
+  write: () => Promise<string[]>;
+}
+
+/** A write, which gives how to put back what it changed. */
+type Write = () => () => void;
+
+/** The most of a file's text kept to put it back. */
+const UNDO_MAX = 4 * 1024 * 1024;
+
+/** The folders from `dir` up that are missing, the deepest first. */
+function missingFolders(dir: string): string[] {
+  const out: string[] = [];
+  for (let at = dir; !existsSync(at) && !isLink(at) && dirname(at) !== at; at = dirname(at)) out.push(at);
+  return out;
+}
+
+/** Removes each folder if it is empty (the deepest first); anything else is left as it is. */
+function removeFolders(dirs: readonly string[]): void {
+  for (const dir of dirs) {
+    try {
+      rmdirSync(dir);
+    } catch {
+      // not empty, or gone
+    }
+  }
+}
+
+/** A write of one file by `run`: put back, the file is as it was (or gone), and the folders made for it removed. */
+function fileWrite(path: string, run: () => void): Write {
+  return () => {
+    const made = missingFolders(dirname(path));
+    const before = readText(path, { max: UNDO_MAX, single: true });
+    const mode = before === undefined ? undefined : statSync(path).mode & 0o777;
+    run();
+    return () => {
+      if (before === undefined) unlinkQuiet(path);
+      else replaceFile(path, before, mode);
+      removeFolders(made);
+    };
+  };
 }
 
 /** The most bytes of a skill file's path. */
@@ -47,9 +95,18 @@ function filePathFault(path: string): string | undefined {
 export function checkState(raw: unknown): AspState {
   const proto = protoKey(raw);
   if (proto !== undefined) throw new ImportError(`invalid State: ${proto}: the key "__proto__" is not allowed`);
-  const parsed = AspState.safeParse(raw);
+  // The sessions are checked by checkSessions, which names an event's wrong field by its kind.
+  const parsed = AspState.extend({ sessions: z.unknown().optional() }).safeParse(raw);
   if (!parsed.success) throw new ImportError(`invalid State: ${describeIssues(parsed.error)}`);
-  const state = parsed.data;
+  const { sessions: rawSessions, ...rest } = parsed.data;
+  let sessions: SessionForm[] | undefined;
+  try {
+    sessions = rawSessions === undefined ? undefined : checkSessions(rawSessions);
+  } catch (e) {
+    if (e instanceof InvalidSessions) throw new ImportError(`invalid State: ${e.message}`);
+    throw e;
+  }
+  const state: AspState = { ...rest, ...(sessions !== undefined ? { sessions } : {}) };
   // No more than a turn reads of instruction.md.
   if (state.instructions !== undefined && Buffer.byteLength(state.instructions) > LIMITS.settings) {
     throw new ImportError(`invalid State: instructions: over ${LIMITS.settings} bytes`);
@@ -112,11 +169,11 @@ function current(root: string, path: string): string | undefined {
 }
 
 /** Plans the import of a checked State into the agent's folder: what comes, what is left, and the writing. */
-export function planImport(agent: AgentRef, state: AspState, sessionsTaken = false): Imported {
+export function planImport(agent: AgentRef, state: AspState): Imported {
   const p = paths(agent);
   const came: string[] = [];
   const left: string[] = [];
-  const writes: (() => void)[] = [];
+  const writes: Write[] = [];
 
   if (state.instructions !== undefined) {
     const text = current(p.dir, p.instruction);
@@ -126,7 +183,7 @@ export function planImport(agent: AgentRef, state: AspState, sessionsTaken = fal
       const before = text ?? "";
       const made = before + (before === "" || before.endsWith("\n") ? "" : "\n") + state.instructions;
       const mode = text === undefined ? 0o600 : statSync(p.instruction).mode & 0o777;
-      writes.push(() => replaceFile(p.instruction, made, mode));
+      writes.push(fileWrite(p.instruction, () => replaceFile(p.instruction, made, mode)));
       came.push("instructions: into instructions/instruction.md");
     }
   }
@@ -139,19 +196,30 @@ export function planImport(agent: AgentRef, state: AspState, sessionsTaken = fal
         left.push(`skill ${skill.name}: the agent has a skill of that name`);
         continue;
       }
-      writes.push(() => writeSkill(p.skills, skill.name, skill.files));
+      writes.push(() => {
+        const made = missingFolders(p.skills);
+        writeSkill(p.skills, skill.name, skill.files);
+        return () => {
+          rmSync(dir, { recursive: true, force: true });
+          removeFolders(made);
+        };
+      });
       came.push(`skill ${skill.name}: ${Object.keys(skill.files).length} file${Object.keys(skill.files).length === 1 ? "" : "s"} into skills/${skill.name}/`);
     }
   }
 
   const blocks: Note[] = [];
+  // The blocks an earlier import wrote: a note already there in one is said to be.
+  const already = state.memory?.length ? splitNotes(current(p.dir, p.notes) ?? "").blocks : [];
   // Its own notes go to their paths; notes.md's own text is planned with the blocks, below.
   let notesOwn: string | undefined;
   for (const note of state.memory ?? []) {
     const path = ownFile(note);
     if (path === undefined) {
       blocks.push(note);
-      came.push(`note ${note.path} (${note.source}): into a block of memory/notes.md`);
+      if (already.some((b) => b.kind === "imported" && b.source === note.source && b.path === note.path && b.text.trim() === note.text.trim())) {
+        left.push(`note ${note.path} (${note.source}): already in a block of memory/notes.md`);
+      } else came.push(`note ${note.path} (${note.source}): into a block of memory/notes.md`);
       continue;
     }
     const file = join(p.dir, path);
@@ -167,7 +235,7 @@ export function planImport(agent: AgentRef, state: AspState, sessionsTaken = fal
     if (!emptyText(text, (t) => t)) left.push(`note ${path}: the agent's file already holds text`);
     else if (!note.text.trim()) left.push(`note ${path}: empty`);
     else {
-      writes.push(() => replaceFile(file, note.text));
+      writes.push(fileWrite(file, () => replaceFile(file, note.text)));
       came.push(`note ${path}`);
     }
   }
@@ -179,17 +247,45 @@ export function planImport(agent: AgentRef, state: AspState, sessionsTaken = fal
     if (notesOwn !== undefined) {
       // The agent's own text is empty: the note's text becomes it, Link's blocks after it.
       const made = withNotes(notesOwn + withNotes(before, "imported", []).slice(splitNotes(before).own.length), "imported", all);
-      writes.push(() => replaceFile(p.notes, made, existsSync(p.notes) ? statSync(p.notes).mode & 0o777 : 0o600));
+      writes.push(fileWrite(p.notes, () => replaceFile(p.notes, made, existsSync(p.notes) ? statSync(p.notes).mode & 0o777 : 0o600)));
     } else {
       const write = planNotes(agent, "imported", all);
-      if (write) writes.push(write);
+      if (write) writes.push(fileWrite(p.notes, write));
     }
   }
 
-  if (state.sessions?.length && !sessionsTaken) {
-    left.push(`sessions: ${state.sessions.length}, since state import carries no conversation yet`);
+  // Each session not yet here, as a new conversation; one an earlier import made is not made twice.
+  const sessions: SessionForm[] = [];
+  for (const session of state.sessions ?? []) {
+    const as = session.events.length === 0 ? undefined : importedAs(agent, session);
+    if (session.events.length === 0) left.push(`session ${session.thread}: no events`);
+    else if (as !== undefined) left.push(`session ${session.thread}: already imported as chats/${as}/`);
+    else sessions.push(session);
   }
-  return { came, left, write: () => writes.forEach((w) => w()) };
+
+  const write = async (): Promise<string[]> => {
+    const undos: (() => void)[] = [];
+    try {
+      for (const w of writes) undos.push(w());
+      if (sessions.length === 0) return [];
+      // The agent's folder itself, where missing: chats/ is made in it.
+      const made = missingFolders(p.dir);
+      makeFolder(p.dir);
+      undos.push(() => removeFolders(made));
+      const written = await writeSessions(agent, sessions);
+      return written.imported.map((s) => `session ${s.thread}: ${s.events} event${s.events === 1 ? "" : "s"} into chats/${s.as}/`);
+    } catch (e) {
+      for (const undo of undos.reverse()) {
+        try {
+          undo();
+        } catch {
+          // Put back what can be; the error that stopped the import is the one to tell.
+        }
+      }
+      throw e;
+    }
+  };
+  return { came, left, write };
 }
 
 function isLink(path: string): boolean {

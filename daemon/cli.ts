@@ -26,7 +26,7 @@ export type Command =
   | { kind: "contract" }
   | { kind: "configure"; agent: AgentOptions; file?: string }
   | { kind: "state"; agent: AgentOptions; export: boolean }
-  | { kind: "state import"; agent: AgentOptions; file?: string }
+  | { kind: "state import"; agent: AgentOptions; file?: string; from?: { harness: "openclaw"; dir: string } }
   | { kind: "facts"; agent: AgentOptions; model?: string }
   | { kind: "usage"; agent: AgentOptions; thread?: string; since?: Date; json: boolean }
   | { kind: "instructions"; agent: AgentOptions; thread?: string }
@@ -42,6 +42,8 @@ export const USAGE = `usage:
   lnk-link-harness state export [--agent DIR]      print the agent's own instructions, skills and memory as ASP State
   lnk-link-harness state import [--agent DIR] [FILE]
                                                    take an ASP State (FILE or stdin) into the agent's folder
+  lnk-link-harness state import --from openclaw [--agent DIR] DIR
+                                                   take an OpenClaw state folder's agent into the agent's folder
   lnk-link-harness facts [--agent DIR] [MODEL]     print the window and answer share a turn would use, and where each came from
   lnk-link-harness instructions [--agent DIR] [--thread T]
                                                    print the system prompt a turn would send now, by section
@@ -85,6 +87,7 @@ const OPTIONS = {
   since: { type: "string" },
   json: { type: "boolean" },
   thread: { type: "string" },
+  from: { type: "string" },
 } as const;
 
 /** A date or a time with its zone, as ISO 8601 writes them: 2026-11-30, 2026-11-30T21:00Z. */
@@ -182,8 +185,14 @@ export function parseCommandLine(argv: string[], env: NodeJS.ProcessEnv = proces
       if (rest[0] !== undefined) checkTilde("FILE", rest[0]);
       return { kind: "configure", agent, ...(rest[0] !== undefined ? { file: resolve(rest[0]) } : {}) };
     case "state": {
-      only(["agent", "files", "home"], "state");
       const [sub, ...more] = rest;
+      only(sub === "import" ? ["agent", "files", "home", "from"] : ["agent", "files", "home"], "state");
+      if (sub === "import" && v.from !== undefined) {
+        if (v.from !== "openclaw") throw new UsageError(`--from ${JSON.stringify(v.from.slice(0, 40))}: state import reads another harness's folder from openclaw only`);
+        if (more.length !== 1 || more[0] === undefined) throw new UsageError("state import --from openclaw takes one DIR: the OpenClaw state folder (~/.openclaw, or a folder holding state/ and workspace/)");
+        checkTilde("DIR", more[0]);
+        return { kind: "state import", agent, from: { harness: "openclaw", dir: resolve(more[0]) } };
+      }
       if (sub === "import") {
         if (more.length > 1) throw new UsageError("state import takes at most one FILE");
         if (more[0] !== undefined) checkTilde("FILE", more[0]);

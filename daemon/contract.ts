@@ -41,7 +41,10 @@ export function contract(): Contract {
     conversations: true,
     chats: true,
     // Its endpoint's _asp/export gives the agent's own instructions, skills and memory and its
-    // conversations; _asp/import takes sessions, each written as a new conversation.
+    // conversations; _asp/import takes sessions, each written as a new conversation. The contract's
+    // state is the endpoint's over ASP, as initialize advertises agentState (contract.txt "state"):
+    // the command `state import` takes every kind (asp/state-import.ts IMPORTED), but it is run by a
+    // person or by Link on the agent's folder, not asked of the endpoint, so it is not claimed here.
     state: { export: [...ENDPOINT_EXPORTED], import: [...ENDPOINT_IMPORTED] },
     // What a session imported keeps and uses besides text: its tool calls and their answers, the
     // model's thinking (sent back with its calls), images and documents (embedded resources) as parts.

@@ -29,7 +29,7 @@ async function run(command: Command): Promise<void> {
       await (await import("./commands.js")).printState(command.agent, command.export);
       return;
     case "state import":
-      await (await import("./state-import.js")).importState(command.agent, command.file);
+      await (await import("./state-import.js")).importState(command.agent, command.from ? { from: command.from.harness, dir: command.from.dir } : { file: command.file });
       return;
     case "facts":
       process.stdout.write(await (await import("./facts.js")).factsReport(command.agent, command.model));

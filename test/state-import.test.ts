@@ -68,7 +68,7 @@ describe("state import", { timeout: 60_000 }, () => {
         "came: note MEMORY.md (hermes): into a block of memory/notes.md",
         "left behind: skill mine: the agent has a skill of that name",
         "left behind: note memory/people/ana.md: the agent's file already holds text",
-        "left behind: sessions: 1, since state import carries no conversation yet",
+        "left behind: session t1: no events",
         "",
       ].join("\n"),
     );
@@ -137,6 +137,41 @@ describe("state import", { timeout: 60_000 }, () => {
   });
 });
 
+describe("state import that fails part-way", { timeout: 60_000 }, () => {
+  it("puts back everything it wrote: the texts, the skill, the notes and the conversations already made", async () => {
+    // An agent's folder so deep that its files fit in the longest path Linux takes (4095 bytes) but
+    // the second session's folder doesn't: making it fails, after every check passed.
+    const thread = "t".repeat(128);
+    const depth = 4100 - "/chats/".length - thread.length - root().length - "/agent".length;
+    const parts = Array.from({ length: Math.ceil(depth / 200) }, (_, i) => (i === 0 ? "d".repeat(depth - Math.floor(depth / 200) * 200 || 200) : "d".repeat(199)));
+    const dir = join(root(), ...parts, "agent");
+    mkdirSync(dir, { recursive: true });
+    const c = await cli(["configure", "--agent", dir], JSON.stringify({ model }));
+    expect(c.code, c.stderr).toBe(0);
+    const event = { v: 1, time: "2026-01-02T03:04:05.000Z", kind: "message", role: "user", text: "hi", header: "[h]" };
+    const state = {
+      instructions: "## Standing instructions\nAnswer in French.\n",
+      skills: [triage],
+      memory: [{ path: "MEMORY.md", text: "Ana's cat is Tom.\n", source: "hermes" }, { path: "memory/people/ana.md", text: "Ana.\n", source: "link" }],
+      sessions: [
+        { thread: "short", events: [event, { ...event, text: "again" }] },
+        { thread, events: [event] },
+      ],
+    };
+    const before = files(dir);
+    const r = await cli(["state", "import", "--agent", dir], JSON.stringify(state));
+    expect(r.code).toBe(1);
+    expect(r.stdout).toBe("");
+    expect(r.stderr).toMatch(/^lnk-link-harness: cannot import, and nothing of it was kept: .*ENAMETOOLONG/);
+    expect(files(dir)).toEqual(before);
+    expect(readdirSync(dir).sort()).toEqual(["config.json"]);
+    // The same State whose sessions fit is taken whole.
+    const fits = await cli(["state", "import", "--agent", dir], JSON.stringify({ ...state, sessions: state.sessions.slice(0, 1) }));
+    expect(fits.code, fits.stderr).toBe(0);
+    expect(readdirSync(dir).sort()).toEqual(["chats", "config.json", "instructions", "memory", "skills"]);
+  });
+});
+
 describe("state import of hostile States, fuzzed", { timeout: 120_000 }, () => {
   const part = fc.oneof(fc.stringMatching(/^[a-z][a-z0-9._-]{0,6}$/), fc.constantFrom("..", ".", "", "/", "\\", "a\u0000", "~", " "));
   const path = fc.array(part, { minLength: 1, maxLength: 4 }).map((p) => p.join("/"));
@@ -153,11 +188,11 @@ describe("state import of hostile States, fuzzed", { timeout: 120_000 }, () => {
     { requiredKeys: [] },
   );
 
-  it("each State is taken with every file inside the agent's folder, or refused with ImportError and nothing written", () => {
+  it("each State is taken with every file inside the agent's folder, or refused with ImportError and nothing written", async () => {
     let n = 0;
     const outcomes = { taken: 0, refused: 0 };
-    fc.assert(
-      fc.property(state, (s) => {
+    await fc.assert(
+      fc.asyncProperty(state, async (s) => {
         const place = join(root(), `fuzz-${++n}`);
         const dir = join(place, "agent");
         mkdirSync(dir, { recursive: true });
@@ -172,7 +207,7 @@ describe("state import of hostile States, fuzzed", { timeout: 120_000 }, () => {
           outcomes.refused++;
           return;
         }
-        plan.write();
+        await plan.write();
         outcomes.taken++;
         // Nothing beside the agent's folder, and inside it only its own parts.
         expect(readdirSync(place)).toEqual(["agent"]);
@@ -180,7 +215,7 @@ describe("state import of hostile States, fuzzed", { timeout: 120_000 }, () => {
         for (const f of Object.keys(files(dir))) expect(statSync(join(dir, f)).isFile()).toBe(true);
         // A second import of the same State writes nothing new.
         const before = files(dir);
-        planImport({ dir }, checkState(s)).write();
+        await planImport({ dir }, checkState(s)).write();
         expect(files(dir)).toEqual(before);
       }),
       { numRuns: 300, endOnFailure: true, ...seed },

@@ -1,0 +1,461 @@
+// OpenClaw's sessions in the portable session form (man lnk-link-harness-session(5)): the rows of
+// its agent database's `transcript_events`, ordered by `seq`, each event's JSON (or its zstd-compressed
+// copy) read as OpenClaw 2026.9 writes it. Its user and assistant messages, tool calls and their
+// results, and thinking are carried, each with its time and the model that answered; every other
+// event, field and part is named as left behind. The database is untrusted: nothing in it is followed
+// as a path, each value is checked before it is used, and what can't be read is named, never thrown.
+// sql.js and fzstd are loaded here alone, when `state import --from openclaw` asks.
+import { z } from "zod";
+import { AssistantMessage, Event, Part, Thread, ToolResult, UserMessage, type SessionForm, type Thinking, type ToolCall } from "../protocol/index.js";
+
+/** The most of one event's JSON read, compressed or not: OpenClaw's own CHECK allows 4 MiB. */
+export const OPENCLAW_EVENT_MAX = 4 * 1024 * 1024;
+/** The most of all sessions' events taken: past it, the sessions after are left behind, named. */
+export const OPENCLAW_SESSIONS_MAX = 256 * 1024 * 1024;
+/** A tool's answer is kept up to 32 KiB, as a turn keeps one. */
+const TOOL_TEXT_MAX = 32 * 1024;
+
+export class OpenClawError extends Error {
+  constructor(message: string) {
+    super(message);
+    this.name = "OpenClawError";
+  }
+}
+
+export interface ReadSessions {
+  sessions: SessionForm[];
+  /** What was not carried, each a line for a person. */
+  left: string[];
+}
+
+const Row = z.object({
+  session_id: z.string().min(1).max(1024),
+  seq: z.number().int(),
+  event_json: z.string().nullable(),
+  event_zstd: z.instanceof(Uint8Array).nullable(),
+  created_at: z.number().nullable(),
+});
+type Row = z.infer<typeof Row>;
+
+/** A timestamp of OpenClaw's (milliseconds, or an ISO string) as an event's time, or undefined. */
+function isoOf(value: unknown): string | undefined {
+  const ms = typeof value === "number" ? value : typeof value === "string" ? Date.parse(value) : Number.NaN;
+  // Years 1970 to 9999 only: a time the event schema and every reader take.
+  if (!Number.isFinite(ms) || ms < 0 || ms > 253402300799999) return undefined;
+  return new Date(ms).toISOString();
+}
+
+/** The line that heads a message for the model (as turn/sections.ts's messageHeader writes it). */
+function header(time: string, owner: boolean): string {
+  return `[${time.slice(0, 10)} ${time.slice(11, 16)} UTC · direct · ${owner ? "your owner" : "(unknown)"}]`;
+}
+
+/** A session's thread: `openclaw-` and its id in letters, digits, '.', '_' and '-'. */
+export function threadOf(sessionId: string): string {
+  const clean = sessionId
+    .replace(/[^A-Za-z0-9._-]+/g, "-")
+    .replace(/\.{2,}/g, ".")
+    .slice(0, 100);
+  const thread = `openclaw-${clean || "session"}`;
+  return Thread.safeParse(thread).success ? thread : "openclaw-session";
+}
+
+/** One event's JSON: its text, or its zstd copy decompressed (at most OPENCLAW_EVENT_MAX). */
+async function eventText(row: Row): Promise<string> {
+  if (row.event_json !== null) {
+    if (row.event_json.length > OPENCLAW_EVENT_MAX) throw new OpenClawError(`over ${OPENCLAW_EVENT_MAX} characters`);
+    return row.event_json;
+  }
+  if (row.event_zstd === null) throw new OpenClawError("neither event_json nor event_zstd");
+  if (row.event_zstd.length > OPENCLAW_EVENT_MAX) throw new OpenClawError(`its zstd copy is over ${OPENCLAW_EVENT_MAX} bytes`);
+  const { Decompress } = await import("fzstd");
+  const chunks: Uint8Array[] = [];
+  let size = 0;
+  let ended = false;
+  try {
+    // Streamed, so a small blob that would unpack to gigabytes stops at the limit.
+    const stream = new Decompress((chunk, final) => {
+      size += chunk.length;
+      if (size > OPENCLAW_EVENT_MAX) throw new OpenClawError(`its zstd copy unpacks to over ${OPENCLAW_EVENT_MAX} bytes`);
+      chunks.push(chunk);
+      if (final) ended = true;
+    });
+    stream.push(row.event_zstd, true);
+  } catch (e) {
+    if (e instanceof OpenClawError) throw e;
+    throw new OpenClawError("its zstd copy is not a zstd frame that can be read");
+  }
+  if (!ended && size === 0) throw new OpenClawError("its zstd copy is not a zstd frame that can be read");
+  const text = Buffer.concat(chunks).toString("utf8");
+  if (text.includes("\uFFFD")) throw new OpenClawError("its zstd copy is not UTF-8 text");
+  return text;
+}
+
+/** Why OpenClaw writes an event of a type no message is made of, and Link Harness keeps nothing of it. */
+const EVENT_WHY: Record<string, string> = {
+  thinking_level_change: "OpenClaw's thinking level, which Link Harness takes from the agent's spec",
+  model_change: "a change of OpenClaw's model; each answer keeps the model that gave it",
+  custom: "OpenClaw's own records",
+  custom_message: "a message of OpenClaw's own making, not said by the owner or the model",
+  compaction: "OpenClaw's summary of earlier messages; the messages themselves are carried",
+  branch_summary: "OpenClaw's summary of a branch left; its messages are carried",
+  label: "OpenClaw's label of an entry",
+  session_info: "OpenClaw's name for the session",
+};
+
+/** The fields of a message carried into an event: any other is named as left behind. */
+const CARRIED = new Set(["role", "content", "timestamp", "model", "provider", "responseId", "stopReason", "errorMessage", "toolCallId", "toolName", "isError"]);
+const USAGE_CARRIED = new Set(["input", "output", "cacheRead", "cacheWrite"]);
+
+const STOP: Record<string, AssistantMessage["stop"]> = { stop: "end_turn", toolUse: "tool_calls", length: "max_tokens", aborted: "cancelled", error: "end_turn" };
+
+const Count = z.number().int().nonnegative();
+
+/** What one session's conversion leaves behind: counted by what it is, and said once. */
+class Leaving {
+  private readonly counts = new Map<string, number>();
+  add(what: string): void {
+    this.counts.set(what, (this.counts.get(what) ?? 0) + 1);
+  }
+  lines(prefix: string): string[] {
+    return [...this.counts].map(([what, n]) => `${prefix}: ${what}${n > 1 ? ` (${n} times)` : ""}`);
+  }
+}
+
+type Obj = Record<string, unknown>;
+const isObj = (v: unknown): v is Obj => typeof v === "object" && v !== null && !Array.isArray(v);
+
+/** A user message's text and parts: its text parts joined, its images as data: URLs. */
+function userContent(content: unknown, leave: Leaving): { text: string; parts: z.infer<typeof Part>[] } | undefined {
+  if (typeof content === "string") return { text: content, parts: [] };
+  if (!Array.isArray(content)) return undefined;
+  const texts: string[] = [];
+  const parts: z.infer<typeof Part>[] = [];
+  for (const part of content) {
+    if (isObj(part) && part.type === "text" && typeof part.text === "string") texts.push(part.text);
+    else if (
+      isObj(part) &&
+      part.type === "image" &&
+      typeof part.mimeType === "string" &&
+      /^image\/(png|jpeg|gif|webp)$/.test(part.mimeType) &&
+      typeof part.data === "string" &&
+      /^[A-Za-z0-9+/]*={0,2}$/.test(part.data)
+    ) {
+      parts.push({ type: "image_url", image_url: { url: `data:${part.mimeType};base64,${part.data}` } });
+    } else leave.add(`a part of a user's message of type ${describeType(part)}: not one this import carries`);
+  }
+  return { text: texts.join("\n"), parts };
+}
+
+function describeType(part: unknown): string {
+  return isObj(part) && typeof part.type === "string" ? JSON.stringify(part.type.slice(0, 40)) : "(none)";
+}
+
+/** The fields of a message not carried, named once each. */
+function leaveFields(message: Obj, leave: Leaving): void {
+  for (const key of Object.keys(message)) {
+    if (key === "usage" && isObj(message.usage)) {
+      for (const k of Object.keys(message.usage)) if (!USAGE_CARRIED.has(k)) leave.add(`their messages' usage.${k}: OpenClaw's own count or price, not carried`);
+    } else if (!CARRIED.has(key)) leave.add(`their messages' field ${JSON.stringify(key.slice(0, 40))}: OpenClaw's own, not carried`);
+  }
+}
+
+/** One OpenClaw message as events (an answer that failed may add a failure), or undefined with why. */
+function convert(message: Obj, time: string, leave: Leaving): Event[] | string {
+  leaveFields(message, leave);
+  if (message.role === "user") {
+    const content = userContent(message.content, leave);
+    if (!content) return "a user's message whose content is neither text nor a list of parts";
+    const owner = !(isObj(message.__openclaw) && message.__openclaw.senderIsOwner === false);
+    const event: UserMessage = {
+      v: 1,
+      time,
+      kind: "message",
+      role: "user",
+      text: content.text,
+      header: header(time, owner),
+      ...(content.parts.length ? { parts: content.parts } : {}),
+      ...(owner ? {} : { from: { id: "unknown", owner: false } }),
+    };
+    return [event];
+  }
+  if (message.role === "assistant") {
+    const content = typeof message.content === "string" ? [{ type: "text", text: message.content }] : message.content;
+    if (!Array.isArray(content)) return "an answer whose content is not a list of parts";
+    const texts: string[] = [];
+    const thinking: string[] = [];
+    const calls: ToolCall[] = [];
+    for (const part of content as unknown[]) {
+      if (isObj(part) && part.type === "text" && typeof part.text === "string") texts.push(part.text);
+      else if (isObj(part) && part.type === "thinking" && typeof part.thinking === "string") {
+        thinking.push(part.thinking);
+        if (part.thinkingSignature !== undefined) leave.add("a thinking's signature: its provider's alone, not carried");
+        if (part.redacted === true) leave.add("a thinking its provider redacted: carried as OpenClaw kept it");
+      } else if (isObj(part) && part.type === "toolCall" && typeof part.id === "string" && typeof part.name === "string") {
+        const args = typeof part.arguments === "string" ? part.arguments : JSON.stringify(part.arguments ?? {});
+        calls.push({ id: part.id, name: part.name, arguments: args });
+      } else leave.add(`a part of an answer of type ${describeType(part)}: not one this import carries`);
+    }
+    // OpenClaw's input leaves out what was read from the cache and written to it; a turn's `in` is all the prompt.
+    const usage = isObj(message.usage)
+      ? {
+          in: Count.safeParse(
+            [message.usage.input, message.usage.cacheRead ?? 0, message.usage.cacheWrite ?? 0].reduce<unknown>((a, b) => (typeof a === "number" && typeof b === "number" ? a + b : Number.NaN), 0),
+          ),
+          out: Count.safeParse(message.usage.output),
+          cached: Count.safeParse(message.usage.cacheRead ?? 0),
+        }
+      : undefined;
+    const stopReason = typeof message.stopReason === "string" ? message.stopReason : "stop";
+    const thought: Thinking | undefined = thinking.length ? { reasoning_content: thinking.join("\n") } : undefined;
+    const answer: z.input<typeof AssistantMessage> = {
+      v: 1,
+      time,
+      kind: "message",
+      role: "assistant",
+      text: texts.join("\n"),
+      model: typeof message.model === "string" && message.model ? message.model : "unknown",
+      provider: typeof message.provider === "string" && message.provider ? message.provider : "openclaw",
+      ...(typeof message.responseId === "string" ? { response_id: message.responseId } : {}),
+      ...(usage?.in.success && usage.out.success && usage.cached.success ? { usage: { in: usage.in.data, out: usage.out.data, cached: usage.cached.data } } : {}),
+      // OpenClaw keeps no latency: none is made up.
+      latency_ms: 0,
+      ...(thought ? { thinking: thought } : {}),
+      ...(calls.length ? { tool_calls: calls } : {}),
+      stop: calls.length && stopReason === "toolUse" ? "tool_calls" : (STOP[stopReason] ?? "end_turn"),
+    };
+    if (STOP[stopReason] === undefined) leave.add(`an answer's stop reason ${JSON.stringify(stopReason.slice(0, 40))}: carried as end_turn`);
+    const events: Event[] = [];
+    const failed = stopReason === "error";
+    if (!failed || answer.text || calls.length) events.push(AssistantMessage.parse(answer));
+    if (failed) {
+      const why = typeof message.errorMessage === "string" && message.errorMessage ? message.errorMessage.slice(0, 4096) : "the model's answer failed";
+      events.push({ v: 1, time, kind: "failure", reason: "model_error", message: why });
+    }
+    return events;
+  }
+  if (message.role === "toolResult") {
+    if (typeof message.toolCallId !== "string" || typeof message.toolName !== "string") return "a tool's result without its call's id or the tool's name";
+    const texts: string[] = [];
+    for (const part of Array.isArray(message.content) ? (message.content as unknown[]) : [message.content]) {
+      if (typeof part === "string") texts.push(part);
+      else if (isObj(part) && part.type === "text" && typeof part.text === "string") texts.push(part.text);
+      else leave.add(`a part of a tool's result of type ${describeType(part)}: a tool's answer is kept as text`);
+    }
+    const text = texts.join("\n");
+    const cut = Buffer.byteLength(text) > TOOL_TEXT_MAX;
+    if (cut) leave.add(`a tool's result past ${TOOL_TEXT_MAX} bytes: cut there, as a turn keeps one`);
+    const result: ToolResult = {
+      v: 1,
+      time,
+      kind: "tool_result",
+      call_id: message.toolCallId,
+      tool: message.toolName,
+      text: cut ? Buffer.from(text).subarray(0, TOOL_TEXT_MAX).toString("utf8").replace(/\uFFFD$/, "") : text,
+      error: message.isError === true,
+      ...(cut ? { truncated: true } : {}),
+    };
+    return [ToolResult.parse(result)];
+  }
+  const role = typeof message.role === "string" ? JSON.stringify(message.role.slice(0, 40)) : "(none)";
+  return `a message of role ${role}: OpenClaw's own, which Link Harness has no event for`;
+}
+
+/** One session's rows, in order of seq, as a session; what it leaves behind named. */
+async function convertSession(sessionId: string, rows: readonly Row[], parts: Leaving, at: (row: Row) => string): Promise<{ session: SessionForm; left: string[] }> {
+  const thread = threadOf(sessionId);
+  const leave = new Leaving();
+  const events: Event[] = [];
+  let lastId: unknown = null;
+  let branched = false;
+  for (const row of rows) {
+    let entry: unknown;
+    try {
+      entry = JSON.parse(await eventText(row));
+    } catch (e) {
+      leave.add(`${at(row)}: ${e instanceof OpenClawError ? e.message : "its JSON can't be read"}`);
+      continue;
+    }
+    if (!isObj(entry) || typeof entry.type !== "string") {
+      leave.add(`${at(row)}: not an object with a type`);
+      continue;
+    }
+    if (entry.type !== "session") {
+      if (entry.parentId !== undefined && entry.parentId !== lastId) branched = true;
+      lastId = entry.id;
+    }
+    if (entry.type === "session") {
+      const cwd = typeof entry.cwd === "string" ? `, ${JSON.stringify(entry.cwd.slice(0, 200))}` : "";
+      leave.add(`its header's working folder${cwd}: a folder of the machine OpenClaw ran on`);
+      continue;
+    }
+    if (entry.type !== "message") {
+      const type = entry.type.slice(0, 40);
+      const why = EVENT_WHY[type] ?? "an event of a type this import does not know";
+      const sub = type === "custom" && typeof entry.customType === "string" ? ` ${JSON.stringify(entry.customType.slice(0, 40))}` : "";
+      leave.add(`its ${JSON.stringify(type)}${sub} event: ${why}`);
+      continue;
+    }
+    if (!isObj(entry.message)) {
+      leave.add(`${at(row)}: a message event without its message`);
+      continue;
+    }
+    const time = isoOf(entry.message.timestamp) ?? isoOf(entry.timestamp) ?? isoOf(row.created_at);
+    if (time === undefined) {
+      leave.add(`${at(row)}: a message without a time`);
+      continue;
+    }
+    let made: Event[] | string;
+    try {
+      made = convert(entry.message, time, parts);
+    } catch {
+      made = "a message not of the shape OpenClaw writes";
+    }
+    if (typeof made === "string") leave.add(`${at(row)}: ${made}`);
+    else {
+      for (const e of made) {
+        const ok = Event.safeParse(e);
+        if (ok.success) events.push(ok.data);
+        else leave.add(`${at(row)}: a message not of the shape OpenClaw writes`);
+      }
+    }
+  }
+  const left = leave.lines(`session ${thread}`);
+  if (branched) left.push(`session ${thread}: its branches (OpenClaw's rewinds) are carried one after another, in the order they were written`);
+  return { session: { thread, events }, left };
+}
+
+interface Database {
+  exec(sql: string): { columns: string[]; values: unknown[][] }[];
+  prepare(sql: string): { step(): boolean; getAsObject(): Record<string, unknown>; free(): boolean };
+  close(): void;
+}
+
+/** Opens a database's bytes with sql.js; one that is not SQLite is a clear error. */
+export async function openDatabase(bytes: Uint8Array, name: string): Promise<Database> {
+  const initSqlJs = (await import("sql.js")).default;
+  const SQL = await initSqlJs();
+  const db = new SQL.Database(bytes) as unknown as Database;
+  try {
+    db.exec("SELECT name FROM sqlite_master LIMIT 1");
+  } catch (e) {
+    db.close();
+    throw new OpenClawError(`${name} is not a SQLite database that can be read: ${(e as Error).message}`);
+  }
+  return db;
+}
+
+/** The tables of the database that hold rows, and how many (transcript_events aside). */
+function otherTables(db: Database): [string, number][] {
+  const names = (db.exec("SELECT name FROM sqlite_master WHERE type = 'table' ORDER BY name")[0]?.values ?? []).map((r) => String(r[0]));
+  const out: [string, number][] = [];
+  for (const name of names) {
+    if (name === "transcript_events" || name.startsWith("sqlite_")) continue;
+    try {
+      const n = Number(db.exec(`SELECT count(*) FROM "${name.replace(/"/g, '""')}"`)[0]?.values[0]?.[0] ?? 0);
+      if (n > 0) out.push([name, n]);
+    } catch {
+      // A virtual table whose module sql.js lacks: its rows are named as unknown.
+      out.push([name, Number.NaN]);
+    }
+  }
+  return out;
+}
+
+/**
+ * Sessions converted one after another, from the database and from JSONL transcripts: their threads
+ * kept apart, their size bounded, and what their messages leave of fields and parts said once.
+ */
+export class SessionsRead implements ReadSessions {
+  readonly sessions: SessionForm[] = [];
+  readonly left: string[] = [];
+  private size = 0;
+  private readonly threads = new Set<string>();
+  private readonly parts = new Leaving();
+
+  /** Whether a session of this id was read already. */
+  has(sessionId: string): boolean {
+    return this.threads.has(threadOf(sessionId));
+  }
+
+  /** One session's rows, in order of seq. */
+  async add(sessionId: string, rows: readonly Row[], at: (row: Row) => string = (row) => `its event seq ${row.seq}`): Promise<void> {
+    const { session, left } = await convertSession(sessionId, rows, this.parts, at);
+    this.left.push(...left);
+    if (this.threads.has(session.thread)) {
+      this.left.push(`session ${session.thread}: a second session whose id makes the same folder's name`);
+      return;
+    }
+    this.threads.add(session.thread);
+    const bytes = JSON.stringify(session).length;
+    if (this.size + bytes > OPENCLAW_SESSIONS_MAX) {
+      this.left.push(`session ${session.thread}: past the import's limit of ${OPENCLAW_SESSIONS_MAX} bytes of sessions`);
+      return;
+    }
+    this.size += bytes;
+    this.sessions.push(session);
+  }
+
+  /** What every session's messages left of their fields and parts, once all are read. */
+  done(): void {
+    this.left.push(...this.parts.lines("sessions"));
+  }
+}
+
+/**
+ * Reads the sessions of an OpenClaw agent database (its bytes; `name` says where it is, for a person)
+ * into `into`, each ordered by seq, the sessions in the order they began. The database's other tables
+ * are named as left behind. A file that is not SQLite, or a database whose transcript_events can't be
+ * read, is an OpenClawError.
+ */
+export async function readDatabase(bytes: Uint8Array, name: string, into: SessionsRead): Promise<void> {
+  const db = await openDatabase(bytes, name);
+  try {
+    let tables: [string, number][];
+    const bySession = new Map<string, Row[]>();
+    try {
+      tables = otherTables(db);
+      const st = db.prepare("SELECT session_id, seq, event_json, event_zstd, created_at FROM transcript_events ORDER BY session_id, seq");
+      try {
+        let bad = 0;
+        while (st.step()) {
+          const row = Row.safeParse(st.getAsObject());
+          if (!row.success) {
+            bad++;
+            continue;
+          }
+          const rows = bySession.get(row.data.session_id) ?? [];
+          rows.push(row.data);
+          bySession.set(row.data.session_id, rows);
+        }
+        if (bad > 0) into.left.push(`${name}: ${bad} row${bad === 1 ? "" : "s"} of transcript_events not of OpenClaw's columns' types`);
+      } finally {
+        st.free();
+      }
+    } catch (e) {
+      throw new OpenClawError(`${name}: its transcript_events can't be read: ${(e as Error).message}`);
+    }
+    // The sessions in the order they began, then by id.
+    const began = (rows: readonly Row[]) => rows.reduce((t, r) => Math.min(t, r.created_at ?? Infinity), Infinity);
+    const order = [...bySession]
+      .map(([id, rows]) => ({ id, rows, at: began(rows) }))
+      .sort((a, b) => (a.at !== b.at ? (a.at < b.at ? -1 : 1) : a.id < b.id ? -1 : a.id > b.id ? 1 : 0));
+    for (const { id, rows } of order) await into.add(id, rows);
+    if (tables.length > 0) {
+      const named = tables.map(([table, n]) => `${table} (${Number.isNaN(n) ? "rows not counted" : `${n} row${n === 1 ? "" : "s"}`})`);
+      into.left.push(`${name}: its other tables, OpenClaw's own records, not carried: ${named.join(", ")}`);
+    }
+  } finally {
+    db.close();
+  }
+}
+
+/** One JSONL transcript of OpenClaw's before its database (a line an event, in order) into `into`. */
+export async function readTranscript(text: string, sessionId: string, into: SessionsRead): Promise<void> {
+  // A row's seq is its line's number, from 1.
+  const rows: Row[] = text
+    .split("\n")
+    .map((line, i) => ({ session_id: sessionId, seq: i + 1, event_json: line, event_zstd: null, created_at: null }))
+    .filter((row) => row.event_json.trim() !== "");
+  await into.add(sessionId, rows, (row) => `its line ${row.seq}`);
+}
