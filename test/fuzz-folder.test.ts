@@ -5,7 +5,7 @@
 // to the model, a log line or a client, and changes nothing outside the agent's folder. Half the
 // time the model refuses the key and echoes it back: the key reaches no log line, client or event.
 import { spawnSync } from "node:child_process";
-import { linkSync, lstatSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, renameSync, rmSync, statSync, symlinkSync, truncateSync, writeFileSync } from "node:fs";
+import { existsSync, linkSync, lstatSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, renameSync, rmSync, statSync, symlinkSync, truncateSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { dirname, join, relative, sep } from "node:path";
 import * as acp from "@agentclientprotocol/sdk";
@@ -100,15 +100,32 @@ function plant(agent: string, p: Planting): void {
     if (st === undefined) mkdirSync(at);
     else if (!st.isDirectory()) return;
   }
-  try {
-    renameSync(path, join(agent, `.aside-${Math.random().toString(36).slice(2)}`));
-  } catch {
-    // nothing there
-  }
-  switch (p.what) {
-    case "fifo":
-      expect(spawnSync("mkfifo", [path]).status).toBe(0);
+  // The daemon may write that very path meanwhile (an event it links during the turn): then what it
+  // wrote is moved aside too, and the planting made again.
+  for (let attempt = 0; ; attempt++) {
+    try {
+      renameSync(path, join(agent, `.aside-${Math.random().toString(36).slice(2)}`));
+    } catch {
+      // nothing there
+    }
+    try {
+      make(path, p.what);
       return;
+    } catch (e) {
+      if ((e as NodeJS.ErrnoException).code !== "EEXIST" || attempt >= 5) throw e;
+    }
+  }
+}
+
+/** Makes `what` at `path`, which is free: EEXIST when something took it first. */
+function make(path: string, what: Planting["what"]): void {
+  switch (what) {
+    case "fifo": {
+      const made = spawnSync("mkfifo", [path], { encoding: "utf8" });
+      if (made.status !== 0 && existsSync(path)) throw Object.assign(new Error(made.stderr), { code: "EEXIST" });
+      expect(made.status).toBe(0);
+      return;
+    }
     case "link to the secret":
       symlinkSync(secret, path);
       return;
@@ -122,14 +139,14 @@ function plant(agent: string, p: Planting): void {
       symlinkSync(elsewhere, path);
       return;
     case "sparse file":
-      writeFileSync(path, '{"v":1,"note":"sparse"');
+      writeFileSync(path, '{"v":1,"note":"sparse"', { flag: "wx" });
       truncateSync(path, 1.5 * 1024 ** 3);
       return;
     case "folder":
       mkdirSync(path);
       return;
     default: {
-      const never: never = p.what;
+      const never: never = what;
       throw new Error(`unknown planting ${String(never)}`);
     }
   }
