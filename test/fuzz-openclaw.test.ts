@@ -17,7 +17,7 @@ import { ImportError, checkState, planImport } from "../asp/state-import.js";
 import { ROOT } from "./fixtures/built.js";
 
 const seed = process.env.FC_SEED ? { seed: Number(process.env.FC_SEED) } : {};
-const FIXTURE_DB = join(ROOT, "..", "shared", "fixtures", "openclaw-2026.9.6", "state", "agents", "main", "agent", "openclaw-agent.sqlite");
+const FIXTURE_DB = join(ROOT, "test", "fixtures", "openclaw-2026.9.6", "state", "agents", "main", "agent", "openclaw-agent.sqlite");
 const SECRET = "the secret of another folder";
 
 let root = "";

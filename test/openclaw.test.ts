@@ -1,5 +1,5 @@
 // `state import --from openclaw DIR` over the built command line, with the real OpenClaw 2026.9.6 state
-// folder of ../shared/fixtures (copied, never written): who the agent is but OpenClaw's own defaults,
+// folder of test/fixtures (copied, never written): who the agent is but OpenClaw's own defaults,
 // its notes, its skill and both conversations come, everything else is named as left behind; the
 // conversations replay over session/load with the daemon as a child process and go on with the same
 // history; a second import duplicates nothing; an export after it gives back what came. Then the
@@ -20,7 +20,7 @@ import type { ModelServer, RecordedRequest } from "./model-server.js";
 import { BIN, MAIN, ROOT } from "./fixtures/built.js";
 import { run } from "./fixtures/child.js";
 
-export const FIXTURE = join(ROOT, "..", "shared", "fixtures", "openclaw-2026.9.6");
+export const FIXTURE = join(ROOT, "test", "fixtures", "openclaw-2026.9.6");
 const DB = "state/agents/main/agent/openclaw-agent.sqlite";
 const FIRST = "openclaw-c0d45299-f027-41df-af45-7363803a7ad5";
 const SECOND = "openclaw-faf7aa5c-d2a6-486c-8156-0c957356be3b";
