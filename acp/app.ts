@@ -289,9 +289,10 @@ export function createAgentApp(state: AcpState, outbox: Outbox, connection = new
       guard(async ({ params, client, requestId }) => {
         const link = parseLink(PromptLink, params._meta, served);
         const arrived = sessions.get(params.sessionId);
-        // A group's message is its group's conversation's; one that was only a mention is ignored.
-        const session = link.group !== undefined ? groupSession(sessions, arrived, link.channel ?? arrived.channel, link.group) : arrived;
+        // A group's message is its group's conversation's; one that was only a mention is ignored,
+        // before its group's conversation is so much as opened: it makes no folder either.
         if (link.group !== undefined && onlyMention(params.prompt)) return { stopReason: "end_turn" } satisfies PromptResponse;
+        const session = link.group !== undefined ? groupSession(sessions, arrived, link.channel ?? arrived.channel, link.group) : arrived;
         const content = promptContent(params.prompt);
         const settings = state.settings();
         const channel = link.channel ?? session.channel;

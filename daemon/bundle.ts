@@ -6,6 +6,7 @@
 // damaged is rejected by V8 itself, and the bundle compiles from its source as any script does.
 // Without the bundle (a build of tsc alone), the agent is imported from the ES modules beside it.
 // Free of dependencies: the start path (bundled) loads it.
+import { createHash } from "node:crypto";
 import { existsSync, readFileSync, renameSync, writeFileSync } from "node:fs";
 import Module, { createRequire } from "node:module";
 import { dirname } from "node:path";
@@ -25,30 +26,44 @@ export const cacheOf = (file: string): string => `${file}.cache`;
 export interface Loaded<M> {
   exports: M;
   script: Script;
-  /** Whether V8 took the kept compiled code: undefined when there was none. */
-  cached: boolean | undefined;
+  /** What became of the kept compiled code: taken by V8, rejected by V8, made for another bundle, or none kept. */
+  code: "kept" | "rejected" | "another bundle's" | "none kept";
 }
+
+/** The SHA-256 of a bundle's bytes, which its kept code begins with. */
+const digest = (bytes: Buffer): Buffer => createHash("sha256").update(bytes).digest();
+const DIGEST_BYTES = 32;
 
 /**
  * Runs a CommonJS bundle as Node's loader would (its own require, module, __filename), compiled
  * with its kept code when V8 takes it. A bundle that can't be read or doesn't parse throws: the
  * caller's next attempt reads it again, nothing of a failed one is kept.
  */
-export function loadBundle<M>(file: string): Loaded<M> {
+export function loadBundle<M>(file: string, o: { fresh?: boolean } = {}): Loaded<M> {
+  const bytes = readFileSync(file);
   // The build writes it in ASCII (esbuild escapes the rest): read as latin1, it is the same text, and
   // V8 keeps it as it was read, one byte a character, with no UTF-8 to decode.
-  const source = readFileSync(file, "latin1");
+  const source = bytes.toString("latin1");
+  // V8 checks the code it is given against the source's length alone: code kept for another bundle
+  // of the same length would run that bundle's functions. So the kept code is this bundle's only
+  // when it begins with this bundle's digest.
   let cachedData: Buffer | undefined;
-  try {
-    cachedData = readFileSync(cacheOf(file));
-  } catch {
-    // None (or unreadable): compiled from the source.
+  let theirs = false;
+  if (!o.fresh) {
+    try {
+      const kept = readFileSync(cacheOf(file));
+      if (kept.length > DIGEST_BYTES && kept.subarray(0, DIGEST_BYTES).equals(digest(bytes))) cachedData = kept.subarray(DIGEST_BYTES);
+      else theirs = true;
+    } catch {
+      // None (or unreadable): compiled from the source.
+    }
   }
   const script = new Script(Module.wrap(source), { filename: file, cachedData, importModuleDynamically: constants.USE_MAIN_CONTEXT_DEFAULT_LOADER });
   const module = { exports: {} as M };
   const run = script.runInThisContext() as (exports: M, require: NodeJS.Require, module: { exports: M }, filename: string, dirname: string) => void;
   run.call(module.exports, module.exports, createRequire(file), module, file, dirname(file));
-  return { exports: module.exports, script, cached: cachedData === undefined ? undefined : !script.cachedDataRejected };
+  const code = cachedData ? (script.cachedDataRejected ? "rejected" : "kept") : theirs ? "another bundle's" : "none kept";
+  return { exports: module.exports, script, code };
 }
 
 /** Whether the agent runs from its bundle: it was built (a build of tsc alone has none). */
@@ -67,21 +82,22 @@ export function agentCode(): () => Promise<AgentModule> {
     const loaded = loadBundle<AgentModule>(AGENT_BUNDLE);
     // Whether the kept code was taken: compiled from the source, a start costs some tens of ms more,
     // which is worth a line of the log (a Node other than the one it was built with, say).
-    const fields = { ms: Math.round(performance.now() - began), code: loaded.cached === true ? "kept" : loaded.cached === false ? "rejected" : "none kept" };
-    if (loaded.cached === true) log.debug("agent loaded", fields);
+    const fields = { ms: Math.round(performance.now() - began), code: loaded.code };
+    if (loaded.code === "kept") log.debug("agent loaded", fields);
     else log.info("agent loaded", fields);
     return loaded.exports;
   });
 }
 
 /**
- * Keeps V8's compiled code of a loaded bundle, with everything compiled so far (run `warm` first so
- * that the code a prompt runs is in it), written whole or not at all.
+ * Keeps V8's compiled code of a bundle, compiled afresh (never from code kept before), with
+ * everything compiled so far (`warm` runs first so that the code a prompt runs is in it), after the
+ * bundle's digest, written whole or not at all.
  */
 export async function keepCompiled(file: string, warm: (exports: unknown) => Promise<void>): Promise<number> {
-  const loaded = loadBundle<unknown>(file);
+  const loaded = loadBundle<unknown>(file, { fresh: true });
   await warm(loaded.exports);
-  const data = loaded.script.createCachedData();
+  const data = Buffer.concat([digest(readFileSync(file)), loaded.script.createCachedData()]);
   const temporary = `${cacheOf(file)}.${process.pid}`;
   writeFileSync(temporary, data);
   renameSync(temporary, cacheOf(file));

@@ -1,6 +1,7 @@
 // Groups and speakers: a message's `_meta.link.group` (with its channel) makes it the group's
 // conversation's, `<channel>-<group>`, whatever session it arrived on; each speaker is kept and quoted
 // as theirs in what the model reads; a message that was only a mention of the agent is ignored.
+import { existsSync } from "node:fs";
 import { join } from "node:path";
 import * as acp from "@agentclientprotocol/sdk";
 import { describe, expect, it } from "vitest";
@@ -72,6 +73,9 @@ describe("groups", () => {
     expect(await failure(c.agent.request(acp.methods.agent.session.prompt, { sessionId, prompt: text("") }))).toMatchObject({ code: -32602, message: expect.stringContaining("empty") });
     // A group needs its channel: the session's, or the message's.
     const plain = (await c.agent.request(acp.methods.agent.session.new, { cwd: dir, mcpServers: [] })).sessionId;
+    // Only a mention, in a group no message opened yet: ignored before anything is made for it.
+    expect(await c.agent.request(acp.methods.agent.session.prompt, { sessionId: plain, prompt: text(" "), _meta: { link: { group: "g9", channel: "slack", from } } })).toEqual({ stopReason: "end_turn" });
+    expect(existsSync(paths({ dir }).conversation("slack-g9").dir)).toBe(false);
     expect(await failure(c.agent.request(acp.methods.agent.session.prompt, { sessionId: plain, prompt: text("hi"), _meta: { link: { group: "g8" } } }))).toMatchObject({
       code: -32602,
       message: expect.stringContaining("a group needs its channel"),
