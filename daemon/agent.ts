@@ -68,7 +68,12 @@ export async function preload(): Promise<void> {
   (await import("../turn/facts.js")).layeredFacts("warm-up");
   const turn = await turnModule();
   await (await import("./warm.js")).warmPrompt(startAgent, turn.forgetProcessState);
+  // What the warm-up's session asked ahead is done too: a process that says it is loaded is idle.
+  await Promise.allSettled([...readying]);
 }
+
+/** What sessions opened ask ahead, under way (turn/ready.ts). */
+const readying = new Set<Promise<void>>();
 
 /**
  * Asks ahead what a first turn with these settings asks of its model (turn/ready.ts), in the
@@ -112,12 +117,14 @@ export function startAgent(o: AgentOptions): RunningAgent {
     status: async (input) => (await turnModule()).statusLines(input),
     ready: (settings, agentModel) => {
       const began = performance.now();
-      void readyModule()
+      const made = readyModule()
         .then((r) => r.readyModel(settings, agentModel, env))
         .then(
           () => log.debug("made ready for a first turn", { ms: Math.round(performance.now() - began) }),
           () => undefined,
         );
+      readying.add(made);
+      void made.finally(() => readying.delete(made));
     },
     toolHost: () => (host = toolHost()),
     discoverTools: (settings, servers) => discoverTools(env, { ...(settings ? { settings } : {}), acp: servers }),

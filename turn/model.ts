@@ -109,9 +109,13 @@ const openaiModule = lazyImport(() => import("openai"), () => import.meta.resolv
 let OpenAICtor: OpenAIClass | undefined;
 const clients = new Map<string, InstanceType<OpenAIClass>>();
 
-/** Loads the model's client ahead of the first turn (a process started blank, waiting for its agent). */
-export async function preloadModelClient(): Promise<void> {
+/**
+ * Loads the model's client ahead of the first turn (a process started blank, waiting for its agent),
+ * and makes the one these settings' turns will use, when they are given.
+ */
+export async function preloadModelClient(settings?: Settings, env?: NodeJS.ProcessEnv): Promise<void> {
   OpenAICtor ??= (await openaiModule()).default;
+  if (settings) await client(settings, env);
 }
 
 async function client(settings: Settings, env: NodeJS.ProcessEnv = process.env): Promise<InstanceType<OpenAIClass>> {

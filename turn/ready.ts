@@ -12,5 +12,5 @@ import { preloadModelClient } from "./model.js";
  * both are done, and never rejects.
  */
 export async function readyModel(settings: Settings, agentModel: string | undefined, env: NodeJS.ProcessEnv = process.env): Promise<void> {
-  await Promise.all([modelWindow(settings, agentModel ?? settings.model.name, { env }).catch(() => undefined), preloadModelClient().catch(() => undefined)]);
+  await Promise.all([modelWindow(settings, agentModel ?? settings.model.name, { env }).catch(() => undefined), preloadModelClient(settings, env).catch(() => undefined)]);
 }
