@@ -5,9 +5,9 @@
 // or refused with a clear error and nothing written; nothing outside it is ever written or read into
 // it, and a second import adds nothing.
 import { execFileSync } from "node:child_process";
-import { existsSync, mkdirSync, mkdtempSync, readFileSync, readdirSync, rmSync, symlinkSync, writeFileSync } from "node:fs";
+import { mkdirSync, mkdtempSync, readFileSync, readdirSync, rmSync, symlinkSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
-import { join, relative } from "node:path";
+import { join } from "node:path";
 import fc from "fast-check";
 import initSqlJs from "sql.js";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
@@ -15,6 +15,7 @@ import { StoreError } from "../protocol/index.js";
 import { OpenClawError, readOpenClaw } from "../asp/openclaw.js";
 import { ImportError, checkState, planImport } from "../asp/state-import.js";
 import { ROOT } from "./fixtures/built.js";
+import { files } from "./fixtures/files.js";
 
 const seed = process.env.FC_SEED ? { seed: Number(process.env.FC_SEED) } : {};
 const FIXTURE_DB = join(ROOT, "test", "fixtures", "openclaw-2026.9.6", "state", "agents", "main", "agent", "openclaw-agent.sqlite");
@@ -25,21 +26,6 @@ beforeAll(() => {
   root = mkdtempSync(join(tmpdir(), "lnk-fuzz-openclaw-"));
 });
 afterAll(() => rmSync(root, { recursive: true, force: true }));
-
-/** Every file under a folder, by its path, with its text (a link or a FIFO said as such, never read). */
-function files(dir: string): Record<string, string> {
-  const out: Record<string, string> = {};
-  const walk = (at: string) => {
-    if (!existsSync(at)) return;
-    for (const e of readdirSync(at, { withFileTypes: true })) {
-      const p = join(at, e.name);
-      if (e.isDirectory()) walk(p);
-      else out[relative(dir, p)] = e.isFile() ? readFileSync(p, "latin1") : "(not a file)";
-    }
-  };
-  walk(dir);
-  return out;
-}
 
 /** What the agent's folder may hold after an import: its own parts alone. */
 const OWN = /^(config\.json|instructions\/instruction\.md|skills\/[^/]+\/.+|memory\/.+|chats\/[^/]+\/(\d{12}\.json))$/;

@@ -6,9 +6,9 @@
 // folder made hostile: not a folder, no database, a database that is not SQLite, bad events, links,
 // a FIFO; each a clear line or a named leave-behind, nothing written outside the agent's folder.
 import { execFileSync } from "node:child_process";
-import { chmodSync, cpSync, existsSync, mkdirSync, mkdtempSync, readFileSync, readdirSync, rmSync, symlinkSync, writeFileSync } from "node:fs";
+import { chmodSync, cpSync, existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, symlinkSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
-import { join, relative } from "node:path";
+import { join } from "node:path";
 import * as acp from "@agentclientprotocol/sdk";
 import initSqlJs from "sql.js";
 import { describe, expect, it } from "vitest";
@@ -19,6 +19,7 @@ import { configure, daemonTestHooks, scriptedSettings, startDaemon, stdioClient,
 import type { ModelServer, RecordedRequest } from "./model-server.js";
 import { BIN, MAIN, ROOT } from "./fixtures/built.js";
 import { run } from "./fixtures/child.js";
+import { files } from "./fixtures/files.js";
 
 export const FIXTURE = join(ROOT, "test", "fixtures", "openclaw-2026.9.6");
 const DB = "state/agents/main/agent/openclaw-agent.sqlite";
@@ -43,21 +44,6 @@ export function copyFixture(into: string): string {
 }
 
 const cli = (args: string[], input = "") => run(process.execPath, [MAIN, ...args], { input, ms: 30_000 });
-
-/** Every file under a folder, by its path, with its text. */
-export function files(dir: string): Record<string, string> {
-  const out: Record<string, string> = {};
-  const walk = (at: string) => {
-    if (!existsSync(at)) return;
-    for (const e of readdirSync(at, { withFileTypes: true })) {
-      const p = join(at, e.name);
-      if (e.isDirectory()) walk(p);
-      else out[relative(dir, p)] = e.isFile() ? readFileSync(p, "latin1") : "(not a file)";
-    }
-  };
-  walk(dir);
-  return out;
-}
 
 /** Changes the copy's database with SQL (its CHECKs off, as a hostile writer's would be). */
 export async function alterDb(openclaw: string, ...statements: [string, unknown[]?][]): Promise<void> {

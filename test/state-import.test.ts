@@ -3,14 +3,15 @@
 // by their paths, another harness's in Link's blocks), sessions and what was there named as left
 // behind; a second import adds nothing. Bad input: one line naming the field, exit 2, nothing
 // written; hostile States fuzzed; and export, import into a fresh folder, export again: the same State.
-import { existsSync, mkdirSync, readFileSync, readdirSync, statSync, writeFileSync } from "node:fs";
-import { join, relative } from "node:path";
+import { mkdirSync, readFileSync, readdirSync, statSync, writeFileSync } from "node:fs";
+import { join } from "node:path";
 import fc from "fast-check";
 import { describe, expect, it } from "vitest";
 import { AspState, splitNotes } from "../protocol/index.js";
 import { ImportError, checkState, planImport } from "../asp/state-import.js";
 import { BIN } from "./fixtures/built.js";
 import { cliAgents } from "./fixtures/cli-agents.js";
+import { files as filesUnder } from "./fixtures/files.js";
 
 const seed = process.env.FC_SEED ? { seed: Number(process.env.FC_SEED) } : {};
 const { root, folder, cli } = cliAgents("lnk-state-import-", [BIN, "dist/daemon/state-import.js", "dist/asp/state-import.js", "dist/asp/export.js"], ["daemon", "asp", "store", "protocol"]);
@@ -19,21 +20,6 @@ const model = { provider: "p", name: "m", base_url: "http://127.0.0.1:9/v1" };
 function write(path: string, text: string): void {
   mkdirSync(join(path, ".."), { recursive: true });
   writeFileSync(path, text);
-}
-
-/** Every file under a folder, by its path, with its text: what a test compares before and after. */
-function files(dir: string): Record<string, string> {
-  const out: Record<string, string> = {};
-  const walk = (at: string) => {
-    if (!existsSync(at)) return;
-    for (const e of readdirSync(at, { withFileTypes: true })) {
-      const p = join(at, e.name);
-      if (e.isDirectory()) walk(p);
-      else out[relative(dir, p)] = e.isFile() ? readFileSync(p, "utf8") : "(not a file)";
-    }
-  };
-  walk(dir);
-  return out;
 }
 
 const triage = { name: "triage", files: { "SKILL.md": "---\nname: triage\ndescription: sorts\n---\nSort it.\n", "scripts/run.sh": "#!/bin/sh\necho sorted\n" } };
@@ -73,7 +59,7 @@ describe("state import", { timeout: 60_000 }, () => {
       ].join("\n"),
     );
     expect(readFileSync(join(dir, "instructions", "instruction.md"), "utf8")).toBe(`${block}## Standing instructions\nAnswer in French.\n`);
-    expect(files(join(dir, "skills", "triage"))).toEqual({ "SKILL.md": triage.files["SKILL.md"], "scripts/run.sh": triage.files["scripts/run.sh"] });
+    expect(filesUnder(join(dir, "skills", "triage"), "utf8")).toEqual({ "SKILL.md": triage.files["SKILL.md"], "scripts/run.sh": triage.files["scripts/run.sh"] });
     expect(readFileSync(join(dir, "skills", "mine", "SKILL.md"), "utf8")).toBe("---\nname: mine\n---\nMine.\n");
     expect(readFileSync(join(dir, "memory", "people", "ana.md"), "utf8")).toBe("Ana likes coffee.\n");
     const notes = readFileSync(join(dir, "memory", "notes.md"), "utf8");
@@ -85,18 +71,18 @@ describe("state import", { timeout: 60_000 }, () => {
     expect(i.stdout).toContain("The gate code is 4417.\n\n(hermes: MEMORY.md)\nAna's cat is Tom.");
     // A configure leaves an import's blocks; a second import adds nothing.
     expect((await cli(["configure", "--agent", dir], JSON.stringify({ model, identity: { persona: "You are Mira." } }))).code).toBe(0);
-    const before = files(dir);
+    const before = filesUnder(dir, "utf8");
     const again = await cli(["state", "import", "--agent", dir], JSON.stringify(state));
     expect(again.code, again.stderr).toBe(0);
     expect(again.stdout).not.toContain("came: instructions");
     expect(again.stdout).not.toContain("came: skill");
-    expect(files(dir)).toEqual(before);
+    expect(filesUnder(dir, "utf8")).toEqual(before);
   });
 
   it("bad input: one line naming the field, exit 2, nothing written", async () => {
     const dir = folder();
     write(join(dir, "memory", "notes.md"), "");
-    const before = files(dir);
+    const before = filesUnder(dir, "utf8");
     const big = "x".repeat(1024 * 1024 + 1);
     const bad: [string, RegExp][] = [
       ["{", /the State is not JSON/],
@@ -125,7 +111,7 @@ describe("state import", { timeout: 60_000 }, () => {
       expect(r.stdout).toBe("");
       expect(r.stderr).toMatch(/^lnk-link-harness: [^\n]+\n$/);
       expect(r.stderr).toMatch(why);
-      expect(files(dir)).toEqual(before);
+      expect(filesUnder(dir, "utf8")).toEqual(before);
     }
     // The command line: one FILE at most, and a FILE that is not there.
     let r = await cli(["state", "import", "--agent", dir, "a.json", "b.json"]);
@@ -133,7 +119,7 @@ describe("state import", { timeout: 60_000 }, () => {
     r = await cli(["state", "import", "--agent", dir, join(root(), "none.json")]);
     expect(r.code).toBe(2);
     expect(r.stderr).toMatch(/^lnk-link-harness: cannot read .*none\.json: ENOENT\n$/);
-    expect(files(dir)).toEqual(before);
+    expect(filesUnder(dir, "utf8")).toEqual(before);
   });
 });
 
@@ -158,12 +144,12 @@ describe("state import that fails part-way", { timeout: 60_000 }, () => {
         { thread, events: [event] },
       ],
     };
-    const before = files(dir);
+    const before = filesUnder(dir, "utf8");
     const r = await cli(["state", "import", "--agent", dir], JSON.stringify(state));
     expect(r.code).toBe(1);
     expect(r.stdout).toBe("");
     expect(r.stderr).toMatch(/^lnk-link-harness: cannot import, and nothing of it was kept: .*ENAMETOOLONG/);
-    expect(files(dir)).toEqual(before);
+    expect(filesUnder(dir, "utf8")).toEqual(before);
     expect(readdirSync(dir).sort()).toEqual(["config.json"]);
     // The same State whose sessions fit is taken whole.
     const fits = await cli(["state", "import", "--agent", dir], JSON.stringify({ ...state, sessions: state.sessions.slice(0, 1) }));
@@ -211,12 +197,12 @@ describe("state import of hostile States, fuzzed", { timeout: 120_000 }, () => {
         outcomes.taken++;
         // Nothing beside the agent's folder, and inside it only its own parts.
         expect(readdirSync(place)).toEqual(["agent"]);
-        for (const f of Object.keys(files(dir))) expect(f).toMatch(/^(instructions\/instruction\.md|skills\/[^/]+\/.+|memory\/.+)$/);
-        for (const f of Object.keys(files(dir))) expect(statSync(join(dir, f)).isFile()).toBe(true);
+        for (const f of Object.keys(filesUnder(dir, "utf8"))) expect(f).toMatch(/^(instructions\/instruction\.md|skills\/[^/]+\/.+|memory\/.+)$/);
+        for (const f of Object.keys(filesUnder(dir, "utf8"))) expect(statSync(join(dir, f)).isFile()).toBe(true);
         // A second import of the same State writes nothing new.
-        const before = files(dir);
+        const before = filesUnder(dir, "utf8");
         await planImport({ dir }, checkState(s)).write();
-        expect(files(dir)).toEqual(before);
+        expect(filesUnder(dir, "utf8")).toEqual(before);
       }),
       { numRuns: 300, endOnFailure: true, ...seed },
     );
