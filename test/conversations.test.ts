@@ -11,7 +11,7 @@ import { describe, expect, it } from "vitest";
 import { z } from "zod";
 import { AspState, SessionForm } from "../protocol/index.js";
 import { configure, daemonTestHooks, scriptedSettings, startDaemon, stdioClient, tempDir, type Client, type Daemon, watched } from "./acp-client.js";
-import { promptRichTurn, scriptRichTurn } from "./fixtures/rich-turn.js";
+import { promptRichTurn, replayed, scriptRichTurn } from "./fixtures/rich-turn.js";
 import type { ModelServer } from "./model-server.js";
 import { BIN, MAIN, ROOT } from "./fixtures/built.js";
 import { run, type Run } from "./fixtures/child.js";
@@ -47,15 +47,7 @@ async function exported(c: Client): Promise<SessionForm[]> {
 }
 
 /** What session/load replays of a session, as a fresh client sees it. */
-async function replay(dir: string, sessionId: string): Promise<unknown[]> {
-  const d = daemon(dir);
-  const c = await stdioClient(d, cleanup);
-  await c.agent.request(acp.methods.agent.session.load, { sessionId, cwd: ROOT, mcpServers: [] });
-  const updates = c.updates.map((u) => u.update);
-  c.close();
-  await d.stop();
-  return updates;
-}
+const replay = (dir: string, sessionId: string): Promise<unknown[]> => replayed(daemon(dir), cleanup, sessionId, ROOT);
 
 const kindOf = (u: unknown) => z.object({ sessionUpdate: z.string() }).loose().parse(u).sessionUpdate;
 const userTexts = (updates: unknown[]) =>

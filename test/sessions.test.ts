@@ -11,7 +11,7 @@ import { z } from "zod";
 import { AspState, SessionForm, sessionFormJsonSchema } from "../protocol/index.js";
 import { paths, readEventsFrom } from "../store/index.js";
 import { configure, daemonTestHooks, failure, scriptedSettings, startDaemon, stdioClient, tempDir, type Client, type Daemon, watched } from "./acp-client.js";
-import { promptRichTurn, scriptRichTurn } from "./fixtures/rich-turn.js";
+import { promptRichTurn, replayed, scriptRichTurn } from "./fixtures/rich-turn.js";
 import type { ModelServer, RecordedRequest } from "./model-server.js";
 import { BIN, ROOT } from "./fixtures/built.js";
 
@@ -41,16 +41,8 @@ async function exported(c: Client, kinds?: string[]): Promise<AspState> {
   return AspState.parse(await c.agent.request("_asp/export", kinds ? { kinds } : {}));
 }
 
-/** What session/load replays of a thread, as a fresh client sees it. */
-async function replay(dir: string, sessionId: string): Promise<unknown[]> {
-  const d = daemon(dir);
-  const c = await stdioClient(d, cleanup);
-  await c.agent.request(acp.methods.agent.session.load, { sessionId, cwd: ROOT, mcpServers: [] });
-  const updates = c.updates.map((u) => u.update);
-  c.close();
-  await d.stop();
-  return updates;
-}
+/** What session/load replays of a session, as a fresh client sees it. */
+const replay = (dir: string, sessionId: string): Promise<unknown[]> => replayed(daemon(dir), cleanup, sessionId, ROOT);
 
 /** The messages of the next turn's request but its system prompt and the new message (whose header says the time now). */
 async function nextTurn(dir: string, sessionId: string): Promise<{ history: unknown[]; model: unknown; last: unknown }> {
