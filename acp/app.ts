@@ -157,7 +157,6 @@ export function createAgentApp(state: AcpState, outbox: Outbox, connection = new
     else send();
   };
 
-  /** A session just made or resumed: its config options, and its commands offered once it is answered. */
   /**
    * What a session just opened (new, loaded, resumed) is answered with: its options at once, and the
    * endpoint's models, when they weren't known yet, as a `config_option_update` once both its answer

@@ -32,6 +32,12 @@ function modelOption(current: string, agents: string | undefined, values: readon
   };
 }
 
+/** The agent's model (as `/model:set --agent` set it, else its settings') and the conversation's, which is the agent's unless it chose one. */
+function sessionModels(sessions: Sessions, session: SessionState, settings: Settings | undefined, agentModel: string | undefined): { agents: string | undefined; current: string | undefined } {
+  const agents = agentModel ?? settings?.model.name;
+  return { agents, current: sessions.model(session) ?? agents };
+}
+
 /**
  * The options of a session just opened, answered at once: with the endpoint's models when this
  * process knows them, else without, and `later` the options once the endpoint answered (undefined
@@ -44,8 +50,7 @@ export function configOptionsNow(
   settings: Settings | undefined,
   agentModel?: string,
 ): { options: SessionConfigOption[]; later?: Promise<SessionConfigOption[] | undefined> } {
-  const agents = agentModel ?? settings?.model.name;
-  const current = sessions.model(session) ?? agents;
+  const { agents, current } = sessionModels(sessions, session, settings, agentModel);
   if (current === undefined) return { options: [] };
   const known = settings ? knownModels(settings) : [];
   if (known !== undefined || !settings) return { options: [modelOption(current, agents, offered(current, agents, known ?? []))] };
@@ -64,8 +69,7 @@ export function configOptionsNow(
  * it in this process, else as it started) and the provider's are offered beside it.
  */
 export async function configOptions(sessions: Sessions, session: SessionState, settings: Settings | undefined, agentModel?: string): Promise<SessionConfigOption[]> {
-  const agents = agentModel ?? settings?.model.name;
-  const current = sessions.model(session) ?? agents;
+  const { agents, current } = sessionModels(sessions, session, settings, agentModel);
   if (current === undefined) return [];
   return [modelOption(current, agents, await offeredModels(current, agents, settings))];
 }

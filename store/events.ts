@@ -3,7 +3,7 @@ import { existsSync, linkSync, lstatSync, readdirSync } from "node:fs";
 import { basename, dirname } from "node:path";
 import { Event, StoreError, describeIssues, type Numbered } from "../protocol/index.js";
 import { checkNoLinks, isErrno, jsonFault, LIMITS, readNoFollow, unlinkQuiet, writeTempAsync } from "./files.js";
-import { withFolder } from "./folder.js";
+import { removeQuiet, withFolder } from "./folder.js";
 import { eventName, eventNumber, type ConversationPaths } from "./paths.js";
 
 /**
@@ -242,12 +242,7 @@ export function beginEvent(conv: ConversationPaths, event: Event): BegunEvent {
       }),
     abandon: async () => {
       const name = await written.catch(() => undefined);
-      if (name === undefined) return;
-      try {
-        withFolder(conv, (folder) => unlinkQuiet(folder.at(name)), { make: false });
-      } catch {
-        // The folder is gone, or is a link now: nothing of it is removed.
-      }
+      if (name !== undefined) removeQuiet(conv, name);
     },
   };
 }

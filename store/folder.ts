@@ -5,7 +5,7 @@ import { chmodSync, closeSync, constants, fstatSync, fsync, lstatSync, openSync,
 import { basename, dirname } from "node:path";
 import { StoreError } from "../protocol/index.js";
 import { isErrno } from "./errno.js";
-import { checkNoLinks, FOLDER_MODE, makeFolder } from "./files.js";
+import { checkNoLinks, FOLDER_MODE, makeFolder, unlinkQuiet } from "./files.js";
 import type { ConversationPaths } from "./paths.js";
 
 const DIRECTORY = constants.O_RDONLY | constants.O_DIRECTORY | constants.O_NOFOLLOW;
@@ -196,6 +196,19 @@ export async function holdWhile<T>(folder: ConversationFolder, fn: () => Promise
  */
 export async function flushHeld(conv: ConversationPaths): Promise<void> {
   await held.get(conv)?.flush();
+}
+
+/**
+ * Removes the file `name` of the conversation's folder, if it is there, in the checked folder: never
+ * through a link, and never making the folder again. A folder that is gone, or is a link now, has
+ * nothing of it removed.
+ */
+export function removeQuiet(conv: ConversationPaths, name: string): void {
+  try {
+    withFolder(conv, (folder) => unlinkQuiet(folder.at(name)), { make: false });
+  } catch {
+    // The folder is gone, or is a link now: nothing of it is removed.
+  }
 }
 
 /**

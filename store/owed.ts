@@ -9,7 +9,7 @@ import { OwedMark, StoreError, Thread, describeIssues } from "../protocol/index.
 import { isErrno } from "./errno.js";
 import { listThreads } from "./events.js";
 import { jsonFault, readNoFollow, unlinkQuiet, writeTemp } from "./files.js";
-import { withFolder } from "./folder.js";
+import { removeQuiet, withFolder } from "./folder.js";
 import { paths, type AgentRef, type ConversationPaths } from "./paths.js";
 
 const OWED_NAME = /^owed-(\d{1,10})-([0-9a-f]{16})$/;
@@ -49,11 +49,7 @@ export function writeOwed(conv: ConversationPaths, name: string, after: number):
 
 /** Removes an owed file (its answer reached the client, or was handed over), in the checked folder: never through a link. */
 export function removeOwed(conv: ConversationPaths, name: string): void {
-  try {
-    withFolder(conv, (folder) => unlinkQuiet(folder.at(name)), { make: false });
-  } catch {
-    // The folder is gone, or is a link now: nothing of it is removed.
-  }
+  removeQuiet(conv, name);
 }
 
 /** Every owed file of the agent's conversations, any process's. A file that can't be read is named in `faults`. */

@@ -311,12 +311,15 @@ function keyOf(settings: Settings, model: string, env: NodeJS.ProcessEnv): strin
   return JSON.stringify([settings.model.base_url, model, settings.window?.trained ?? false, env.OLLAMA_CONTEXT_LENGTH ?? "", hash(settings.model.key ?? env.LNK_MODEL_KEY ?? "")]);
 }
 
+/** The endpoint's base URL, without the slashes it may end with. */
+const baseOf = (settings: Settings): string => settings.model.base_url.replace(/\/+$/, "");
+
 /** What a runtime on the machine says it runs `model` with, asked at most once per model in the time kept. */
 export async function runtimeWindow(settings: Settings, model: string, o: AskOptions = {}): Promise<RuntimeFound> {
   const env = o.env ?? process.env;
   const clock = o.now ?? Date.now;
   if (!mayBeRuntime(settings)) return { none: "not asked: the endpoint is not on this machine or its network" };
-  const base = settings.model.base_url.replace(/\/+$/, "");
+  const base = baseOf(settings);
   return runtimeAnswers.get(
     keyOf(settings, model, env),
     async () => {
@@ -334,7 +337,7 @@ export async function runtimeWindow(settings: Settings, model: string, o: AskOpt
   );
 }
 
-const listKey = (settings: Settings, env: NodeJS.ProcessEnv) => JSON.stringify([settings.model.base_url.replace(/\/+$/, ""), hash(settings.model.key ?? env.LNK_MODEL_KEY ?? "")]);
+const listKey = (settings: Settings, env: NodeJS.ProcessEnv) => JSON.stringify([baseOf(settings), hash(settings.model.key ?? env.LNK_MODEL_KEY ?? "")]);
 
 /** The answers of GET {base_url}/models under way or just given: what vLLM's ask and the list of models share. */
 const modelDocuments = new Map<string, Promise<unknown>>();
@@ -346,7 +349,7 @@ function modelsDocument(settings: Settings, env: NodeJS.ProcessEnv, signal: Abor
   const key = listKey(settings, env);
   const kept = modelDocuments.get(key);
   if (kept) return kept;
-  const asking = askJson(`${settings.model.base_url.replace(/\/+$/, "")}/models`, { headers: authorization(settings, env), signal });
+  const asking = askJson(`${baseOf(settings)}/models`, { headers: authorization(settings, env), signal });
   modelDocuments.set(key, asking);
   const forget = () => modelDocuments.get(key) === asking && modelDocuments.delete(key);
   asking.then(() => setTimeout(forget, DOCUMENT_SHARED_MS).unref(), forget);
