@@ -3,6 +3,7 @@
 // agent's sessions, turns and tool host. A process serving several agents (--agents) has one of
 // these for each, and shares nothing of one agent's with another's but the code.
 import * as acp from "@agentclientprotocol/sdk";
+import type { AnyMessage } from "@agentclientprotocol/sdk";
 import { AcpState, createAgentApp } from "../acp/app.js";
 import { LinkConnection } from "../acp/link.js";
 import { Outbox } from "../acp/outbox.js";
@@ -10,7 +11,7 @@ import type { Settings } from "../protocol/index.js";
 import type { AgentRef } from "../store/paths.js";
 import { lazy, lazyImport } from "../turn/load.js";
 import type { ToolHost } from "../turn/tools.js";
-import { answerId } from "./front.js";
+import { answerId, type MessageSink } from "./front.js";
 import { gateLines } from "./gate.js";
 import { log } from "./log.js";
 import { discoverTools } from "./tools/discover.js";
@@ -40,6 +41,8 @@ export interface AgentOptions {
 export interface ConnectOptions {
   /** Whether only `initialize` and `_link/prove` are served until the connection proved itself (a port endpoint). */
   gated?: boolean;
+  /** Takes what the SDK sends as whole messages (the front's); left out, it is encoded onto the output. */
+  send?: MessageSink;
 }
 
 export interface RunningAgent {
@@ -81,6 +84,17 @@ const readying = new Set<Promise<void>>();
  */
 export async function readyAhead(settings: Settings, env: NodeJS.ProcessEnv = process.env): Promise<void> {
   await (await readyModule()).readyModel(settings, undefined, env);
+}
+
+/** Messages to the front's sink, telling the connection each answer once it is written to the client. */
+function sendTo(send: MessageSink, conn: LinkConnection): WritableStream<AnyMessage> {
+  return new WritableStream({
+    write(message) {
+      const { id, method } = message as { id?: unknown; method?: unknown };
+      const answer = method === undefined && (typeof id === "string" || typeof id === "number") ? id : undefined;
+      return send.write(message, answer === undefined ? undefined : () => conn.responded(answer));
+    },
+  });
 }
 
 /** The output, telling the connection each answer once it is written to the client. */
@@ -135,7 +149,10 @@ export function startAgent(o: AgentOptions): RunningAgent {
       const conn = new LinkConnection(c.gated === true && key !== undefined);
       const lines = conn.gated ? input.pipeThrough(gateLines(conn)) : input;
       // The lines were bounded already; the SDK's own bound only has to let those through.
-      const stream = acp.ndJsonStream(tapAnswers(output, conn), lines, { maxMessageBytes: o.max + 4096 });
+      const encoded = acp.ndJsonStream(tapAnswers(output, conn), lines, { maxMessageBytes: o.max + 4096 });
+      // What the SDK reads is parsed from the lines (its refusals of bad ones encoded onto the output);
+      // what it sends goes to the front's sink, when there is one.
+      const stream = c.send ? { readable: encoded.readable, writable: sendTo(c.send, conn) } : encoded;
       const connection = createAgentApp(state, outbox, conn).connect(stream);
       return connection.closed.finally(() => {
         outbox.close();

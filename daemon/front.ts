@@ -16,8 +16,21 @@ export interface Connection {
   /** Whole lines, each at most the bound, for the SDK. */
   input: ReadableStream<Uint8Array>;
   output: WritableStream<Uint8Array>;
+  /** The same output, taking whole messages: what the SDK sends goes out this way. */
+  send: MessageSink;
   /** Settles once the first line was read (and answered, if it was initialize); true if the input ended first. */
   first: Promise<boolean>;
+}
+
+/**
+ * Whole messages out, each one line, written straight to the connection's Node stream: what a
+ * connection sends most (a turn's updates, its answer) pays for no web stream and no encoding of its
+ * own. The messages written in one pass of the event loop (a turn's streamed chunks, read from the
+ * model at once) leave in one write.
+ */
+export interface MessageSink {
+  /** Resolves once the message is taken (the stream is not full); `written` once it reached the connection. */
+  write(message: object, written?: () => void): Promise<void>;
 }
 
 /** The connection as web streams, made once the first line is answered. */
@@ -195,7 +208,58 @@ export function front(input: Readable, output: Writable, web: WebStreams, versio
     close: () => out().close(),
     abort: (reason) => out().abort(reason),
   });
-  return { input: readable, output: writable, first };
+  let corked = false;
+  const send: MessageSink = {
+    async write(message, written) {
+      await first;
+      const { id, method } = message as { id?: unknown; method?: unknown };
+      if (method === undefined && (typeof id === "string" || typeof id === "number")) {
+        if (id === initializing?.id) {
+          initializing.answered();
+          initializing = undefined;
+        }
+        if (pending.delete(id) && pending.size === 0) drained?.();
+        // The SDK's own answer to the initialize answered ahead.
+        if (id === skip) {
+          skip = undefined;
+          // What the byte path held back while it waited for that answer goes first.
+          if (outgoing.length) output.write(outgoing);
+          outgoing = new Uint8Array(0);
+          return;
+        }
+      }
+      if (!corked) {
+        corked = true;
+        output.cork();
+        process.nextTick(() => {
+          corked = false;
+          output.uncork();
+        });
+      }
+      const taken = output.write(`${JSON.stringify(message)}\n`, written ? (e) => void (e ? undefined : written()) : undefined);
+      if (!taken) await drain(output);
+    },
+  };
+  return { input: readable, output: writable, send, first };
+}
+
+/** Resolves once a full stream has room again; rejects once it is closed or fails first. */
+function drain(output: Writable): Promise<void> {
+  if (output.destroyed || output.writableEnded) return Promise.reject(new Error("the connection is closed"));
+  return new Promise((resolve, reject) => {
+    const done = (e?: Error) => {
+      output.off("drain", onDrain);
+      output.off("close", onClose);
+      output.off("error", done);
+      if (e) reject(e);
+      else resolve();
+    };
+    const onDrain = () => done();
+    const onClose = () => done(new Error("the connection is closed"));
+    output.on("drain", onDrain);
+    output.on("close", onClose);
+    output.on("error", done);
+  });
 }
 
 /**

@@ -10,7 +10,7 @@ import type { AgentRef } from "../store/paths.js";
 import type { RunningAgent } from "./agent.js";
 import { agentCode } from "./bundle.js";
 import { UsageError, agentRef, type Command } from "./cli.js";
-import { front, type WebStreams } from "./front.js";
+import { front, type MessageSink, type WebStreams } from "./front.js";
 import { checkAgent } from "./check.js";
 import { captureConsole, log } from "./log.js";
 import { listenPort } from "./port.js";
@@ -100,7 +100,7 @@ export class Served {
 }
 
 /** Serves a connection, its first request answered by its front: gated on a port endpoint. */
-export type Target = (input: ReadableStream<Uint8Array>, output: WritableStream<Uint8Array>, gated: boolean) => Promise<void>;
+export type Target = (input: ReadableStream<Uint8Array>, output: WritableStream<Uint8Array>, gated: boolean, send?: MessageSink) => Promise<void>;
 
 /** What a serving process holds: its agents, its endpoints and its connections, and how it stops. */
 export class Process {
@@ -158,7 +158,7 @@ export class Process {
 
   /** The target of a connection to one agent. */
   oneAgent(served: Served): Target {
-    return async (input, output, gated) => (await served.loadFor()).connect(input, output, { gated });
+    return async (input, output, gated, send) => (await served.loadFor()).connect(input, output, { gated, ...(send ? { send } : {}) });
   }
 
   /** Takes back an agent added but never served (a Bind whose endpoint could not be made). */
@@ -192,7 +192,7 @@ export class Process {
     const c = front(input, output, web, this.version, this.max);
     return c.first.then(() => {
       for (const t of this.timers) clearTimeout(t);
-      return target(c.input, c.output, gated);
+      return target(c.input, c.output, gated, c.send);
     });
   }
 
