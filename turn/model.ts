@@ -316,7 +316,6 @@ export async function askModel(req: ModelRequest): Promise<ModelAnswer> {
   const c = await client(req.settings, env);
   const body = requestBody(req);
   const limits = { ...TIMEOUT_DEFAULTS, ...req.settings.timeouts };
-  const secrets = redactor(settingsSecrets(req.settings), envSecrets(env));
   // From here on it is the model's time: the request on its way, the model thinking, its answer coming.
   const started = performance.now();
   for (let retry = 0; ; retry++) {
@@ -329,7 +328,7 @@ export async function askModel(req: ModelRequest): Promise<ModelAnswer> {
     }
     if (failed === undefined || req.signal?.aborted) return into.answer(performance.now() - started, req.signal?.aborted ?? false);
     if (failed instanceof Cut) throw new ModelError("network", `the model's stream was cut: ${failed.message}`);
-    const { error, retry: again, asked } = await classify(failed, secrets, endpointName(req.settings.model.base_url));
+    const { error, retry: again, asked } = await classify(failed, redactor(settingsSecrets(req.settings), envSecrets(env)), endpointName(req.settings.model.base_url));
     if (!again || retry >= MAX_RETRIES) throw error;
     const cap = limits.retry_wait * 1000;
     if (asked !== undefined && asked > cap) {
