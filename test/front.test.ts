@@ -3,10 +3,12 @@
 import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
+import { PassThrough, Readable, Writable } from "node:stream";
 import * as acp from "@agentclientprotocol/sdk";
 import { z } from "zod";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { PROTOCOL_VERSION, initializeResult } from "../acp/initialize.js";
+import { front } from "../daemon/front.js";
 import { version } from "../daemon/version.js";
 import { writeSettings } from "../store/index.js";
 import { assertBuilt, BIN, MAIN } from "./fixtures/built.js";
@@ -122,5 +124,68 @@ describe("the front", () => {
     expect(JSON.parse(made)).toMatchObject({ result: { sessionId: expect.any(String) } });
     d.proc.stdin.end();
     expect((await d.exit()).code).toBe(0);
+  });
+
+  describe("its message sink", () => {
+    /** A client's end that takes `delay` ms over each write, with room for `room` bytes: a slow reader. */
+    function slowClient(room: number, delay: number) {
+      const writes: string[] = [];
+      const output = new Writable({
+        highWaterMark: room,
+        writev(chunks, done) {
+          writes.push(chunks.map((c) => String(c.chunk)).join(""));
+          setTimeout(done, delay);
+        },
+      });
+      return { output, writes };
+    }
+    const opened = (output: Writable) => {
+      const input = new PassThrough();
+      const c = front(input, output, () => ({ readable: Readable.toWeb(input) as ReadableStream<Uint8Array>, writable: Writable.toWeb(output) }), version(), 1024 * 1024);
+      input.write(init(1));
+      return c;
+    };
+    const note = (n: number) => ({ jsonrpc: "2.0", method: "session/update", params: { sessionId: "s", n } });
+
+    it("sends whole messages in order to a client that reads slowly, each answer told once it left, and the SDK's initialize answer left out", async () => {
+      const { output, writes } = slowClient(64, 1);
+      const c = opened(output);
+      await c.first;
+      const told: number[] = [];
+      await c.send.write({ jsonrpc: "2.0", id: 1, result: initializeResult(version()) }, () => told.push(1));
+      // One at a time, as the SDK sends: each waits for room once the client's end is full.
+      let held = 0;
+      for (let n = 0; n < 200; n++) {
+        await c.send.write(note(n));
+        held = Math.max(held, output.writableLength);
+      }
+      // What waits for the client is bounded by its room (and a message), not by how much was sent.
+      expect(held).toBeLessThan(64 + 2 * line(note(199)).length);
+      await c.send.write({ jsonrpc: "2.0", id: 2, result: { stopReason: "end_turn" } }, () => told.push(2));
+      await new Promise<void>((resolve) => output.end(resolve));
+      const got = answers(writes.join(""));
+      expect(got[0]).toEqual({ jsonrpc: "2.0", id: 1, result: initializeResult(version()) });
+      expect(got.slice(1, 201)).toEqual(Array.from({ length: 200 }, (_, n) => note(n)));
+      expect(got.slice(201)).toEqual([{ jsonrpc: "2.0", id: 2, result: { stopReason: "end_turn" } }]);
+      expect(told).toEqual([2]);
+    });
+
+    it("sends the messages of one pass of the event loop in one write", async () => {
+      const { output, writes } = slowClient(1024 * 1024, 0);
+      const c = opened(output);
+      await c.first;
+      const before = writes.length;
+      await Promise.all(Array.from({ length: 10 }, (_, n) => c.send.write(note(n))));
+      await new Promise((resolve) => setImmediate(resolve));
+      expect(writes.slice(before)).toEqual([Array.from({ length: 10 }, (_, n) => line(note(n))).join("")]);
+    });
+
+    it("refuses a message once the client's end is closed, rather than waiting for room that never comes", async () => {
+      const { output } = slowClient(16, 1);
+      const c = opened(output);
+      await c.first;
+      output.destroy();
+      await expect(c.send.write(note(0))).rejects.toThrow(/closed/);
+    });
   });
 });
