@@ -8,6 +8,7 @@ import { lazyImport } from "./load.js";
 import type { ChatMessage } from "./prompt.js";
 import { envSecrets, redactor, settingsSecrets, type Redactor } from "./redact.js";
 import { connectionFault } from "./faults.js";
+import { nodeFetch } from "./http.js";
 import { endpointName } from "./runtime.js";
 import type { OfferedCall } from "./tools.js";
 
@@ -126,7 +127,8 @@ async function client(settings: Settings, env: NodeJS.ProcessEnv = process.env):
   let c = clients.get(id);
   if (!c) {
     // No retries of the client's own: its wait before one honours any retry-after and can't be cut short.
-    c = new OpenAICtor({ baseURL: settings.model.base_url, apiKey: key, maxRetries: 0 });
+    // Over Node's own HTTP client (turn/http.ts) rather than its fetch.
+    c = new OpenAICtor({ baseURL: settings.model.base_url, apiKey: key, maxRetries: 0, fetch: nodeFetch });
     clients.set(id, c);
   }
   return c;

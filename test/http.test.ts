@@ -1,0 +1,200 @@
+// The model's requests over Node's own HTTP client (turn/http.ts), against a real server on loopback:
+// the answer streams as it arrives, connections are kept and reused, and what fails fails as fetch
+// fails, with Node's error as the cause.
+import { createServer, type IncomingMessage, type Server, type ServerResponse } from "node:http";
+import { createServer as createTcpServer, type AddressInfo, type Socket } from "node:net";
+import fc from "fast-check";
+import { afterEach, describe, expect, it } from "vitest";
+import { nodeFetch } from "../turn/http.js";
+
+let server: Server | undefined;
+const sockets = new Set<Socket>();
+
+async function serve(handler: (req: IncomingMessage, res: ServerResponse) => void): Promise<{ url: string; connections: () => number }> {
+  let connections = 0;
+  server = createServer(handler);
+  server.on("connection", (s: Socket) => {
+    connections++;
+    sockets.add(s);
+    s.on("close", () => sockets.delete(s));
+  });
+  await new Promise<void>((resolve) => server?.listen(0, "127.0.0.1", resolve));
+  const { port } = server.address() as AddressInfo;
+  return { url: `http://127.0.0.1:${port}`, connections: () => connections };
+}
+
+afterEach(async () => {
+  for (const s of sockets) s.destroy();
+  await new Promise<void>((resolve) => (server ? server.close(() => resolve()) : resolve()));
+  server = undefined;
+});
+
+async function readAll(body: ReadableStream<Uint8Array> | null): Promise<string> {
+  if (!body) return "";
+  return new Response(body).text();
+}
+
+describe("nodeFetch", () => {
+  it("sends the method, headers and body, and answers with the status, headers and body", async () => {
+    const { url } = await serve((req, res) => {
+      const parts: Buffer[] = [];
+      req.on("data", (c: Buffer) => parts.push(c));
+      req.on("end", () => {
+        res.writeHead(201, { "content-type": "application/json", "x-request-id": "r-1" });
+        res.end(JSON.stringify({ method: req.method, type: req.headers["content-type"], auth: req.headers.authorization, body: Buffer.concat(parts).toString() }));
+      });
+    });
+    const answer = await nodeFetch(`${url}/v1/chat/completions`, {
+      method: "POST",
+      headers: { "content-type": "application/json", authorization: "Bearer k" },
+      body: new TextEncoder().encode('{"a":1}'),
+    });
+    expect(answer.status).toBe(201);
+    expect(answer.ok).toBe(true);
+    expect(answer.headers.get("x-request-id")).toBe("r-1");
+    expect(await answer.json()).toEqual({ method: "POST", type: "application/json", auth: "Bearer k", body: '{"a":1}' });
+  });
+
+  it("hands over the answer's first bytes before the rest is sent", async () => {
+    let finish: (() => void) | undefined;
+    const { url } = await serve((_req, res) => {
+      res.writeHead(200, { "content-type": "text/event-stream" });
+      res.write("data: one\n\n");
+      finish = () => res.end("data: two\n\n");
+    });
+    const answer = await nodeFetch(url);
+    const reader = (answer.body as ReadableStream<Uint8Array>).getReader();
+    const first = await reader.read();
+    expect(new TextDecoder().decode(first.value)).toBe("data: one\n\n");
+    finish?.();
+    let rest = "";
+    for (let r = await reader.read(); !r.done; r = await reader.read()) rest += new TextDecoder().decode(r.value);
+    expect(rest).toBe("data: two\n\n");
+  });
+
+  it("keeps the connection for the next request", async () => {
+    const server = await serve((_req, res) => res.end("ok"));
+    for (let i = 0; i < 3; i++) expect(await (await nodeFetch(server.url)).text()).toBe("ok");
+    expect(server.connections()).toBe(1);
+  });
+
+  it("answers a status without a body with none", async () => {
+    const { url } = await serve((_req, res) => {
+      res.writeHead(204);
+      res.end();
+    });
+    const answer = await nodeFetch(url, { method: "DELETE" });
+    expect(answer.status).toBe(204);
+    expect(await readAll(answer.body)).toBe("");
+  });
+
+  it("fails as fetch does when nothing listens, Node's error its cause", async () => {
+    const { url } = await serve((_req, res) => res.end());
+    await new Promise<void>((resolve) => server?.close(() => resolve()));
+    for (const s of sockets) s.destroy();
+    server = undefined;
+    const failed = await nodeFetch(url).catch((e: unknown) => e);
+    expect(failed).toBeInstanceOf(TypeError);
+    expect((failed as TypeError).cause).toMatchObject({ code: "ECONNREFUSED" });
+  });
+
+  it("ends at once when its signal aborts, before or while the answer streams", async () => {
+    const { url } = await serve((_req, res) => {
+      res.writeHead(200);
+      res.write("part");
+    });
+    const early = new AbortController();
+    early.abort(new Error("never mind"));
+    await expect(nodeFetch(url, { signal: early.signal })).rejects.toThrow("never mind");
+    const late = new AbortController();
+    const answer = await nodeFetch(url, { signal: late.signal });
+    const reader = (answer.body as ReadableStream<Uint8Array>).getReader();
+    await reader.read();
+    late.abort(new Error("stop"));
+    await expect(reader.read()).rejects.toBeDefined();
+  });
+
+  it("refuses what it can't send: a URL not of HTTP, a body of another kind", async () => {
+    await expect(nodeFetch("file:///etc/passwd")).rejects.toThrow(/not an HTTP URL/);
+    await expect(nodeFetch("not a url")).rejects.toThrow(/invalid URL/);
+    await expect(nodeFetch("http://127.0.0.1:9/", { method: "POST", body: new Blob(["x"]) })).rejects.toThrow(/string or bytes/);
+  });
+
+  it("takes any answer an endpoint sends on the wire: a Response with the bytes sent, or a TypeError, never a hang", async () => {
+    // A raw endpoint: its status line, headers and body bytes as the fuzz made them, in pieces.
+    let next: Buffer[] = [];
+    const raw = createTcpServer((s) => {
+      sockets.add(s);
+      s.on("close", () => sockets.delete(s));
+      s.once("data", () => {
+        const pieces = next;
+        const send = (i: number): void => {
+          if (i >= pieces.length) s.end();
+          else s.write(pieces[i] as Buffer, () => setImmediate(() => send(i + 1)));
+        };
+        send(0);
+      });
+      s.on("error", () => undefined);
+    });
+    await new Promise<void>((resolve) => raw.listen(0, "127.0.0.1", resolve));
+    const { port } = raw.address() as AddressInfo;
+    const token = fc.stringMatching(/^[!#$%&'*+.^_`|~0-9A-Za-z-]{1,12}$/);
+    const answer = fc.record({
+      status: fc.oneof(
+        { weight: 6, arbitrary: fc.integer({ min: 200, max: 599 }) },
+        { weight: 1, arbitrary: fc.integer({ min: 0, max: 1200 }) },
+        { weight: 1, arbitrary: fc.constantFrom("abc", "-1", "2000", "") },
+      ),
+      reason: fc.oneof(fc.constant("OK"), fc.string({ maxLength: 20 })),
+      headers: fc.array(
+        fc.oneof(
+          { weight: 6, arbitrary: fc.tuple(token, fc.stringMatching(/^[\x21-\x7e]([\x20-\x7e]{0,28}[\x21-\x7e])?$/)) },
+          { weight: 1, arbitrary: fc.tuple(fc.string({ maxLength: 12 }), fc.uint8Array({ maxLength: 20 }).map((b) => Buffer.from(b).toString("latin1"))) },
+        ),
+        { maxLength: 6 },
+      ),
+      framing: fc.constantFrom("length", "close", "chunked", "wrong-length"),
+      body: fc.uint8Array({ maxLength: 300 }),
+      cuts: fc.array(fc.nat(), { maxLength: 4 }),
+    });
+    try {
+      await fc.assert(
+        fc.asyncProperty(answer, async (a) => {
+          const body = Buffer.from(a.body);
+          const head = [`HTTP/1.1 ${a.status} ${a.reason.replace(/[\r\n]/g, " ")}`, ...a.headers.map(([k, v]) => `${k.replace(/[\r\n:]/g, "")}: ${v.replace(/[\r\n]/g, " ")}`)];
+          let payload: Buffer;
+          if (a.framing === "length") payload = Buffer.concat([Buffer.from([...head, `content-length: ${body.length}`, "", ""].join("\r\n"), "latin1"), body]);
+          else if (a.framing === "wrong-length") payload = Buffer.concat([Buffer.from([...head, `content-length: ${body.length + 5}`, "", ""].join("\r\n"), "latin1"), body]);
+          else if (a.framing === "chunked") {
+            payload = Buffer.concat([Buffer.from([...head, "transfer-encoding: chunked", "", ""].join("\r\n"), "latin1"), Buffer.from(`${body.length.toString(16)}\r\n`), body, Buffer.from("\r\n0\r\n\r\n")]);
+          } else payload = Buffer.concat([Buffer.from([...head, "connection: close", "", ""].join("\r\n"), "latin1"), body]);
+          const at = [...new Set(a.cuts.map((c) => c % (payload.length + 1)))].sort((x, y) => x - y);
+          next = [0, ...at].map((from, i) => payload.subarray(from, at[i] ?? payload.length)).filter((p) => p.length > 0);
+          const got = await Promise.race([
+            nodeFetch(`http://127.0.0.1:${port}/`, { method: "POST", body: "{}", headers: { connection: "close" } }).then(
+              async (r) => ({ ok: true as const, status: r.status, body: await new Response(r.body).arrayBuffer().then((b) => Buffer.from(b), () => undefined) }),
+              (e: unknown) => ({ ok: false as const, error: e }),
+            ),
+            new Promise<"hung">((resolve) => setTimeout(() => resolve("hung"), 5_000)),
+          ]);
+          expect(got).not.toBe("hung");
+          if (got === "hung") return;
+          if (!got.ok) {
+            expect(got.error).toBeInstanceOf(TypeError);
+            return;
+          }
+          expect(got.status).toBeGreaterThanOrEqual(200);
+          expect(got.status).toBeLessThanOrEqual(599);
+          // Its body is the bytes sent (none for a status that has none), or, sent short of its length, an error while read.
+          const expected = [204, 205, 304].includes(got.status) ? Buffer.alloc(0) : body;
+          if (a.framing === "wrong-length" && got.body === undefined) return;
+          expect(got.body).toEqual(expected);
+        }),
+        { numRuns: 150 },
+      );
+    } finally {
+      for (const s of sockets) s.destroy();
+      await new Promise<void>((resolve) => raw.close(() => resolve()));
+    }
+  });
+});
