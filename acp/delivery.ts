@@ -31,22 +31,41 @@ export interface Debt {
 
 const nothing: Debt = { settle: () => undefined };
 
-/** Writes the prompt's owed file before its turn runs; a folder that can't take it costs only its recovery. */
+/**
+ * Owes the prompt's answer from the conversation's last event now: its owed file is written at the
+ * next pass of the event loop, once its turn's request is on its way (making a file costs this disk
+ * a quarter of a millisecond, which the request needn't wait for), and long before any answer can
+ * come back to be written. A folder that can't take it costs only its recovery.
+ */
 export function owe(conv: ConversationPaths, log: Logger): Debt {
   const name = owedName(randomBytes(8).toString("hex"));
   const path = `${conv.dir}/${name}`;
-  try {
-    writeOwed(conv, name, lastEventNumber(conv));
-  } catch (e) {
+  const cannot = (e: unknown) =>
     log.warn("the prompt's answer can't be recovered should it not reach the client", { thread: conv.thread, error: (e as Error).message });
+  let after: number;
+  try {
+    after = lastEventNumber(conv);
+  } catch (e) {
+    cannot(e);
     return nothing;
   }
   live.add(path);
+  const made = new Promise<boolean>((resolve) =>
+    setImmediate(() => {
+      try {
+        writeOwed(conv, name, after);
+        resolve(true);
+      } catch (e) {
+        cannot(e);
+        resolve(false);
+      }
+    }),
+  );
   return {
     settle(written) {
-      void written.then((ok) => {
+      void Promise.all([written, made]).then(([ok, owed]) => {
         live.delete(path);
-        if (ok) removeOwed(conv, name);
+        if (ok && owed) removeOwed(conv, name);
       });
     },
   };
