@@ -2,7 +2,7 @@
 import { existsSync, linkSync, lstatSync, readdirSync } from "node:fs";
 import { basename, dirname } from "node:path";
 import { Event, StoreError, describeIssues, type Numbered } from "../protocol/index.js";
-import { checkNoLinks, isErrno, jsonFault, LIMITS, readNoFollow, unlinkQuiet, writeTempAsync } from "./files.js";
+import { checkNoLinks, dropTemp, isErrno, jsonFault, LIMITS, makeTemp, readNoFollow, unlinkQuiet, writeTempAsync, type MadeFile } from "./files.js";
 import { removeQuiet, withFolder } from "./folder.js";
 import { eventName, eventNumber, type ConversationPaths } from "./paths.js";
 
@@ -187,6 +187,25 @@ export function ensureConversation(conv: ConversationPaths): void {
   withFolder(conv, () => undefined);
 }
 
+/** A file made ahead for an event, in the folder a lock holds: written by beginEvent, or dropped. */
+export interface PreparedEvent {
+  readonly made: MadeFile;
+}
+
+/**
+ * Makes the file of an event to come ahead of it (while the model answers, say), in the folder the
+ * caller's lock holds; undefined when no lock holds it (a folder opened for this call alone is closed
+ * after it, and its files' names with it). Written by beginEvent (`into`), or let go by dropEvent.
+ */
+export function prepareEvent(conv: ConversationPaths): PreparedEvent | undefined {
+  return withFolder(conv, (folder) => (folder.held ? { made: makeTemp(folder.base) } : undefined), { make: false });
+}
+
+/** Lets a file made ahead for an event that never came go. */
+export function dropEvent(prepared: PreparedEvent): void {
+  dropTemp(prepared.made);
+}
+
 /** An event whose file is being written and flushed: linked to its number by `link`, or let go. */
 export interface BegunEvent {
   /** Links it to the next free number once its file is flushed; resolves with the number. */
@@ -203,7 +222,7 @@ export interface BegunEvent {
  * lock), and the folder and the lock are checked again right before the link: nothing is written
  * outside, or once the lock is lost. Bad input throws at once, and writes nothing.
  */
-export function beginEvent(conv: ConversationPaths, event: Event): BegunEvent {
+export function beginEvent(conv: ConversationPaths, event: Event, into?: PreparedEvent): BegunEvent {
   const checked = Event.safeParse(event);
   if (!checked.success) throw new StoreError(`refused to write an invalid event: ${describeIssues(checked.error)}`, conv.dir);
   const text = `${JSON.stringify(checked.data)}\n`;
@@ -211,7 +230,8 @@ export function beginEvent(conv: ConversationPaths, event: Event): BegunEvent {
     throw new StoreError(`refused to write an event of ${text.length} characters: over the limit of ${LIMITS.event} bytes`, conv.dir);
   }
   // By its name in the folder: a folder opened for this write alone is closed once it is written.
-  const written = withFolder(conv, async (folder) => basename(await writeTempAsync(folder.base, text)));
+  // A file made ahead is the held folder's (prepareEvent), which this write goes through too.
+  const written = withFolder(conv, async (folder) => basename(await writeTempAsync(folder.base, text, undefined, into?.made)));
   written.catch(() => undefined);
   return {
     link: () =>

@@ -289,6 +289,31 @@ function create(path: string, mode: number): number {
   return fd;
 }
 
+/** A temp file made ahead of the text it will hold: open for writing, empty, private. */
+export interface MadeFile {
+  path: string;
+  fd: number;
+}
+
+/**
+ * Makes a temp file in `dir` ahead of its text, for writeTempAsync to write (`into`): making a file
+ * costs this disk about a quarter of a millisecond, which is best spent while nothing waits for it.
+ */
+export function makeTemp(dir: string, mode = FILE_MODE): MadeFile {
+  const path = tempName(dir);
+  return { path, fd: create(path, mode) };
+}
+
+/** Lets a temp file made ahead and never written go. */
+export function dropTemp(made: MadeFile): void {
+  try {
+    closeSync(made.fd);
+  } catch {
+    // Closed already.
+  }
+  unlinkQuiet(made.path);
+}
+
 /** Writes a temp file in the same folder, flushed to disk unless `flush` is false, and returns its path. No temp file outlives a failure. */
 export function writeTemp(dir: string, text: string, mode = FILE_MODE, flush = true): string {
   makeFolder(dir);
@@ -312,9 +337,9 @@ export function writeTemp(dir: string, text: string, mode = FILE_MODE, flush = t
  * a small file are quick and done at once; only the flush waits in the thread pool. It flushes the
  * data and what reading it back needs (fdatasync: the file's size), not its times.
  */
-export async function writeTempAsync(dir: string, text: string, mode = FILE_MODE): Promise<string> {
-  const tmp = tempName(dir);
-  const fd = create(tmp, mode);
+export async function writeTempAsync(dir: string, text: string, mode = FILE_MODE, into?: MadeFile): Promise<string> {
+  const tmp = into?.path ?? tempName(dir);
+  const fd = into?.fd ?? create(tmp, mode);
   try {
     writeAll(fd, text);
     await new Promise<void>((resolve, reject) => fdatasync(fd, (err) => (err ? reject(err) : resolve())));

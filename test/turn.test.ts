@@ -201,6 +201,25 @@ describe("a turn's writes", () => {
     expect(readdirSync(conv.dir).filter((n) => /^\d{12}\.json$/.test(n))).toEqual([eventName(1)]);
   });
 
+  it("leaves none of the files it makes while the model answers behind, however it ends", async () => {
+    const agent = agentWith();
+    const conv = paths(agent).conversation("ends");
+    server.script({ text: "answered" });
+    await turn(agent, "ends", "one");
+    server.script({ error: { status: 400, message: "refused" } });
+    await turn(agent, "ends", "two");
+    server.script({ text: "a long answer ".repeat(20), chunks: 20, chunkDelayMs: 20 });
+    // Cancelled once its answer began to stream: what came of it is kept, in the file made for it.
+    const cancel = new AbortController();
+    const running = runTurn({ agent, thread: "ends", message: { text: "three" }, signal: cancel.signal }, (e) => {
+      if (e.type === "text") cancel.abort();
+    });
+    expect((await running).stop).toBe("cancelled");
+    expect(readdirSync(conv.dir).filter((n) => n.startsWith(".tmp-"))).toEqual([]);
+    const kinds = readEventsFrom(conv, 1).map((e) => (e.event.kind === "message" ? `${e.event.role}: ${e.event.text.slice(0, 8)}` : e.event.kind));
+    expect(kinds).toEqual(["user: one", "assistant: answered", "user: two", "failure", "user: three", expect.stringMatching(/^assistant: /)]);
+  });
+
   it("a model set while a turn runs is the conversation's model at the next turn of the same process", async () => {
     const agent = agentWith();
     const conv = paths(agent).conversation("set-midway");

@@ -1,7 +1,7 @@
 // One turn, stateless: reads what it needs through the store, asks the model, runs tools in rounds,
 // and writes every event as it happens. It reports through a callback of plain events, never ACP.
 import type { AssistantMessage, Event, Failure, ModelInput, PromptPrints, Settings, StopReason, ToolCall, Usage, UserMessage } from "../protocol/index.js";
-import { beginEvent, flushHeld, type BegunEvent, forgetEvents, forgetSettings, LockLostError, paths, readSettings, readToolsList, withConversationLock, type ConversationPaths } from "../store/index.js";
+import { beginEvent, dropEvent, flushHeld, prepareEvent, type BegunEvent, type PreparedEvent, forgetEvents, forgetSettings, LockLostError, paths, readSettings, readToolsList, withConversationLock, type ConversationPaths } from "../store/index.js";
 import { forgetBodies } from "./body.js";
 import { runCalls } from "./calls.js";
 import { conversationShare, modelWindow, type ModelWindow } from "./facts.js";
@@ -91,8 +91,34 @@ class Turn {
   private writes: Promise<unknown> = Promise.resolve();
 
   /** Writes an event; a turn's events are written one after another, so they're numbered in order. */
-  write(event: Event, history?: History): Promise<number> {
-    return this.chain(event, (n) => history?.written(n, event));
+  write(event: Event, history?: History, into?: PreparedEvent): Promise<number> {
+    return this.chain(event, (n) => history?.written(n, event), undefined, into);
+  }
+
+  /** The file of the round's answer, made while the model answers (store/events.ts prepareEvent). */
+  private prepared: PreparedEvent | undefined;
+
+  /** Makes the next answer's file ahead, if it has none; one that can't be made is made when it is written. */
+  private prepare(): void {
+    if (this.prepared) return;
+    try {
+      this.prepared = prepareEvent(this.conv);
+    } catch {
+      this.prepared = undefined;
+    }
+  }
+
+  /** The file made ahead, taken for the answer it was made for. */
+  private takePrepared(): PreparedEvent | undefined {
+    const it = this.prepared;
+    this.prepared = undefined;
+    return it;
+  }
+
+  /** Lets an answer's file made ahead and not used go. */
+  dropPrepared(): void {
+    const it = this.takePrepared();
+    if (it) dropEvent(it);
   }
 
   /**
@@ -112,12 +138,13 @@ class Turn {
    * it may still be flushing; it is linked to its number only after them, so the numbers keep the
    * turn's order.
    */
-  private chain(event: Event, written: (n: number) => void, begin?: Promise<void>): Promise<number> {
+  private chain(event: Event, written: (n: number) => void, begin?: Promise<void>, into?: PreparedEvent): Promise<number> {
     // Through the folder the lock holds, checked, and only while the lock is this process's.
     let begun: BegunEvent | Promise<BegunEvent>;
     try {
-      begun = begin ? begin.then(() => beginEvent(this.conv, event)) : beginEvent(this.conv, event);
+      begun = begin ? begin.then(() => beginEvent(this.conv, event)) : beginEvent(this.conv, event, into);
     } catch (e) {
+      if (into) dropEvent(into);
       // Refused as it is (invalid, too large): nothing written, and nothing after it.
       const refused = Promise.reject(e as Error);
       refused.catch(() => undefined);
@@ -179,6 +206,7 @@ class Turn {
         return await this.rounds(settings, box);
       } finally {
         this.requested?.();
+        this.dropPrepared();
         await box?.close().catch(() => undefined);
       }
     } catch (e) {
@@ -253,8 +281,12 @@ class Turn {
           ...facts,
           onText: (delta) => this.listener({ type: "text", delta }),
         });
-        // The request is written by the time the event loop comes round (its client's steps are promises).
-        setImmediate(onItsWay);
+        // The request is written by the time the event loop comes round (its client's steps are
+        // promises): then the question's file is made, and the answer's, while the model answers.
+        setImmediate(() => {
+          onItsWay();
+          this.prepare();
+        });
         answer = await asking;
       } catch (e) {
         this.modelMs += performance.now() - asked;
@@ -285,7 +317,7 @@ class Turn {
       if (!answer.aborted || answer.text || toolCalls.length) {
         const prompt = { sections: prints, window: windowPrint(history.count.start, history.count.startTime) };
         const event = answerEvent(answer, { model, provider: settings.model.provider, toolCalls, stop, prompt });
-        const n = await this.write(event, history);
+        const n = await this.write(event, history, this.takePrepared());
         if (answer.text.trim()) this.lastAnswer = n;
       }
       this.listener(usageReport(this.conv, answer, messages, window.window, (message) => this.listener({ type: "warning", message })));
