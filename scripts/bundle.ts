@@ -7,7 +7,7 @@ import { spawnSync } from "node:child_process";
 import { readFileSync } from "node:fs";
 import { build } from "esbuild";
 import { dirname, join, relative } from "node:path";
-import { fileURLToPath } from "node:url";
+import { fileURLToPath, pathToFileURL } from "node:url";
 
 const ROOT = join(dirname(fileURLToPath(import.meta.url)), "..");
 export const BIN = "dist/daemon/lnk-link-harness.cjs";
@@ -44,6 +44,8 @@ process.stdout.write(`bundle: ${BIN} from ${inputs.length} modules (${inputs.joi
 // then V8's compiled code for it, made in a process of its own by one warm-up prompt (the same
 // Node, and no V8 flags, as the daemon runs with: V8 takes the code only then).
 export const AGENT = "dist/daemon/agent.cjs";
+// Link's model facts, read and checked now, held by the bundle as they are (turn/facts.ts).
+const { readShippedFacts } = (await import(pathToFileURL(join(ROOT, "dist", "turn", "facts.js")).href)) as typeof import("../turn/facts.js");
 const agent = await build({
   absWorkingDir: ROOT,
   entryPoints: ["dist/daemon/agent.js"],
@@ -59,7 +61,7 @@ const agent = await build({
   banner: {
     js: '"use strict";\nconst __bundle_url = require("node:url").pathToFileURL(__filename).href;\nconst __bundle_resolve = (name) => require("node:url").pathToFileURL(require.resolve(name)).href;',
   },
-  define: { "import.meta.url": "__bundle_url", "import.meta.resolve": "__bundle_resolve" },
+  define: { "import.meta.url": "__bundle_url", "import.meta.resolve": "__bundle_resolve", __LNK_SHIPPED_FACTS__: JSON.stringify(JSON.stringify(readShippedFacts())) },
   metafile: true,
   logLevel: "warning",
 });

@@ -7,6 +7,7 @@ import * as acp from "@agentclientprotocol/sdk";
 import type { ContentBlock, SessionConfigOption } from "@agentclientprotocol/sdk";
 import { describe, expect, it } from "vitest";
 import { paths, readEventsFrom } from "../store/index.js";
+import { readShippedFacts } from "../turn/facts.js";
 import { configure, daemonTestHooks, failure, scriptedSettings, startDaemon, stdioClient, tempDir, watched } from "./acp-client.js";
 import { BIN, MAIN, ROOT } from "./fixtures/built.js";
 import { run } from "./fixtures/child.js";
@@ -79,6 +80,22 @@ describe("the model option and the conversation's model", { timeout: 60_000 }, (
     expect(server.requests.at(-1)?.body.model).toBe("big-model");
     const last = readEventsFrom(paths({ dir }).conversation(sessionId), 1).at(-1)?.event;
     expect(last).toMatchObject({ kind: "failure", reason: "context_too_long", message: expect.stringContaining("window 8192 from runtime") });
+  });
+});
+
+describe("Link's facts", { timeout: 60_000 }, () => {
+  it("are the shipped file's in the daemon, which holds them as its build read them", async () => {
+    // No runtime answers here: the window is Link's entry for the model.
+    server.runtime = {};
+    const shipped = readShippedFacts()["qwen3-coder"];
+    expect(shipped?.window).toBeGreaterThan(0);
+    const dir = agent({ model: { provider: "qwen", name: "qwen3-coder", base_url: server.url } });
+    const d = watched(startDaemon(["--agent", dir], { XDG_CONFIG_HOME: config() }), cleanup);
+    const c = await stdioClient(d, cleanup);
+    const { sessionId } = await c.agent.request(acp.methods.agent.session.new, { cwd: ROOT, mcpServers: [] });
+    server.script({ error: { status: 400, message: "the prompt is too long", code: "context_length_exceeded" } });
+    const refused = await failure(c.agent.request(acp.methods.agent.session.prompt, { sessionId, prompt: text("hello") }));
+    expect(refused.message).toContain(`window ${String(shipped?.window)} from link`);
   });
 });
 

@@ -5,7 +5,7 @@ import { createServer, type IncomingMessage, type Server, type ServerResponse } 
 import { createServer as createTcpServer, type AddressInfo, type Socket } from "node:net";
 import fc from "fast-check";
 import { afterEach, describe, expect, it } from "vitest";
-import { nodeFetch } from "../turn/http.js";
+import { askText, nodeFetch, TooLarge } from "../turn/http.js";
 
 let server: Server | undefined;
 const sockets = new Set<Socket>();
@@ -178,6 +178,21 @@ describe("nodeFetch", () => {
             new Promise<"hung">((resolve) => setTimeout(() => resolve("hung"), 5_000)),
           ]);
           expect(got).not.toBe("hung");
+          // The same answer read whole and bounded, as a runtime's facts are: its bytes, or an error.
+          const max = 200;
+          const whole = await Promise.race([
+            askText(`http://127.0.0.1:${port}/`, { headers: { connection: "close" }, max }).then(
+              (r) => ({ ok: true as const, status: r.status, text: r.text }),
+              (e: unknown) => ({ ok: false as const, error: e }),
+            ),
+            new Promise<"hung">((resolve) => setTimeout(() => resolve("hung"), 5_000)),
+          ]);
+          expect(whole).not.toBe("hung");
+          if (whole !== "hung" && whole.ok && a.framing !== "wrong-length" && ![204, 205, 304].includes(whole.status) && whole.status >= 200) {
+            expect(body.length).toBeLessThanOrEqual(max);
+            expect(whole.text).toBe(body.toString("utf8"));
+          }
+          if (whole !== "hung" && !whole.ok) expect(whole.error).toBeInstanceOf(Error);
           if (got === "hung") return;
           if (!got.ok) {
             expect(got.error).toBeInstanceOf(TypeError);
@@ -196,5 +211,47 @@ describe("nodeFetch", () => {
       for (const s of sockets) s.destroy();
       await new Promise<void>((resolve) => raw.close(() => resolve()));
     }
+  });
+
+  describe("askText", () => {
+    it("reads an answer whole, with its status and headers, and sends its body", async () => {
+      const { url } = await serve((req, res) => {
+        const parts: Buffer[] = [];
+        req.on("data", (c: Buffer) => parts.push(c));
+        req.on("end", () => {
+          res.writeHead(404, { "content-type": "application/json", location: "/elsewhere" });
+          res.end(JSON.stringify({ got: Buffer.concat(parts).toString(), type: req.headers["content-type"] }));
+        });
+      });
+      const r = await askText(`${url}/api/show`, { method: "POST", headers: { "content-type": "application/json" }, body: '{"model":"m"}', max: 1024 });
+      expect(r.status).toBe(404);
+      expect(r.headers.location).toBe("/elsewhere");
+      expect(JSON.parse(r.text)).toEqual({ got: '{"model":"m"}', type: "application/json" });
+    });
+
+    it("stops at its bound, whether the answer says its length or not", async () => {
+      const { url } = await serve((req, res) => {
+        if (req.url === "/said") {
+          res.writeHead(200, { "content-length": "5000" });
+          res.end("x".repeat(5000));
+        } else {
+          res.writeHead(200);
+          res.write("x".repeat(3000));
+          res.end("y".repeat(3000));
+        }
+      });
+      await expect(askText(`${url}/said`, { max: 4096 })).rejects.toBeInstanceOf(TooLarge);
+      await expect(askText(`${url}/unsaid`, { max: 4096 })).rejects.toBeInstanceOf(TooLarge);
+      expect((await askText(`${url}/unsaid`, { max: 6000 })).text).toBe("x".repeat(3000) + "y".repeat(3000));
+    });
+
+    it("ends when its signal aborts, and fails when nothing listens", async () => {
+      const { url } = await serve(() => undefined);
+      const stop = new AbortController();
+      const asked = askText(url, { signal: stop.signal, max: 10 });
+      setTimeout(() => stop.abort(new Error("enough")), 20);
+      await expect(asked).rejects.toBeDefined();
+      await expect(askText("http://127.0.0.1:9/", { max: 10 })).rejects.toMatchObject({ code: "ECONNREFUSED" });
+    });
   });
 });

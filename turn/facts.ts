@@ -16,6 +16,29 @@ export const DEFAULT_ANSWER = 4_096;
 const SHIPPED = [new URL("../protocol/model-facts.toml", import.meta.url), new URL("../../protocol/model-facts.toml", import.meta.url)];
 const shippedPath = () => SHIPPED.find((u) => existsSync(u)) ?? SHIPPED[0]!;
 
+/**
+ * Link's facts as the agent's bundle holds them: the shipped file read, checked and lowercased when
+ * the bundle was built (scripts/bundle.ts), where parsing its TOML and checking it against the
+ * schema cost a session's first turn some 6 ms. Undefined outside the bundle: the file is read.
+ */
+declare const __LNK_SHIPPED_FACTS__: string | undefined;
+
+/** Link's facts, read from the shipped file, checked, each name lowercased (what the bundle holds). */
+export function readShippedFacts(): Record<string, ModelFact> {
+  return loadFacts(shippedPath(), true);
+}
+
+function shippedFacts(): Record<string, ModelFact> {
+  if (typeof __LNK_SHIPPED_FACTS__ !== "string") return readShippedFacts();
+  // No prototype, as loadFacts makes it.
+  const out = Object.create(null) as Record<string, ModelFact>;
+  // Checked against ModelFacts by readShippedFacts when the bundle was built, and part of its code since.
+  // eslint-disable-next-line no-restricted-syntax
+  const held = JSON.parse(__LNK_SHIPPED_FACTS__) as Record<string, ModelFact>;
+  for (const [k, v] of Object.entries(held)) out[k] = v;
+  return out;
+}
+
 export class FactsError extends Error {}
 
 /** The most of a facts file read: Link's own is a few KiB. */
@@ -116,7 +139,7 @@ export function lookup(facts: Record<string, ModelFact>, model: string): ModelFa
  * for qwen3-coder, and your `qwen3-coder` answer changes only its answer.
  */
 export function layeredFacts(model: string, env: NodeJS.ProcessEnv = process.env): LayeredFacts {
-  shipped ??= loadFacts(shippedPath(), true);
+  shipped ??= shippedFacts();
   const candidates = [
     ...matches(yourFacts(yourFactsPath(env)), model).map((m) => ({ ...m, from: "yours" as const })),
     ...matches(shipped, model).map((m) => ({ ...m, from: "link" as const })),

@@ -3,7 +3,7 @@
 // changes is the layer under it: a request written straight to a kept-alive socket and its answer
 // read from it, where Node's fetch (undici) makes a Request, a body stream and a Response of its own
 // at every step, some half a millisecond of a turn's own time.
-import { Agent as HttpAgent, request as httpRequest, type IncomingMessage } from "node:http";
+import { Agent as HttpAgent, request as httpRequest, type IncomingHttpHeaders, type IncomingMessage } from "node:http";
 import { Agent as HttpsAgent, request as httpsRequest } from "node:https";
 import { Readable } from "node:stream";
 
@@ -70,4 +70,70 @@ export function nodeFetch(input: string | URL | Request, init: RequestInit = {})
     req.on("error", (e) => (signal?.aborted ? reject(signal.reason ?? e) : failed(e)));
     req.end(body ?? undefined);
   });
+}
+
+/** An answer read whole, as bytes that were at most the bound asked for. */
+export interface TextAnswer {
+  status: number;
+  headers: IncomingHttpHeaders;
+  text: string;
+}
+
+/** An answer longer than the bound it was read with: its reading stopped there. */
+export class TooLarge extends Error {}
+
+/**
+ * A small request whose answer is read whole, at most `max` bytes (a runtime's facts, a list of
+ * models): over Node's HTTP client alone, so it needs none of fetch's classes, which load on their
+ * first use (some 20 ms). A redirect is answered as such, never followed. Rejects when no answer
+ * comes, as the signal aborts, or with TooLarge.
+ */
+export function askText(url: string, init: { method?: string; headers?: Record<string, string>; body?: string; signal?: AbortSignal; max: number }): Promise<TextAnswer> {
+  let target: URL;
+  try {
+    target = new URL(url);
+  } catch (e) {
+    return Promise.reject(new TypeError(`invalid URL: ${(e as Error).message}`));
+  }
+  if (target.protocol !== "http:" && target.protocol !== "https:") return Promise.reject(new TypeError(`not an HTTP URL: ${target.protocol}`));
+  const https = target.protocol === "https:";
+  const headers = { ...init.headers, ...(init.body !== undefined ? { "content-length": String(Buffer.byteLength(init.body)) } : {}) };
+  return new Promise((resolve, reject) => {
+    const req = (https ? httpsRequest : httpRequest)(
+      target,
+      { method: init.method ?? "GET", headers, agent: https ? agents.https : agents.http, ...(init.signal ? { signal: init.signal } : {}) },
+      (res) => {
+        const declared = Number(res.headers["content-length"] ?? "0");
+        if (declared > init.max) {
+          reject(new TooLarge(`${declared} bytes`));
+          res.destroy();
+          return;
+        }
+        const chunks: Buffer[] = [];
+        let size = 0;
+        res.on("data", (chunk: Buffer) => {
+          size += chunk.length;
+          if (size > init.max) {
+            reject(new TooLarge(`over ${init.max} bytes`));
+            res.destroy();
+            return;
+          }
+          chunks.push(chunk);
+        });
+        res.on("end", () => resolve({ status: res.statusCode ?? 0, headers: res.headers, text: Buffer.concat(chunks).toString("utf8") }));
+        res.on("error", reject);
+        res.on("aborted", () => reject(new Error("the answer was cut short")));
+      },
+    );
+    req.on("error", reject);
+    req.end(init.body);
+  });
+}
+
+/**
+ * Loads fetch's classes (Headers, Response), which the model's client builds every request with and
+ * Node loads on their first use, some 20 ms: ahead of a first turn, at a moment nothing waits for.
+ */
+export function loadFetchClasses(): void {
+  void new Headers();
 }

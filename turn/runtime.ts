@@ -7,6 +7,7 @@ import { isIP } from "node:net";
 import { z } from "zod";
 import type { Settings } from "../protocol/index.js";
 import { connectionFault } from "./faults.js";
+import { askText, TooLarge, type TextAnswer } from "./http.js";
 
 /** Ollama's context when nothing sets num_ctx on a small machine (NOTES.md). */
 export const OLLAMA_DEFAULT_CONTEXT = 4_096;
@@ -96,48 +97,32 @@ class NotThis extends Error {}
 
 /** GETs (or POSTs) JSON from a runtime; throws NotThis for an answer that isn't one, anything else for no answer at all. */
 async function askJson(url: string, init: { method?: string; body?: unknown; headers: Record<string, string>; signal: AbortSignal }): Promise<unknown> {
-  const res = await fetch(url, {
-    method: init.method ?? "GET",
-    headers: { accept: "application/json", ...init.headers, ...(init.body !== undefined ? { "content-type": "application/json" } : {}) },
-    ...(init.body !== undefined ? { body: JSON.stringify(init.body) } : {}),
-    signal: init.signal,
-    redirect: "error",
-  });
-  if (!res.ok) {
-    await res.body?.cancel().catch(() => undefined);
-    throw new NotThis(`${res.status}`);
-  }
-  const length = Number(res.headers.get("content-length") ?? "0");
-  if (length > ANSWER_MAX) {
-    await res.body?.cancel().catch(() => undefined);
-    throw new NotThis("too large");
-  }
-  const text = await readBounded(res);
+  let res: TextAnswer;
   try {
-    const value: unknown = JSON.parse(text);
+    res = await askText(url, {
+      method: init.method ?? "GET",
+      headers: { accept: "application/json", ...init.headers, ...(init.body !== undefined ? { "content-type": "application/json" } : {}) },
+      ...(init.body !== undefined ? { body: JSON.stringify(init.body) } : {}),
+      signal: init.signal,
+      max: ANSWER_MAX,
+    });
+  } catch (e) {
+    if (e instanceof TooLarge) throw new NotThis("too large");
+    throw e;
+  }
+  // A redirect is not followed: no answer here.
+  if (REDIRECTS.has(res.status) && res.headers.location !== undefined) throw new Error(`redirected (${res.status})`);
+  if (res.status < 200 || res.status > 299) throw new NotThis(`${res.status}`);
+  try {
+    const value: unknown = JSON.parse(res.text);
     return value;
   } catch {
     throw new NotThis("not JSON");
   }
 }
 
-async function readBounded(res: Response): Promise<string> {
-  if (!res.body) return "";
-  const chunks: Uint8Array[] = [];
-  let size = 0;
-  const reader = res.body.getReader();
-  for (;;) {
-    const { done, value } = await reader.read();
-    if (done) break;
-    size += value.byteLength;
-    if (size > ANSWER_MAX) {
-      await reader.cancel().catch(() => undefined);
-      throw new NotThis("too large");
-    }
-    chunks.push(value);
-  }
-  return Buffer.concat(chunks).toString("utf8");
-}
+/** The statuses fetch would follow to another address. */
+const REDIRECTS = new Set([301, 302, 303, 307, 308]);
 
 const positive = z.number().int().positive().max(1e9);
 const OllamaShow = z.object({ model_info: z.record(z.string(), z.unknown()).optional(), parameters: z.string().optional() }).loose();
