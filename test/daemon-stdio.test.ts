@@ -168,8 +168,9 @@ describe("a conversation over stdio", { timeout: 120_000 }, () => {
     expect(d.child.exitCode).toBeNull();
     // stdout held answers only; stderr, one JSON object a line, the SDK's complaint among them (its
     // pipe is read apart from stdout's, so the line may come a little after the answer).
-    // (and the commands a new session offers, announced after its answer).
-    const offered = (m: Record<string, unknown>) => m.method === "session/update" && (m.params as { update?: { sessionUpdate?: string } }).update?.sessionUpdate === "available_commands_update";
+    // (and what a new session is told after its answer: the commands it offers, the endpoint's models).
+    const told = new Set(["available_commands_update", "config_option_update"]);
+    const offered = (m: Record<string, unknown>) => m.method === "session/update" && told.has(String((m.params as { update?: { sessionUpdate?: string } }).update?.sessionUpdate));
     expect(got.every((m) => m.jsonrpc === "2.0" && ("id" in m || offered(m)))).toBe(true);
     for (const until = Date.now() + 5_000; !d.stderr().includes("987") && Date.now() < until; ) await new Promise((r) => setTimeout(r, 20));
     const log = d.stderr().trim().split("\n").map((line) => z.record(z.string(), z.unknown()).parse(JSON.parse(line)));
