@@ -130,12 +130,13 @@ export async function serveBlank(p: Process, command: Extract<Command, { kind: "
       if (!command.socket && command.port === undefined) p.serveStdio(p.oneAgent(served), fields, true);
       bound = served;
       log.info("bound", fields);
-      // The agent, and what its first turn asks of its model, made ready while its client connects.
+      // What its first turn asks of its model is asked now, its requests on their way before the
+      // client has read this answer; the agent is made while its client connects.
+      void p.agentCode()
+        .then((code) => code.readyAhead(b.settings()))
+        .catch(() => undefined);
       setImmediate(() => {
         served.load().catch((e: unknown) => log.warn("loading the agent failed: the first connection tries again", { error: (e as Error).message }));
-        void p.agentCode()
-          .then((code) => code.readyAhead(b.settings()))
-          .catch(() => undefined);
       });
       return {};
     } catch (e) {
