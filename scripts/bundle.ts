@@ -62,6 +62,18 @@ const agent = await build({
     js: '"use strict";\nconst __bundle_url = require("node:url").pathToFileURL(__filename).href;\nconst __bundle_resolve = (name) => require("node:url").pathToFileURL(require.resolve(name)).href;',
   },
   define: { "import.meta.url": "__bundle_url", "import.meta.resolve": "__bundle_resolve", __LNK_SHIPPED_FACTS__: JSON.stringify(JSON.stringify(readShippedFacts())) },
+  plugins: [
+    {
+      // proper-lockfile's own file system is graceful-fs, which it uses only where a lock is given
+      // none: store/lock.ts gives every lock its own. Loaded, graceful-fs would cost a start some
+      // 4 ms and wrap Node's fs.close and fs.closeSync for the whole process; the bundle gives
+      // proper-lockfile Node's fs in its place.
+      name: "no-graceful-fs",
+      setup(b) {
+        b.onResolve({ filter: /^graceful-fs$/ }, () => ({ path: "node:fs", external: true }));
+      },
+    },
+  ],
   metafile: true,
   logLevel: "warning",
 });
