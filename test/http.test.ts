@@ -114,6 +114,14 @@ describe("nodeFetch", () => {
     await expect(reader.read()).rejects.toBeDefined();
   });
 
+  it("speaks TLS to an https:// URL: a server that answers in plain HTTP fails the handshake, as fetch fails", async () => {
+    const { url } = await serve((_req, res) => res.end("plain"));
+    const failed = await nodeFetch(url.replace(/^http:/, "https:")).catch((e: unknown) => e);
+    expect(failed).toBeInstanceOf(TypeError);
+    expect(String((failed as TypeError).cause)).toMatch(/SSL|TLS|wrong version|EPROTO/i);
+    await expect(askText(url.replace(/^http:/, "https:"), { max: 10 })).rejects.toThrow(/SSL|TLS|wrong version|EPROTO/i);
+  });
+
   it("refuses what it can't send: a URL not of HTTP, a body of another kind", async () => {
     await expect(nodeFetch("file:///etc/passwd")).rejects.toThrow(/not an HTTP URL/);
     await expect(nodeFetch("not a url")).rejects.toThrow(/invalid URL/);

@@ -3,12 +3,34 @@
 // changes is the layer under it: a request written straight to a kept-alive socket and its answer
 // read from it, where Node's fetch (undici) makes a Request, a body stream and a Response of its own
 // at every step, some half a millisecond of a turn's own time.
-import { Agent as HttpAgent, request as httpRequest, type IncomingHttpHeaders, type IncomingMessage } from "node:http";
-import { Agent as HttpsAgent, request as httpsRequest } from "node:https";
+import { Agent as HttpAgent, request as httpRequest, type ClientRequest, type IncomingHttpHeaders, type IncomingMessage, type RequestOptions } from "node:http";
+import { createRequire } from "node:module";
 import { Readable } from "node:stream";
 
-/** One pool of kept-alive connections per scheme, for the process. */
-const agents = { http: new HttpAgent({ keepAlive: true }), https: new HttpsAgent({ keepAlive: true }) };
+/** Kept-alive connections over plain HTTP, for the process (a local endpoint's, Link's proxy's). */
+const plain = new HttpAgent({ keepAlive: true });
+
+/**
+ * node:https, with its pool of kept-alive connections, loaded at the first https:// request: TLS
+ * and what it loads cost a start some 4 ms that an endpoint over plain HTTP never needs.
+ */
+let secure: { request: typeof import("node:https").request; agent: import("node:https").Agent } | undefined;
+function tls(): NonNullable<typeof secure> {
+  if (!secure) {
+    const https = createRequire(import.meta.url)("node:https") as typeof import("node:https");
+    secure = { request: https.request, agent: new https.Agent({ keepAlive: true }) };
+  }
+  return secure;
+}
+
+/** A request to `url` over its scheme, through that scheme's kept-alive connections. */
+function send(url: URL, options: RequestOptions, onAnswer: (res: IncomingMessage) => void): ClientRequest {
+  if (url.protocol === "https:") {
+    const { request, agent } = tls();
+    return request(url, { ...options, agent }, onAnswer);
+  }
+  return httpRequest(url, { ...options, agent: plain }, onAnswer);
+}
 
 /** Statuses whose answer has no body, which a Response refuses to be given one for. */
 const NO_BODY = new Set([101, 204, 205, 304]);
@@ -46,12 +68,11 @@ export function nodeFetch(input: string | URL | Request, init: RequestInit = {})
     return Promise.reject(new TypeError("only a string or bytes can be sent as a body"));
   }
   const signal = init.signal ?? undefined;
-  const https = url.protocol === "https:";
   return new Promise((resolve, reject) => {
     const failed = (e: Error) => reject(new TypeError("fetch failed", { cause: e }));
     let req;
     try {
-      req = (https ? httpsRequest : httpRequest)(url, { method: init.method ?? "GET", headers, agent: https ? agents.https : agents.http, ...(signal ? { signal } : {}) }, (res) => {
+      req = send(url, { method: init.method ?? "GET", headers, ...(signal ? { signal } : {}) }, (res) => {
         const status = res.statusCode ?? 0;
         try {
           const stream = NO_BODY.has(status) || init.method === "HEAD" ? null : (Readable.toWeb(res) as ReadableStream<Uint8Array>);
@@ -96,12 +117,11 @@ export function askText(url: string, init: { method?: string; headers?: Record<s
     return Promise.reject(new TypeError(`invalid URL: ${(e as Error).message}`));
   }
   if (target.protocol !== "http:" && target.protocol !== "https:") return Promise.reject(new TypeError(`not an HTTP URL: ${target.protocol}`));
-  const https = target.protocol === "https:";
   const headers = { ...init.headers, ...(init.body !== undefined ? { "content-length": String(Buffer.byteLength(init.body)) } : {}) };
   return new Promise((resolve, reject) => {
-    const req = (https ? httpsRequest : httpRequest)(
+    const req = send(
       target,
-      { method: init.method ?? "GET", headers, agent: https ? agents.https : agents.http, ...(init.signal ? { signal: init.signal } : {}) },
+      { method: init.method ?? "GET", headers, ...(init.signal ? { signal: init.signal } : {}) },
       (res) => {
         const declared = Number(res.headers["content-length"] ?? "0");
         if (declared > init.max) {
