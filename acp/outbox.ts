@@ -3,19 +3,66 @@ import * as acp from "@agentclientprotocol/sdk";
 import type { AgentContext, SessionUpdate } from "@agentclientprotocol/sdk";
 import type { Subscriber } from "./turns.js";
 
-/** One connection's updates, sent in the order they were made; a connection that went away is skipped. */
+/** The kinds of update whose text a client appends to the one before it. */
+const APPENDED = new Set(["agent_message_chunk", "agent_thought_chunk"]);
+
+/** A text update that a client appends to the one before: its text; undefined for any other. */
+function appendedText(update: SessionUpdate): string | undefined {
+  if (!APPENDED.has(update.sessionUpdate)) return undefined;
+  const { content, _meta } = update as { content?: { type?: unknown; text?: unknown; _meta?: unknown; annotations?: unknown }; _meta?: unknown };
+  if (_meta !== undefined && _meta !== null) return undefined;
+  if (content?.type !== "text" || typeof content.text !== "string" || content._meta !== undefined || content.annotations !== undefined) return undefined;
+  return content.text;
+}
+
+/** A text update not sent yet, which the text that follows it in the same pass of the event loop joins. */
+interface Open {
+  sessionId: string;
+  kind: string;
+  text: string;
+}
+
+/**
+ * One connection's updates, sent in the order they were made; a connection that went away is
+ * skipped. Text chunks of one kind that follow one another within one pass of the event loop (the
+ * chunks of one read from the model) leave as one update: a client appends them all the same, and
+ * is sent, and checks, one message where it would be several.
+ */
 export class Outbox {
   private chain: Promise<void> = Promise.resolve();
   private gone = false;
   private readonly subscribers = new Map<string, Subscriber>();
+  private open: Open | undefined;
 
   send(client: AgentContext, sessionId: string, update: SessionUpdate): void {
     if (this.gone) return;
-    this.chain = this.chain
-      .then(() => client.notify(acp.methods.client.session.update, { sessionId, update }))
-      .catch(() => {
-        this.gone = true;
-      });
+    const text = appendedText(update);
+    const open = this.open;
+    if (text !== undefined && open && open.sessionId === sessionId && open.kind === update.sessionUpdate) {
+      open.text += text;
+      return;
+    }
+    this.open = undefined;
+    if (text === undefined) {
+      this.queue(() => client.notify(acp.methods.client.session.update, { sessionId, update }));
+      return;
+    }
+    const held: Open = { sessionId, kind: update.sessionUpdate, text };
+    this.open = held;
+    // Sent once the pass is over (its promises all run), with all the text that joined it.
+    const passOver = new Promise<void>((resolve) => process.nextTick(resolve));
+    this.queue(async () => {
+      await passOver;
+      if (this.open === held) this.open = undefined;
+      const joined = { sessionUpdate: held.kind, content: { type: "text", text: held.text } } as SessionUpdate;
+      await client.notify(acp.methods.client.session.update, { sessionId, update: joined });
+    });
+  }
+
+  private queue(step: () => Promise<void>): void {
+    this.chain = this.chain.then(step).catch(() => {
+      this.gone = true;
+    });
   }
 
   /** This connection's view of a session, the same object each time so a turn sends it each update once. */

@@ -124,6 +124,30 @@ describe("initialize and sessions", () => {
 });
 
 describe("prompts", () => {
+  it("sends the text chunks of one pass of the event loop as one update, in order with the rest, and those of later passes apart", async () => {
+    const { state } = setup(async (_input, listener) => {
+      // Read from the model at once: one pass.
+      for (const delta of ["The ", "quick ", "fox"]) listener({ type: "text", delta });
+      listener({ type: "tool_call", id: "c1", name: "x__look", arguments: {} });
+      listener({ type: "tool_result", id: "c1", name: "x__look", status: "completed", text: "seen" });
+      listener({ type: "text", delta: " jumps" });
+      // Then chunks that come one by one, each in a pass of its own.
+      for (const delta of [" over", " the dog."]) {
+        await new Promise((resolve) => setImmediate(resolve));
+        listener({ type: "text", delta });
+      }
+      return done();
+    });
+    const { c, prompt } = await session(state);
+    await prompt("go");
+    const sent = c.updates
+      .map((u) => u.update)
+      .filter((u) => u.sessionUpdate !== "available_commands_update" && u.sessionUpdate !== "usage_update")
+      .map((u) => (u.sessionUpdate === "agent_message_chunk" ? (u.content as { text: string }).text : u.sessionUpdate));
+    expect(sent).toEqual(["The quick fox", "tool_call", "tool_call_update", " jumps", " over", " the dog."]);
+    c.close();
+  });
+
   it("passes who, where and when to the turn and streams its reports with the chat's verbosity", async () => {
     let seen: TurnInput | undefined;
     const { state } = setup(async (input, listener) => {
