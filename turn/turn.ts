@@ -98,9 +98,12 @@ class Turn {
   /** The file of the round's answer, made while the model answers (store/events.ts prepareEvent). */
   private prepared: PreparedEvent | undefined;
 
+  /** Whether the turn has ended: nothing more is made ahead for it. */
+  private ended = false;
+
   /** Makes the next answer's file ahead, if it has none; one that can't be made is made when it is written. */
   private prepare(): void {
-    if (this.prepared) return;
+    if (this.prepared || this.ended) return;
     try {
       this.prepared = prepareEvent(this.conv);
     } catch {
@@ -206,6 +209,8 @@ class Turn {
         return await this.rounds(settings, box);
       } finally {
         this.requested?.();
+        // A round's request that ended at once (its signal aborted) may have left its making ahead to come.
+        this.ended = true;
         this.dropPrepared();
         await box?.close().catch(() => undefined);
       }
