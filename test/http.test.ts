@@ -34,16 +34,21 @@ async function readAll(body: ReadableStream<Uint8Array> | null): Promise<string>
   return new Response(body).text();
 }
 
+/** A server answering with `status` and `headers`, its body what it was sent: method, content type, key and body. */
+function echoing(status: number, headers: Record<string, string>) {
+  return serve((req, res) => {
+    const parts: Buffer[] = [];
+    req.on("data", (c: Buffer) => parts.push(c));
+    req.on("end", () => {
+      res.writeHead(status, { "content-type": "application/json", ...headers });
+      res.end(JSON.stringify({ method: req.method, type: req.headers["content-type"], auth: req.headers.authorization, body: Buffer.concat(parts).toString() }));
+    });
+  });
+}
+
 describe("nodeFetch", () => {
   it("sends the method, headers and body, and answers with the status, headers and body", async () => {
-    const { url } = await serve((req, res) => {
-      const parts: Buffer[] = [];
-      req.on("data", (c: Buffer) => parts.push(c));
-      req.on("end", () => {
-        res.writeHead(201, { "content-type": "application/json", "x-request-id": "r-1" });
-        res.end(JSON.stringify({ method: req.method, type: req.headers["content-type"], auth: req.headers.authorization, body: Buffer.concat(parts).toString() }));
-      });
-    });
+    const { url } = await echoing(201, { "x-request-id": "r-1" });
     const answer = await nodeFetch(`${url}/v1/chat/completions`, {
       method: "POST",
       headers: { "content-type": "application/json", authorization: "Bearer k" },
@@ -223,18 +228,11 @@ describe("nodeFetch", () => {
 
   describe("askText", () => {
     it("reads an answer whole, with its status and headers, and sends its body", async () => {
-      const { url } = await serve((req, res) => {
-        const parts: Buffer[] = [];
-        req.on("data", (c: Buffer) => parts.push(c));
-        req.on("end", () => {
-          res.writeHead(404, { "content-type": "application/json", location: "/elsewhere" });
-          res.end(JSON.stringify({ got: Buffer.concat(parts).toString(), type: req.headers["content-type"] }));
-        });
-      });
+      const { url } = await echoing(404, { location: "/elsewhere" });
       const r = await askText(`${url}/api/show`, { method: "POST", headers: { "content-type": "application/json" }, body: '{"model":"m"}', max: 1024 });
       expect(r.status).toBe(404);
       expect(r.headers.location).toBe("/elsewhere");
-      expect(JSON.parse(r.text)).toEqual({ got: '{"model":"m"}', type: "application/json" });
+      expect(JSON.parse(r.text)).toEqual({ method: "POST", body: '{"model":"m"}', type: "application/json" });
     });
 
     it("stops at its bound, whether the answer says its length or not", async () => {
