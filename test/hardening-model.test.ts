@@ -3,6 +3,8 @@
 // or only keeps itself alive, and usage numbers no count can be. Each turn ends with what a person
 // can act on, promptly, and nothing secret is kept, sent or logged.
 import { readdirSync, readFileSync } from "node:fs";
+import { createServer } from "node:http";
+import type { AddressInfo } from "node:net";
 import { join } from "node:path";
 import * as acp from "@agentclientprotocol/sdk";
 import type { ContentBlock } from "@agentclientprotocol/sdk";
@@ -75,6 +77,31 @@ describe("an endpoint that echoes the key", { timeout: 30_000 }, () => {
       expect(d.stderr()).toMatch(/"failure":"the model answered 401/);
       expect(d.stderr()).not.toContain(KEY);
     }
+  });
+});
+
+describe("an endpoint that redirects", { timeout: 30_000 }, () => {
+  it("is not followed: the turn fails naming the status, and the key goes nowhere else", async () => {
+    // Every request is sent on to the scripted model, at another address.
+    const redirecting = createServer((req, res) => {
+      req.resume();
+      res.writeHead(307, { location: `${server.url}${req.url?.replace(/^\/v1/, "") ?? ""}` });
+      res.end();
+    });
+    await new Promise<void>((resolve) => redirecting.listen(0, "127.0.0.1", resolve));
+    cleanup.push(() => new Promise<void>((resolve) => redirecting.close(() => resolve())));
+    const { port } = redirecting.address() as AddressInfo;
+    const dir = agent({}, { base_url: `http://127.0.0.1:${port}/v1`, key: KEY });
+    const d = daemon(dir);
+    const { c, sessionId } = await session(d);
+    const asked = server.requests.length;
+    const failed = await failure(prompt(c, sessionId, "hello"));
+    expect(failed.message).toMatch(/the model answered 307/);
+    expect(server.requests.length).toBe(asked);
+    const [, fail] = events(dir, sessionId);
+    expect(fail).toMatchObject({ kind: "failure", reason: "model_error", status: 307 });
+    expect(await d.stop()).toEqual({ code: 0, signal: null });
+    expect(d.stderr()).not.toContain(KEY);
   });
 });
 
