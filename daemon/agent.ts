@@ -11,7 +11,7 @@ import type { Settings } from "../protocol/index.js";
 import type { AgentRef } from "../store/paths.js";
 import { lazy, lazyImport } from "../turn/load.js";
 import type { ToolHost } from "../turn/tools.js";
-import { answerId, type MessageSink } from "./front.js";
+import { answerId, responseId, type MessageSink } from "./front.js";
 import { gateLines } from "./gate.js";
 import { log } from "./log.js";
 import { discoverTools } from "./tools/discover.js";
@@ -78,20 +78,33 @@ export async function preload(): Promise<void> {
 /** What sessions opened ask ahead, under way (turn/ready.ts). */
 const readying = new Set<Promise<void>>();
 
+/** Asks what a first turn with these settings asks of its model (turn/ready.ts), kept among those under way. */
+function ready(settings: Settings, agentModel: string | undefined, env: NodeJS.ProcessEnv): Promise<void> {
+  const began = performance.now();
+  const made = readyModule()
+    .then((r) => r.readyModel(settings, agentModel, env))
+    .then(
+      () => log.debug("made ready for a first turn", { ms: Math.round(performance.now() - began) }),
+      () => undefined,
+    );
+  readying.add(made);
+  void made.finally(() => readying.delete(made));
+  return made;
+}
+
 /**
  * Asks ahead what a first turn with these settings asks of its model (turn/ready.ts), in the
  * background: a process bound to an agent does so before its client's first session opens.
  */
 export async function readyAhead(settings: Settings, env: NodeJS.ProcessEnv = process.env): Promise<void> {
-  await (await readyModule()).readyModel(settings, undefined, env);
+  await ready(settings, undefined, env);
 }
 
 /** Messages to the front's sink, telling the connection each answer once it is written to the client. */
 function sendTo(send: MessageSink, conn: LinkConnection): WritableStream<AnyMessage> {
   return new WritableStream({
     write(message) {
-      const { id, method } = message as { id?: unknown; method?: unknown };
-      const answer = method === undefined && (typeof id === "string" || typeof id === "number") ? id : undefined;
+      const answer = responseId(message);
       return send.write(message, answer === undefined ? undefined : () => conn.responded(answer));
     },
   });
@@ -131,17 +144,7 @@ export function startAgent(o: AgentOptions): RunningAgent {
     // Answered once its events are on disk; its copy and mark are made after, under its lock.
     runTurn: async (input, listener) => (await turnModule()).runTurn({ ...input, env: input.env ?? env }, listener, { early: true }),
     status: async (input) => (await turnModule()).statusLines(input),
-    ready: (settings, agentModel) => {
-      const began = performance.now();
-      const made = readyModule()
-        .then((r) => r.readyModel(settings, agentModel, env))
-        .then(
-          () => log.debug("made ready for a first turn", { ms: Math.round(performance.now() - began) }),
-          () => undefined,
-        );
-      readying.add(made);
-      void made.finally(() => readying.delete(made));
-    },
+    ready: (settings, agentModel) => void ready(settings, agentModel, env),
     toolHost: () => (host = toolHost()),
     discoverTools: (settings, servers) => discoverTools(env, { ...(settings ? { settings } : {}), acp: servers }),
   });

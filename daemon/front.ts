@@ -212,8 +212,8 @@ export function front(input: Readable, output: Writable, web: WebStreams, versio
   const send: MessageSink = {
     async write(message, written) {
       await first;
-      const { id, method } = message as { id?: unknown; method?: unknown };
-      if (method === undefined && (typeof id === "string" || typeof id === "number")) {
+      const id = responseId(message);
+      if (id !== undefined) {
         if (id === initializing?.id) {
           initializing.answered();
           initializing = undefined;
@@ -276,6 +276,12 @@ function requestOf(line: string): { id: Id; method: string } | undefined {
   } catch {
     return undefined;
   }
+}
+
+/** The id of a message that answers a request (it has an id and no method), or undefined. */
+export function responseId(message: object): Id | undefined {
+  const { id, method } = message as { id?: unknown; method?: unknown };
+  return method === undefined && (typeof id === "string" || typeof id === "number") ? id : undefined;
 }
 
 const RESPONSE_START = '{"jsonrpc":"2.0","id":';
