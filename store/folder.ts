@@ -41,7 +41,9 @@ export class ConversationFolder {
   /** Checks that must still hold before each write: the conversation's lock, while a turn holds it. */
   guard: (() => void) | undefined;
   /** Whether a lock holds it: its writes' names are flushed once, when the lock's work is done. */
-  held = false;
+  get held(): boolean {
+    return held.get(this.conv) === this;
+  }
   private fd: number | undefined;
   /** Whether a name was linked in it since it was last flushed. */
   private unflushed = false;
@@ -179,7 +181,6 @@ const held = new WeakMap<ConversationPaths, ConversationFolder>();
 export async function holdWhile<T>(folder: ConversationFolder, fn: () => Promise<T>): Promise<T> {
   if (held.has(folder.conv)) throw new Error(`${folder.conv.dir} is already held through these paths`);
   held.set(folder.conv, folder);
-  folder.held = true;
   try {
     const result = await fn();
     // What fn wrote and didn't flush itself is on disk before its caller hears of it.
