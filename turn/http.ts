@@ -32,6 +32,18 @@ function send(url: URL, options: RequestOptions, onAnswer: (res: IncomingMessage
   return httpRequest(url, { ...options, agent: plain }, onAnswer);
 }
 
+/** The URL of a request this module makes: http:// or https://, else a TypeError, as fetch throws. */
+function httpUrl(input: string): URL {
+  let url: URL;
+  try {
+    url = new URL(input);
+  } catch (e) {
+    throw new TypeError(`invalid URL: ${(e as Error).message}`, { cause: e });
+  }
+  if (url.protocol !== "http:" && url.protocol !== "https:") throw new TypeError(`not an HTTP URL: ${url.protocol}`);
+  return url;
+}
+
 /** Statuses whose answer has no body, which a Response refuses to be given one for. */
 const NO_BODY = new Set([101, 204, 205, 304]);
 
@@ -56,11 +68,10 @@ function headersOf(res: IncomingMessage): Headers {
 export function nodeFetch(input: string | URL | Request, init: RequestInit = {}): Promise<Response> {
   let url: URL;
   try {
-    url = new URL(input instanceof Request ? input.url : String(input));
+    url = httpUrl(input instanceof Request ? input.url : String(input));
   } catch (e) {
-    return Promise.reject(new TypeError(`invalid URL: ${(e as Error).message}`));
+    return Promise.reject(e as TypeError);
   }
-  if (url.protocol !== "http:" && url.protocol !== "https:") return Promise.reject(new TypeError(`not an HTTP URL: ${url.protocol}`));
   const headers: Record<string, string> = {};
   new Headers(init.headers).forEach((value, name) => (headers[name] = value));
   const body = init.body;
@@ -112,11 +123,10 @@ export class TooLarge extends Error {}
 export function askText(url: string, init: { method?: string; headers?: Record<string, string>; body?: string; signal?: AbortSignal; max: number }): Promise<TextAnswer> {
   let target: URL;
   try {
-    target = new URL(url);
+    target = httpUrl(url);
   } catch (e) {
-    return Promise.reject(new TypeError(`invalid URL: ${(e as Error).message}`));
+    return Promise.reject(e as TypeError);
   }
-  if (target.protocol !== "http:" && target.protocol !== "https:") return Promise.reject(new TypeError(`not an HTTP URL: ${target.protocol}`));
   const headers = { ...init.headers, ...(init.body !== undefined ? { "content-length": String(Buffer.byteLength(init.body)) } : {}) };
   return new Promise((resolve, reject) => {
     const req = send(
