@@ -16,6 +16,7 @@ import { OpenClawError, readOpenClaw } from "../asp/openclaw.js";
 import { ImportError, checkState, planImport } from "../asp/state-import.js";
 import { ROOT } from "./fixtures/built.js";
 import { files } from "./fixtures/files.js";
+import { importOnce } from "./fixtures/import-once.js";
 
 const seed = process.env.FC_SEED ? { seed: Number(process.env.FC_SEED) } : {};
 const FIXTURE_DB = join(ROOT, "test", "fixtures", "openclaw-2026.9.6", "state", "agents", "main", "agent", "openclaw-agent.sqlite");
@@ -243,30 +244,17 @@ describe("States with sessions through state import, fuzzed", { timeout: 120_000
     const outcomes = { taken: 0, refused: 0 };
     await fc.assert(
       fc.asyncProperty(stateOf, async (s) => {
-        const place = join(root, `state-${++n}`);
-        const dir = join(place, "agent");
-        mkdirSync(dir, { recursive: true });
-        let plan;
-        try {
-          plan = planImport({ dir }, checkState(s));
-        } catch (e) {
-          expect(e).toBeInstanceOf(ImportError);
-          expect((e as Error).message).toMatch(/^invalid State: [^\n]+$/);
-          expect(readdirSync(dir)).toEqual([]);
+        const imported = await importOnce(join(root, `state-${++n}`), s);
+        if (!imported.taken) {
           outcomes.refused++;
           return;
         }
-        const came = await plan.write();
         outcomes.taken++;
-        expect(readdirSync(place)).toEqual(["agent"]);
-        const got = files(dir);
-        for (const f of Object.keys(got)) expect(f).toMatch(OWN);
+        for (const f of Object.keys(imported.got)) expect(f).toMatch(OWN);
         // Each session with events is a conversation holding them, in order.
         const taken = (s.sessions ?? []).filter((x) => typeof x === "object" && x !== null && "events" in x && Array.isArray(x.events) && x.events.length > 0);
-        expect(came).toHaveLength(taken.length);
-        const again = planImport({ dir }, checkState(s));
-        expect(await again.write()).toEqual([]);
-        expect(files(dir)).toEqual(got);
+        expect(imported.came).toHaveLength(taken.length);
+        expect(imported.again).toEqual([]);
       }),
       { numRuns: 300, endOnFailure: true, ...seed },
     );

@@ -8,10 +8,10 @@ import { join } from "node:path";
 import fc from "fast-check";
 import { describe, expect, it } from "vitest";
 import { AspState, splitNotes } from "../protocol/index.js";
-import { ImportError, checkState, planImport } from "../asp/state-import.js";
 import { BIN } from "./fixtures/built.js";
 import { cliAgents } from "./fixtures/cli-agents.js";
 import { files as filesUnder } from "./fixtures/files.js";
+import { importOnce } from "./fixtures/import-once.js";
 
 const seed = process.env.FC_SEED ? { seed: Number(process.env.FC_SEED) } : {};
 const { root, folder, cli } = cliAgents("lnk-state-import-", [BIN, "dist/daemon/state-import.js", "dist/asp/state-import.js", "dist/asp/export.js"], ["daemon", "asp", "store", "protocol"]);
@@ -179,30 +179,15 @@ describe("state import of hostile States, fuzzed", { timeout: 120_000 }, () => {
     const outcomes = { taken: 0, refused: 0 };
     await fc.assert(
       fc.asyncProperty(state, async (s) => {
-        const place = join(root(), `fuzz-${++n}`);
-        const dir = join(place, "agent");
-        mkdirSync(dir, { recursive: true });
-        let plan;
-        try {
-          plan = planImport({ dir }, checkState(s));
-        } catch (e) {
-          expect(e).toBeInstanceOf(ImportError);
-          expect((e as Error).message).toMatch(/^invalid State: [^\n]+$/);
-          expect(readdirSync(place)).toEqual(["agent"]);
-          expect(readdirSync(dir)).toEqual([]);
+        const imported = await importOnce(join(root(), `fuzz-${++n}`), s);
+        if (!imported.taken) {
           outcomes.refused++;
           return;
         }
-        await plan.write();
         outcomes.taken++;
-        // Nothing beside the agent's folder, and inside it only its own parts.
-        expect(readdirSync(place)).toEqual(["agent"]);
-        for (const f of Object.keys(filesUnder(dir, "utf8"))) expect(f).toMatch(/^(instructions\/instruction\.md|skills\/[^/]+\/.+|memory\/.+)$/);
-        for (const f of Object.keys(filesUnder(dir, "utf8"))) expect(statSync(join(dir, f)).isFile()).toBe(true);
-        // A second import of the same State writes nothing new.
-        const before = filesUnder(dir, "utf8");
-        await planImport({ dir }, checkState(s)).write();
-        expect(filesUnder(dir, "utf8")).toEqual(before);
+        // Inside the agent's folder only its own parts, each a file.
+        for (const f of Object.keys(imported.got)) expect(f).toMatch(/^(instructions\/instruction\.md|skills\/[^/]+\/.+|memory\/.+)$/);
+        for (const f of Object.keys(imported.got)) expect(statSync(join(imported.dir, f)).isFile()).toBe(true);
       }),
       { numRuns: 300, endOnFailure: true, ...seed },
     );
