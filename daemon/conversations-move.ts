@@ -79,7 +79,8 @@ export async function moveIn(o: AgentOptions, file: string | undefined): Promise
     const parsed = AspState.extend({ sessions: z.unknown() }).safeParse(raw);
     if (!parsed.success) throw new UsageError(`not an ASP State of sessions: ${describeIssues(parsed.error)}`);
     const { sessions: all, ...rest } = parsed.data;
-    sessions = all ?? [];
+    // Left out, there are none; any other value (null among them) is checked as the sessions, and refused.
+    sessions = all === undefined ? [] : all;
     // A kind that holds nothing (an empty text or list) leaves nothing behind.
     for (const kind of ASP_KINDS) {
       const value: unknown = rest[kind as keyof typeof rest];

@@ -215,6 +215,7 @@ describe("conversation and conversations move", { timeout: 240_000 }, () => {
       [["conversations", "move", "in", "--agent", dir], "{not json", /the sessions are not JSON: .* at line 1, column 2/],
       [["conversations", "move", "in", "--agent", dir], "", /the sessions are not JSON: it ends too soon/],
       [["conversations", "move", "in", "--agent", dir], "[1]", /not an ASP State of sessions: \(top\)/],
+      [["conversations", "move", "in", "--agent", dir], JSON.stringify({ sessions: null }), /^lnk-link-harness: sessions: .*expected array, received null/],
       [["conversations", "move", "in", "--agent", dir], JSON.stringify({ sessions: [good, { ...good, thread: "../x" }] }), /sessions\.1\.thread/],
       [["conversations", "move", "in", "--agent", dir], JSON.stringify({ sessions: [good, { thread: "t", events: [{ ...good.events[0], time: "yesterday" }] }] }), /sessions\.1\.events\.0\.time/],
       [["conversations", "move", "in", "--agent", dir], JSON.stringify({ sessions: [good, { thread: "t", events: [{ ...good.events[0], role: "assistant" }] }] }), /sessions\.1\.events\.0\.model/],
