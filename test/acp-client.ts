@@ -174,7 +174,6 @@ export function daemonTestHooks(outputs: string[], use: (server: ModelServer) =>
   return cleanup;
 }
 
-/** The error a request was answered with; throws when it was answered with a result. */
 /**
  * Waits until a conversation's lock is let go: a turn answers once its events are on disk, and makes
  * its derived files (the copy, the mark) after, still under its lock.
@@ -192,6 +191,7 @@ export async function until(check: () => boolean, what: string, ms = 10_000): Pr
   }
 }
 
+/** The error a request was answered with; throws when it was answered with a result. */
 export async function failure(p: Promise<unknown>): Promise<{ code: number; message: string }> {
   try {
     await p;

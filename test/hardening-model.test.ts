@@ -10,7 +10,7 @@ import * as acp from "@agentclientprotocol/sdk";
 import type { ContentBlock } from "@agentclientprotocol/sdk";
 import { describe, expect, it } from "vitest";
 import { paths, readEventsFrom } from "../store/index.js";
-import { answerText, configure, daemonTestHooks, openClient, scriptedSettings, startDaemon, stdioStream, tempDir, type Client, type Daemon, failure, watched } from "./acp-client.js";
+import { answerText, configure, daemonTestHooks, openClient, scriptedSettings, startDaemon, stdioStream, tempDir, type Client, type Daemon, failure, lockFreed, watched } from "./acp-client.js";
 import type { ModelServer } from "./model-server.js";
 import { BIN, ROOT } from "./fixtures/built.js";
 
@@ -45,11 +45,23 @@ const prompt = (c: Client, sessionId: string, s: string) => c.agent.request(acp.
 
 const events = (dir: string, thread: string) => readEventsFrom(paths({ dir }).conversation(thread), 1).map((e) => e.event);
 
-/** Every file of a conversation's folder, as text. */
-function onDisk(dir: string, thread: string): string {
-  const folder = paths({ dir }).conversation(thread).dir;
-  return readdirSync(folder)
-    .map((n) => readFileSync(join(folder, n), "utf8"))
+/**
+ * Every file of a conversation's folder, as text, once its turn has let its lock go (its copy and mark
+ * are made after its answer). A file removed between the listing and its reading (the owed file, once
+ * the answer reached the client) holds nothing on disk.
+ */
+async function onDisk(dir: string, thread: string): Promise<string> {
+  const conv = paths({ dir }).conversation(thread);
+  await lockFreed(conv.lock);
+  return readdirSync(conv.dir)
+    .flatMap((n) => {
+      try {
+        return [readFileSync(join(conv.dir, n), "utf8")];
+      } catch (e) {
+        if ((e as NodeJS.ErrnoException).code === "ENOENT") return [];
+        throw e;
+      }
+    })
     .join("\n");
 }
 
@@ -71,7 +83,7 @@ describe("an endpoint that echoes the key", { timeout: 30_000 }, () => {
       expect(JSON.stringify(failed)).not.toContain(KEY);
       const [, fail] = events(dir, sessionId);
       expect(fail).toMatchObject({ kind: "failure", reason: "model_error", status: 401 });
-      expect(onDisk(dir, sessionId)).not.toContain(KEY);
+      expect(await onDisk(dir, sessionId)).not.toContain(KEY);
       expect(JSON.stringify(c.updates)).not.toContain(KEY);
       expect(await d.stop()).toEqual({ code: 0, signal: null });
       expect(d.stderr()).toMatch(/"failure":"the model answered 401/);
