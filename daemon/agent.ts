@@ -14,6 +14,7 @@ import type { ToolHost } from "../turn/tools.js";
 import { answerId, responseId, type MessageSink } from "./front.js";
 import { gateLines } from "./gate.js";
 import { log } from "./log.js";
+import type { WarmOptions } from "./warm.js";
 import { discoverTools } from "./tools/discover.js";
 
 // A process serving several agents, or started blank, runs with the agent's code: from the same
@@ -58,10 +59,13 @@ const readyModule = lazyImport(() => import("../turn/ready.js"), () => new URL("
 const hostModule = lazyImport(() => import("./tools/host.js"), () => new URL("./tools/host.js", import.meta.url).href);
 
 /**
- * Loads the code a first turn runs (the turn, the model's client) ahead of it: for a process started
- * blank, so that its first prompt once bound waits for no module. Nothing of any agent's is read.
+ * Loads the code a first turn runs (the turn, the model's client) ahead of it, and runs the prompts
+ * of a scratch agent (daemon/warm.ts): for a process started blank, so that its first prompt once
+ * bound waits for no module and runs code V8 has compiled; for the build, so that the code it keeps
+ * holds what a first turn and the turns after it run. Nothing of any agent's is read. Resolves with
+ * how many prompts ran.
  */
-export async function preload(): Promise<void> {
+export async function preload(o: WarmOptions): Promise<number> {
   await turnModule();
   await (await import("../turn/model.js")).preloadModelClient();
   // Node's fetch, which the model's client speaks through, is loaded at its first use: a data: URL
@@ -70,9 +74,10 @@ export async function preload(): Promise<void> {
   // Link's model facts, parsed once for the process: the first turn's window needs them.
   (await import("../turn/facts.js")).layeredFacts("warm-up");
   const turn = await turnModule();
-  await (await import("./warm.js")).warmPrompt(startAgent, turn.forgetProcessState);
+  const ran = await (await import("./warm.js")).warmPrompts(startAgent, turn.forgetProcessState, o);
   // What the warm-up's session asked ahead is done too: a process that says it is loaded is idle.
   await Promise.allSettled([...readying]);
+  return ran;
 }
 
 /** What sessions opened ask ahead, under way (turn/ready.ts). */

@@ -16,6 +16,13 @@ import type { Process, Served } from "./serve.js";
 export const BIND_MAX = 2 * 1024 * 1024;
 /** How long a control connection may send nothing of its line before it is closed. */
 const CONTROL_IDLE_MS = 60_000;
+/**
+ * Prompts of a scratch agent a blank process runs while it waits (daemon/warm.ts), fewer if a Bind
+ * comes first: enough for V8 to have compiled the code a prompt runs most (Bind to first answer
+ * about a tenth sooner than after one warm-up prompt), for some tenths of a second of a process
+ * started ahead.
+ */
+export const WARM_PROMPTS = 40;
 /** What stands in the settings for a secret: filled from the Bind's key. */
 export const KEY_PLACEHOLDER = "$LNK_KEY";
 
@@ -169,14 +176,14 @@ export async function serveBlank(p: Process, command: Extract<Command, { kind: "
   try {
     // The Bind's own schema, compiled on its first use, is used once here on a Bind of no one.
     Bind.safeParse({ agent: { name: "n", id: "i", owner: "o" }, key: "k", settings: { model: { provider: "p", name: "m", base_url: "http://127.0.0.1:9/v1" } }, store: "/" });
-    await (await p.agentCode()).preload();
+    const warmed = await (await p.agentCode()).preload({ prompts: WARM_PROMPTS, enough: () => bound !== undefined });
     if (!command.socket && command.port === undefined) {
       // What serving on stdio first touches, made now: the streams of stdin and stdout, a decoder.
       void process.stdin;
       void process.stdout;
       new TextDecoder().decode(new Uint8Array([0x7b, 0x7d]));
     }
-    log.info("blank: loaded", { control });
+    log.info("blank: loaded", { control, warmed });
   } catch (e) {
     log.warn("blank: loading ahead failed: the first prompt loads what it needs", { error: (e as Error).message });
   }

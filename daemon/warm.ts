@@ -1,9 +1,10 @@
-// Warming a blank process: one conversation with a scratch agent, in a folder of its own removed
+// Warming a blank process: a conversation with a scratch agent, in a folder of its own removed
 // after, over an ACP connection within the process, whose model is a loopback endpoint of this
 // process that answers one word, streamed as any OpenAI-compatible endpoint streams. The code of a
-// first prompt runs once (the ACP layer and its streams, the session, the turn: settings, events,
-// the lock, the window, the model's client and its stream, the copy), so the first prompt of the
-// agent bound next is as quick as any after it. Nothing of any agent's is read or kept.
+// prompt runs (the ACP layer and its streams, the session, the turn: settings, events, the lock, the
+// window, the model's client and its stream, the copy): the first prompt once, a first turn's code;
+// the next ones a later turn's, again and again, so that V8 has compiled the hottest of it by the
+// time the agent bound next sends its first prompt. Nothing of any agent's is read or kept.
 import { mkdtempSync, rmSync } from "node:fs";
 import { createServer } from "node:http";
 import type { AddressInfo } from "node:net";
@@ -16,8 +17,20 @@ import type { AgentOptions, RunningAgent } from "./agent.js";
 const chunk = (delta: object, finish: string | null, usage?: object) =>
   `data: ${JSON.stringify({ id: "warm-up", object: "chat.completion.chunk", created: 0, model: "warm-up", choices: [{ index: 0, delta, finish_reason: finish }], ...(usage ? { usage } : {}) })}\n\n`;
 
-/** Runs one prompt of a scratch agent, started with `start`; `forget` drops what the process kept of it. */
-export async function warmPrompt(start: (o: AgentOptions) => RunningAgent, forget: () => void): Promise<void> {
+export interface WarmOptions {
+  /** How many prompts, at most. */
+  prompts: number;
+  /** Whether to stop before the next prompt: a Bind came, whose prompts the warm-up would slow. */
+  enough?: () => boolean;
+}
+
+/**
+ * Runs prompts of a scratch agent, started with `start`, in one session: `prompts` of them, or fewer
+ * once `enough` says so (the first always runs); `forget` drops what the process kept of the agent.
+ * Resolves with how many ran.
+ */
+export async function warmPrompts(start: (o: AgentOptions) => RunningAgent, forget: () => void, o: WarmOptions): Promise<number> {
+  let ran = 0;
   const server = createServer((req, res) => {
     req.resume();
     req.on("end", () => {
@@ -43,7 +56,10 @@ export async function warmPrompt(start: (o: AgentOptions) => RunningAgent, forge
       .connect(acp.ndJsonStream(toAgent.writable, toClient.readable));
     await client.agent.request(acp.methods.agent.initialize, { protocolVersion: acp.PROTOCOL_VERSION, clientCapabilities: {} });
     const { sessionId } = await client.agent.request(acp.methods.agent.session.new, { cwd: scratch, mcpServers: [], _meta: { link: { thread: "warm-up" } } });
-    await client.agent.request(acp.methods.agent.session.prompt, { sessionId, prompt: [{ type: "text", text: "warm up" }] });
+    do {
+      await client.agent.request(acp.methods.agent.session.prompt, { sessionId, prompt: [{ type: "text", text: "warm up" }] });
+      ran++;
+    } while (ran < o.prompts && !o.enough?.());
     client.close();
     // Its connection is let go: nothing waits for it to end.
     void served.catch(() => undefined);
@@ -54,4 +70,5 @@ export async function warmPrompt(start: (o: AgentOptions) => RunningAgent, forge
     rmSync(scratch, { recursive: true, force: true });
     forget();
   }
+  return ran;
 }

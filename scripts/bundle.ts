@@ -83,9 +83,12 @@ if (/[^\x00-\x7f]/.test(readFileSync(join(ROOT, AGENT), "latin1"))) {
   process.stderr.write(`bundle: ${AGENT} holds a character outside ASCII\n`);
   process.exit(1);
 }
+// Prompts run before the agent's compiled code is kept: the first runs a first turn's code, the
+// next ones a later turn's (the window's mark read, the history there), which the code kept holds too.
+const KEPT_PROMPTS = 3;
 const cached = spawnSync(
   process.execPath,
-  ["--input-type=module", "-e", `const { keepCompiled } = await import("./dist/daemon/bundle.js"); process.stdout.write(String(await keepCompiled(${JSON.stringify(join(ROOT, AGENT))}, (m) => m.preload())));`],
+  ["--input-type=module", "-e", `const { keepCompiled } = await import("./dist/daemon/bundle.js"); process.stdout.write(String(await keepCompiled(${JSON.stringify(join(ROOT, AGENT))}, (m) => m.preload({ prompts: ${KEPT_PROMPTS} }))));`],
   { cwd: ROOT, encoding: "utf8", stdio: ["ignore", "pipe", "inherit"] },
 );
 if (cached.status !== 0) {

@@ -10,6 +10,7 @@ import * as acp from "@agentclientprotocol/sdk";
 import { describe, expect, it } from "vitest";
 import { z } from "zod";
 import { answerText, daemonTestHooks, failure, openClient, portStream, scriptedSettings, servedPort, startDaemon, stdioClient, tempDir, watched } from "./acp-client.js";
+import { WARM_PROMPTS } from "../daemon/blank.js";
 import { BIN } from "./fixtures/built.js";
 import { linkFreeEnv } from "./fixtures/env.js";
 import type { ModelServer } from "./model-server.js";
@@ -18,6 +19,8 @@ let server: ModelServer;
 const cleanup = daemonTestHooks([BIN, "dist/daemon/blank.js"], (s) => (server = s));
 
 const BIND_KEY = "bind-key-3e9a51c07d2f4b68";
+/** The log line a blank process writes once it has loaded and warmed itself. */
+const Loaded = z.looseObject({ msg: z.literal("blank: loaded"), warmed: z.number().int() });
 const Answer = z.union([z.object({}).strict(), z.object({ error: z.string() }).strict()]);
 
 /** Sends one line on the control socket and reads its one-line answer. */
@@ -128,6 +131,29 @@ describe("--blank", () => {
     expect(readdirSync(p.store).sort()).toEqual(["chats", "instructions"]);
     expect(everything(p.root)).not.toContain(BIND_KEY);
     expect(d.stderr()).not.toContain(BIND_KEY);
+  });
+
+  it("warms itself with prompts of a scratch agent while it waits, and stops warming once bound", async () => {
+    // Left blank, it runs all its warm-up prompts, then says it is loaded.
+    const idle = place();
+    const waiting = watched(startDaemon(["--blank", idle.control], linkFreeEnv()), cleanup);
+    const loaded = Loaded.parse(JSON.parse(await waiting.waitForLog(/"blank: loaded"/)));
+    expect(loaded.warmed).toBe(WARM_PROMPTS);
+    // Bound at once, it stops after the prompt under way, and answers as the agent bound.
+    const p = place();
+    const d = watched(startDaemon(["--blank", p.control], linkFreeEnv()), cleanup);
+    await d.waitForLog(/"blank: waiting for a Bind"/);
+    expect(await control(p.control, JSON.stringify(p.bind))).toEqual({});
+    const early = Loaded.parse(JSON.parse(await d.waitForLog(/"blank: loaded"/)));
+    expect(early.warmed).toBeGreaterThanOrEqual(1);
+    expect(early.warmed).toBeLessThan(WARM_PROMPTS);
+    const c = await stdioClient(d, cleanup);
+    const { sessionId } = await c.agent.request(acp.methods.agent.session.new, { cwd: p.files, mcpServers: [] });
+    server.fallback = () => ({ text: "bound and warm" });
+    expect((await c.agent.request(acp.methods.agent.session.prompt, { sessionId, prompt: [{ type: "text", text: "hello" }] })).stopReason).toBe("end_turn");
+    expect(answerText(c.updates, sessionId)).toBe("bound and warm");
+    // Nothing of the warm-up is left in the agent's folder: only its own conversation.
+    expect(readdirSync(join(p.store, "chats"))).toEqual([sessionId]);
   });
 
   it("bound with --port, serves that agent on the port, gated by the Bind's key; a port in use refuses the Bind and leaves it blank", async () => {
