@@ -44,6 +44,8 @@ process.stdout.write(`bundle: ${BIN} from ${inputs.length} modules (${inputs.joi
 // then V8's compiled code for it, made in a process of its own by one warm-up prompt (the same
 // Node, and no V8 flags, as the daemon runs with: V8 takes the code only then).
 export const AGENT = "dist/daemon/agent.cjs";
+/** The Headers the openai client is given in the bundle (see the plugin "openai-headers"). */
+const HEADERS = join(ROOT, "dist", "turn", "headers.js");
 // Link's model facts, read and checked now, held by the bundle as they are (turn/facts.ts).
 const { readShippedFacts } = (await import(pathToFileURL(join(ROOT, "dist", "turn", "facts.js")).href)) as typeof import("../turn/facts.js");
 const agent = await build({
@@ -71,6 +73,19 @@ const agent = await build({
       name: "no-graceful-fs",
       setup(b) {
         b.onResolve({ filter: /^graceful-fs$/ }, () => ({ path: "node:fs", external: true }));
+      },
+    },
+    {
+      // The openai client builds each request's headers with fetch's Headers, which Node loads with
+      // the whole of fetch at its first use (20 to 30 ms a first turn waited for): its modules that
+      // name Headers are given turn/headers.ts's in its place, and nothing else in the bundle is.
+      name: "openai-headers",
+      setup(b) {
+        b.onLoad({ filter: /[\\/]node_modules[\\/]openai[\\/].*\.mjs$/ }, (args) => {
+          const text = readFileSync(args.path, "utf8");
+          if (!/\bHeaders\b/.test(text.replace(/\/\/.*$/gm, ""))) return undefined;
+          return { contents: `import { FetchHeaders as Headers } from ${JSON.stringify(HEADERS)};\n${text}`, loader: "js", resolveDir: dirname(args.path) };
+        });
       },
     },
   ],

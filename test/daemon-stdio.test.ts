@@ -1,5 +1,7 @@
 // The built daemon on stdio, driven by the real ACP SDK client, with the scripted model server and a
 // real MCP server from npm: what a user sees, what the model was sent, what is kept on disk.
+import { writeFileSync } from "node:fs";
+import { join } from "node:path";
 import { createInterface } from "node:readline";
 import * as acp from "@agentclientprotocol/sdk";
 import type { ContentBlock, SessionNotification, SessionUpdate } from "@agentclientprotocol/sdk";
@@ -270,6 +272,27 @@ describe("turns that fail or stop", { timeout: 120_000 }, () => {
     expect(answerText(c.updates)).toBe("First answer.Second answer.");
     // One turn answered both: the daemon started no second one.
     expect(d.stderr().match(/"msg":"turn"/g)).toHaveLength(1);
+  });
+
+  it("asks the model over Node's HTTP client alone: its turns never load Node's fetch, which costs a start 20 to 30 ms", async () => {
+    const dir = agent();
+    // Loaded first in the daemon's process: at its exit, says which of Node's modules of fetch it loaded.
+    const probe = tempDir("lnk-fetch-probe-");
+    cleanup.push(() => probe.remove());
+    const file = join(probe.path, "fetch-probe.cjs");
+    writeFileSync(file, 'process.on("exit", () => process.stderr.write(`fetch loaded: ${JSON.stringify(process.moduleLoadList.filter((m) => m.includes("undici")))}\\n`));\n');
+    const d = daemon(dir, { NODE_OPTIONS: `--require ${file}` });
+    const c = await client(d);
+    const { sessionId } = await c.agent.request(acp.methods.agent.session.new, { cwd: ROOT, mcpServers: [] });
+    server.script({ text: "The first." }, { error: { status: 429, message: "slow down", headers: { "retry-after": "0" } } }, { text: "The second." });
+    for (const ask of ["one", "two"]) {
+      expect((await c.agent.request(acp.methods.agent.session.prompt, { sessionId, prompt: text(ask) })).stopReason).toBe("end_turn");
+    }
+    expect(answerText(c.updates, sessionId)).toBe("The first.The second.");
+    c.close();
+    d.child.stdin?.end();
+    expect(await d.exited).toEqual({ code: 0, signal: null });
+    expect(d.stderr()).toContain("fetch loaded: []");
   });
 
   it("a client that hangs up mid-turn: the turn still finishes and is kept, then the daemon ends", async () => {

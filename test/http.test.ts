@@ -5,6 +5,7 @@ import { createServer, type IncomingMessage, type Server, type ServerResponse } 
 import { createServer as createTcpServer, type AddressInfo, type Socket } from "node:net";
 import fc from "fast-check";
 import { afterEach, describe, expect, it } from "vitest";
+import { FetchHeaders } from "../turn/headers.js";
 import { askText, nodeFetch, TooLarge } from "../turn/http.js";
 
 let server: Server | undefined;
@@ -46,7 +47,92 @@ function echoing(status: number, headers: Record<string, string>) {
   });
 }
 
+/** A Headers listed (the DOM types this project builds with leave out its iterators). */
+const listed = (h: Headers): [string, string][] => [...(h as unknown as Iterable<[string, string]>)];
+
+/** What a Headers holds and says, or the error's kind if building it threw. */
+function observe(make: () => Headers, names: readonly string[]): unknown {
+  let h: Headers;
+  try {
+    h = make();
+  } catch (e) {
+    return { threw: (e as Error).constructor.name };
+  }
+  const got: Record<string, unknown> = { entries: [...(h as unknown as { entries(): Iterable<[string, string]> }).entries()], listed: listed(h), cookies: h.getSetCookie() };
+  for (const n of names) got[`get ${n}`] = h.get(n);
+  for (const n of names) got[`has ${n}`] = h.has(n);
+  const each: [string, string][] = [];
+  h.forEach((value, name) => each.push([name, value]));
+  got.forEach = each;
+  return got;
+}
+
+type Op = ["append" | "set" | "delete", string, string];
+
+function apply(h: Headers, ops: readonly Op[]): Headers {
+  for (const [op, name, value] of ops) {
+    if (op === "delete") h.delete(name);
+    else h[op](name, value);
+  }
+  return h;
+}
+
+describe("FetchHeaders", () => {
+  it("holds, joins, lists and refuses as Node's own Headers does, for any names, values and order of calls", () => {
+    const name = fc.oneof(fc.constantFrom("content-type", "Content-Type", "X-Request-Id", "set-cookie", "Set-Cookie", "retry-after", "a", "B"), fc.string({ maxLength: 6 }));
+    const value = fc.oneof(fc.constantFrom("text/plain", " padded\t", "a, b", "", "x\ny", "nul\0", "\u00e9t\u00e9", "  "), fc.string({ maxLength: 8 }));
+    const op = fc.tuple(fc.constantFrom("append", "set", "delete") as fc.Arbitrary<Op[0]>, name, value);
+    const init = fc.oneof(
+      fc.constant(undefined),
+      fc.array(fc.tuple(name, value), { maxLength: 4 }),
+      fc.dictionary(name, value, { maxKeys: 4 }),
+    );
+    fc.assert(
+      fc.property(init, fc.array(op, { maxLength: 8 }), (given, ops) => {
+        const names = [...new Set([...ops.map(([, n]) => n), "content-type", "set-cookie"])];
+        const ours = observe(() => apply(new FetchHeaders(given), ops), names);
+        const node = observe(() => apply(new Headers(given), ops), names);
+        expect(ours).toEqual(node);
+      }),
+      { numRuns: 400 },
+    );
+  });
+
+  it("is built from another Headers, its own or Node's", () => {
+    const node = new Headers([["X-A", "1"], ["x-a", "2"], ["Set-Cookie", "a=1"], ["set-cookie", "b=2"]]);
+    expect(listed(new FetchHeaders(node))).toEqual(listed(node));
+    expect(listed(new FetchHeaders(new FetchHeaders(node)))).toEqual(listed(node));
+    expect(Object.prototype.toString.call(new FetchHeaders())).toBe("[object Headers]");
+  });
+});
+
 describe("nodeFetch", () => {
+  it("answers with a body read whole once, as fetch's Response reads it: text, JSON, bytes, a Blob, or a clone of it", async () => {
+    const sent = '\ufeff{"answer":"caf\u00e9"}';
+    const { url } = await serve((_req, res) => {
+      res.writeHead(200, { "content-type": "application/json; charset=utf-8", "x-twice": "1" });
+      res.end(sent);
+    });
+    const expected = new Response(sent, { headers: { "content-type": "application/json; charset=utf-8" } });
+    const clone = expected.clone();
+    const answer = await nodeFetch(url);
+    expect(answer.url).toBe(`${url}/`);
+    expect([answer.type, answer.redirected, answer.bodyUsed]).toEqual(["basic", false, false]);
+    const copy = answer.clone();
+    expect(await answer.text()).toBe(await expected.text());
+    expect(answer.bodyUsed).toBe(true);
+    await expect(answer.text()).rejects.toThrow(TypeError);
+    await expect(answer.json()).rejects.toThrow(TypeError);
+    expect(await copy.json()).toEqual(await clone.json());
+    expect(() => copy.clone()).toThrow(TypeError);
+    const bytes = await (await nodeFetch(url)).arrayBuffer();
+    expect(Buffer.from(bytes)).toEqual(Buffer.from(sent));
+    expect(Buffer.from(await (await nodeFetch(url)).bytes())).toEqual(Buffer.from(sent));
+    const blob = await (await nodeFetch(url)).blob();
+    expect([blob.type, blob.size]).toEqual(["application/json; charset=utf-8", Buffer.byteLength(sent)]);
+    await expect((await nodeFetch(url)).formData()).rejects.toThrow(TypeError);
+  });
+
   it("sends the method, headers and body, and answers with the status, headers and body", async () => {
     const { url } = await echoing(201, { "x-request-id": "r-1" });
     const answer = await nodeFetch(`${url}/v1/chat/completions`, {

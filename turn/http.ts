@@ -6,6 +6,7 @@
 import { Agent as HttpAgent, request as httpRequest, type ClientRequest, type IncomingHttpHeaders, type IncomingMessage, type RequestOptions } from "node:http";
 import { createRequire } from "node:module";
 import { Readable } from "node:stream";
+import { FetchHeaders } from "./headers.js";
 
 /** Kept-alive connections over plain HTTP, for the process (a local endpoint's, Link's proxy's). */
 const plain = new HttpAgent({ keepAlive: true });
@@ -47,8 +48,8 @@ function httpUrl(input: string): URL {
 /** Statuses whose answer has no body, which a Response refuses to be given one for. */
 const NO_BODY = new Set([101, 204, 205, 304]);
 
-function headersOf(res: IncomingMessage): Headers {
-  const headers = new Headers();
+function headersOf(res: IncomingMessage): FetchHeaders {
+  const headers = new FetchHeaders();
   const raw = res.rawHeaders;
   for (let i = 0; i + 1 < raw.length; i += 2) {
     try {
@@ -61,6 +62,79 @@ function headersOf(res: IncomingMessage): Headers {
 }
 
 /**
+ * An answer in the shape of fetch's Response, made without fetch's classes (which load on their first
+ * use: see turn/headers.ts): its status, its headers, its body as a stream, and that body read
+ * whole, once. A model's answer is never read as form data.
+ */
+class FetchAnswer implements Response {
+  readonly type = "basic";
+  readonly redirected = false;
+  readonly ok: boolean;
+  private used = false;
+
+  constructor(
+    private stream: ReadableStream<Uint8Array<ArrayBuffer>> | null,
+    readonly status: number,
+    readonly statusText: string,
+    readonly headers: FetchHeaders,
+    readonly url: string,
+  ) {
+    this.ok = status >= 200 && status < 300;
+  }
+
+  get body(): ReadableStream<Uint8Array<ArrayBuffer>> | null {
+    return this.stream;
+  }
+
+  get bodyUsed(): boolean {
+    return this.used || (this.stream?.locked ?? false);
+  }
+
+  private async whole(): Promise<Buffer> {
+    if (this.bodyUsed) throw new TypeError("the answer's body was read already");
+    this.used = true;
+    if (!this.stream) return Buffer.alloc(0);
+    const parts: Uint8Array[] = [];
+    const reader = this.stream.getReader();
+    for (let read = await reader.read(); !read.done; read = await reader.read()) parts.push(read.value);
+    return Buffer.concat(parts);
+  }
+
+  async arrayBuffer(): Promise<ArrayBuffer> {
+    const bytes = await this.whole();
+    return bytes.buffer.slice(bytes.byteOffset, bytes.byteOffset + bytes.byteLength) as ArrayBuffer;
+  }
+
+  async bytes(): Promise<Uint8Array<ArrayBuffer>> {
+    return new Uint8Array(await this.arrayBuffer());
+  }
+
+  async text(): Promise<string> {
+    return new TextDecoder().decode(await this.whole());
+  }
+
+  async json(): Promise<unknown> {
+    const parsed: unknown = JSON.parse(await this.text());
+    return parsed;
+  }
+
+  async blob(): Promise<Blob> {
+    return new Blob([await this.arrayBuffer()], { type: this.headers.get("content-type") ?? "" });
+  }
+
+  formData(): Promise<FormData> {
+    return Promise.reject(new TypeError("a model's answer is not read as form data"));
+  }
+
+  clone(): FetchAnswer {
+    if (this.bodyUsed) throw new TypeError("the answer's body was read already");
+    let other: ReadableStream<Uint8Array<ArrayBuffer>> | null = null;
+    if (this.stream) [this.stream, other] = this.stream.tee();
+    return new FetchAnswer(other, this.status, this.statusText, new FetchHeaders(this.headers), this.url);
+  }
+}
+
+/**
  * fetch over node:http and node:https: the method, headers, body and signal of `init`; resolves with
  * the answer as a Response whose body streams as it arrives, and rejects as fetch does when no answer
  * comes (the connection refused or cut, the signal aborted), with Node's error as the cause.
@@ -68,12 +142,19 @@ function headersOf(res: IncomingMessage): Headers {
 export function nodeFetch(input: string | URL | Request, init: RequestInit = {}): Promise<Response> {
   let url: URL;
   try {
-    url = httpUrl(input instanceof Request ? input.url : String(input));
+    // Never `instanceof Request`: naming fetch's classes loads them (turn/headers.ts).
+    url = httpUrl(typeof input === "object" && !(input instanceof URL) ? input.url : String(input));
   } catch (e) {
     return Promise.reject(e as TypeError);
   }
   const headers: Record<string, string> = {};
-  new Headers(init.headers).forEach((value, name) => (headers[name] = value));
+  let given: FetchHeaders;
+  try {
+    given = new FetchHeaders(init.headers);
+  } catch (e) {
+    return Promise.reject(e as TypeError);
+  }
+  given.forEach((value, name) => (headers[name] = value));
   const body = init.body;
   if (body !== undefined && body !== null && typeof body !== "string" && !(body instanceof Uint8Array)) {
     return Promise.reject(new TypeError("only a string or bytes can be sent as a body"));
@@ -86,11 +167,12 @@ export function nodeFetch(input: string | URL | Request, init: RequestInit = {})
       req = send(url, { method: init.method ?? "GET", headers, ...(signal ? { signal } : {}) }, (res) => {
         const status = res.statusCode ?? 0;
         try {
-          const stream = NO_BODY.has(status) || init.method === "HEAD" ? null : (Readable.toWeb(res) as ReadableStream<Uint8Array>);
-          if (stream === null) res.resume();
-          resolve(new Response(stream, { status, statusText: res.statusMessage ?? "", headers: headersOf(res) }));
-        } catch (e) {
           // A status a Response can't have (outside 200 to 599): no answer to speak of.
+          if (status < 200 || status > 599) throw new RangeError(`an answer's status must be from 200 to 599, not ${status}`);
+          const stream = NO_BODY.has(status) || init.method === "HEAD" ? null : (Readable.toWeb(res) as ReadableStream<Uint8Array<ArrayBuffer>>);
+          if (stream === null) res.resume();
+          resolve(new FetchAnswer(stream, status, res.statusMessage ?? "", headersOf(res), url.href));
+        } catch (e) {
           res.destroy();
           failed(e as Error);
         }
@@ -160,10 +242,3 @@ export function askText(url: string, init: { method?: string; headers?: Record<s
   });
 }
 
-/**
- * Loads fetch's classes (Headers, Response), which the model's client builds every request with and
- * Node loads on their first use, some 20 ms: ahead of a first turn, at a moment nothing waits for.
- */
-export function loadFetchClasses(): void {
-  void new Headers();
-}

@@ -2,7 +2,6 @@
 // its own, not with the turn, so that the turn's own load stays its first prompt's.
 import type { Settings } from "../protocol/index.js";
 import { modelWindow } from "./facts.js";
-import { loadFetchClasses } from "./http.js";
 import { preloadModelClient } from "./model.js";
 
 /**
@@ -13,16 +12,5 @@ import { preloadModelClient } from "./model.js";
  * both are done, and never rejects.
  */
 export async function readyModel(settings: Settings, agentModel: string | undefined, env: NodeJS.ProcessEnv = process.env): Promise<void> {
-  const asked = Promise.all([modelWindow(settings, agentModel ?? settings.model.name, { env }).catch(() => undefined), preloadModelClient(settings, env).catch(() => undefined)]);
-  // The classes the model's client builds its requests with load while the runtime answers: two
-  // passes of the event loop on, once the runtime's requests have left and the session's answer too.
-  await new Promise<void>((resolve) =>
-    setImmediate(() =>
-      setImmediate(() => {
-        loadFetchClasses();
-        resolve();
-      }),
-    ),
-  );
-  await asked;
+  await Promise.all([modelWindow(settings, agentModel ?? settings.model.name, { env }).catch(() => undefined), preloadModelClient(settings, env).catch(() => undefined)]);
 }
