@@ -68,9 +68,6 @@ const hostModule = lazyImport(() => import("./tools/host.js"), () => new URL("./
 export async function preload(o: WarmOptions): Promise<number> {
   await turnModule();
   await (await import("../turn/model.js")).preloadModelClient();
-  // Node's fetch, which the model's client speaks through, is loaded at its first use: a data: URL
-  // loads it without a request leaving the process.
-  await (await fetch("data:,")).text();
   // Link's model facts, parsed once for the process: the first turn's window needs them.
   (await import("../turn/facts.js")).layeredFacts("warm-up");
   const turn = await turnModule();
