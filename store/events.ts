@@ -195,10 +195,12 @@ export interface PreparedEvent {
 /**
  * Makes the file of an event to come ahead of it (while the model answers, say), in the folder the
  * caller's lock holds; undefined when no lock holds it (a folder opened for this call alone is closed
- * after it, and its files' names with it). Written by beginEvent (`into`), or let go by dropEvent.
+ * after it, and its files' names with it). Written by beginEvent (`into`), or let go by dropEvent;
+ * made off the event loop, so it is named through the held folder until it is settled: the caller
+ * waits for it before its lock is let go.
  */
-export function prepareEvent(conv: ConversationPaths): PreparedEvent | undefined {
-  return withFolder(conv, (folder) => (folder.held ? { made: makeTemp(folder.base) } : undefined), { make: false });
+export async function prepareEvent(conv: ConversationPaths): Promise<PreparedEvent | undefined> {
+  return withFolder(conv, async (folder) => (folder.held ? { made: await makeTemp(folder.base) } : undefined), { make: false });
 }
 
 /** Lets a file made ahead for an event that never came go. */

@@ -1,5 +1,5 @@
 // Reading and writing files of the agent's folder: never through a link, always whole.
-import { chmodSync, closeSync, constants, fchmodSync, fdatasync, fstatSync, fsyncSync, lstatSync, mkdirSync, openSync, readdirSync, readSync, renameSync, unlinkSync, writeSync, type Stats } from "node:fs";
+import { chmodSync, closeSync, constants, fchmodSync, fdatasync, fstatSync, fsyncSync, lstatSync, mkdirSync, open, openSync, readdirSync, readSync, renameSync, unlinkSync, writeSync, type Stats } from "node:fs";
 import { dirname, join, relative, sep } from "node:path";
 import { StoreError } from "../protocol/index.js";
 import { isErrno } from "./errno.js";
@@ -289,6 +289,26 @@ function create(path: string, mode: number): number {
   return fd;
 }
 
+/**
+ * The same, off the event loop: making a file is the costly metadata call on this disk (a quarter
+ * of a millisecond, up to one while a flush commits), where the event loop would stand still.
+ */
+function createAsync(path: string, mode: number): Promise<number> {
+  return new Promise((resolve, reject) =>
+    open(path, CREATE, mode, (err, fd) => {
+      if (err) return reject(err);
+      try {
+        fchmodSync(fd, mode);
+      } catch (e) {
+        closeSync(fd);
+        unlinkQuiet(path);
+        return reject(e as Error);
+      }
+      resolve(fd);
+    }),
+  );
+}
+
 /** A temp file made ahead of the text it will hold: open for writing, empty, private. */
 export interface MadeFile {
   path: string;
@@ -296,12 +316,13 @@ export interface MadeFile {
 }
 
 /**
- * Makes a temp file in `dir` ahead of its text, for writeTempAsync to write (`into`): making a file
- * costs this disk about a quarter of a millisecond, which is best spent while nothing waits for it.
+ * Makes a temp file in `dir` ahead of its text, for writeTempAsync to write (`into`), off the event
+ * loop: making a file costs this disk from a quarter of a millisecond to one, best spent while
+ * nothing waits for it.
  */
-export function makeTemp(dir: string, mode = FILE_MODE): MadeFile {
+export async function makeTemp(dir: string, mode = FILE_MODE): Promise<MadeFile> {
   const path = tempName(dir);
-  return { path, fd: create(path, mode) };
+  return { path, fd: await createAsync(path, mode) };
 }
 
 /** Lets a temp file made ahead and never written go. */
@@ -332,14 +353,14 @@ export function writeTemp(dir: string, text: string, mode = FILE_MODE, flush = t
 }
 
 /**
- * The same, with the flush off the event loop: it takes from half a millisecond to several when the
- * disk is busy, and a daemon streaming many conversations must not stop for it. Opening and writing
- * a small file are quick and done at once; only the flush waits in the thread pool. It flushes the
- * data and what reading it back needs (fdatasync: the file's size), not its times.
+ * The same, off the event loop: it takes from half a millisecond to several when the disk is busy,
+ * and a daemon streaming many conversations must not stop for it. The file is made (a costly call
+ * on this disk) and flushed in the thread pool; writing a small file is quick and done at once. It
+ * flushes the data and what reading it back needs (fdatasync: the file's size), not its times.
  */
 export async function writeTempAsync(dir: string, text: string, mode = FILE_MODE, into?: MadeFile): Promise<string> {
   const tmp = into?.path ?? tempName(dir);
-  const fd = into?.fd ?? create(tmp, mode);
+  const fd = into?.fd ?? (await createAsync(tmp, mode));
   try {
     writeAll(fd, text);
     await new Promise<void>((resolve, reject) => fdatasync(fd, (err) => (err ? reject(err) : resolve())));

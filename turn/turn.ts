@@ -95,8 +95,8 @@ class Turn {
     return this.chain(event, (n) => history?.written(n, event), undefined, into);
   }
 
-  /** The file of the round's answer, made while the model answers (store/events.ts prepareEvent). */
-  private prepared: PreparedEvent | undefined;
+  /** The file of the round's answer, being made while the model answers (store/events.ts prepareEvent). */
+  private prepared: Promise<PreparedEvent | undefined> | undefined;
 
   /** Whether the turn has ended: nothing more is made ahead for it. */
   private ended = false;
@@ -104,23 +104,19 @@ class Turn {
   /** Makes the next answer's file ahead, if it has none; one that can't be made is made when it is written. */
   private prepare(): void {
     if (this.prepared || this.ended) return;
-    try {
-      this.prepared = prepareEvent(this.conv);
-    } catch {
-      this.prepared = undefined;
-    }
+    this.prepared = prepareEvent(this.conv).catch(() => undefined);
   }
 
-  /** The file made ahead, taken for the answer it was made for. */
-  private takePrepared(): PreparedEvent | undefined {
+  /** The file made ahead, taken for the answer it was made for, once it is made. */
+  private async takePrepared(): Promise<PreparedEvent | undefined> {
     const it = this.prepared;
     this.prepared = undefined;
     return it;
   }
 
-  /** Lets an answer's file made ahead and not used go. */
-  dropPrepared(): void {
-    const it = this.takePrepared();
+  /** Lets an answer's file made ahead and not used go, once it is made: before the turn's lock is let go. */
+  async dropPrepared(): Promise<void> {
+    const it = await this.takePrepared();
     if (it) dropEvent(it);
   }
 
@@ -211,7 +207,9 @@ class Turn {
         this.requested?.();
         // A round's request that ended at once (its signal aborted) may have left its making ahead to come.
         this.ended = true;
-        this.dropPrepared();
+        await this.dropPrepared();
+        // No write of the turn is under way once it ends: its files are named through the folder its lock holds.
+        await this.writes.catch(() => undefined);
         await box?.close().catch(() => undefined);
       }
     } catch (e) {
@@ -307,9 +305,6 @@ class Turn {
         return outcome;
       }
       this.modelMs += answer.waitedMs;
-      // The question is on disk before anything after it is written, and before the turn ends
-      // (cancelled or not); if it couldn't be written, the turn fails with why.
-      await opening;
       if (answer.usage) {
         this.sawUsage = true;
         this.usage.in += answer.usage.in;
@@ -319,10 +314,19 @@ class Turn {
       // Past the last round, calls the model makes anyway are not run.
       const toolCalls = callNothing ? [] : answer.toolCalls;
       const stop = stopOf(answer, toolCalls.length > 0);
+      let answering: Promise<number> | undefined;
       if (!answer.aborted || answer.text || toolCalls.length) {
         const prompt = { sections: prints, window: windowPrint(history.count.start, history.count.startTime) };
         const event = answerEvent(answer, { model, provider: settings.model.provider, toolCalls, stop, prompt });
-        const n = await this.write(event, history, this.takePrepared());
+        // Written and flushed while the question may still be flushing: linked after it, and not
+        // at all if it couldn't be written (chain).
+        answering = this.write(event, history, await this.takePrepared());
+      }
+      // The question is on disk before anything after it is linked, and before the turn ends
+      // (cancelled or not); if it couldn't be written, the turn fails with why.
+      await opening;
+      if (answering) {
+        const n = await answering;
         if (answer.text.trim()) this.lastAnswer = n;
       }
       this.listener(usageReport(this.conv, answer, messages, window.window, (message) => this.listener({ type: "warning", message })));
