@@ -8,6 +8,7 @@ import { writeSettings } from "../../store/index.js";
 import type { ModelServer, RecordedRequest } from "../model-server.js";
 import { benchSettings } from "./agent.js";
 import { initializeLine, procMemory, spawnDaemon } from "./daemon.js";
+import { collectAll } from "./overhead.js";
 import { summarize, type Summary } from "./stats.js";
 
 export interface DenseResult {
@@ -43,6 +44,9 @@ async function oneBind(server: ModelServer, root: string, i: number): Promise<{ 
     await daemon.waitForLog(/"blank: loaded"/, 10_000);
     const bind = { agent: { name: `b${i}`, id: `b${i}`, owner: "bench" }, key: "bench-key-0123456789abcdef", settings: benchSettings(server.url), store };
     const seen = server.requests.length;
+    // The bench's own heap collected first: it is the model server and the client too, and what the
+    // parts before it left (the conversations of part 1) is not to be collected in the measure.
+    collectAll();
     const t0 = performance.now();
     const answer = await sendBind(control, bind);
     if (answer.trim() !== "{}") throw new Error(`the Bind was refused: ${answer.trim()}`);

@@ -88,6 +88,11 @@ export function chooseBudget(events: readonly Event[], fullPairs = FULL_PAIRS): 
 type Gc = (options: { type: "minor" | "major" }) => void;
 /** Node's collector, when the bench runs with --expose-gc (as `npm run bench` does). */
 const gc = (globalThis as { gc?: Gc }).gc;
+/** Collects the whole heap: what the parts before left, before a part that measures another process. */
+export function collectAll(): void {
+  gc?.({ type: "major" });
+}
+
 /** Whether each measurement starts with the young generation collected. */
 export const YOUNG_COLLECTED = gc !== undefined;
 
