@@ -8,8 +8,8 @@
 
 /** A header's name: an HTTP token. */
 const TOKEN = /^[!#$%&'*+\-.^_`|~0-9A-Za-z]+$/;
-/** What a value may not hold once trimmed. */
-const FORBIDDEN = /[\0\r\n]/;
+/** What a value may not hold once trimmed: NUL, CR, LF, or a character that is not one byte. */
+const FORBIDDEN = /[\0\r\n]|[^\0-\u00ff]/;
 const EDGES = /^[\t\n\r ]+|[\t\n\r ]+$/g;
 
 function checkedName(name: string): string {
@@ -20,7 +20,7 @@ function checkedName(name: string): string {
 
 function checkedValue(value: string): string {
   const text = String(value).replace(EDGES, "");
-  if (FORBIDDEN.test(text)) throw new TypeError("invalid header value: it holds a NUL, CR or LF");
+  if (FORBIDDEN.test(text)) throw new TypeError("invalid header value: it holds a NUL, CR, LF or a character over 255");
   return text;
 }
 
