@@ -1,8 +1,9 @@
 // Warming a blank process: a conversation with a scratch agent, in a folder of its own removed
 // after, over an ACP connection within the process, whose model is a loopback endpoint of this
-// process that answers one word, streamed as any OpenAI-compatible endpoint streams. The code of a
-// prompt runs (the ACP layer and its streams, the session, the turn: settings, events, the lock, the
-// window, the model's client and its stream, the copy): the first prompt once, a first turn's code;
+// process that answers one word, streamed as any OpenAI-compatible endpoint streams, and answers
+// each runtime's own questions of it as that runtime would. The code of a prompt runs (the ACP layer
+// and its streams, the session, the runtime's answers read, the turn: settings, events, the lock,
+// the window, the model's client and its stream, the copy): the first prompt once, a first turn's code;
 // the next ones a later turn's, again and again, so that V8 has compiled the hottest of it by the
 // time the agent bound next sends its first prompt. Nothing of any agent's is read or kept.
 import { mkdtempSync, rmSync } from "node:fs";
@@ -13,6 +14,23 @@ import { join } from "node:path";
 import * as acp from "@agentclientprotocol/sdk";
 import type { Settings } from "../protocol/index.js";
 import type { AgentOptions, RunningAgent } from "./agent.js";
+
+/** The scratch agent's model, and the window each runtime's answer gives it. */
+const MODEL = "warm-up";
+const WINDOW = 8192;
+
+/**
+ * What each runtime answers of its own API (turn/runtime.ts asks them all of an endpoint on this
+ * machine), so that the code reading each answer has run before a bound agent's first session asks
+ * its own endpoint: Ollama, llama.cpp, vLLM (its list of models) and LM Studio.
+ */
+const RUNTIME_ANSWERS: Record<string, unknown> = {
+  "POST /api/show": { model_info: { "general.architecture": "llama", "llama.context_length": WINDOW }, parameters: `num_ctx ${WINDOW}` },
+  "GET /api/ps": { models: [{ name: MODEL, model: MODEL, context_length: WINDOW }] },
+  "GET /props": { default_generation_settings: { n_ctx: WINDOW } },
+  "GET /v1/models": { object: "list", data: [{ id: MODEL, object: "model", owned_by: MODEL, max_model_len: WINDOW }] },
+  "GET /api/v0/models": { object: "list", data: [{ id: MODEL, object: "model", state: "loaded", loaded_context_length: WINDOW, max_context_length: WINDOW }] },
+};
 
 const chunk = (delta: object, finish: string | null, usage?: object) =>
   `data: ${JSON.stringify({ id: "warm-up", object: "chat.completion.chunk", created: 0, model: "warm-up", choices: [{ index: 0, delta, finish_reason: finish }], ...(usage ? { usage } : {}) })}\n\n`;
@@ -34,6 +52,12 @@ export async function warmPrompts(start: (o: AgentOptions) => RunningAgent, forg
   const server = createServer((req, res) => {
     req.resume();
     req.on("end", () => {
+      const known = RUNTIME_ANSWERS[`${req.method ?? ""} ${req.url ?? ""}`];
+      if (known !== undefined) {
+        res.writeHead(200, { "content-type": "application/json" });
+        res.end(JSON.stringify(known));
+        return;
+      }
       res.writeHead(200, { "content-type": "text/event-stream" });
       res.write(chunk({ role: "assistant", content: "warm" }, null));
       res.write(chunk({}, "stop", { prompt_tokens: 1, completion_tokens: 1, total_tokens: 2 }));
@@ -45,7 +69,8 @@ export async function warmPrompts(start: (o: AgentOptions) => RunningAgent, forg
   let agent: RunningAgent | undefined;
   try {
     const { port } = server.address() as AddressInfo;
-    const settings: Settings = { model: { provider: "warm-up", name: "warm-up", base_url: `http://127.0.0.1:${port}/v1` }, window: { max: 8192 } };
+    // No window set: the runtime's answers are asked for, and read, as an agent's first session asks.
+    const settings: Settings = { model: { provider: "warm-up", name: MODEL, base_url: `http://127.0.0.1:${port}/v1` } };
     agent = start({ agent: { dir: scratch }, version: "warm-up", max: 1024 * 1024, env: {}, settings, quiet: true });
     const toAgent = new TransformStream<Uint8Array, Uint8Array>();
     const toClient = new TransformStream<Uint8Array, Uint8Array>();
