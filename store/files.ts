@@ -278,15 +278,7 @@ export function makeFolder(dir: string): void {
 
 /** Opens a new file of exactly `mode`, whatever the umask. */
 function create(path: string, mode: number): number {
-  const fd = openSync(path, CREATE, mode);
-  try {
-    fchmodSync(fd, mode);
-  } catch (e) {
-    closeSync(fd);
-    unlinkQuiet(path);
-    throw e;
-  }
-  return fd;
+  return exactly(openSync(path, CREATE, mode), path, mode);
 }
 
 /**
@@ -298,15 +290,24 @@ function createAsync(path: string, mode: number): Promise<number> {
     open(path, CREATE, mode, (err, fd) => {
       if (err) return reject(err);
       try {
-        fchmodSync(fd, mode);
+        resolve(exactly(fd, path, mode));
       } catch (e) {
-        closeSync(fd);
-        unlinkQuiet(path);
-        return reject(e as Error);
+        reject(e as Error);
       }
-      resolve(fd);
     }),
   );
+}
+
+/** A file just made, set to exactly `mode`; one that can't be is closed and removed. */
+function exactly(fd: number, path: string, mode: number): number {
+  try {
+    fchmodSync(fd, mode);
+  } catch (e) {
+    closeSync(fd);
+    unlinkQuiet(path);
+    throw e;
+  }
+  return fd;
 }
 
 /** A temp file made ahead of the text it will hold: open for writing, empty, private. */
