@@ -92,7 +92,7 @@ class Turn {
 
   /** Writes an event; a turn's events are written one after another, so they're numbered in order. */
   write(event: Event, history?: History, into?: PreparedEvent): Promise<number> {
-    return this.chain(event, (n) => history?.written(n, event), undefined, into);
+    return this.chain(event, (n) => history?.written(n, event), into);
   }
 
   /** The file of the round's answer, being made while the model answers (store/events.ts prepareEvent). */
@@ -122,26 +122,24 @@ class Turn {
 
   /**
    * Writes an event that is in the history already, at the number it will take: the model can be
-   * asked while it is flushed to disk. Its file is begun once `begin` resolves (the request on its
-   * way: making a file costs this disk a quarter of a millisecond the request needn't wait for).
-   * The turn still ends only once it is written.
+   * asked while it is flushed to disk (its file made and flushed off the event loop). The turn still
+   * ends only once it is written.
    */
-  writeAhead(event: Event, history: History, begin: Promise<void>): Promise<number> {
+  writeAhead(event: Event, history: History): Promise<number> {
     const expected = history.ahead(event);
-    return this.chain(event, (n) => history.settle(expected, n), begin);
+    return this.chain(event, (n) => history.settle(expected, n));
   }
 
   /**
    * Once a write fails, the writes after it fail with it: nothing is written past a missing event.
-   * Each event's file is written and flushed at once (or once `begin` resolves), while those before
-   * it may still be flushing; it is linked to its number only after them, so the numbers keep the
-   * turn's order.
+   * Each event's file is written and flushed at once, while those before it may still be flushing;
+   * it is linked to its number only after them, so the numbers keep the turn's order.
    */
-  private chain(event: Event, written: (n: number) => void, begin?: Promise<void>, into?: PreparedEvent): Promise<number> {
+  private chain(event: Event, written: (n: number) => void, into?: PreparedEvent): Promise<number> {
     // Through the folder the lock holds, checked, and only while the lock is this process's.
-    let begun: BegunEvent | Promise<BegunEvent>;
+    let begun: BegunEvent;
     try {
-      begun = begin ? begin.then(() => beginEvent(this.conv, event)) : beginEvent(this.conv, event, into);
+      begun = beginEvent(this.conv, event, into);
     } catch (e) {
       if (into) dropEvent(into);
       // Refused as it is (invalid, too large): nothing written, and nothing after it.
@@ -150,18 +148,15 @@ class Turn {
       this.writes = refused;
       return refused;
     }
-    if (begun instanceof Promise) begun.catch(() => undefined);
     const done = this.writes.then(
       async () => {
-        const n = await (await begun).link();
+        const n = await begun.link();
         written(n);
         this.listener({ type: "event", n, event });
         return n;
       },
       async (e: unknown) => {
-        // Refused as it is when begun (invalid, too large): nothing of it to take back.
-        const it = await Promise.resolve(begun).catch(() => undefined);
-        await it?.abandon();
+        await begun.abandon();
         throw e;
       },
     );
@@ -187,8 +182,6 @@ class Turn {
 
   /** The question's write, once begun. */
   private question: Promise<number> | undefined;
-  /** Lets the question's file be begun (once its request is on its way, or the turn ended before asking). */
-  private requested: (() => void) | undefined;
 
   async run(): Promise<TurnOutcome> {
     try {
@@ -204,7 +197,6 @@ class Turn {
         }
         return await this.rounds(settings, box);
       } finally {
-        this.requested?.();
         // A round's request that ended at once (its signal aborted) may have left its making ahead to come.
         this.ended = true;
         await this.dropPrepared();
@@ -250,14 +242,9 @@ class Turn {
     if (history.chosen.verbosity !== undefined) this.listener({ type: "verbosity", verbosity: history.chosen.verbosity });
     const window = mw ?? (await modelWindow(settings, model, facts));
     const budget = history.budget;
-    // The message is flushed while the model is asked, its file begun once the request is on its way;
-    // should writing it fail, the ask is cut short.
+    // The message is flushed while the model is asked; should writing it fail, the ask is cut short.
     const notWritten = new AbortController();
-    let onItsWay!: () => void;
-    const requested = new Promise<void>((resolve) => (onItsWay = resolve));
-    // However the turn goes on from here, the message is written: it never waits for a request not made.
-    this.requested = onItsWay;
-    const opening = this.writeAhead(userEvent(this.input.message, window.inputs), history, requested);
+    const opening = this.writeAhead(userEvent(this.input.message, window.inputs), history);
     this.question = opening;
     opening.catch((e: unknown) => notWritten.abort(e));
     const signal = AbortSignal.any([this.signal, notWritten.signal]);
@@ -285,11 +272,8 @@ class Turn {
           onText: (delta) => this.listener({ type: "text", delta }),
         });
         // The request is written by the time the event loop comes round (its client's steps are
-        // promises): then the question's file is made, and the answer's, while the model answers.
-        setImmediate(() => {
-          onItsWay();
-          this.prepare();
-        });
+        // promises): then the answer's file is made, while the model answers.
+        setImmediate(() => this.prepare());
         answer = await asking;
       } catch (e) {
         this.modelMs += performance.now() - asked;
