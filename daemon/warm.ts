@@ -33,7 +33,7 @@ const RUNTIME_ANSWERS: Record<string, unknown> = {
 };
 
 const chunk = (delta: object, finish: string | null, usage?: object) =>
-  `data: ${JSON.stringify({ id: "warm-up", object: "chat.completion.chunk", created: 0, model: "warm-up", choices: [{ index: 0, delta, finish_reason: finish }], ...(usage ? { usage } : {}) })}\n\n`;
+  `data: ${JSON.stringify({ id: MODEL, object: "chat.completion.chunk", created: 0, model: MODEL, choices: [{ index: 0, delta, finish_reason: finish }], ...(usage ? { usage } : {}) })}\n\n`;
 
 export interface WarmOptions {
   /** How many prompts, at most. */

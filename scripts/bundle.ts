@@ -41,7 +41,7 @@ const inputs = Object.keys(result.metafile.inputs).map((p) => relative("dist", p
 process.stdout.write(`bundle: ${BIN} from ${inputs.length} modules (${inputs.join(", ")})\n`);
 
 // The agent and all it loads, dependencies too, as one more CommonJS file loaded by daemon/bundle.ts;
-// then V8's compiled code for it, made in a process of its own by one warm-up prompt (the same
+// then V8's compiled code for it, made in a process of its own by warm-up prompts (the same
 // Node, and no V8 flags, as the daemon runs with: V8 takes the code only then).
 export const AGENT = "dist/daemon/agent.cjs";
 /** The Headers the openai client is given in the bundle (see the plugin "openai-headers"). */

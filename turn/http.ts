@@ -198,9 +198,8 @@ export class TooLarge extends Error {}
 
 /**
  * A small request whose answer is read whole, at most `max` bytes (a runtime's facts, a list of
- * models): over Node's HTTP client alone, so it needs none of fetch's classes, which load on their
- * first use (some 20 ms). A redirect is answered as such, never followed. Rejects when no answer
- * comes, as the signal aborts, or with TooLarge.
+ * models), over Node's HTTP client alone. A redirect is answered as such, never followed. Rejects
+ * when no answer comes, as the signal aborts, or with TooLarge.
  */
 export function askText(url: string, init: { method?: string; headers?: Record<string, string>; body?: string; signal?: AbortSignal; max: number }): Promise<TextAnswer> {
   let target: URL;
