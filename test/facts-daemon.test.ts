@@ -6,7 +6,7 @@ import { join } from "node:path";
 import * as acp from "@agentclientprotocol/sdk";
 import type { ContentBlock, SessionConfigOption } from "@agentclientprotocol/sdk";
 import { describe, expect, it } from "vitest";
-import { paths, readEventsFrom } from "../store/index.js";
+import { paths, readEventsFrom, readMark } from "../store/index.js";
 import { readShippedFacts } from "../turn/facts.js";
 import { configure, daemonTestHooks, failure, scriptedSettings, startDaemon, stdioClient, tempDir, watched } from "./acp-client.js";
 import { BIN, MAIN, ROOT } from "./fixtures/built.js";
@@ -80,6 +80,33 @@ describe("the model option and the conversation's model", { timeout: 60_000 }, (
     expect(server.requests.at(-1)?.body.model).toBe("big-model");
     const last = readEventsFrom(paths({ dir }).conversation(sessionId), 1).at(-1)?.event;
     expect(last).toMatchObject({ kind: "failure", reason: "context_too_long", message: expect.stringContaining("window 8192 from runtime") });
+  });
+});
+
+describe("a runtime slow to say its window", { timeout: 60_000 }, () => {
+  it("keeps a new conversation's first request from waiting for it; its usage and mark still have that window", async () => {
+    const delayMs = 1_000;
+    server.runtime = { ollama: { contextLength: 131_072, numCtx: 8192 }, delayMs };
+    const dir = agent({ model: { provider: "ollama", name: "small-model", base_url: server.url } });
+    const d = watched(startDaemon(["--agent", dir], { XDG_CONFIG_HOME: config() }), cleanup);
+    const c = await stdioClient(d, cleanup);
+    const { sessionId } = await c.agent.request(acp.methods.agent.session.new, { cwd: ROOT, mcpServers: [] });
+    const usage = c.waitForUpdate((n) => n.update.sessionUpdate === "usage_update");
+    const answered = await c.agent.request(acp.methods.agent.session.prompt, { sessionId, prompt: text("hello") });
+    expect(answered.stopReason).toBe("end_turn");
+    // The request reached the model before the runtime could have answered what was asked of it.
+    const shown = server.asked.find((r) => r.path === "/api/show");
+    expect(shown).toBeDefined();
+    expect(server.requests[0]!.time).toBeLessThan(shown!.time + delayMs);
+    // The answer waited for it: the usage update says the runtime's window, and the mark is made for it
+    // (8,192 less the answer's 2,048 and the margin's 410, less the instructions).
+    expect((await usage).update).toMatchObject({ sessionUpdate: "usage_update", size: 8192 });
+    const mark = readMark(paths({ dir }).conversation(sessionId));
+    expect(mark?.budget).toBeGreaterThan(4_000);
+    expect(mark?.budget).toBeLessThanOrEqual(8192 - 2048 - 410);
+    // The next turn, of a conversation with events, counts with that window at once.
+    server.script({ error: { status: 400, message: "the prompt is too long", code: "context_length_exceeded" } });
+    expect((await failure(c.agent.request(acp.methods.agent.session.prompt, { sessionId, prompt: text("again") }))).message).toContain(`window 8192 from runtime, conversation's share ${String(mark?.budget)}`);
   });
 });
 

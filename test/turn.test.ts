@@ -176,6 +176,59 @@ describe("a question written while the model is asked", () => {
   });
 });
 
+describe("a new conversation's history, loaded before its window is known", () => {
+  it("counts its first turn without the budget, refuses a second message until it is known, and saves the mark with it", async () => {
+    const agent = agentWith();
+    const conv = paths(agent).conversation("later");
+    let tell!: (budget: number) => void;
+    const asked: (string | undefined)[] = [];
+    const history = await History.load(
+      conv,
+      (model) => {
+        asked.push(model);
+        return new Promise<number>((resolve) => (tell = resolve));
+      },
+      { later: true },
+    );
+    // Asked at once, and not waited for.
+    expect(asked).toEqual([undefined]);
+    expect(history.waiting).toBe(true);
+    expect(() => history.budget).toThrow(/still asked/);
+    const time = new Date().toISOString();
+    const question = { v: 1, kind: "message", role: "user", time, text: "x".repeat(4000), header: "[h]" } as const;
+    history.settle(history.ahead(question), await appendEvent(conv, question));
+    const answer = { v: 1, kind: "message", role: "assistant", time, text: "an answer", model: "m", provider: "p", latency_ms: 1, stop: "end_turn" } as const;
+    history.settle(history.ahead(answer), await appendEvent(conv, answer));
+    expect(history.window().map((e) => e.n)).toEqual([1, 2]);
+    // A second message could drop the first: counted only with the budget.
+    expect(() => history.ahead({ ...question, text: "second" })).toThrow(/budget was known/);
+    expect(history.events).toHaveLength(2);
+    // A budget far under the question's 1,000 tokens: the window still starts at the one message.
+    tell(100);
+    expect(await history.sure()).toBe(100);
+    expect(history.waiting).toBe(false);
+    history.saveMark();
+    expect(readMark(conv)).toMatchObject({ event: 1, budget: 100 });
+    // As a load from disk with that budget counts them.
+    forgetProcessState();
+    const fresh = await History.load(conv, () => Promise.resolve(100));
+    expect(fresh.count).toEqual(history.count);
+    // Now the second message is counted, and drops the first.
+    const second = { ...question, text: "second" };
+    history.settle(history.ahead(second), await appendEvent(conv, second));
+    expect(history.window().map((e) => e.n)).toEqual([3]);
+  });
+
+  it("is loaded at once when the conversation has events, or a budget that is known", async () => {
+    const agent = agentWith();
+    server.fallback = () => ({ text: "first answer" });
+    await turn(agent, "older", "first");
+    const older = await History.load(paths(agent).conversation("older"), () => Promise.resolve(500), { later: true });
+    expect(older.waiting).toBe(false);
+    expect(older.budget).toBe(500);
+  });
+});
+
 describe("a turn's writes", () => {
   it("a question that can't be written fails the turn, and no turn after it sees it", async () => {
     const agent = agentWith();

@@ -244,6 +244,14 @@ export async function modelWindow(settings: Settings, model: string, o: { report
   };
 }
 
+/**
+ * What `model` reads, as its window's facts say (`inputs` of modelWindow), found without asking a
+ * runtime: a first turn's question is written while the runtime is still asked.
+ */
+export function modelInputs(model: string, env: NodeJS.ProcessEnv = process.env): readonly ModelInput[] {
+  return layeredFacts(model, env).inputs?.value ?? MODEL_INPUTS;
+}
+
 /** The margin when the settings' [window] names none: what the rough count may be off by. */
 export function defaultMargin(window: number): number {
   return Math.max(256, Math.ceil(window * 0.05));

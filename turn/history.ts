@@ -5,7 +5,7 @@ import { StoreError, type Command, type Event, type Numbered, type Verbosity, ty
 import { lastEventNumber, readEvent, readEventsFrom, readMark, writeMark, type ConversationPaths } from "../store/index.js";
 import { chatMap, conversationEvents, isBegin, isPlain, type ChatMap } from "./chat.js";
 import { transcriptEnd } from "./transcript.js";
-import { countEvent, countFromMark, emptyCount, markHolds, markOf, windowEvents, type WindowCount } from "./window.js";
+import { countEvent, countFromMark, emptyCount, isTurnStart, markHolds, markOf, windowEvents, type WindowCount } from "./window.js";
 
 /** What a conversation chose by its commands: its model and its chat's verbosity. */
 export interface Chosen {
@@ -126,9 +126,13 @@ export function forgetHistories(): void {
 }
 
 export class History {
+  /** Undefined while the window is still asked (a new conversation's, `later`): see `sure`. */
+  private known: number | undefined;
+  private asked: Promise<number> | undefined;
+
   private constructor(
     readonly conv: ConversationPaths,
-    readonly budget: number,
+    budget: number | Promise<number>,
     /** The events this turn holds: from where it started reading, in order. */
     readonly events: Numbered[],
     readonly count: WindowCount,
@@ -138,7 +142,35 @@ export class History {
     private readonly begin: Begin,
     /** Its name in a chat of several conversations; undefined in a chat of one. */
     readonly conversation: string | undefined,
-  ) {}
+  ) {
+    if (typeof budget === "number") this.known = budget;
+    else this.asked = budget;
+  }
+
+  /** The conversation's share of the window; known once `sure` has resolved (at once, unless loaded `later`). */
+  get budget(): number {
+    if (this.known === undefined) throw new Error("the conversation's budget is still asked: await sure() first");
+    return this.known;
+  }
+
+  /** Whether the budget is still asked. */
+  get waiting(): boolean {
+    return this.known === undefined;
+  }
+
+  /**
+   * The budget, once the window is known. A history loaded `later` counted its events without it:
+   * they hold a single turn start, whose window no budget changes; counted again all the same.
+   */
+  async sure(): Promise<number> {
+    if (this.known !== undefined) return this.known;
+    const budget = await (this.asked as Promise<number>);
+    if (this.known === undefined) {
+      this.known = budget;
+      this.recount(this.events.slice());
+    }
+    return budget;
+  }
 
   /** The conversation's own model, if it chose one. */
   get model(): string | undefined {
@@ -149,7 +181,7 @@ export class History {
    * Loads what a turn needs. The model (its last /model:set) is found first, since the window, and so
    * the budget, depend on it; a mark made for another budget, or none, means reading every message.
    */
-  static async load(conv: ConversationPaths, budgetFor: (model: string | undefined) => Promise<number>): Promise<History> {
+  static async load(conv: ConversationPaths, budgetFor: (model: string | undefined) => Promise<number>, o: { later?: boolean } = {}): Promise<History> {
     const mark = readMark(conv);
     const markText = mark ? JSON.stringify(mark) : "";
     const left = kept.get(conv.dir);
@@ -179,6 +211,13 @@ export class History {
         events = readEventsFrom(conv, 1);
         for (const e of events) chosen = applyChoice(e.event, chosen);
       }
+      // A new conversation: nothing of it can drop, whatever the window; its turn need not wait for it.
+      if (o.later && !mark && events.length === 0) {
+        const asked = budgetFor(undefined);
+        // Met by `sure`; until then nobody may be waiting on it.
+        asked.catch(() => undefined);
+        return new History(conv, asked, [], emptyCount(), {}, "", { countFrom: 1, count: emptyCount(), chosen: {} }, undefined);
+      }
       if (isPlain(events)) {
         const budget = await budgetFor(chosen.model);
         const holds = belongs && mark.budget === budget;
@@ -203,10 +242,12 @@ export class History {
 
   /** Adds an event the turn read or wrote, counting it when it is at or past `countFrom`. */
   add(e: Numbered, countFrom = 0): void {
+    // A second turn start is the first event whose window a budget could change.
+    if (this.known === undefined && this.count.start !== undefined && isTurnStart(e.event)) throw new Error("a second message was counted before the conversation's budget was known: await sure() first");
     this.events.push(e);
     if (e.n < countFrom) return;
     this.chosen = applyChoice(e.event, this.chosen);
-    countEvent(this.count, e.n, e.event, this.budget);
+    countEvent(this.count, e.n, e.event, this.known ?? Infinity);
   }
 
   push(n: number, event: Event): void {
@@ -246,12 +287,16 @@ export class History {
     const last = this.events.at(-1);
     if (last?.n !== expected) throw new Error(`no event was added ahead at ${expected}`);
     // Counted again without it, from where counting began; then it is added where it was written.
-    const before = this.events.slice(0, -1);
+    this.recount(this.events.slice(0, -1));
+    this.written(actual, last.event);
+  }
+
+  /** Counts `events` again from where counting began, in place of what the history holds. */
+  private recount(events: Numbered[]): void {
     this.events.length = 0;
     Object.assign(this.count, copyCount(this.begin.count));
     this.chosen = this.begin.chosen;
-    for (const e of before) this.add(e, this.begin.countFrom);
-    this.written(actual, last.event);
+    for (const e of events) this.add(e, this.begin.countFrom);
   }
 
   /** The window's events, as the model sees them. */
@@ -265,7 +310,12 @@ export class History {
    * last answer the copy (transcript.md) holds now: a load reads from it, or the mark, whichever is first.
    */
   saveMark(copyEnd?: number): void {
-    const mark = markOf(this.count, this.budget);
+    // Never made for a budget not known: the next turn counts from the events.
+    if (this.known === undefined) {
+      kept.delete(this.conv.dir);
+      return;
+    }
+    const mark = markOf(this.count, this.known);
     if (!mark) {
       kept.delete(this.conv.dir);
       return;
@@ -280,7 +330,7 @@ export class History {
     kept.delete(this.conv.dir);
     kept.set(this.conv.dir, {
       mark: text,
-      budget: this.budget,
+      budget: this.known,
       chosen: this.chosen,
       conversation: this.conversation,
       events: first <= 0 ? this.events.slice() : this.events.slice(first),

@@ -4,7 +4,7 @@ import type { AssistantMessage, Event, Failure, ModelInput, PromptPrints, Settin
 import { beginEvent, dropEvent, flushHeld, prepareEvent, type BegunEvent, type PreparedEvent, forgetEvents, forgetSettings, LockLostError, paths, readSettings, readToolsList, withConversationLock, type ConversationPaths } from "../store/index.js";
 import { forgetBodies } from "./body.js";
 import { runCalls } from "./calls.js";
-import { conversationShare, modelWindow, type ModelWindow } from "./facts.js";
+import { conversationShare, modelInputs, modelWindow, type ModelWindow } from "./facts.js";
 export { statusLines } from "./status.js";
 import { sectionPrints, windowPrint } from "./fingerprint.js";
 import { forgetHistories, History, resumeEvent } from "./history.js";
@@ -229,22 +229,28 @@ class Turn {
     const system = systemPrompt(sections);
     const prints = sectionPrints(sections, calls);
     const fixed = roughTokens(system) + (calls.length ? roughTokens(JSON.stringify(calls.map((c) => [c.name, c.description, c.parameters]))) : 0);
-    let mw: ModelWindow | undefined;
+    let asked: Promise<ModelWindow> | undefined;
     if (this.input.conversation !== undefined) await this.enter(this.input.conversation);
     const agentModel = this.input.agentModel ?? settings.model.name;
     const facts = this.input.env ? { env: this.input.env } : {};
     // The conversation's share: the window less the answer's, the instructions and tools, and the margin.
-    const history = await History.load(this.conv, async (chosen) => {
-      mw = await modelWindow(settings, chosen ?? agentModel, facts);
-      return conversationShare(mw, fixed, settings);
-    });
+    // A new conversation's first request needs none of it (nothing of it can drop): the runtime that
+    // tells the window may still be answering while the model is asked; the answer waits for it.
+    const history = await History.load(
+      this.conv,
+      async (chosen) => conversationShare(await (asked = modelWindow(settings, chosen ?? agentModel, facts)), fixed, settings),
+      { later: true },
+    );
     const model = history.model ?? agentModel;
     if (history.chosen.verbosity !== undefined) this.listener({ type: "verbosity", verbosity: history.chosen.verbosity });
-    const window = mw ?? (await modelWindow(settings, model, facts));
-    const budget = history.budget;
+    const windowAsked = asked ?? modelWindow(settings, model, facts);
+    let window = history.waiting ? undefined : await windowAsked;
+    /** The window and the budget, once the runtime has said (at once, unless the history was loaded `later`). */
+    const windowKnown = async () => ({ window: (window ??= await windowAsked), budget: await history.sure() });
+    const inputs = window?.inputs ?? modelInputs(model, facts.env);
     // The message is flushed while the model is asked; should writing it fail, the ask is cut short.
     const notWritten = new AbortController();
-    const opening = this.writeAhead(userEvent(this.input.message, window.inputs), history);
+    const opening = this.writeAhead(userEvent(this.input.message, inputs), history);
     this.question = opening;
     opening.catch((e: unknown) => notWritten.abort(e));
     const signal = AbortSignal.any([this.signal, notWritten.signal]);
@@ -254,7 +260,10 @@ class Turn {
     let round = 0;
     let lastText: string;
     for (;;) {
-      for (const m of [...this.pendingSteer.splice(0), ...(this.input.steering?.take() ?? [])]) await this.write(userEvent(m, window.inputs), history);
+      const steering = [...this.pendingSteer.splice(0), ...(this.input.steering?.take() ?? [])];
+      // A message more may drop what came before: counted with the budget.
+      if (steering.length > 0) await windowKnown();
+      for (const m of steering) await this.write(userEvent(m, inputs), history);
       const callNothing = round >= MAX_ROUNDS;
       const messages: ChatMessage[] = [{ role: "system", content: system }, ...eventsToMessages(history.window(), { tools: calls.length > 0 })];
       let answer: ModelAnswer;
@@ -280,9 +289,10 @@ class Turn {
         await opening;
         if (!(e instanceof ModelError)) throw e;
         const sent = { messages: messages.length, tokens: messages.reduce((s, m) => s + roughTokens(JSON.stringify(m)), 0) };
+        const known = await windowKnown();
         const message =
           e.reason === "context_too_long"
-            ? `the model refused the prompt as too long: sent ${sent.messages} messages, about ${sent.tokens} tokens (window ${window.window} from ${window.source}, conversation's share ${budget}): ${e.message}`
+            ? `the model refused the prompt as too long: sent ${sent.messages} messages, about ${sent.tokens} tokens (window ${known.window.window} from ${known.window.source}, conversation's share ${known.budget}): ${e.message}`
             : e.message;
         const outcome = await this.fail(e.reason, message, history, { sent, ...(e.status ? { status: e.status } : {}) });
         this.finish(history);
@@ -313,7 +323,8 @@ class Turn {
         const n = await answering;
         if (answer.text.trim()) this.lastAnswer = n;
       }
-      this.listener(usageReport(this.conv, answer, messages, window.window, (message) => this.listener({ type: "warning", message })));
+      const { window: size } = await windowKnown();
+      this.listener(usageReport(this.conv, answer, messages, size.window, (message) => this.listener({ type: "warning", message })));
       if (answer.aborted) {
         this.finish(history);
         return this.outcome("cancelled");
