@@ -116,6 +116,8 @@ export async function serveBlank(p: Process, command: Extract<Command, { kind: "
   const control = command.blank as string;
   let bound: Served | undefined;
   let binding = false;
+  /** What a Bind taken does once its answer is written. */
+  let answered: (() => void) | undefined;
 
   const bind = async (line: string): Promise<Record<string, never> | { error: string }> => {
     if (bound) return { error: "bound already: a second Bind is refused, and nothing unbinds this process" };
@@ -137,14 +139,17 @@ export async function serveBlank(p: Process, command: Extract<Command, { kind: "
       if (!command.socket && command.port === undefined) p.serveStdio(p.oneAgent(served), fields, true);
       bound = served;
       log.info("bound", fields);
-      // What its first turn asks of its model is asked now, its requests on their way before the
-      // client has read this answer; the agent is made while its client connects.
-      void p.agentCode()
-        .then((code) => code.readyAhead(b.settings()))
-        .catch(() => undefined);
-      setImmediate(() => {
-        served.load().catch((e: unknown) => log.warn("loading the agent failed: the first connection tries again", { error: (e as Error).message }));
-      });
+      // Once the answer is on its way (onControl): what its first turn asks of its model is asked,
+      // and the agent is made, while its client connects. A new conversation's first request needs
+      // no answer of them (turn/turn.ts): only its answer waits.
+      answered = () => {
+        void p.agentCode()
+          .then((code) => code.readyAhead(b.settings()))
+          .catch(() => undefined);
+        setImmediate(() => {
+          served.load().catch((e: unknown) => log.warn("loading the agent failed: the first connection tries again", { error: (e as Error).message }));
+        });
+      };
       return {};
     } catch (e) {
       if (e instanceof BindRefused) {
@@ -168,6 +173,8 @@ export async function serveBlank(p: Process, command: Extract<Command, { kind: "
       }
       const answer = over ? { error: `the Bind line is over ${BIND_MAX} bytes` } : await bind(line as string);
       socket.end(`${JSON.stringify(answer)}\n`);
+      answered?.();
+      answered = undefined;
     })();
   };
   await p.serveControl(control, onControl);
