@@ -139,10 +139,9 @@ export function lookup(facts: Record<string, ModelFact>, model: string): ModelFa
  * for qwen3-coder, and your `qwen3-coder` answer changes only its answer.
  */
 export function layeredFacts(model: string, env: NodeJS.ProcessEnv = process.env): LayeredFacts {
-  shipped ??= shippedFacts();
   const candidates = [
     ...matches(yourFacts(yourFactsPath(env)), model).map((m) => ({ ...m, from: "yours" as const })),
-    ...matches(shipped, model).map((m) => ({ ...m, from: "link" as const })),
+    ...shippedMatches(model).map((m) => ({ ...m, from: "link" as const })),
   ].sort((a, b) => b.specificity - a.specificity || (a.from === b.from ? 0 : a.from === "yours" ? -1 : 1));
   const out: LayeredFacts = {};
   for (const field of ["window", "answer", "inputs"] as const) {
@@ -152,10 +151,26 @@ export function layeredFacts(model: string, env: NodeJS.ProcessEnv = process.env
   return out;
 }
 
+/** Link's entries a model name takes, found once per name: the shipped file never changes in a process. */
+const shippedFound = new Map<string, ReturnType<typeof matches>>();
+const SHIPPED_FOUND_KEPT = 256;
+
+function shippedMatches(model: string): ReturnType<typeof matches> {
+  let found = shippedFound.get(model);
+  if (!found) {
+    shipped ??= shippedFacts();
+    found = matches(shipped, model);
+    if (shippedFound.size >= SHIPPED_FOUND_KEPT) shippedFound.clear();
+    shippedFound.set(model, found);
+  }
+  return found;
+}
+
 /** Forgets every facts file as read (tests; an edit of yours is seen anyway, by its stat). */
 export function forgetFacts(): void {
   yours.clear();
   shipped = undefined;
+  shippedFound.clear();
 }
 
 /** Where a window came from. */
