@@ -19,7 +19,10 @@ import type { TurnInput, TurnListener, TurnOutcome } from "../turn/types.js";
 import { deferred } from "./fixtures/deferred.js";
 
 const dirs: string[] = [];
-afterEach(() => {
+afterEach(async () => {
+  // A prompt's owed file is made on the event loop's next pass (acp/delivery.ts): a prompt answered
+  // at once, in process, may end its test first. Made, then removed with the folder.
+  await new Promise((resolve) => setImmediate(resolve));
   for (const d of dirs.splice(0)) rmSync(d, { recursive: true, force: true });
 });
 
