@@ -143,8 +143,8 @@ export interface RuntimeScript {
   vllm?: { maxModelLen: number };
   /** LM Studio: GET /api/v0/models lists each model, loaded with `loaded` tokens, or not loaded. */
   lmstudio?: { loaded?: number; max: number };
-  /** Each answer of a runtime's own API (not GET /v1/models) comes this much later: a runtime slow to say. */
-  delayMs?: number;
+  /** Each answer of a runtime's own API (not GET /v1/models) waits for this first: a runtime slow to say. */
+  until?: Promise<unknown>;
 }
 
 /** The paths a runtime's or a provider's own API answers: asked by the harness, never the model's turn. */
@@ -382,7 +382,10 @@ export async function startModelServer(opts: ModelServerOptions = {}): Promise<M
 
     const rt = server.runtime;
     const ids = rt.models ?? [opts.model ?? "scripted"];
-    if (RUNTIME_PATHS.has(path) && path !== "/v1/models" && !(await wait(rt.delayMs, gone))) return;
+    if (RUNTIME_PATHS.has(path) && path !== "/v1/models" && rt.until) {
+      await Promise.race([rt.until, new Promise((resolve) => gone.addEventListener("abort", resolve, { once: true }))]);
+      if (gone.aborted) return;
+    }
     if (req.method === "GET" && path === "/v1/models") {
       // vLLM's entries carry max_model_len; an OpenAI-compatible list, only the id.
       const data = ids.map((id) => ({ id, object: "model", created: 0, owned_by: rt.vllm ? "vllm" : "model-server", ...(rt.vllm ? { root: id, parent: null, max_model_len: rt.vllm.maxModelLen } : {}) }));
