@@ -252,15 +252,16 @@ const CREATE = constants.O_WRONLY | constants.O_CREAT | constants.O_EXCL | const
  * mkdir is narrowed by the umask, which may as well take the owner's own access away. Each is made
  * on its own, not by Node's recursive mkdir, which answers a failure it doesn't expect (EROFS, a
  * read-only file system; ENOSPC; EDQUOT) with the ENOENT of the folder it then failed to find.
+ * With `within`, only the folders below it are made: it missing is its ENOENT.
  */
-export function makeFolder(dir: string): void {
+export function makeFolder(dir: string, within?: string): void {
   const missing: string[] = [];
   for (let at = dir; ; at = dirname(at)) {
     try {
       lstatSync(at);
       break;
     } catch (e) {
-      if (!isErrno(e, "ENOENT") || dirname(at) === at) throw e;
+      if (!isErrno(e, "ENOENT") || dirname(at) === at || at === within) throw e;
       missing.push(at);
     }
   }

@@ -65,12 +65,16 @@ export class ConversationFolder {
    */
   static open(conv: ConversationPaths, o: { make?: boolean } = {}): ConversationFolder {
     const chats = dirname(conv.dir);
+    const agent = dirname(chats);
     // conv.dir is <agent>/chats/<thread>, and a thread name holds no separator.
-    checkNoLinks(dirname(chats), conv.event(1));
+    checkNoLinks(agent, conv.event(1));
     if (o.make !== false) {
       try {
-        makeFolder(conv.dir);
+        // The agent's own folder is never made here: one removed while a process still serves it
+        // (the agent gone) stays gone, rather than coming back with a conversation in it.
+        makeFolder(conv.dir, agent);
       } catch (e) {
+        if (isErrno(e, "ENOENT") || isErrno(e, "ENOTDIR")) throw new StoreError(`the agent's folder ${agent} is missing or not a folder: nothing is written for it`, conv.dir);
         throw new StoreError(`cannot make ${conv.dir}: ${(e as Error).message}`, conv.dir);
       }
     }

@@ -477,6 +477,24 @@ describe("the derived files beside the events", () => {
     expect(existsSync(conv.dir)).toBe(false);
   });
 
+  it("no write makes again an agent's folder that is gone (the agent removed while a process serves it)", async () => {
+    const dir = tempDir();
+    const conv = paths({ dir }).conversation("t");
+    rmSync(dir, { recursive: true });
+    expect(() => writeOwed(conv, "owed-1-a", 0)).toThrow(/the agent.s folder .* is missing or not a folder/);
+    await expect(appendEvent(conv, { v: 1, kind: "command", name: "/new", time: new Date().toISOString() })).rejects.toThrow(StoreError);
+    expect(existsSync(dir)).toBe(false);
+    // A file where the agent's folder was: refused too, and left as it is.
+    writeFileSync(dir, "not a folder");
+    expect(() => writeOwed(conv, "owed-1-a", 0)).toThrow(/ENOTDIR|not a folder/);
+    expect(readFileSync(dir, "utf8")).toBe("not a folder");
+    rmSync(dir);
+    // Its own folder there, a conversation's folder and chats/ are made as before.
+    mkdirSync(dir);
+    writeOwed(conv, "owed-1-a", 0);
+    expect(readdirSync(conv.dir)).toEqual(["owed-1-a"]);
+  });
+
   it("the transcript is added to, read, tailed and made again", () => {
     const conv = paths({ dir: tempDir() }).conversation("t");
     expect(readTranscript(conv)).toBeUndefined();
