@@ -97,15 +97,18 @@ describe("a runtime slow to say its window", { timeout: 60_000 }, () => {
     const answered = await c.agent.request(acp.methods.agent.session.prompt, { sessionId, prompt: text("hello") });
     expect(answered.stopReason).toBe("end_turn");
     expect(server.asked.some((r) => r.path === "/api/show")).toBe(true);
-    // The answer waited for it: the usage update says the runtime's window, and the mark is made for it
-    // (8,192 less the answer's 2,048 and the margin's 410, less the instructions).
+    // The answer waited for it: the usage update says the runtime's window.
     expect((await usage).update).toMatchObject({ sessionUpdate: "usage_update", size: 8192 });
+    // The next turn, of a conversation with events, counts with that window at once (it waits for
+    // the first's lock, so the first's mark is made by then).
+    server.script({ error: { status: 400, message: "the prompt is too long", code: "context_length_exceeded" } });
+    const refused = await failure(c.agent.request(acp.methods.agent.session.prompt, { sessionId, prompt: text("again") }));
+    // The mark the first turn made is for that window's share: 8,192 less the answer's 2,048 and the
+    // margin's 410, less the instructions; the second turn counted with the same.
     const mark = readMark(paths({ dir }).conversation(sessionId));
     expect(mark?.budget).toBeGreaterThan(4_000);
     expect(mark?.budget).toBeLessThanOrEqual(8192 - 2048 - 410);
-    // The next turn, of a conversation with events, counts with that window at once.
-    server.script({ error: { status: 400, message: "the prompt is too long", code: "context_length_exceeded" } });
-    expect((await failure(c.agent.request(acp.methods.agent.session.prompt, { sessionId, prompt: text("again") }))).message).toContain(`window 8192 from runtime, conversation's share ${String(mark?.budget)}`);
+    expect(refused.message).toContain(`window 8192 from runtime, conversation's share ${String(mark?.budget)}`);
   });
 });
 
