@@ -1,12 +1,13 @@
 // Warming a blank process: a conversation with a scratch agent, in a folder of its own removed
-// after, over an ACP connection within the process, whose model is a loopback endpoint of this
+// after (on the way out, should the process exit meanwhile; by the next process to warm up, should
+// it be killed), over an ACP connection within the process, whose model is a loopback endpoint of this
 // process that answers one word, streamed as any OpenAI-compatible endpoint streams, and answers
 // each runtime's own questions of it as that runtime would. The code of a prompt runs (the ACP layer
 // and its streams, the session, the runtime's answers read, the turn: settings, events, the lock,
 // the window, the model's client and its stream, the copy): the first prompt once, a first turn's code;
 // the next ones a later turn's, again and again, so that V8 has compiled the hottest of it by the
 // time the agent bound next sends its first prompt. Nothing of any agent's is read or kept.
-import { mkdtempSync, rmSync } from "node:fs";
+import { lstatSync, mkdtempSync, readdirSync, rmSync } from "node:fs";
 import { createServer } from "node:http";
 import type { AddressInfo } from "node:net";
 import { tmpdir } from "node:os";
@@ -14,6 +15,48 @@ import { join } from "node:path";
 import * as acp from "@agentclientprotocol/sdk";
 import type { Settings } from "../protocol/index.js";
 import type { AgentOptions, RunningAgent } from "./agent.js";
+
+/** A scratch folder's name: the process's pid, then mkdtemp's six characters. */
+const SCRATCH = "lnk-link-harness-warm-";
+const SCRATCH_NAME = /^lnk-link-harness-warm-(\d{1,10})-[A-Za-z0-9]{6}$/;
+
+/** Whether a process of this pid is there (one of another user's included). */
+function alive(pid: number): boolean {
+  try {
+    process.kill(pid, 0);
+    return true;
+  } catch (e) {
+    return (e as NodeJS.ErrnoException).code === "EPERM";
+  }
+}
+
+/**
+ * Removes the scratch folders of processes that are gone (killed while warming up, when nothing
+ * of theirs ran to remove it): only this user's own folders, never through a link. Returns how many.
+ */
+export function sweepScratch(dir = tmpdir()): number {
+  let names: string[];
+  try {
+    names = readdirSync(dir);
+  } catch {
+    return 0;
+  }
+  let removed = 0;
+  for (const name of names) {
+    const pid = Number(SCRATCH_NAME.exec(name)?.[1] ?? 0);
+    if (pid <= 0 || pid === process.pid || alive(pid)) continue;
+    const path = join(dir, name);
+    try {
+      const st = lstatSync(path);
+      if (!st.isDirectory() || st.uid !== process.getuid?.()) continue;
+      rmSync(path, { recursive: true, force: true });
+      removed++;
+    } catch {
+      // Gone meanwhile, or not ours to remove.
+    }
+  }
+  return removed;
+}
 
 /** The scratch agent's model, and the window each runtime's answer gives it. */
 const MODEL = "warm-up";
@@ -65,7 +108,11 @@ export async function warmPrompts(start: (o: AgentOptions) => RunningAgent, forg
     });
   });
   await new Promise<void>((resolve) => server.listen(0, "127.0.0.1", resolve));
-  const scratch = mkdtempSync(join(tmpdir(), "lnk-link-harness-warm-"));
+  sweepScratch();
+  const scratch = mkdtempSync(join(tmpdir(), `${SCRATCH}${process.pid}-`));
+  // A process that exits while it warms up (a signal) removes it on the way out.
+  const remove = () => rmSync(scratch, { recursive: true, force: true });
+  process.once("exit", remove);
   let agent: RunningAgent | undefined;
   try {
     const { port } = server.address() as AddressInfo;
@@ -92,7 +139,8 @@ export async function warmPrompts(start: (o: AgentOptions) => RunningAgent, forg
     await agent?.stop(false);
     server.closeAllConnections();
     server.close();
-    rmSync(scratch, { recursive: true, force: true });
+    process.off("exit", remove);
+    remove();
     forget();
   }
   return ran;

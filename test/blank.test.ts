@@ -156,6 +156,45 @@ describe("--blank", () => {
     expect(readdirSync(join(p.store, "chats"))).toEqual([sessionId]);
   });
 
+  it("leaves no scratch folder behind: removed when it stops while warming up, and a killed process's by the next", async () => {
+    const tmp = tempDir("lnk-blank-tmp-");
+    cleanup.push(() => tmp.remove());
+    const env = { ...linkFreeEnv(), TMPDIR: tmp.path };
+    const scratchOf = (pid: number | undefined) => readdirSync(tmp.path).filter((n) => n.startsWith(`lnk-link-harness-warm-${String(pid)}-`));
+    /** Starts a blank process and waits until its warm-up's scratch folder is there. */
+    const warming = async () => {
+      const p = place();
+      const d = watched(startDaemon(["--blank", p.control], env), cleanup);
+      for (let i = 0; i < 2_000 && scratchOf(d.child.pid).length === 0; i++) await new Promise((resolve) => setTimeout(resolve, 2));
+      expect(scratchOf(d.child.pid)).toHaveLength(1);
+      return d;
+    };
+    // Stopped by a signal while it warms up: it removes its folder on the way out.
+    const stopped = await warming();
+    await stopped.stop("SIGTERM");
+    expect(scratchOf(stopped.child.pid)).toEqual([]);
+    // Killed: nothing of it runs, and its folder stays, until the next blank process warms up.
+    const killed = await warming();
+    await killed.stop("SIGKILL");
+    expect(scratchOf(killed.child.pid)).toHaveLength(1);
+    // Beside it, a live process's folder, a link named as a dead one's, and another name: all kept.
+    const live = join(tmp.path, `lnk-link-harness-warm-${process.pid}-abcdef`);
+    mkdirSync(live);
+    const target = join(tmp.path, "target");
+    mkdirSync(target);
+    writeFileSync(join(target, "kept.txt"), "kept");
+    symlinkSync(target, join(tmp.path, `lnk-link-harness-warm-${String(killed.child.pid)}-linked`));
+    mkdirSync(join(tmp.path, "lnk-link-harness-warm-other"));
+    const next = watched(startDaemon(["--blank", place().control], env), cleanup);
+    await next.waitForLog(/"blank: loaded"/);
+    expect(scratchOf(killed.child.pid).sort()).toEqual([`lnk-link-harness-warm-${String(killed.child.pid)}-linked`]);
+    expect(readFileSync(join(target, "kept.txt"), "utf8")).toBe("kept");
+    expect(statSync(live).isDirectory()).toBe(true);
+    expect(statSync(join(tmp.path, "lnk-link-harness-warm-other")).isDirectory()).toBe(true);
+    // Its own, once it has warmed up, removed.
+    expect(scratchOf(next.child.pid)).toEqual([]);
+  });
+
   it("bound with --port, serves that agent on the port, gated by the Bind's key; a port in use refuses the Bind and leaves it blank", async () => {
     const p = place();
     const busy = watched(startDaemon(["--blank", join(p.root, "other.sock"), "--port", "0"], linkFreeEnv()), cleanup);
