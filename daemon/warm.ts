@@ -14,21 +14,12 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import * as acp from "@agentclientprotocol/sdk";
 import type { Settings } from "../protocol/index.js";
+import { processAlive } from "../store/lock.js";
 import type { AgentOptions, RunningAgent } from "./agent.js";
 
 /** A scratch folder's name: the process's pid, then mkdtemp's six characters. */
 const SCRATCH = "lnk-link-harness-warm-";
 const SCRATCH_NAME = /^lnk-link-harness-warm-(\d{1,10})-[A-Za-z0-9]{6}$/;
-
-/** Whether a process of this pid is there (one of another user's included). */
-function alive(pid: number): boolean {
-  try {
-    process.kill(pid, 0);
-    return true;
-  } catch (e) {
-    return (e as NodeJS.ErrnoException).code === "EPERM";
-  }
-}
 
 /**
  * Removes the scratch folders of processes that are gone (killed while warming up, when nothing
@@ -44,7 +35,7 @@ export function sweepScratch(dir = tmpdir()): number {
   let removed = 0;
   for (const name of names) {
     const pid = Number(SCRATCH_NAME.exec(name)?.[1] ?? 0);
-    if (pid <= 0 || pid === process.pid || alive(pid)) continue;
+    if (pid <= 0 || pid === process.pid || processAlive(pid)) continue;
     const path = join(dir, name);
     try {
       const st = lstatSync(path);

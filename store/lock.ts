@@ -122,7 +122,8 @@ const lockFs = {
 
 const Owner = z.object({ pid: z.number().int(), host: z.string() });
 
-function alive(pid: number): boolean {
+/** Whether a process of this pid is there on this machine (one of another user's included). */
+export function processAlive(pid: number): boolean {
   try {
     process.kill(pid, 0);
     return true;
@@ -175,7 +176,7 @@ function takeOverDead(lock: string): boolean {
   const text = readOwner(lock);
   if (text === undefined) return false;
   const owner = Owner.parse(JSON.parse(text));
-  if (owner.host !== hostname() || owner.pid === process.pid || alive(owner.pid)) return false;
+  if (owner.host !== hostname() || owner.pid === process.pid || processAlive(owner.pid)) return false;
   const aside = `${lock}.dead-${process.pid}-${Date.now()}`;
   try {
     renameSync(lock, aside);
