@@ -23,30 +23,27 @@ const SCRATCH_NAME = /^lnk-link-harness-warm-(\d{1,10})-[A-Za-z0-9]{6}$/;
 
 /**
  * Removes the scratch folders of processes that are gone (killed while warming up, when nothing
- * of theirs ran to remove it): only this user's own folders, never through a link. Returns how many.
+ * of theirs ran to remove it): only this user's own folders, never through a link.
  */
-export function sweepScratch(dir = tmpdir()): number {
+function sweepScratch(): void {
+  const dir = tmpdir();
   let names: string[];
   try {
     names = readdirSync(dir);
   } catch {
-    return 0;
+    return;
   }
-  let removed = 0;
   for (const name of names) {
     const pid = Number(SCRATCH_NAME.exec(name)?.[1] ?? 0);
     if (pid <= 0 || pid === process.pid || processAlive(pid)) continue;
     const path = join(dir, name);
     try {
       const st = lstatSync(path);
-      if (!st.isDirectory() || st.uid !== process.getuid?.()) continue;
-      rmSync(path, { recursive: true, force: true });
-      removed++;
+      if (st.isDirectory() && st.uid === process.getuid?.()) rmSync(path, { recursive: true, force: true });
     } catch {
       // Gone meanwhile, or not ours to remove.
     }
   }
-  return removed;
 }
 
 /** The scratch agent's model, and the window each runtime's answer gives it. */
