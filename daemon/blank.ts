@@ -116,12 +116,14 @@ export async function serveBlank(p: Process, command: Extract<Command, { kind: "
   const control = command.blank as string;
   let bound: Served | undefined;
   let binding = false;
-  /** What a Bind taken does once its answer is written. */
-  let answered: (() => void) | undefined;
 
-  const bind = async (line: string): Promise<Record<string, never> | { error: string }> => {
-    if (bound) return { error: "bound already: a second Bind is refused, and nothing unbinds this process" };
-    if (binding) return { error: "another Bind is being taken: this one is refused" };
+  /** The Bind's answer, and, for one taken, what it does once that answer is written. */
+  type Taken = { answer: Record<string, never> | { error: string }; after?: () => void };
+  const refused = (error: string): Taken => ({ answer: { error } });
+
+  const bind = async (line: string): Promise<Taken> => {
+    if (bound) return refused("bound already: a second Bind is refused, and nothing unbinds this process");
+    if (binding) return refused("another Bind is being taken: this one is refused");
     binding = true;
     try {
       const b = readBind(line);
@@ -142,7 +144,7 @@ export async function serveBlank(p: Process, command: Extract<Command, { kind: "
       // Once the answer is on its way (onControl): what its first turn asks of its model is asked,
       // and the agent is made, while its client connects. A new conversation's first request needs
       // no answer of them (turn/turn.ts): only its answer waits.
-      answered = () => {
+      const after = () => {
         void p.agentCode()
           .then((code) => code.readyAhead(b.settings()))
           .catch(() => undefined);
@@ -150,14 +152,14 @@ export async function serveBlank(p: Process, command: Extract<Command, { kind: "
           served.load().catch((e: unknown) => log.warn("loading the agent failed: the first connection tries again", { error: (e as Error).message }));
         });
       };
-      return {};
+      return { answer: {}, after };
     } catch (e) {
       if (e instanceof BindRefused) {
         log.warn("a Bind was refused: the process stays blank", { error: e.message });
-        return { error: e.message };
+        return refused(e.message);
       }
       log.error("a Bind failed: the process stays blank", { error: (e as Error).message });
-      return { error: `the Bind failed: ${(e as Error).message}` };
+      return refused(`the Bind failed: ${(e as Error).message}`);
     } finally {
       binding = false;
     }
@@ -171,10 +173,9 @@ export async function serveBlank(p: Process, command: Extract<Command, { kind: "
         socket.destroy();
         return;
       }
-      const answer = over ? { error: `the Bind line is over ${BIND_MAX} bytes` } : await bind(line as string);
-      socket.end(`${JSON.stringify(answer)}\n`);
-      answered?.();
-      answered = undefined;
+      const taken = over ? refused(`the Bind line is over ${BIND_MAX} bytes`) : await bind(line as string);
+      socket.end(`${JSON.stringify(taken.answer)}\n`);
+      taken.after?.();
     })();
   };
   await p.serveControl(control, onControl);
