@@ -1,7 +1,7 @@
 // A conversation's folder, checked once and held open while it is written, so no file of the
 // conversation is ever written outside the agent's folder: not when chats/ or the conversation's
 // folder is a link, and not when either is swapped for one while a turn writes.
-import { chmodSync, closeSync, constants, fstatSync, fsync, lstatSync, openSync, type Stats } from "node:fs";
+import { chmodSync, closeSync, constants, fstatSync, fsync, lstatSync, openSync, statSync, type Stats } from "node:fs";
 import { basename, dirname } from "node:path";
 import { StoreError } from "../protocol/index.js";
 import { isErrno } from "./errno.js";
@@ -35,6 +35,15 @@ function openIn(parent: number, parentPath: string, name: string): number {
     }
   }
   return openSync(`${parentPath}/${name}`, DIRECTORY);
+}
+
+/** Whether `path` is a folder (or a link to one), as the failure of a making is told. */
+function isFolder(path: string): boolean {
+  try {
+    return statSync(path).isDirectory();
+  } catch {
+    return false;
+  }
 }
 
 export class ConversationFolder {
@@ -74,7 +83,9 @@ export class ConversationFolder {
         // (the agent gone) stays gone, rather than coming back with a conversation in it.
         makeFolder(conv.dir, agent);
       } catch (e) {
-        if (isErrno(e, "ENOENT") || isErrno(e, "ENOTDIR")) throw new StoreError(`the agent's folder ${agent} is missing or not a folder: nothing is written for it`, conv.dir);
+        // Said as the agent's folder only when it is what is missing, not by the error's code: a
+        // chats/ that is a file fails with ENOTDIR too.
+        if (!isFolder(agent)) throw new StoreError(`the agent's folder ${agent} is missing or not a folder: nothing is written for it`, conv.dir);
         throw new StoreError(`cannot make ${conv.dir}: ${(e as Error).message}`, conv.dir);
       }
     }
