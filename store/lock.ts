@@ -80,8 +80,44 @@ const CREATE = fs.constants.O_WRONLY | fs.constants.O_CREAT | fs.constants.O_EXC
  */
 const OWNER_TEXT = JSON.stringify({ pid: process.pid, host: hostname(), token: randomUUID() });
 
-/** Removes a lock: the file, or the folder (holding its owner file) that earlier versions made. */
+/**
+ * The lock files this process made and holds, kept open: while a descriptor holds a file, no other
+ * file can take its inode, so the file at a lock's path is this process's own exactly when it has
+ * the inode kept here (see stillHeld). By the path the lock was made at.
+ */
+const kept = new Map<string, { fd: number; dev: number; ino: number }>();
+
+/** Lets go of a lock file kept open. */
+function letGo(path: string): void {
+  const own = kept.get(path);
+  if (!own) return;
+  kept.delete(path);
+  fs.closeSync(own.fd);
+}
+
+/**
+ * Removes a lock: the file, or the folder (holding its owner file) that earlier versions made. One
+ * this process made is removed only while it is still the file there: a lock lost is another
+ * process's now, and removing it would let a third turn in beside that process's.
+ */
 function removeLock(path: string): void {
+  const own = kept.get(path);
+  if (own) {
+    let st: fs.Stats | undefined;
+    try {
+      st = fs.lstatSync(path);
+    } catch {
+      st = undefined;
+    }
+    // Looked at while its descriptor still holds the inode, so no other file can have it.
+    const mine = st !== undefined && st.ino === own.ino && st.dev === own.dev;
+    try {
+      if (mine) fs.unlinkSync(path);
+    } finally {
+      letGo(path);
+    }
+    return;
+  }
   try {
     fs.unlinkSync(path);
   } catch (e) {
@@ -105,13 +141,15 @@ const lockFs = {
       try {
         fs.fchmodSync(fd, FILE_MODE);
         writeAll(fd, OWNER_TEXT);
+        const st = fs.fstatSync(fd);
+        letGo(path);
+        kept.set(path, { fd, dev: st.dev, ino: st.ino });
       } catch (e) {
         // A lock that names no one could only go stale: none is left.
         fs.closeSync(fd);
         fs.unlinkSync(path);
         throw e;
       }
-      fs.closeSync(fd);
     }, cb),
   // The lock itself, never what a link there points to.
   stat: (path: string, cb: Callback<fs.Stats>) => now(() => fs.lstatSync(path), cb),
@@ -223,9 +261,11 @@ export function defaultStale(env: NodeJS.ProcessEnv = process.env): number {
 }
 
 /**
- * Whether this process still holds the lock at `lock`: its file is there, says this process, and
- * was refreshed within the stale period (a process paused longer may have been taken over, or be
- * about to be). Checked before each write the holder makes.
+ * Whether this process still holds the lock at `lock`: its file is there, is the very file this
+ * process made (the inode it keeps open, which no other file can have meanwhile: one look, where
+ * reading the file back took four calls), and was refreshed within the stale period (a process
+ * paused longer may have been taken over, or be about to be). Checked before each write the holder
+ * makes.
  */
 function stillHeld(conv: ConversationPaths, lock: string, stale: number, compromised: () => Error | undefined): void {
   const lost = compromised();
@@ -236,14 +276,9 @@ function stillHeld(conv: ConversationPaths, lock: string, stale: number, comprom
   } catch {
     throw new LockLostError(conv, "its lock file is gone");
   }
+  const own = kept.get(lock);
+  if (!own || st.ino !== own.ino || st.dev !== own.dev) throw new LockLostError(conv, "another process holds it");
   if (Date.now() - st.mtimeMs > stale) throw new LockLostError(conv, `not refreshed for ${Math.round(Date.now() - st.mtimeMs)} ms`);
-  let text: string | undefined;
-  try {
-    text = readNoFollow(lock, { max: LIMITS.lock });
-  } catch {
-    text = undefined;
-  }
-  if (text !== OWNER_TEXT) throw new LockLostError(conv, "another process holds it");
 }
 
 /**
@@ -290,8 +325,10 @@ export async function withConversationLock<T>(conv: ConversationPaths, fn: () =>
     try {
       return await holdWhile(folder, fn);
     } finally {
-      // Released before the folder it is named through is closed.
+      // Released before the folder it is named through is closed; its file let go even when the
+      // release couldn't remove it (the lock was compromised).
       await release().catch(() => undefined);
+      letGo(lock);
       folder.close();
     }
   });

@@ -642,6 +642,32 @@ describe("hostile files in the agent's folder", () => {
     }
   });
 
+  it("a lock whose file is another file now, even one saying the same, is lost: nothing more is written", async () => {
+    const conv = paths({ dir: tempDir() }).conversation("t");
+    ensureConversation(conv);
+    const fds = () => readdirSync("/proc/self/fd").length;
+    const before = fds();
+    let text = "";
+    const outcome = withConversationLock(conv, async () => {
+      await appendEvent(conv, userMessage("written while held"));
+      // Another process's file in its place, word for word: a copy, so a file of its own.
+      text = readFileSync(conv.lock, "utf8");
+      rmSync(conv.lock);
+      writeFileSync(conv.lock, text);
+      await appendEvent(conv, userMessage("never written"));
+    });
+    await expect(outcome).rejects.toThrow(/its lock was lost \(another process holds it\)/);
+    forgetEvents();
+    expect(readEventsFrom(conv, 1).map((e) => "text" in e.event && e.event.text)).toEqual(["written while held"]);
+    // The other's lock is left where it is: letting go of a lost lock never removes the one there now.
+    expect(readFileSync(conv.lock, "utf8")).toBe(text);
+    // The lock's own file, kept open while held, is let go with it.
+    expect(fds()).toBe(before);
+    rmSync(conv.lock);
+    expect(await withConversationLock(conv, async () => fds())).toBe(before + 2);
+    expect(fds()).toBe(before);
+  });
+
   it("parsed events are held to their bound in bytes, however many long conversations are read", () => {
     const dir = tempDir();
     const big = userMessage("y".repeat(1024 * 1024));
