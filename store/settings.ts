@@ -260,13 +260,14 @@ export function listOwnSkills(agent: AgentRef): Skill[] {
 
 /**
  * The agent's skills: its own, then each the settings' identity names that Link copied to
- * <home>/.lnk/agent/skills/<name>/, offered like its own (one of its own of that name wins).
+ * <home>/.lnk/agent/skills/<name>/, offered like its own (one of its own of that name wins). From
+ * `settings` when the caller has read them (a turn, once), else read here.
  */
-export function listSkills(agent: AgentRef): Skill[] {
+export function listSkills(agent: AgentRef, settings?: SettingsT): Skill[] {
   const own = listOwnSkills(agent);
   let named: readonly string[] | undefined;
   try {
-    named = readSettings(agent)?.identity?.skills;
+    named = (settings ?? readSettings(agent))?.identity?.skills;
   } catch {
     // Settings that can't be read fail the turn, saying why; the agent's own skills are still its own.
     return own;

@@ -5,7 +5,7 @@
 import { createHmac } from "node:crypto";
 import { mkdirSync, readdirSync, readFileSync, statSync, symlinkSync, watch, writeFileSync } from "node:fs";
 import { connect } from "node:net";
-import { join } from "node:path";
+import { dirname, join } from "node:path";
 import * as acp from "@agentclientprotocol/sdk";
 import { describe, expect, it } from "vitest";
 import { z } from "zod";
@@ -108,8 +108,14 @@ describe("--blank", () => {
     }
     expect(readdirSync(p.store)).toEqual(["instructions"]);
 
-    // A good Bind: the process answers {} once it serves that agent.
-    expect(await control(p.control, JSON.stringify(p.bind))).toEqual({});
+    // A good Bind: the process answers {} once it serves that agent. Its settings name a skill Link
+    // copied to the agent's home (its files folder): offered from the Bind's settings, as there is no
+    // config.json to read them from.
+    const triage = join(p.files, ".lnk", "agent", "skills", "triage", "SKILL.md");
+    mkdirSync(dirname(triage), { recursive: true });
+    writeFileSync(triage, "---\nname: triage\ndescription: sorts the inbox\n---\nDo it.\n");
+    const bound = { ...p.bind, settings: { ...p.bind.settings, identity: { skills: ["triage"] } } };
+    expect(await control(p.control, JSON.stringify(bound))).toEqual({});
     expect(await control(p.control, JSON.stringify(p.bind))).toEqual({ error: expect.stringContaining("bound already") });
 
     const c = await stdioClient(d, cleanup);
@@ -121,6 +127,7 @@ describe("--blank", () => {
     const answer = await c.agent.request(acp.methods.agent.session.prompt, { sessionId, prompt: [{ type: "text", text: "who is this?" }] });
     expect(answer.stopReason).toBe("end_turn");
     expect(answerText(c.updates, sessionId)).toBe("Ida here");
+    expect(String(server.requests.at(-1)?.body.messages?.[0]?.content)).toContain(`- triage: sorts the inbox (${triage})`);
     // The placeholder was filled from the Bind's key: the model was sent it.
     expect(server.requests.at(-1)?.headers.authorization).toBe(`Bearer ${BIND_KEY}`);
     // The proof is made with the Bind's key.

@@ -76,8 +76,9 @@ function repositoryText(agent: AgentRef, cwd: string | undefined, max: number): 
   return parts.join("\n");
 }
 
-function skillsText(agent: AgentRef): string {
-  const skills = listSkills(agent);
+function skillsText(agent: AgentRef, settings: Settings): string {
+  // The settings the turn read: each turn reads them once.
+  const skills = listSkills(agent, settings);
   if (skills.length === 0) return "";
   return [
     "Skills you have (read a skill's SKILL.md before you use it):",
@@ -135,7 +136,7 @@ export function composeSections(agent: AgentRef, settings: Settings, calls: read
     tools: () => toolsText(calls),
     environment: () => environmentText(agent, settings),
     repository: (max) => repositoryText(agent, cwd, max),
-    skills: () => skillsText(agent),
+    skills: () => skillsText(agent, settings),
     standing: () => standingText(standing, settings),
     notes: (max) => notesText(agent, settings, max),
   };
