@@ -73,6 +73,46 @@ export class ConversationFolder {
    * others is made private.
    */
   static open(conv: ConversationPaths, o: { make?: boolean } = {}): ConversationFolder {
+    return ConversationFolder.there(conv) ?? ConversationFolder.made(conv, o);
+  }
+
+  /**
+   * The folder as it is at nearly every turn: chats/ and the conversation's folder there, opened
+   * each without following a link (O_NOFOLLOW on the one component each open names), which is the
+   * check itself: five calls. Anything else (one missing, a link, not a folder, no /proc) is left
+   * to `made`, which says what is wrong.
+   */
+  private static there(conv: ConversationPaths): ConversationFolder | undefined {
+    if (viaProc === false) return undefined;
+    const chats = dirname(conv.dir);
+    let parent: number;
+    try {
+      parent = openSync(chats, DIRECTORY);
+    } catch {
+      return undefined;
+    }
+    let fd: number | undefined;
+    try {
+      fd = openSync(`/proc/self/fd/${parent}/${basename(conv.dir)}`, DIRECTORY);
+      const st = fstatSync(fd);
+      const up = fstatSync(parent);
+      // A folder an earlier version made open to others: made private by `made`.
+      if ((st.mode & 0o077) !== 0 || (up.mode & 0o077) !== 0) {
+        closeSync(fd);
+        return undefined;
+      }
+      viaProc = true;
+      return new ConversationFolder(conv, fd, st, `/proc/self/fd/${fd}`);
+    } catch {
+      if (fd !== undefined) closeSync(fd);
+      return undefined;
+    } finally {
+      closeSync(parent);
+    }
+  }
+
+  /** The folder made where missing, checked path by path, and opened. */
+  private static made(conv: ConversationPaths, o: { make?: boolean }): ConversationFolder {
     const chats = dirname(conv.dir);
     const agent = dirname(chats);
     // conv.dir is <agent>/chats/<thread>, and a thread name holds no separator.
