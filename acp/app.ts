@@ -152,7 +152,7 @@ export function createAgentApp(state: AcpState, outbox: Outbox, connection = new
 
   /** Tells the client the commands it can offer: after the response that opened the session. */
   const announceCommands = (client: AgentContext, sessionId: string, cwd: string | undefined, later: boolean) => {
-    const send = () => outbox.send(client, sessionId, { sessionUpdate: "available_commands_update", availableCommands: availableCommands(deps.agent, cwd, log) });
+    const send = () => outbox.send(client, sessionId, { sessionUpdate: "available_commands_update", availableCommands: availableCommands(deps.agent, cwd, log, deps.settings?.()) });
     if (later) setImmediate(send);
     else send();
   };

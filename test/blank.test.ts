@@ -128,6 +128,11 @@ describe("--blank", () => {
     expect(answer.stopReason).toBe("end_turn");
     expect(answerText(c.updates, sessionId)).toBe("Ida here");
     expect(String(server.requests.at(-1)?.body.messages?.[0]?.content)).toContain(`- triage: sorts the inbox (${triage})`);
+    // Offered, and run, as a command like the agent's own.
+    const offered = await c.waitForUpdate((n) => n.sessionId === sessionId && n.update.sessionUpdate === "available_commands_update");
+    expect(offered.update.sessionUpdate === "available_commands_update" ? offered.update.availableCommands.map((a) => a.name) : []).toContain("skill:triage");
+    await c.agent.request(acp.methods.agent.session.prompt, { sessionId, prompt: [{ type: "text", text: "/skill:triage the morning's mail" }] });
+    expect(JSON.stringify(server.requests.at(-1)?.body.messages)).toContain("Do it.");
     // The placeholder was filled from the Bind's key: the model was sent it.
     expect(server.requests.at(-1)?.headers.authorization).toBe(`Bearer ${BIND_KEY}`);
     // The proof is made with the Bind's key.

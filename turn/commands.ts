@@ -438,7 +438,7 @@ export async function runCommand(ctx: CommandContext, parsed: Parsed): Promise<C
     if (parsed.kind === "skill") {
       // The agent's own first, then the repository's the session works in.
       const root = repositoryOf(ctx.cwd ?? paths(ctx.agent).files);
-      const skills = [...listSkills(ctx.agent), ...(root !== undefined ? listRepositorySkills(root) : [])];
+      const skills = [...listSkills(ctx.agent, ctx.settings), ...(root !== undefined ? listRepositorySkills(root) : [])];
       const skill = ownSkill(skills, parsed.name);
       if (!skill) {
         const near = nearest(parsed.name, skills.flatMap((s) => [s.folder, s.name]));
@@ -450,7 +450,7 @@ export async function runCommand(ctx: CommandContext, parsed: Parsed): Promise<C
     }
     const typedName = parsed.kind === "command" ? parsed.name : parsed.name.toLowerCase();
     // One of the agent's own skills may take a command's name (spec: commands.txt).
-    const shadow = ownSkill(listSkills(ctx.agent), typedName);
+    const shadow = ownSkill(listSkills(ctx.agent, ctx.settings), typedName);
     if (shadow && (shadow.folder.toLowerCase() === typedName || shadow.name.toLowerCase() === typedName)) return skillMessage(ctx, shadow, parsed.typed);
     if (parsed.kind === "unknown") {
       const near = nearest(typedName, BY_NAME.keys());
