@@ -4,24 +4,13 @@
 // live process holds, once, and removes the file once that answer in turn was written.
 import { randomBytes } from "node:crypto";
 import { EVENT_KINDS, type Event, type Numbered, type RecoveredAnswer } from "../protocol/index.js";
-import { isErrno, lastEventNumber, listOwed, owedName, readEventsFrom, removeOwed, writeOwed, type AgentRef, type ConversationPaths, type Owed } from "../store/index.js";
+import { lastEventNumber, listOwed, owedName, processAlive, readEventsFrom, removeOwed, writeOwed, type AgentRef, type ConversationPaths, type Owed } from "../store/index.js";
 import type { Logger } from "./deps.js";
 
 /** Owed files of this process's prompts still being answered: no recovery hands them over. */
 const live = new Set<string>();
 /** Owed files a recovery handed over, until its answer was written (then removed) or not (then owed again). */
 const handed = new Set<string>();
-
-/** Whether a process of this pid is running (one of another user's counts). */
-function running(pid: number): boolean {
-  if (pid === process.pid) return true;
-  try {
-    process.kill(pid, 0);
-    return true;
-  } catch (e) {
-    return !isErrno(e, "ESRCH");
-  }
-}
 
 /** A prompt's debt: settled once its answer was written to the client, else left for a recovery. */
 export interface Debt {
@@ -103,7 +92,7 @@ export function recover(agent: AgentRef, written: Promise<boolean>, log: Logger)
     const path = `${o.conv.dir}/${o.name}`;
     if (live.has(path) || handed.has(path)) continue;
     // Another live process owes it: its own client may still get it.
-    if (o.pid !== process.pid && running(o.pid)) continue;
+    if (o.pid !== process.pid && processAlive(o.pid)) continue;
     let found: Numbered | undefined;
     try {
       found = answerAfter(o.conv, o.after);
