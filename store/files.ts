@@ -1,5 +1,5 @@
 // Reading and writing files of the agent's folder: never through a link, always whole.
-import { chmodSync, closeSync, constants, fchmodSync, fdatasync, fstatSync, fsyncSync, lstatSync, mkdirSync, open, openSync, readdirSync, readSync, renameSync, unlinkSync, writeSync, type Stats } from "node:fs";
+import { chmodSync, closeSync, constants, fchmodSync, fdatasync, fstatSync, fsyncSync, lstatSync, mkdirSync, open, openSync, readdirSync, readSync, renameSync, statSync, unlinkSync, writeSync, type Stats } from "node:fs";
 import { dirname, join, relative, sep } from "node:path";
 import { StoreError } from "../protocol/index.js";
 import { isErrno } from "./errno.js";
@@ -246,6 +246,15 @@ export function removeTempsOf(dir: string, pid: number): number {
 }
 
 const CREATE = constants.O_WRONLY | constants.O_CREAT | constants.O_EXCL | constants.O_NOFOLLOW;
+
+/** Whether `path` is a folder (or a link to one): false for anything else, or nothing there. */
+export function isFolder(path: string): boolean {
+  try {
+    return statSync(path).isDirectory();
+  } catch {
+    return false;
+  }
+}
 
 /**
  * Makes a folder and those above it that are missing, each of mode 0700 exactly: the mode asked of

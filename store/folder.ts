@@ -1,11 +1,11 @@
 // A conversation's folder, checked once and held open while it is written, so no file of the
 // conversation is ever written outside the agent's folder: not when chats/ or the conversation's
 // folder is a link, and not when either is swapped for one while a turn writes.
-import { chmodSync, closeSync, constants, fstatSync, fsync, lstatSync, openSync, statSync, type Stats } from "node:fs";
+import { chmodSync, closeSync, constants, fstatSync, fsync, lstatSync, openSync, type Stats } from "node:fs";
 import { basename, dirname } from "node:path";
 import { StoreError } from "../protocol/index.js";
 import { isErrno } from "./errno.js";
-import { checkNoLinks, FOLDER_MODE, makeFolder, unlinkQuiet } from "./files.js";
+import { checkNoLinks, FOLDER_MODE, isFolder, makeFolder, unlinkQuiet } from "./files.js";
 import type { ConversationPaths } from "./paths.js";
 
 const DIRECTORY = constants.O_RDONLY | constants.O_DIRECTORY | constants.O_NOFOLLOW;
@@ -35,15 +35,6 @@ function openIn(parent: number, parentPath: string, name: string): number {
     }
   }
   return openSync(`${parentPath}/${name}`, DIRECTORY);
-}
-
-/** Whether `path` is a folder (or a link to one), as the failure of a making is told. */
-function isFolder(path: string): boolean {
-  try {
-    return statSync(path).isDirectory();
-  } catch {
-    return false;
-  }
 }
 
 export class ConversationFolder {

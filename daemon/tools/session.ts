@@ -1,12 +1,12 @@
 // One MCP session with one tool: start it (stdio child or Streamable HTTP), list its calls, call
 // one, end it. The MCP SDK is loaded on first use so the daemon answers `initialize` fast.
-import { statSync } from "node:fs";
 import type { Client } from "@modelcontextprotocol/sdk/client/index.js";
 import type { StdioClientTransport } from "@modelcontextprotocol/sdk/client/stdio.js";
 import type { StreamableHTTPClientTransport } from "@modelcontextprotocol/sdk/client/streamableHttp.js";
 import type { CallToolResult, Tool } from "@modelcontextprotocol/sdk/types.js";
 import type { Redactor } from "../../turn/redact.js";
 import type { ToolAnswer, ToolMedia, ToolServer } from "../../turn/tools.js";
+import { isFolder } from "../../store/index.js";
 import { lazy, lazyImport } from "../../turn/load.js";
 import { log } from "../log.js";
 
@@ -70,14 +70,6 @@ function follow(parent: AbortSignal | undefined): { controller: AbortController;
   if (parent?.aborted) abort();
   else parent?.addEventListener("abort", abort, { once: true });
   return { controller, done: () => parent?.removeEventListener("abort", abort) };
-}
-
-function isFolder(path: string): boolean {
-  try {
-    return statSync(path).isDirectory();
-  } catch {
-    return false;
-  }
 }
 
 const seconds = (ms: number): string => String(Number((ms / 1000).toFixed(3)));
