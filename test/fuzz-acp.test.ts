@@ -461,7 +461,11 @@ async function check(method: string, params: unknown, idKind: number): Promise<v
     return;
   }
   const own = z.object({ sessionId: z.string() }).safeParse(method === "session/new" ? answer.result : params);
-  const prefix = own.success ? `chats${sep}${own.data.sessionId}${sep}` : "(none)";
+  // A group's message answered is its group's conversation's, `<channel>-<group>`, whatever session
+  // it arrived on (lnk-link-harness-acp(7)): that one, and no other.
+  const group = z.object({ _meta: z.object({ link: z.object({ channel: z.string(), group: z.string() }).loose() }).loose() }).loose().safeParse(params);
+  const thread = method === "session/prompt" && group.success ? `${group.data._meta.link.channel}-${group.data._meta.link.group}` : own.success ? own.data.sessionId : undefined;
+  const prefix = thread !== undefined ? `chats${sep}${thread}${sep}` : "(none)";
   expect(changed.filter((l) => !l.startsWith(prefix)), what).toEqual([]);
 }
 
