@@ -8,6 +8,7 @@ import { readFileSync } from "node:fs";
 import { build } from "esbuild";
 import { dirname, join, relative } from "node:path";
 import { fileURLToPath, pathToFileURL } from "node:url";
+import { lazyAcpSchemas } from "./lazy-schemas.js";
 
 const ROOT = join(dirname(fileURLToPath(import.meta.url)), "..");
 export const BIN = "dist/daemon/lnk-link-harness.cjs";
@@ -75,6 +76,9 @@ const agent = await build({
         b.onResolve({ filter: /^graceful-fs$/ }, () => ({ path: "node:fs", external: true }));
       },
     },
+    // The ACP SDK's generated schemas, some two hundred, are made as its module loads: 30 to 40 ms of
+    // a start, for the few a connection's methods use. Each is made when first used instead.
+    lazyAcpSchemas,
     {
       // The openai client builds each request's headers with fetch's Headers, which Node loads with
       // the whole of fetch at its first use (20 to 30 ms a first turn waited for): its modules that
