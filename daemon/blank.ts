@@ -141,9 +141,9 @@ export async function serveBlank(p: Process, command: Extract<Command, { kind: "
       if (!command.socket && command.port === undefined) p.serveStdio(p.oneAgent(served), fields, true);
       bound = served;
       log.info("bound", fields);
-      // Once the answer is on its way (onControl): what its first turn asks of its model is asked,
-      // and the agent is made, while its client connects. A new conversation's first request needs
-      // no answer of them (turn/turn.ts): only its answer waits.
+      // Once the answer is written (onControl): what its first turn asks of its model is asked, and
+      // the agent is made, while its client reads the answer and connects. A new conversation's
+      // first request needs no answer of them (turn/turn.ts): only its answer waits.
       const after = () => {
         void p.agentCode()
           .then((code) => code.readyAhead(b.settings()))
@@ -174,8 +174,8 @@ export async function serveBlank(p: Process, command: Extract<Command, { kind: "
         return;
       }
       const taken = over ? refused(`the Bind line is over ${BIND_MAX} bytes`) : await bind(line as string);
-      socket.end(`${JSON.stringify(taken.answer)}\n`);
-      taken.after?.();
+      // The rest of the Bind's work waits for its answer to be out (or to have failed), not the other way.
+      socket.end(`${JSON.stringify(taken.answer)}\n`, () => taken.after?.());
     })();
   };
   await p.serveControl(control, onControl);
