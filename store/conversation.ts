@@ -2,7 +2,7 @@
 import type { z } from "zod";
 import { closeSync, constants, fstatSync, openSync, readSync } from "node:fs";
 import { ToolsList, UsageMark, WindowMark, StoreError, describeIssues } from "../protocol/index.js";
-import { FILE_MODE, isErrno, jsonFault, LIMITS, LinkRefused, readText, replaceFile, writeAll } from "./files.js";
+import { FILE_MODE, flushMadeAboveSync, isErrno, jsonFault, LIMITS, LinkRefused, readText, replaceFile, writeAll } from "./files.js";
 import { checkConversationLinks } from "./events.js";
 import { withFolder } from "./folder.js";
 import type { ConversationPaths } from "./paths.js";
@@ -66,12 +66,13 @@ export function appendTranscript(conv: ConversationPaths, text: string): void {
   });
 }
 
-/** Replaces a file of the conversation whole, through its checked folder. */
+/** Replaces a file of the conversation whole, through its checked folder (flushed: and the folders made on the way to it). */
 function replaceInFolder(conv: ConversationPaths, name: string, text: string, flush: boolean): void {
   withFolder(conv, (folder) => {
     folder.check();
     replaceFile(folder.at(name), text, FILE_MODE, flush);
   });
+  if (flush) flushMadeAboveSync(conv.dir);
 }
 
 /** Makes the copy again, whole. */

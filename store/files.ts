@@ -1,5 +1,5 @@
 // Reading and writing files of the agent's folder: never through a link, always whole.
-import { chmodSync, closeSync, constants, fchmodSync, fdatasync, fstatSync, fsyncSync, lstatSync, mkdirSync, open, openSync, readdirSync, readSync, renameSync, statSync, unlinkSync, writeSync, type Stats } from "node:fs";
+import { chmodSync, close as closeAsync, closeSync, constants, fchmodSync, fdatasync, fstatSync, fsync, fsyncSync, lstatSync, mkdirSync, open, openSync, readdirSync, readSync, renameSync, statSync, unlinkSync, writeSync, type Stats } from "node:fs";
 import { dirname, join, relative, sep } from "node:path";
 import { StoreError } from "../protocol/index.js";
 import { isErrno } from "./errno.js";
@@ -283,6 +283,80 @@ export function makeFolder(dir: string, within?: string): void {
       continue;
     }
     chmodSync(at, FOLDER_MODE);
+    madeIn(dirname(at));
+  }
+}
+
+/**
+ * The folders a folder was made in (by makeFolder) whose new name is not yet flushed to disk: a
+ * file's name survives the machine going down only once its folder is flushed, and the folder's
+ * own name only once the folder above it is. What is written in a new folder is acknowledged only
+ * after `flushMadeAbove` (or its synchronous twin) flushed these, once each.
+ */
+const unflushedFolders = new Set<string>();
+/** Past this many (folders made and never written in), they are flushed at once as the next is made. */
+const UNFLUSHED_MAX = 256;
+
+function madeIn(parent: string): void {
+  unflushedFolders.add(parent);
+  if (unflushedFolders.size > UNFLUSHED_MAX) {
+    for (const dir of unflushedFolders) flushFolderSync(dir);
+    unflushedFolders.clear();
+  }
+}
+
+/** A held folder's name, /proc/self/fd/<fd>: a link to the folder the descriptor holds, followed. */
+const HELD = /^\/proc\/self\/fd\/\d+$/;
+
+/** Flushes a folder itself (its names), by its path, never through a link (but a held folder's name): one gone is nothing to flush. */
+function flushFolderSync(dir: string): void {
+  let fd: number;
+  try {
+    fd = openSync(dir, constants.O_RDONLY | constants.O_DIRECTORY | (HELD.test(dir) ? 0 : constants.O_NOFOLLOW));
+  } catch (e) {
+    if (isErrno(e, "ENOENT")) return;
+    throw e;
+  }
+  try {
+    fsyncSync(fd);
+  } finally {
+    closeSync(fd);
+  }
+}
+
+/** The folders above `path` (itself a folder, or a file) made in and not yet flushed. */
+function unflushedAbove(path: string): string[] {
+  if (unflushedFolders.size === 0) return [];
+  return [...unflushedFolders].filter((dir) => path.startsWith(dir.endsWith(sep) ? dir : `${dir}${sep}`));
+}
+
+/**
+ * Flushes the folders above `path` that a folder was made in since they were last flushed, each in
+ * the thread pool, all at once: so that the names of the folders on the way to `path` are on disk.
+ * `path`'s own folder is the caller's to flush.
+ */
+export async function flushMadeAbove(path: string): Promise<void> {
+  const due = unflushedAbove(path);
+  if (due.length === 0) return;
+  await Promise.all(
+    due.map(
+      (dir) =>
+        new Promise<void>((resolve, reject) =>
+          open(dir, constants.O_RDONLY | constants.O_DIRECTORY | constants.O_NOFOLLOW, (err, fd) => {
+            if (err) return isErrno(err, "ENOENT") ? resolve() : reject(err);
+            fsync(fd, (e) => closeAsync(fd, () => (e ? reject(e) : resolve())));
+          }),
+        ),
+    ),
+  );
+  for (const dir of due) unflushedFolders.delete(dir);
+}
+
+/** The same, on the event loop. */
+export function flushMadeAboveSync(path: string): void {
+  for (const dir of unflushedAbove(path)) {
+    flushFolderSync(dir);
+    unflushedFolders.delete(dir);
   }
 }
 
@@ -386,7 +460,8 @@ export async function writeTempAsync(dir: string, text: string, mode = FILE_MODE
 
 /**
  * Replaces a file whole: temp file, then rename. A derived file (the window's mark, the copy) isn't
- * flushed: it is made again when missing or stale. Settings and a subagent's tools are.
+ * flushed: it is made again when missing or stale. Settings and a subagent's tools are: the file's
+ * data before the rename, then its folder (the new name) and any folder made on the way to it.
  */
 export function replaceFile(path: string, text: string, mode = FILE_MODE, flush = true): void {
   const tmp = writeTemp(dirname(path), text, mode, flush);
@@ -396,6 +471,9 @@ export function replaceFile(path: string, text: string, mode = FILE_MODE, flush 
     unlinkQuiet(tmp);
     throw e;
   }
+  if (!flush) return;
+  flushFolderSync(dirname(path));
+  flushMadeAboveSync(path);
 }
 
 export function unlinkQuiet(path: string): void {

@@ -5,7 +5,7 @@ import { chmodSync, closeSync, constants, fstatSync, fsync, lstatSync, openSync,
 import { basename, dirname } from "node:path";
 import { StoreError } from "../protocol/index.js";
 import { isErrno } from "./errno.js";
-import { checkNoLinks, FOLDER_MODE, isFolder, makeFolder, unlinkQuiet } from "./files.js";
+import { checkNoLinks, flushMadeAbove, FOLDER_MODE, isFolder, makeFolder, unlinkQuiet } from "./files.js";
 import type { ConversationPaths } from "./paths.js";
 
 const DIRECTORY = constants.O_RDONLY | constants.O_DIRECTORY | constants.O_NOFOLLOW;
@@ -193,7 +193,9 @@ export class ConversationFolder {
     this.unflushed = false;
     const fd = this.fd;
     try {
-      await new Promise<void>((resolve, reject) => fsync(fd, (err) => (err ? reject(err) : resolve())));
+      // With the folders on the way to it that were made since they were last flushed (a new
+      // conversation's, chats/ too when it was new): their names, and so this one's, are on disk.
+      await Promise.all([new Promise<void>((resolve, reject) => fsync(fd, (err) => (err ? reject(err) : resolve()))), flushMadeAbove(this.conv.dir)]);
     } catch (e) {
       this.unflushed = true;
       throw new StoreError(`cannot flush ${this.conv.dir}: ${(e as Error).message}`, this.conv.dir);

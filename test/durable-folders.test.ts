@@ -1,0 +1,100 @@
+// A folder made on the way to what is written is flushed before that write is acknowledged: a
+// file's name is on disk once its folder is flushed, and that folder's own name once the folder it
+// was made in is. The flushes are seen as the process makes them: Node's own fsync, wrapped to note
+// which folder each descriptor is, and still called.
+import fs, { mkdtempSync, readlinkSync, rmSync } from "node:fs";
+import { syncBuiltinESMExports } from "node:module";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it } from "vitest";
+import { appendEvent, paths, writeSettings, type AgentRef } from "../store/index.js";
+import { runTurn } from "../turn/turn.js";
+import { startModelServer, type ModelServer } from "./model-server.js";
+
+const real = { fsync: fs.fsync, fsyncSync: fs.fsyncSync };
+/** The paths of what was flushed (fsync) since the test began, in order. */
+let flushed: string[] = [];
+const pathOf = (fd: number): string => {
+  try {
+    return readlinkSync(`/proc/self/fd/${fd}`);
+  } catch {
+    return `fd ${fd}`;
+  }
+};
+
+beforeEach(() => {
+  flushed = [];
+  fs.fsync = ((fd: number, cb: (err: NodeJS.ErrnoException | null) => void) => {
+    flushed.push(pathOf(fd));
+    real.fsync(fd, cb);
+  }) as typeof fs.fsync;
+  fs.fsyncSync = ((fd: number) => {
+    flushed.push(pathOf(fd));
+    real.fsyncSync(fd);
+  }) as typeof fs.fsyncSync;
+  syncBuiltinESMExports();
+});
+afterEach(() => {
+  fs.fsync = real.fsync;
+  fs.fsyncSync = real.fsyncSync;
+  syncBuiltinESMExports();
+});
+
+const dirs: string[] = [];
+let server: ModelServer;
+beforeAll(async () => {
+  server = await startModelServer();
+});
+afterAll(async () => {
+  await server.close();
+  for (const d of dirs) rmSync(d, { recursive: true, force: true });
+});
+
+function folder(): string {
+  const dir = mkdtempSync(join(tmpdir(), "lh-durable-"));
+  dirs.push(dir);
+  return dir;
+}
+
+const event = (text: string) => ({ v: 1 as const, kind: "command" as const, time: new Date().toISOString(), name: "/new" as const, text });
+
+describe("folders made on the way are on disk before what is written in them is acknowledged", () => {
+  it("an event in a new conversation of an agent with no chats/ yet: the agent's folder, chats/ and the conversation's, each once", async () => {
+    const agent: AgentRef = { dir: folder() };
+    const conv = paths(agent).conversation("fresh");
+    await appendEvent(conv, event("one"));
+    expect(flushed).toContain(agent.dir);
+    expect(flushed).toContain(paths(agent).chats);
+    expect(flushed).toContain(conv.dir);
+    // Once each: the next event flushes its own folder only.
+    flushed = [];
+    await appendEvent(conv, event("two"));
+    expect(flushed).toEqual([conv.dir]);
+    // A second conversation: chats/ again (a name was made in it), never the agent's folder.
+    const other = paths(agent).conversation("other");
+    await appendEvent(other, event("three"));
+    expect(flushed).toContain(paths(agent).chats);
+    expect(flushed).toContain(other.dir);
+    expect(flushed).not.toContain(agent.dir);
+  });
+
+  it("settings written into a folder made for them: the file, its folder and the folder it was made in", () => {
+    const root = folder();
+    const agent: AgentRef = { dir: join(root, "agents", "new") };
+    writeSettings(agent, { model: { provider: "p", name: "m", base_url: "http://127.0.0.1:9/v1" } });
+    expect(flushed).toContain(agent.dir);
+    expect(flushed).toContain(join(root, "agents"));
+    expect(flushed).toContain(root);
+  });
+
+  it("a first turn in a new conversation: its folders are flushed before the turn says it is done", async () => {
+    const agent: AgentRef = { dir: folder() };
+    writeSettings(agent, { model: { provider: "test", name: "scripted-1", base_url: server.url } });
+    flushed = [];
+    const outcome = await runTurn({ agent, thread: "first", message: { text: "hello" } }, () => undefined);
+    expect(outcome.stop).toBe("end_turn");
+    expect(flushed).toContain(paths(agent).chats);
+    expect(flushed).toContain(agent.dir);
+    expect(flushed).toContain(paths(agent).conversation("first").dir);
+  });
+});
