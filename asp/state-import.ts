@@ -7,7 +7,7 @@ import { existsSync, lstatSync, renameSync, rmdirSync, rmSync, statSync } from "
 import { dirname, join } from "node:path";
 import { z } from "zod";
 import { AspState, describeIssues, type AspKind, outsideBlock, splitNotes, withNotes, type Note, type SessionForm } from "../protocol/index.js";
-import { InvalidNameError, LIMITS, TREE_LIMITS, checkNoLinks, checkThread, makeFolder, paths, planNotes, protoKey, readText, replaceFile, unlinkQuiet, type AgentRef } from "../store/index.js";
+import { InvalidNameError, LIMITS, TREE_LIMITS, checkNoLinks, checkThread, flushFolderSync, makeFolder, paths, planNotes, protoKey, readText, replaceFile, unlinkQuiet, type AgentRef } from "../store/index.js";
 import { InvalidSessions, checkSessions, importedAs, writeSessions } from "./sessions.js";
 
 /**
@@ -307,6 +307,8 @@ function writeSkill(skills: string, name: string, files: Record<string, string>)
       replaceFile(file, text);
     }
     renameSync(tmp, join(skills, name));
+    // The skill's name in skills/ on disk, as its files are.
+    flushFolderSync(skills);
   } catch (e) {
     rmSync(tmp, { recursive: true, force: true });
     throw e;

@@ -309,7 +309,7 @@ function madeIn(parent: string): void {
 const HELD = /^\/proc\/self\/fd\/\d+$/;
 
 /** Flushes a folder itself (its names), by its path, never through a link (but a held folder's name): one gone is nothing to flush. */
-function flushFolderSync(dir: string): void {
+export function flushFolderSync(dir: string): void {
   let fd: number;
   try {
     fd = openSync(dir, constants.O_RDONLY | constants.O_DIRECTORY | (HELD.test(dir) ? 0 : constants.O_NOFOLLOW));

@@ -8,11 +8,12 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it } from "vitest";
 import { appendEvent, paths, writeSettings, type AgentRef } from "../store/index.js";
+import { checkState, planImport } from "../asp/state-import.js";
 import { runTurn } from "../turn/turn.js";
 import { startModelServer, type ModelServer } from "./model-server.js";
 
-const real = { fsync: fs.fsync, fsyncSync: fs.fsyncSync };
-/** The paths of what was flushed (fsync) since the test began, in order. */
+const real = { fsync: fs.fsync, fsyncSync: fs.fsyncSync, renameSync: fs.renameSync };
+/** The paths of what was flushed (fsync) since the test began, in order, and each rename as `renamed <to>`. */
 let flushed: string[] = [];
 const pathOf = (fd: number): string => {
   try {
@@ -32,11 +33,16 @@ beforeEach(() => {
     flushed.push(pathOf(fd));
     real.fsyncSync(fd);
   }) as typeof fs.fsyncSync;
+  fs.renameSync = ((from: fs.PathLike, to: fs.PathLike) => {
+    real.renameSync(from, to);
+    flushed.push(`renamed ${String(to)}`);
+  }) as typeof fs.renameSync;
   syncBuiltinESMExports();
 });
 afterEach(() => {
   fs.fsync = real.fsync;
   fs.fsyncSync = real.fsyncSync;
+  fs.renameSync = real.renameSync;
   syncBuiltinESMExports();
 });
 
@@ -82,9 +88,28 @@ describe("folders made on the way are on disk before what is written in them is 
     const root = folder();
     const agent: AgentRef = { dir: join(root, "agents", "new") };
     writeSettings(agent, { model: { provider: "p", name: "m", base_url: "http://127.0.0.1:9/v1" } });
+    // After config.json took its name: its folder, and the folders it was made in.
+    const renamed = flushed.indexOf(`renamed ${paths(agent).config}`);
+    expect(renamed).toBeGreaterThan(-1);
+    const after = flushed.slice(renamed + 1);
+    expect(after).toContain(agent.dir);
+    expect(after).toContain(join(root, "agents"));
+    expect(after).toContain(root);
+  });
+
+  it("an imported skill: its files, its folder, and its name in skills/ once it is put in place", async () => {
+    const agent: AgentRef = { dir: folder() };
+    writeSettings(agent, { model: { provider: "p", name: "m", base_url: "http://127.0.0.1:9/v1" } });
+    flushed = [];
+    const plan = planImport(agent, checkState({ skills: [{ name: "triage", files: { "SKILL.md": "---\nname: triage\n---\nSort.\n" } }] }));
+    await plan.write();
+    const skills = join(agent.dir, "skills");
+    // skills/ is flushed after the skill's folder was renamed into it.
+    const renamed = flushed.indexOf(`renamed ${join(skills, "triage")}`);
+    expect(renamed).toBeGreaterThan(-1);
+    expect(flushed.slice(renamed + 1)).toContain(skills);
+    // And the agent's folder, where skills/ was made.
     expect(flushed).toContain(agent.dir);
-    expect(flushed).toContain(join(root, "agents"));
-    expect(flushed).toContain(root);
   });
 
   it("a first turn in a new conversation: its folders are flushed before the turn says it is done", async () => {
