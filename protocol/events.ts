@@ -1,6 +1,6 @@
 // Conversation events: one JSON object a file, written once (spec: decisions.txt, DESIGN.md "Events").
 import { z } from "zod";
-import { SectionName, Verbosity } from "./settings.js";
+import { SECTION_NAMES, SectionName, Verbosity } from "./settings.js";
 
 export const EVENT_VERSION = 1 as const;
 
@@ -37,7 +37,8 @@ export const Thinking = z
 export type Thinking = z.infer<typeof Thinking>;
 
 /** A short fingerprint: the first 12 hex digits of a SHA-256. */
-export const Fingerprint = z.string().regex(/^[0-9a-f]{12}$/, "a fingerprint is 12 hex digits");
+const FINGERPRINT = /^[0-9a-f]{12}$/;
+export const Fingerprint = z.string().regex(FINGERPRINT, "a fingerprint is 12 hex digits");
 
 /**
  * What the request's prompt began with, as fingerprints: each section of the system prompt (a section
@@ -56,7 +57,8 @@ export const STOP_REASONS = ["end_turn", "max_turn_requests", "cancelled", "refu
 export const StopReason = z.enum(STOP_REASONS);
 export type StopReason = z.infer<typeof StopReason>;
 
-const base = { v: z.literal(EVENT_VERSION), time: z.iso.datetime({ offset: true }) };
+const Time = z.iso.datetime({ offset: true });
+const base = { v: z.literal(EVENT_VERSION), time: Time };
 
 export const UserMessage = z
   .object({
@@ -172,6 +174,62 @@ export type AssistantMessage = z.infer<typeof AssistantMessage>;
 export type ToolResult = z.infer<typeof ToolResult>;
 export type Command = z.infer<typeof Command>;
 export type Failure = z.infer<typeof Failure>;
+
+/**
+ * Whether `raw` is, beyond doubt, a user message or a model's answer of the plainest form, the
+ * events nearly every turn reads and writes: checked field by field here, each check as strict as
+ * the schema's or stricter, with no key the schema doesn't know. It never says yes to what `Event`
+ * refuses (a differential test holds it to that); anything else, a no, is for the schema to decide,
+ * and to say what is wrong. A conversation of thousands of events read afresh checks them in a
+ * fraction of the schema's time.
+ */
+export function quickEvent(raw: unknown): boolean {
+  if (!isPlain(raw) || raw.v !== EVENT_VERSION || raw.kind !== EVENT_KINDS.message || typeof raw.text !== "string") return false;
+  if (typeof raw.time !== "string" || !Time.safeParse(raw.time).success) return false;
+  if (raw.role === "user") return onlyKeys(raw, USER_KEYS) && typeof raw.header === "string" && optionalString(raw.channel) && optionalString(raw.cwd);
+  if (raw.role !== "assistant" || !onlyKeys(raw, ASSISTANT_KEYS)) return false;
+  if (typeof raw.model !== "string" || typeof raw.provider !== "string" || !optionalString(raw.response_id)) return false;
+  if (!amount(raw.latency_ms) || (raw.cost !== undefined && !amount(raw.cost))) return false;
+  if (typeof raw.stop !== "string" || !STOPS.has(raw.stop)) return false;
+  if (raw.usage !== undefined && !(isPlain(raw.usage) && onlyKeys(raw.usage, USAGE_KEYS) && count(raw.usage.in) && count(raw.usage.out) && count(raw.usage.cached))) return false;
+  return raw.prompt === undefined || quickPrints(raw.prompt);
+}
+
+const USER_KEYS = new Set(["v", "time", "kind", "role", "text", "header", "channel", "cwd"]);
+const ASSISTANT_KEYS = new Set(["v", "time", "kind", "role", "text", "model", "provider", "response_id", "usage", "latency_ms", "cost", "stop", "prompt"]);
+const USAGE_KEYS = new Set(["in", "out", "cached"]);
+const PRINT_KEYS = new Set(["sections", "window"]);
+const STOPS = new Set<string>(STOP_REASONS);
+const SECTIONS = new Set<string>(SECTION_NAMES);
+
+/** An object as JSON.parse makes one: not an array, not null, of Object's own prototype. */
+function isPlain(v: unknown): v is Record<string, unknown> {
+  return typeof v === "object" && v !== null && Object.getPrototypeOf(v) === Object.prototype;
+}
+
+/** Every key of `o` is one of `keys` (a key the schema doesn't know makes it the schema's to judge). */
+function onlyKeys(o: Record<string, unknown>, keys: ReadonlySet<string>): boolean {
+  for (const k in o) if (!Object.hasOwn(o, k) || !keys.has(k)) return false;
+  return Object.getOwnPropertySymbols(o).length === 0;
+}
+
+const optionalString = (v: unknown): boolean => v === undefined || typeof v === "string";
+/** A whole number from 0, as the schema's int().nonnegative() (safe integers only: no stricter is needed, none looser is taken). */
+const count = (v: unknown): boolean => typeof v === "number" && Number.isSafeInteger(v) && v >= 0;
+/** A finite number from 0. */
+const amount = (v: unknown): boolean => typeof v === "number" && Number.isFinite(v) && v >= 0;
+
+function quickPrints(p: unknown): boolean {
+  if (!isPlain(p) || !onlyKeys(p, PRINT_KEYS) || typeof p.window !== "string" || !FINGERPRINT.test(p.window)) return false;
+  const sections = p.sections;
+  if (!isPlain(sections)) return false;
+  for (const k in sections) {
+    if (!Object.hasOwn(sections, k) || !SECTIONS.has(k)) return false;
+    const print = sections[k];
+    if (typeof print !== "string" || !FINGERPRINT.test(print)) return false;
+  }
+  return Object.getOwnPropertySymbols(sections).length === 0;
+}
 
 /** An event with the number its file is named by. */
 export interface Numbered<E = Event> {

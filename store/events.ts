@@ -1,7 +1,7 @@
 // A conversation's events: one file each, numbered, written once (temp file + link), never rewritten.
 import { existsSync, linkSync, lstatSync, readdirSync } from "node:fs";
 import { basename, dirname } from "node:path";
-import { Event, StoreError, describeIssues, type Numbered } from "../protocol/index.js";
+import { Event, StoreError, describeIssues, quickEvent, type Numbered } from "../protocol/index.js";
 import { checkNoLinks, dropTemp, isErrno, jsonFault, LIMITS, makeTemp, readNoFollow, unlinkQuiet, writeTempAsync, type MadeFile } from "./files.js";
 import { removeQuiet, withFolder } from "./folder.js";
 import { eventName, eventNumber, type ConversationPaths } from "./paths.js";
@@ -96,6 +96,8 @@ function parseEvent(path: string, text: string): Event {
     // Never V8's own words, which quote the text: a file linked in from elsewhere may hold a secret.
     throw new StoreError(`event ${path} is not JSON: ${jsonFault(e, text)}`, path);
   }
+  // The plainest messages are checked by quickEvent, the rest (and any it doubts) by the schema.
+  if (quickEvent(raw)) return raw as Event;
   const parsed = Event.safeParse(raw);
   if (!parsed.success) throw new StoreError(`event ${path} fails its schema: ${describeIssues(parsed.error)}`, path);
   // The schema changes nothing it accepts (no defaults, no transforms, strict objects), so the parsed
