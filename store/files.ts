@@ -305,14 +305,18 @@ function madeIn(parent: string): void {
   }
 }
 
-/** A held folder's name, /proc/self/fd/<fd>: a link to the folder the descriptor holds, followed. */
-const HELD = /^\/proc\/self\/fd\/\d+$/;
+/**
+ * How a folder is opened to be flushed: following a link, which writes nothing, and flushes the
+ * folder the name went into (an agent's folder may be a link, as the person named it; a held
+ * folder's name, /proc/self/fd/<fd>, is one).
+ */
+const FLUSH_FOLDER = constants.O_RDONLY | constants.O_DIRECTORY;
 
-/** Flushes a folder itself (its names), by its path, never through a link (but a held folder's name): one gone is nothing to flush. */
+/** Flushes a folder itself (its names), by its path: one gone is nothing to flush. */
 export function flushFolderSync(dir: string): void {
   let fd: number;
   try {
-    fd = openSync(dir, constants.O_RDONLY | constants.O_DIRECTORY | (HELD.test(dir) ? 0 : constants.O_NOFOLLOW));
+    fd = openSync(dir, FLUSH_FOLDER);
   } catch (e) {
     if (isErrno(e, "ENOENT")) return;
     throw e;
@@ -342,7 +346,7 @@ export async function flushMadeAbove(path: string): Promise<void> {
     due.map(
       (dir) =>
         new Promise<void>((resolve, reject) =>
-          open(dir, constants.O_RDONLY | constants.O_DIRECTORY | constants.O_NOFOLLOW, (err, fd) => {
+          open(dir, FLUSH_FOLDER, (err, fd) => {
             if (err) return isErrno(err, "ENOENT") ? resolve() : reject(err);
             fsync(fd, (e) => closeAsync(fd, () => (e ? reject(e) : resolve())));
           }),

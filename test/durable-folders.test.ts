@@ -2,7 +2,7 @@
 // file's name is on disk once its folder is flushed, and that folder's own name once the folder it
 // was made in is. The flushes are seen as the process makes them: Node's own fsync, wrapped to note
 // which folder each descriptor is, and still called.
-import fs, { mkdtempSync, readlinkSync, rmSync } from "node:fs";
+import fs, { mkdirSync, mkdtempSync, readlinkSync, rmSync, symlinkSync } from "node:fs";
 import { syncBuiltinESMExports } from "node:module";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
@@ -110,6 +110,21 @@ describe("folders made on the way are on disk before what is written in them is 
     expect(flushed.slice(renamed + 1)).toContain(skills);
     // And the agent's folder, where skills/ was made.
     expect(flushed).toContain(agent.dir);
+  });
+
+  it("an agent's folder that is a link, as the person named it: written and flushed through it, the folder it names flushed", async () => {
+    const root = folder();
+    const real = join(root, "real");
+    mkdirSync(real);
+    symlinkSync(real, join(root, "named"));
+    const agent: AgentRef = { dir: join(root, "named") };
+    writeSettings(agent, { model: { provider: "p", name: "m", base_url: "http://127.0.0.1:9/v1" } });
+    expect(flushed.slice(flushed.indexOf(`renamed ${paths(agent).config}`) + 1)).toContain(real);
+    flushed = [];
+    await appendEvent(paths(agent).conversation("fresh"), event("one"));
+    expect(flushed).toContain(real);
+    expect(flushed).toContain(join(real, "chats"));
+    expect(flushed).toContain(join(real, "chats", "fresh"));
   });
 
   it("a first turn in a new conversation: its folders are flushed before the turn says it is done", async () => {
