@@ -2,15 +2,14 @@
 // file's name is on disk once its folder is flushed, and that folder's own name once the folder it
 // was made in is. The flushes are seen as the process makes them: Node's own fsync, wrapped to note
 // which folder each descriptor is, and still called.
-import fs, { mkdirSync, mkdtempSync, readlinkSync, rmSync, symlinkSync } from "node:fs";
+import fs, { mkdirSync, readlinkSync, symlinkSync } from "node:fs";
 import { syncBuiltinESMExports } from "node:module";
-import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it } from "vitest";
+import { afterEach, beforeEach, describe, expect, it } from "vitest";
 import { appendEvent, paths, writeSettings, type AgentRef } from "../store/index.js";
 import { checkState, planImport } from "../asp/state-import.js";
 import { runTurn } from "../turn/turn.js";
-import { startModelServer, type ModelServer } from "./model-server.js";
+import { scratch } from "./fixtures/scratch.js";
 
 const real = { fsync: fs.fsync, fsyncSync: fs.fsyncSync, renameSync: fs.renameSync };
 /** The paths of what was flushed (fsync) since the test began, in order, and each rename as `renamed <to>`. */
@@ -46,21 +45,7 @@ afterEach(() => {
   syncBuiltinESMExports();
 });
 
-const dirs: string[] = [];
-let server: ModelServer;
-beforeAll(async () => {
-  server = await startModelServer();
-});
-afterAll(async () => {
-  await server.close();
-  for (const d of dirs) rmSync(d, { recursive: true, force: true });
-});
-
-function folder(): string {
-  const dir = mkdtempSync(join(tmpdir(), "lh-durable-"));
-  dirs.push(dir);
-  return dir;
-}
+const { server, folder } = scratch("lh-durable-");
 
 const event = (text: string) => ({ v: 1 as const, kind: "command" as const, time: new Date().toISOString(), name: "/new" as const, text });
 
@@ -129,7 +114,7 @@ describe("folders made on the way are on disk before what is written in them is 
 
   it("a first turn in a new conversation: its folders are flushed before the turn says it is done", async () => {
     const agent: AgentRef = { dir: folder() };
-    writeSettings(agent, { model: { provider: "test", name: "scripted-1", base_url: server.url } });
+    writeSettings(agent, { model: { provider: "test", name: "scripted-1", base_url: server().url } });
     flushed = [];
     const outcome = await runTurn({ agent, thread: "first", message: { text: "hello" } }, () => undefined);
     expect(outcome.stop).toBe("end_turn");

@@ -2,17 +2,16 @@
 // whatever it takes, the schema takes too (it never lets through what the schema refuses), over
 // messages made valid and then changed at random, each as an object and as JSON read back; and
 // it does take the events turns write, so reading a long conversation afresh uses it.
-import { mkdtempSync, readFileSync, readdirSync, rmSync } from "node:fs";
-import { tmpdir } from "node:os";
+import { readFileSync, readdirSync } from "node:fs";
 import { join } from "node:path";
 import fc from "fast-check";
-import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { describe, expect, it } from "vitest";
 import { z } from "zod";
 import { Event, quickEvent, SECTION_NAMES, STOP_REASONS } from "../protocol/index.js";
 import { paths, writeSettings } from "../store/index.js";
 import { runTurn } from "../turn/turn.js";
 import { prefillEvent } from "./bench/agent.js";
-import { startModelServer, type ModelServer } from "./model-server.js";
+import { scratch } from "./fixtures/scratch.js";
 
 const hex12 = fc.stringMatching(/^[0-9a-f]{12}$/);
 const time = fc.oneof(
@@ -111,21 +110,12 @@ describe("quickEvent never takes what the events' schema refuses", () => {
 });
 
 describe("quickEvent takes the events turns write", () => {
-  let server: ModelServer;
-  const dirs: string[] = [];
-  beforeAll(async () => {
-    server = await startModelServer();
-  });
-  afterAll(async () => {
-    await server.close();
-    for (const d of dirs) rmSync(d, { recursive: true, force: true });
-  });
+  const { server, folder } = scratch("lh-quick-");
 
   it("each user message and answer of a conversation, as read from its files, and the bench's", async () => {
-    const dir = mkdtempSync(join(tmpdir(), "lh-quick-"));
-    dirs.push(dir);
+    const dir = folder();
     const agent = { dir };
-    writeSettings(agent, { model: { provider: "test", name: "scripted-1", base_url: server.url } });
+    writeSettings(agent, { model: { provider: "test", name: "scripted-1", base_url: server().url } });
     for (const text of ["hello", "and again", "a third"]) {
       const outcome = await runTurn({ agent, thread: "t", message: { text, channel: "telegram" } }, () => undefined);
       expect(outcome.stop).toBe("end_turn");
