@@ -291,18 +291,32 @@ export function makeFolder(dir: string, within?: string): void {
  * The folders a folder was made in (by makeFolder) whose new name is not yet flushed to disk: a
  * file's name survives the machine going down only once its folder is flushed, and the folder's
  * own name only once the folder above it is. What is written in a new folder is acknowledged only
- * after `flushMadeAbove` (or its synchronous twin) flushed these, once each.
+ * after `flushMadeAbove` (or its synchronous twin) flushed these, once each. Each is kept with a
+ * count of the names made in it, so that a flush under way forgets it only if no other name was
+ * made in it meanwhile (another conversation's, say), which that flush may have missed.
  */
-const unflushedFolders = new Set<string>();
+const unflushedFolders = new Map<string, number>();
 /** Past this many (folders made and never written in), they are flushed at once as the next is made. */
 const UNFLUSHED_MAX = 256;
 
 function madeIn(parent: string): void {
-  unflushedFolders.add(parent);
-  if (unflushedFolders.size > UNFLUSHED_MAX) {
-    for (const dir of unflushedFolders) flushFolderSync(dir);
-    unflushedFolders.clear();
+  unflushedFolders.set(parent, (unflushedFolders.get(parent) ?? 0) + 1);
+  if (unflushedFolders.size <= UNFLUSHED_MAX) return;
+  // Folders made long ago and never written in: flushed as well as can be, and let go.
+  for (const dir of unflushedFolders.keys()) {
+    try {
+      flushFolderSync(dir);
+    } catch {
+      // Not this call's folder: what it made is flushed by its own write.
+    }
   }
+  unflushedFolders.clear();
+  unflushedFolders.set(parent, 1);
+}
+
+/** Forgets that `dir` needs a flush, unless a name was made in it since `made` was counted. */
+function flushedAt(dir: string, made: number): void {
+  if (unflushedFolders.get(dir) === made) unflushedFolders.delete(dir);
 }
 
 /**
@@ -328,10 +342,10 @@ export function flushFolderSync(dir: string): void {
   }
 }
 
-/** The folders above `path` (itself a folder, or a file) made in and not yet flushed. */
-function unflushedAbove(path: string): string[] {
+/** The folders above `path` (itself a folder, or a file) made in and not yet flushed, each with its count. */
+function unflushedAbove(path: string): [string, number][] {
   if (unflushedFolders.size === 0) return [];
-  return [...unflushedFolders].filter((dir) => path.startsWith(dir.endsWith(sep) ? dir : `${dir}${sep}`));
+  return [...unflushedFolders].filter(([dir]) => path.startsWith(dir.endsWith(sep) ? dir : `${dir}${sep}`));
 }
 
 /**
@@ -344,23 +358,22 @@ export async function flushMadeAbove(path: string): Promise<void> {
   if (due.length === 0) return;
   await Promise.all(
     due.map(
-      (dir) =>
+      ([dir, made]) =>
         new Promise<void>((resolve, reject) =>
           open(dir, FLUSH_FOLDER, (err, fd) => {
             if (err) return isErrno(err, "ENOENT") ? resolve() : reject(err);
             fsync(fd, (e) => closeAsync(fd, () => (e ? reject(e) : resolve())));
           }),
-        ),
+        ).then(() => flushedAt(dir, made)),
     ),
   );
-  for (const dir of due) unflushedFolders.delete(dir);
 }
 
 /** The same, on the event loop. */
 export function flushMadeAboveSync(path: string): void {
-  for (const dir of unflushedAbove(path)) {
+  for (const [dir, made] of unflushedAbove(path)) {
     flushFolderSync(dir);
-    unflushedFolders.delete(dir);
+    flushedAt(dir, made);
   }
 }
 

@@ -6,7 +6,7 @@ import fs, { mkdirSync, readlinkSync, symlinkSync } from "node:fs";
 import { syncBuiltinESMExports } from "node:module";
 import { join } from "node:path";
 import { afterEach, beforeEach, describe, expect, it } from "vitest";
-import { appendEvent, paths, writeSettings, type AgentRef } from "../store/index.js";
+import { appendEvent, ensureConversation, paths, writeSettings, type AgentRef } from "../store/index.js";
 import { checkState, planImport } from "../asp/state-import.js";
 import { runTurn } from "../turn/turn.js";
 import { scratch } from "./fixtures/scratch.js";
@@ -14,6 +14,8 @@ import { scratch } from "./fixtures/scratch.js";
 const real = { fsync: fs.fsync, fsyncSync: fs.fsyncSync, renameSync: fs.renameSync };
 /** The paths of what was flushed (fsync) since the test began, in order, and each rename as `renamed <to>`. */
 let flushed: string[] = [];
+/** Runs as a flush (fsync off the event loop) of `path` begins: what another turn does meanwhile. */
+let duringFlush: ((path: string) => void) | undefined;
 const pathOf = (fd: number): string => {
   try {
     return readlinkSync(`/proc/self/fd/${fd}`);
@@ -25,7 +27,9 @@ const pathOf = (fd: number): string => {
 beforeEach(() => {
   flushed = [];
   fs.fsync = ((fd: number, cb: (err: NodeJS.ErrnoException | null) => void) => {
-    flushed.push(pathOf(fd));
+    const path = pathOf(fd);
+    flushed.push(path);
+    duringFlush?.(path);
     real.fsync(fd, cb);
   }) as typeof fs.fsync;
   fs.fsyncSync = ((fd: number) => {
@@ -39,6 +43,7 @@ beforeEach(() => {
   syncBuiltinESMExports();
 });
 afterEach(() => {
+  duringFlush = undefined;
   fs.fsync = real.fsync;
   fs.fsyncSync = real.fsyncSync;
   fs.renameSync = real.renameSync;
@@ -67,6 +72,23 @@ describe("folders made on the way are on disk before what is written in them is 
     expect(flushed).toContain(paths(agent).chats);
     expect(flushed).toContain(other.dir);
     expect(flushed).not.toContain(agent.dir);
+  });
+
+  it("a conversation made in chats/ while chats/ is being flushed for another: chats/ is flushed again for it", async () => {
+    const agent: AgentRef = { dir: folder() };
+    const chats = paths(agent).chats;
+    const other = paths(agent).conversation("other");
+    // As the first conversation's write flushes chats/, a second conversation's folder is made in it.
+    duringFlush = (path) => {
+      if (path !== chats) return;
+      duringFlush = undefined;
+      ensureConversation(other);
+    };
+    await appendEvent(paths(agent).conversation("first"), event("one"));
+    flushed = [];
+    await appendEvent(other, event("two"));
+    expect(flushed).toContain(chats);
+    expect(flushed).toContain(other.dir);
   });
 
   it("settings written into a folder made for them: the file, its folder and the folder it was made in", () => {
