@@ -1,7 +1,7 @@
 // A conversation's events: one file each, numbered, written once (temp file + link), never rewritten.
 import { existsSync, linkSync, lstatSync, readdirSync } from "node:fs";
 import { basename, dirname } from "node:path";
-import { Event, StoreError, describeIssues, quickEvent, type Numbered } from "../protocol/index.js";
+import { Event, StoreError, describeIssues, quickEvent, quickEventText, type Numbered } from "../protocol/index.js";
 import { checkNoLinks, dropTemp, isErrno, jsonFault, LIMITS, makeTemp, readNoFollow, unlinkQuiet, writeTempAsync, type MadeFile } from "./files.js";
 import { removeQuiet, withFolder } from "./folder.js";
 import { eventName, eventNumber, type ConversationPaths } from "./paths.js";
@@ -227,9 +227,14 @@ export interface BegunEvent {
  * outside, or once the lock is lost. Bad input throws at once, and writes nothing.
  */
 export function beginEvent(conv: ConversationPaths, event: Event, into?: PreparedEvent): BegunEvent {
-  const checked = Event.safeParse(event);
-  if (!checked.success) throw new StoreError(`refused to write an invalid event: ${describeIssues(checked.error)}`, conv.dir);
-  const text = `${JSON.stringify(checked.data)}\n`;
+  // The plainest messages as quickEventText makes them (the same bytes), the rest through the schema.
+  let line = quickEventText(event);
+  if (line === undefined) {
+    const checked = Event.safeParse(event);
+    if (!checked.success) throw new StoreError(`refused to write an invalid event: ${describeIssues(checked.error)}`, conv.dir);
+    line = JSON.stringify(checked.data);
+  }
+  const text = `${line}\n`;
   if (text.length > LIMITS.event) {
     throw new StoreError(`refused to write an event of ${text.length} characters: over the limit of ${LIMITS.event} bytes`, conv.dir);
   }

@@ -7,7 +7,7 @@ import { join } from "node:path";
 import fc from "fast-check";
 import { describe, expect, it } from "vitest";
 import { z } from "zod";
-import { Event, quickEvent, SECTION_NAMES, STOP_REASONS } from "../protocol/index.js";
+import { Event, quickEvent, quickEventText, SECTION_NAMES, STOP_REASONS } from "../protocol/index.js";
 import { paths, writeSettings } from "../store/index.js";
 import { runTurn } from "../turn/turn.js";
 import { prefillEvent } from "./bench/agent.js";
@@ -50,7 +50,7 @@ const assistant = fc.record(
     model: fc.string(),
     provider: fc.string(),
     response_id: fc.string(),
-    usage: fc.record({ in: number, out: number, cached: number }, { requiredKeys: [] }),
+    usage: fc.oneof(fc.record({ in: fc.nat(), out: fc.nat(), cached: fc.nat() }), fc.record({ in: number, out: number, cached: number }, { requiredKeys: [] })),
     latency_ms: number,
     cost: number,
     stop: fc.oneof(fc.constantFrom(...STOP_REASONS), fc.string()),
@@ -59,10 +59,23 @@ const assistant = fc.record(
   { requiredKeys: ["v", "time", "kind", "role", "text", "model", "provider", "latency_ms", "stop"] },
 );
 
-/** A message changed at random: a key dropped, one added, one given any value, or none. */
+/** The object with its keys, and its objects' keys, in an order of `seed`'s (as a writer may build them). */
+function shuffled(v: unknown, seed: number): unknown {
+  if (typeof v !== "object" || v === null || Array.isArray(v)) return v;
+  let state = seed >>> 0 || 1;
+  const keys = Object.keys(v).map((k) => {
+    state = (Math.imul(state, 1_103_515_245) + 12_345) >>> 0;
+    return [state, k] as const;
+  });
+  const out: Record<string, unknown> = {};
+  for (const [, k] of keys.sort((a, b) => a[0] - b[0])) out[k] = shuffled((v as Record<string, unknown>)[k], state + k.length);
+  return out;
+}
+
+/** A message changed at random: a key dropped, one added, one given any value, or none; its keys in any order. */
 const changed = fc
-  .tuple(fc.oneof(user, assistant), fc.constantFrom("none", "drop", "add", "set", "nest"), fc.string(), anything, fc.nat())
-  .map(([m, how, key, value, at]) => {
+  .tuple(fc.oneof(user, assistant), fc.constantFrom("none", "drop", "add", "set", "nest"), fc.string(), anything, fc.nat(), fc.integer())
+  .map(([m, how, key, value, at, seed]) => {
     const o: Record<string, unknown> = { ...m };
     const keys = Object.keys(o);
     const some = keys[at % keys.length] as string;
@@ -71,11 +84,11 @@ const changed = fc
     else if (how === "set") o[some] = value;
     else if (how === "nest" && typeof o.usage === "object") o.usage = { ...(o.usage as object), [key]: value };
     else if (how === "nest" && typeof o.prompt === "object") o.prompt = { ...(o.prompt as object), [key]: value };
-    return o;
+    return shuffled(o, seed);
   });
 
-describe("quickEvent never takes what the events' schema refuses", () => {
-  it("over valid messages changed at random, as objects and as JSON read back", () => {
+describe("quickEvent never takes what the events' schema refuses, and writes what it takes as the schema would", () => {
+  it("over valid messages changed at random, their keys in any order, as objects and as JSON read back", () => {
     let taken = 0;
     fc.assert(
       fc.property(changed, (o) => {
@@ -86,16 +99,41 @@ describe("quickEvent never takes what the events' schema refuses", () => {
           // Not JSON (a number it can't hold is written as null): the object alone.
         }
         for (const form of forms) {
-          if (!quickEvent(form)) continue;
+          if (!quickEvent(form)) {
+            expect(quickEventText(form)).toBeUndefined();
+            continue;
+          }
           taken++;
           const parsed = Event.safeParse(form);
           expect(parsed.success, JSON.stringify(form)).toBe(true);
+          // And written as the schema's parse would write it, byte for byte, whatever its keys' order.
+          expect(quickEventText(form)).toBe(JSON.stringify(parsed.data));
         }
       }),
       { numRuns: 3000 },
     );
     // It took a good share of them: the property is about something.
     expect(taken).toBeGreaterThan(300);
+  });
+
+  it("writes an answer built in its own order as the schema's parse does: the keys of it, its usage and its prints", () => {
+    const answer = {
+      stop: "end_turn",
+      prompt: { window: "0123456789ab", sections: { notes: "0123456789ab", base: "0123456789ab" } },
+      usage: { cached: 0, out: 2, in: 10 },
+      latency_ms: 12,
+      provider: "p",
+      model: "m",
+      text: "Hi.",
+      role: "assistant",
+      kind: "message",
+      time: "2026-12-01T10:00:00.000Z",
+      v: 1,
+    };
+    expect(quickEventText(answer)).toBe(JSON.stringify(Event.parse(answer)));
+    expect(quickEventText(answer)).toBe(
+      '{"v":1,"time":"2026-12-01T10:00:00.000Z","kind":"message","role":"assistant","text":"Hi.","model":"m","provider":"p","usage":{"in":10,"out":2,"cached":0},"latency_ms":12,"prompt":{"sections":{"notes":"0123456789ab","base":"0123456789ab"},"window":"0123456789ab"},"stop":"end_turn"}',
+    );
   });
 
   it("refuses what is not a plain message, whatever the schema says of it: the schema decides", () => {
