@@ -108,11 +108,13 @@ describe("a tool that says a secret", { timeout: 30_000 }, () => {
     const answers = results(dir, sessionId).map((r) => r as { text: string; error: boolean });
     expect(answers[0]).toEqual(expect.objectContaining({ error: false, text: "PROBE_API_TOKEN=[redacted]" }));
     expect(answers[1]).toEqual(expect.objectContaining({ error: true, text: expect.stringMatching(/crashing with PROBE_API_TOKEN=\[redacted\]/) }));
-    const folder = paths({ dir }).conversation(sessionId).dir;
-    for (const name of readdirSync(folder)) expect(readFileSync(join(folder, name), "utf8")).not.toContain(token);
     expect(JSON.stringify(c.updates)).not.toContain(token);
     expect(JSON.stringify(server.requests.map((r) => r.body))).not.toContain(token);
     expect(await d.stop()).toEqual({ code: 0, signal: null });
+    // Every file of the conversation, once the daemon has stopped: what the turn wrote after its
+    // answer too (the copy, the mark), and no lock of a turn still letting go.
+    const folder = paths({ dir }).conversation(sessionId).dir;
+    for (const name of readdirSync(folder)) expect(readFileSync(join(folder, name), "utf8")).not.toContain(token);
     // The tool's stderr was logged (LNK_DEBUG), with the token taken out.
     expect(d.stderr()).toMatch(/crashing with PROBE_API_TOKEN=\[redacted\]/);
     expect(d.stderr()).not.toContain(token);
