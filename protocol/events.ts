@@ -219,16 +219,12 @@ const count = (v: unknown): boolean => typeof v === "number" && Number.isSafeInt
 /** A finite number from 0. */
 const amount = (v: unknown): boolean => typeof v === "number" && Number.isFinite(v) && v >= 0;
 
+const fingerprint = (v: unknown): boolean => typeof v === "string" && FINGERPRINT.test(v);
+
 function quickPrints(p: unknown): boolean {
-  if (!isPlain(p) || !onlyKeys(p, PRINT_KEYS) || typeof p.window !== "string" || !FINGERPRINT.test(p.window)) return false;
+  if (!isPlain(p) || !onlyKeys(p, PRINT_KEYS) || !fingerprint(p.window)) return false;
   const sections = p.sections;
-  if (!isPlain(sections)) return false;
-  for (const k in sections) {
-    if (!Object.hasOwn(sections, k) || !SECTIONS.has(k)) return false;
-    const print = sections[k];
-    if (typeof print !== "string" || !FINGERPRINT.test(print)) return false;
-  }
-  return Object.getOwnPropertySymbols(sections).length === 0;
+  return isPlain(sections) && onlyKeys(sections, SECTIONS) && Object.values(sections).every(fingerprint);
 }
 
 /** The keys of each object quickEvent takes, in the order the schema's parse gives them. */

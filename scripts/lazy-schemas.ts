@@ -50,7 +50,7 @@ function statementEnd(source: string, start: number): number {
 }
 
 /** Made once per module: the Proxy that stands for a schema made when first asked for. */
-export const LAZY_HELPER = `const __lazySchema = (make) => {
+const LAZY_HELPER = `const __lazySchema = (make) => {
   let made;
   const real = () => (made ??= make());
   return new Proxy({}, {
