@@ -224,9 +224,11 @@ export interface BegunEvent {
  * the next free number (EEXIST means the number is taken by another writer: the next is tried).
  * Written through the conversation's folder as checked when opened (the one a turn holds, with its
  * lock), and the folder and the lock are checked again right before the link: nothing is written
- * outside, or once the lock is lost. Bad input throws at once, and writes nothing.
+ * outside, or once the lock is lost. Bad input throws at once, and writes nothing. `waited`: its
+ * writer waits for it with nothing else to do (a turn's answer), so through the only folder this
+ * process holds it is flushed on the event loop (ConversationFolder.alone).
  */
-export function beginEvent(conv: ConversationPaths, event: Event, into?: PreparedEvent): BegunEvent {
+export function beginEvent(conv: ConversationPaths, event: Event, into?: PreparedEvent, o: { waited?: boolean } = {}): BegunEvent {
   // The plainest messages as quickEventText makes them (the same bytes), the rest through the schema.
   let line = quickEventText(event);
   if (line === undefined) {
@@ -240,7 +242,8 @@ export function beginEvent(conv: ConversationPaths, event: Event, into?: Prepare
   }
   // By its name in the folder: a folder opened for this write alone is closed once it is written.
   // A file made ahead is the held folder's (prepareEvent), which this write goes through too.
-  const written = withFolder(conv, async (folder) => basename(await writeTempAsync(folder.base, text, undefined, into?.made)));
+  // One its writer waits on at once (a turn's answer), through the only folder held, is flushed on the event loop.
+  const written = withFolder(conv, async (folder) => basename(await writeTempAsync(folder.base, text, undefined, into?.made, o.waited === true && folder.alone)));
   written.catch(() => undefined);
   return {
     link: () =>

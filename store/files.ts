@@ -1,5 +1,5 @@
 // Reading and writing files of the agent's folder: never through a link, always whole.
-import { chmodSync, close as closeAsync, closeSync, constants, fchmodSync, fdatasync, fstatSync, fsync, fsyncSync, lstatSync, mkdirSync, open, openSync, readdirSync, readSync, renameSync, statSync, unlinkSync, writeSync, type Stats } from "node:fs";
+import { chmodSync, close as closeAsync, closeSync, constants, fchmodSync, fdatasync, fdatasyncSync, fstatSync, fsync, fsyncSync, lstatSync, mkdirSync, open, openSync, readdirSync, readSync, renameSync, statSync, unlinkSync, writeSync, type Stats } from "node:fs";
 import { dirname, join, relative, sep } from "node:path";
 import { StoreError } from "../protocol/index.js";
 import { isErrno } from "./errno.js";
@@ -348,6 +348,11 @@ function unflushedAbove(path: string): [string, number][] {
   return [...unflushedFolders].filter(([dir]) => path.startsWith(dir.endsWith(sep) ? dir : `${dir}${sep}`));
 }
 
+/** Whether a folder above `path` was made in and not flushed since. */
+export function madeAbove(path: string): boolean {
+  return unflushedAbove(path).length > 0;
+}
+
 /**
  * Flushes the folders above `path` that a folder was made in since they were last flushed, each in
  * the thread pool, all at once: so that the names of the folders on the way to `path` are on disk.
@@ -459,13 +464,16 @@ export function writeTemp(dir: string, text: string, mode = FILE_MODE, flush = t
  * and a daemon streaming many conversations must not stop for it. The file is made (a costly call
  * on this disk) and flushed in the thread pool; writing a small file is quick and done at once. It
  * flushes the data and what reading it back needs (fdatasync: the file's size), not its times.
+ * With `onLoop`, the flush is made on the event loop: for a write its caller waits on with nothing
+ * else under way, which the thread pool's round trip (a thread woken, then the loop) only delays.
  */
-export async function writeTempAsync(dir: string, text: string, mode = FILE_MODE, into?: MadeFile): Promise<string> {
+export async function writeTempAsync(dir: string, text: string, mode = FILE_MODE, into?: MadeFile, onLoop = false): Promise<string> {
   const tmp = into?.path ?? tempName(dir);
   const fd = into?.fd ?? (await createAsync(tmp, mode));
   try {
     writeAll(fd, text);
-    await new Promise<void>((resolve, reject) => fdatasync(fd, (err) => (err ? reject(err) : resolve())));
+    if (onLoop) fdatasyncSync(fd);
+    else await new Promise<void>((resolve, reject) => fdatasync(fd, (err) => (err ? reject(err) : resolve())));
   } catch (e) {
     closeSync(fd);
     unlinkQuiet(tmp);

@@ -1,11 +1,11 @@
 // A conversation's folder, checked once and held open while it is written, so no file of the
 // conversation is ever written outside the agent's folder: not when chats/ or the conversation's
 // folder is a link, and not when either is swapped for one while a turn writes.
-import { chmodSync, closeSync, constants, fstatSync, fsync, lstatSync, openSync, type Stats } from "node:fs";
+import { chmodSync, closeSync, constants, fstatSync, fsync, fsyncSync, lstatSync, openSync, type Stats } from "node:fs";
 import { basename, dirname } from "node:path";
 import { StoreError } from "../protocol/index.js";
 import { isErrno } from "./errno.js";
-import { checkNoLinks, flushMadeAbove, FOLDER_MODE, isFolder, makeFolder, unlinkQuiet } from "./files.js";
+import { checkNoLinks, flushMadeAbove, FOLDER_MODE, isFolder, madeAbove, makeFolder, unlinkQuiet } from "./files.js";
 import type { ConversationPaths } from "./paths.js";
 
 const DIRECTORY = constants.O_RDONLY | constants.O_DIRECTORY | constants.O_NOFOLLOW;
@@ -44,9 +44,18 @@ export class ConversationFolder {
   get held(): boolean {
     return held.get(this.conv) === this;
   }
+  /**
+   * Whether it is held and no other folder is: the only conversation this process writes now, whose
+   * turn waits on its flushes with nothing else under way, so they are made on the event loop.
+   */
+  get alone(): boolean {
+    return holding === 1 && this.held;
+  }
   private fd: number | undefined;
   /** Whether a name was linked in it since it was last flushed. */
   private unflushed = false;
+  /** The folders made on the way to it (a new conversation's), being flushed since its lock was taken. */
+  private above: Promise<void> | undefined;
 
   private constructor(
     readonly conv: ConversationPaths,
@@ -187,12 +196,21 @@ export class ConversationFolder {
    * Flushes the folder itself (fsync of its descriptor, off the event loop), so that the names linked
    * in it since the last flush survive the machine going down, not only the process: an event's own
    * data is flushed before it is linked, and its name is not on disk until this. Once per turn.
+   * The only folder held, with none made above it to flush too, is flushed on the event loop: its
+   * turn waits for it with nothing else under way (ConversationFolder.alone).
    */
   async flush(): Promise<void> {
     if (!this.unflushed || this.fd === undefined) return;
     this.unflushed = false;
     const fd = this.fd;
     try {
+      const above = this.above;
+      this.above = undefined;
+      await above;
+      if (this.alone && !madeAbove(this.conv.dir)) {
+        fsyncSync(fd);
+        return;
+      }
       // With the folders on the way to it that were made since they were last flushed (a new
       // conversation's, chats/ too when it was new): their names, and so this one's, are on disk.
       await Promise.all([new Promise<void>((resolve, reject) => fsync(fd, (err) => (err ? reject(err) : resolve()))), flushMadeAbove(this.conv.dir)]);
@@ -200,6 +218,23 @@ export class ConversationFolder {
       this.unflushed = true;
       throw new StoreError(`cannot flush ${this.conv.dir}: ${(e as Error).message}`, this.conv.dir);
     }
+  }
+
+  /**
+   * Begins flushing, in the thread pool, the folders made on the way to it that no flush has taken
+   * yet (a new conversation's folder is a new name in chats/, and chats/ may be a new one in the
+   * agent's folder): while its turn asks the model, so that its flush at the end is of itself alone.
+   */
+  flushAboveAhead(): void {
+    if (this.above !== undefined || !madeAbove(this.conv.dir)) return;
+    this.above = flushMadeAbove(this.conv.dir);
+    // Failed, it fails the flush that awaits it; the folders are still remembered, to be flushed again.
+    this.above.catch(() => undefined);
+  }
+
+  /** Resolves once the flush begun by flushAboveAhead is over, however it ended: nothing of it outlives the lock. */
+  async aboveDone(): Promise<void> {
+    await this.above?.catch(() => undefined);
   }
 
   close(): void {
@@ -224,18 +259,24 @@ function refusedOrFailed(e: unknown, path: string): StoreError {
  * turn makes thousands.
  */
 const held = new WeakMap<ConversationPaths, ConversationFolder>();
+/** How many folders are held now, by this process's locks. */
+let holding = 0;
 
 /** Runs `fn` with `folder` as the one every write through its paths object goes through. */
 export async function holdWhile<T>(folder: ConversationFolder, fn: () => Promise<T>): Promise<T> {
   if (held.has(folder.conv)) throw new Error(`${folder.conv.dir} is already held through these paths`);
   held.set(folder.conv, folder);
+  holding++;
+  folder.flushAboveAhead();
   try {
     const result = await fn();
     // What fn wrote and didn't flush itself is on disk before its caller hears of it.
     await folder.flush();
     return result;
   } finally {
+    await folder.aboveDone();
     held.delete(folder.conv);
+    holding--;
   }
 }
 

@@ -11,8 +11,12 @@ import { checkState, planImport } from "../asp/state-import.js";
 import { runTurn } from "../turn/turn.js";
 import { scratch } from "./fixtures/scratch.js";
 
-const real = { fsync: fs.fsync, fsyncSync: fs.fsyncSync, renameSync: fs.renameSync };
-/** The paths of what was flushed (fsync) since the test began, in order, and each rename as `renamed <to>`. */
+const real = { fsync: fs.fsync, fsyncSync: fs.fsyncSync, fdatasync: fs.fdatasync, fdatasyncSync: fs.fdatasyncSync, renameSync: fs.renameSync, linkSync: fs.linkSync };
+/**
+ * The paths of what was flushed (fsync) since the test began, in order, and each rename as `renamed <to>`;
+ * with `data`, each file's data flush (fdatasync) as `data <path>` and each link as `linked <to>`,
+ * and ` on the loop` after a flush made on the event loop.
+ */
 let flushed: string[] = [];
 /** Runs as a flush (fsync off the event loop) of `path` begins: what another turn does meanwhile. */
 let duringFlush: ((path: string) => void) | undefined;
@@ -44,11 +48,30 @@ beforeEach(() => {
 });
 afterEach(() => {
   duringFlush = undefined;
-  fs.fsync = real.fsync;
-  fs.fsyncSync = real.fsyncSync;
-  fs.renameSync = real.renameSync;
+  Object.assign(fs, real);
   syncBuiltinESMExports();
 });
+
+/** Notes each file's data flush and each link too, and which flushes are made on the event loop. */
+function noteData(): void {
+  fs.fsyncSync = ((fd: number) => {
+    flushed.push(`${pathOf(fd)} on the loop`);
+    real.fsyncSync(fd);
+  }) as typeof fs.fsyncSync;
+  fs.fdatasync = ((fd: number, cb: (err: NodeJS.ErrnoException | null) => void) => {
+    flushed.push(`data ${pathOf(fd)}`);
+    real.fdatasync(fd, cb);
+  }) as typeof fs.fdatasync;
+  fs.fdatasyncSync = ((fd: number) => {
+    flushed.push(`data ${pathOf(fd)} on the loop`);
+    real.fdatasyncSync(fd);
+  }) as typeof fs.fdatasyncSync;
+  fs.linkSync = ((from: fs.PathLike, to: fs.PathLike) => {
+    real.linkSync(from, to);
+    flushed.push(`linked ${String(to).replace(/^\/proc\/self\/fd\/\d+/, "")}`);
+  }) as typeof fs.linkSync;
+  syncBuiltinESMExports();
+}
 
 const { server, folder } = scratch("lh-durable-");
 
@@ -143,5 +166,70 @@ describe("folders made on the way are on disk before what is written in them is 
     expect(flushed).toContain(paths(agent).chats);
     expect(flushed).toContain(agent.dir);
     expect(flushed).toContain(paths(agent).conversation("first").dir);
+  });
+
+  it("a first turn in a new conversation: the folders made for it are flushed while the model is asked, not after its answer", async () => {
+    const agent: AgentRef = { dir: folder() };
+    writeSettings(agent, { model: { provider: "test", name: "scripted-1", base_url: server().url } });
+    flushed = [];
+    let asked: string[] = [];
+    const fallback = server().fallback;
+    server().fallback = (req) => {
+      asked = [...flushed];
+      return fallback(req);
+    };
+    try {
+      expect((await runTurn({ agent, thread: "early", message: { text: "hello" } }, () => undefined)).stop).toBe("end_turn");
+    } finally {
+      server().fallback = fallback;
+    }
+    // Begun by the time the request reached the model: chats/ (a new name in it) and the agent's folder.
+    expect(asked).toContain(paths(agent).chats);
+    expect(asked).toContain(agent.dir);
+    expect(asked).not.toContain(paths(agent).conversation("early").dir);
+  });
+});
+
+describe("a turn's answer is on disk before the turn answers", () => {
+  /** The flushes of one turn of `thread` after its first: the data and name of each event, in order. */
+  async function steadyTurn(agent: AgentRef, thread: string): Promise<string[]> {
+    expect((await runTurn({ agent, thread, message: { text: "first" } }, () => undefined, { early: true })).stop).toBe("end_turn");
+    flushed = [];
+    expect((await runTurn({ agent, thread, message: { text: "again" } }, () => undefined, { early: true })).stop).toBe("end_turn");
+    return flushed;
+  }
+
+  it("the only conversation being written: the answer's data, then its link, then the folder, flushed on the event loop", async () => {
+    const agent: AgentRef = { dir: folder() };
+    writeSettings(agent, { model: { provider: "test", name: "scripted-1", base_url: server().url } });
+    noteData();
+    const seen = await steadyTurn(agent, "alone");
+    const dir = paths(agent).conversation("alone").dir;
+    // The question is flushed in the thread pool (the model is asked meanwhile); the answer, which
+    // the turn waits for, on the loop, before its name is linked; the folder once, after both links.
+    const answerData = seen.findIndex((f) => f.startsWith(`data ${dir}/.tmp-`) && f.endsWith(" on the loop"));
+    const answerLink = seen.indexOf("linked /000000000004.json");
+    const folderFlush = seen.indexOf(`${dir} on the loop`);
+    expect(seen.filter((f) => f.startsWith("data ") && !f.endsWith(" on the loop"))).toHaveLength(1);
+    expect(answerData).toBeGreaterThan(-1);
+    expect(answerLink).toBeGreaterThan(answerData);
+    expect(seen.indexOf("linked /000000000003.json")).toBeGreaterThan(-1);
+    expect(folderFlush).toBeGreaterThan(Math.max(answerLink, seen.indexOf("linked /000000000003.json")));
+  });
+
+  it("two conversations written at once: every flush in the thread pool, the event loop never held by one", async () => {
+    const agent: AgentRef = { dir: folder() };
+    writeSettings(agent, { model: { provider: "test", name: "scripted-1", base_url: server().url } });
+    for (const thread of ["one", "two"]) await runTurn({ agent, thread, message: { text: "first" } }, () => undefined, { early: true });
+    noteData();
+    flushed = [];
+    const outcomes = await Promise.all(["one", "two"].map((thread) => runTurn({ agent, thread, message: { text: "again" } }, () => undefined, { early: true })));
+    expect(outcomes.map((o) => o.stop)).toEqual(["end_turn", "end_turn"]);
+    for (const thread of ["one", "two"]) {
+      const dir = paths(agent).conversation(thread).dir;
+      expect(flushed.filter((f) => f.startsWith(`data ${dir}/`))).toHaveLength(2);
+      expect(flushed).toContain(dir);
+    }
+    expect(flushed.filter((f) => f.endsWith(" on the loop"))).toEqual([]);
   });
 });

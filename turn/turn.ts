@@ -90,9 +90,13 @@ class Turn {
 
   private writes: Promise<unknown> = Promise.resolve();
 
-  /** Writes an event; a turn's events are written one after another, so they're numbered in order. */
+  /**
+   * Writes an event; a turn's events are written one after another, so they're numbered in order.
+   * An answer is written into the file made for it while the model answered (`into`), and the turn
+   * waits for it with nothing else to do.
+   */
   write(event: Event, history?: History, into?: PreparedEvent): Promise<number> {
-    return this.chain(event, (n) => history?.written(n, event), into);
+    return this.chain(event, (n) => history?.written(n, event), into, into !== undefined);
   }
 
   /** The file of the round's answer, being made while the model answers (store/events.ts prepareEvent). */
@@ -135,11 +139,11 @@ class Turn {
    * Each event's file is written and flushed at once, while those before it may still be flushing;
    * it is linked to its number only after them, so the numbers keep the turn's order.
    */
-  private chain(event: Event, written: (n: number) => void, into?: PreparedEvent): Promise<number> {
+  private chain(event: Event, written: (n: number) => void, into?: PreparedEvent, waited = false): Promise<number> {
     // Through the folder the lock holds, checked, and only while the lock is this process's.
     let begun: BegunEvent;
     try {
-      begun = beginEvent(this.conv, event, into);
+      begun = beginEvent(this.conv, event, into, { waited });
     } catch (e) {
       if (into) dropEvent(into);
       // Refused as it is (invalid, too large): nothing written, and nothing after it.
