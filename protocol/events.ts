@@ -207,10 +207,14 @@ function isPlain(v: unknown): v is Record<string, unknown> {
   return typeof v === "object" && v !== null && Object.getPrototypeOf(v) === Object.prototype;
 }
 
-/** Every key of `o` is one of `keys` (a key the schema doesn't know makes it the schema's to judge). */
+/**
+ * Every key of `o` is one of `keys` (a key the schema doesn't know makes it the schema's to judge).
+ * Symbol keys count for nothing, as in the schema and in JSON: a turn keeps what it counted of an
+ * event on the event itself (turn/derived.ts), under symbols, before the event is written.
+ */
 function onlyKeys(o: Record<string, unknown>, keys: ReadonlySet<string>): boolean {
   for (const k in o) if (!Object.hasOwn(o, k) || !keys.has(k)) return false;
-  return Object.getOwnPropertySymbols(o).length === 0;
+  return true;
 }
 
 const optionalString = (v: unknown): boolean => v === undefined || typeof v === "string";

@@ -84,7 +84,10 @@ const changed = fc
     else if (how === "set") o[some] = value;
     else if (how === "nest" && typeof o.usage === "object") o.usage = { ...(o.usage as object), [key]: value };
     else if (how === "nest" && typeof o.prompt === "object") o.prompt = { ...(o.prompt as object), [key]: value };
-    return shuffled(o, seed);
+    const out = shuffled(o, seed);
+    // Half of them with what a turn keeps on an event it counted (a symbol key, as turn/derived.ts sets).
+    if (seed % 2 !== 0) Object.defineProperty(out, Symbol("counted"), { value: seed });
+    return out;
   });
 
 describe("quickEvent never takes what the events' schema refuses, and writes what it takes as the schema would", () => {
@@ -165,5 +168,24 @@ describe("quickEvent takes the events turns write", () => {
     expect(events.filter((e) => e.kind === "message").length).toBe(6);
     for (const e of events) if (e.kind === "message") expect(quickEvent(e), JSON.stringify(e)).toBe(true);
     for (let n = 1; n <= 20; n++) expect(quickEvent(JSON.parse(JSON.stringify(prefillEvent(n, Date.UTC(2026, 0, 1)))))).toBe(true);
+  });
+
+  it("a turn's question and answer are written without the schema, as the turn holds them (what it counted of them kept on them)", async () => {
+    const agent = { dir: folder() };
+    writeSettings(agent, { model: { provider: "test", name: "scripted-1", base_url: server().url } });
+    await runTurn({ agent, thread: "t", message: { text: "first", cwd: agent.dir } }, () => undefined);
+    const parse = Event.safeParse.bind(Event);
+    const asked: unknown[] = [];
+    Event.safeParse = ((data: unknown, params?: Parameters<typeof parse>[1]) => {
+      asked.push(data);
+      return parse(data, params);
+    }) as typeof Event.safeParse;
+    try {
+      expect((await runTurn({ agent, thread: "t", message: { text: "again", cwd: agent.dir } }, () => undefined)).stop).toBe("end_turn");
+    } finally {
+      Event.safeParse = parse;
+    }
+    // Read back from the cache, written through quickEventText: the schema asked of nothing.
+    expect(asked.map((e) => JSON.stringify(e))).toEqual([]);
   });
 });
