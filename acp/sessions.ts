@@ -10,6 +10,7 @@ import {
   lastEventNumber,
   listThreads,
   narrowToolsList,
+  isThread,
   paths,
   readEvent,
   readEventsFrom,
@@ -105,7 +106,7 @@ export class Sessions {
 
   /** Whether the thread is a conversation on disk (a folder, never a link). */
   exists(thread: string): boolean {
-    if (!Thread.safeParse(thread).success) return false;
+    if (!isThread(thread)) return false;
     try {
       const st = lstatSync(this.conversation(thread).dir);
       return st.isDirectory();

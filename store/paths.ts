@@ -60,11 +60,31 @@ export class InvalidNameError extends Error {
   }
 }
 
+/** Names found to be valid threads: a name is checked once, not at each of the five uses a turn makes of it. */
+const validThreads = new Set<string>();
+/** Past this many, the oldest half is let go. */
+const VALID_THREADS_MAX = 4096;
+
+/** Whether `thread` is a valid thread name (Thread), remembered once it is. */
+export function isThread(thread: string): boolean {
+  if (validThreads.has(thread)) return true;
+  if (!Thread.safeParse(thread).success) return false;
+  if (validThreads.size >= VALID_THREADS_MAX) {
+    let drop = VALID_THREADS_MAX / 2;
+    for (const old of validThreads) {
+      if (drop-- <= 0) break;
+      validThreads.delete(old);
+    }
+  }
+  validThreads.add(thread);
+  return true;
+}
+
 /** Checks a thread (or skill) name before it becomes a path. */
 export function checkThread(thread: string, kind = "thread name"): string {
+  if (isThread(thread)) return thread;
   const parsed = Thread.safeParse(thread);
-  if (!parsed.success) throw new InvalidNameError(kind, thread, parsed.error.issues[0]?.message ?? "invalid");
-  return parsed.data;
+  throw new InvalidNameError(kind, thread, parsed.error?.issues[0]?.message ?? "invalid");
 }
 
 export function paths(agent: AgentRef): AgentPaths {

@@ -6,7 +6,7 @@ import { hostname, tmpdir } from "node:os";
 import { dirname, join } from "node:path";
 import fc from "fast-check";
 import { afterEach, beforeAll, describe, expect, it } from "vitest";
-import { EVENT_VERSION, Event, StoreError, type WindowMark } from "../protocol/index.js";
+import { EVENT_VERSION, Event, StoreError, Thread, type WindowMark } from "../protocol/index.js";
 import {
   InvalidNameError,
   listSkills,
@@ -18,6 +18,7 @@ import {
   forgetEvents,
   lastEventNumber,
   listEventNumbers,
+  isThread,
   listThreads,
   narrowToolsList,
   paths,
@@ -281,6 +282,21 @@ describe("thread names", () => {
       }),
       { numRuns: 300 },
     );
+  });
+
+  it("a name is judged as the schema judges it, the first time and each time after (the valid ones remembered, within a bound)", () => {
+    fc.assert(
+      fc.property(fc.oneof(fc.string({ unit: "binary" }), fc.constantFrom(...refused, "telegram-1", "a".repeat(128))), (name) => {
+        const valid = Thread.safeParse(name).success;
+        expect(isThread(name)).toBe(valid);
+        expect(isThread(name)).toBe(valid);
+      }),
+      { numRuns: 500 },
+    );
+    // More names than are remembered: each still judged right, the refused ones refused.
+    for (let i = 0; i < 10_000; i++) expect(isThread(`thread-${i}`)).toBe(true);
+    for (const name of refused) expect(isThread(name)).toBe(false);
+    expect(isThread("thread-0")).toBe(true);
   });
 });
 
