@@ -176,6 +176,36 @@ describe("a question written while the model is asked", () => {
   });
 });
 
+describe("the usage a turn reports", () => {
+  /** Where the usage report falls among a second turn's reports: before or after its answer's event. */
+  async function usageAgainstAnswer(agent: AgentRef, thread: string): Promise<{ usage: number; answer: number; seen: TurnEvent[] }> {
+    await turn(agent, thread, "first");
+    const { outcome, seen } = await turn(agent, thread, "again");
+    expect(outcome.stop).toBe("end_turn");
+    const usage = seen.findIndex((e) => e.type === "usage");
+    const answer = seen.findIndex((e) => e.type === "event" && e.event.kind === "message" && e.event.role === "assistant");
+    expect(usage).toBeGreaterThan(-1);
+    expect(answer).toBeGreaterThan(-1);
+    return { usage, answer, seen };
+  }
+
+  it("goes out before the answer is written when nothing of it waits on that: the window known, the text streamed, no cost", async () => {
+    server.fallback = () => ({ text: "a streamed answer", chunks: 3 });
+    const { usage, answer, seen } = await usageAgainstAnswer(agentWith(), "early");
+    expect(usage).toBeLessThan(answer);
+    // After the text it counts.
+    expect(seen.findLastIndex((e) => e.type === "text")).toBeLessThan(usage);
+  });
+
+  it("waits for the answer to be written when the provider reports a cost: the conversation's cost counts this answer's", async () => {
+    server.fallback = () => ({ text: "a costed answer", chunks: 3, usage: { cost: 0.25 } });
+    const { usage, answer, seen } = await usageAgainstAnswer(agentWith(), "costed");
+    expect(usage).toBeGreaterThan(answer);
+    const report = seen[usage] as Extract<TurnEvent, { type: "usage" }>;
+    expect(report.cost).toBeCloseTo(0.5);
+  });
+});
+
 describe("a new conversation's history, loaded before its window is known", () => {
   it("counts its first turn without the budget, refuses a second message until it is known, and saves the mark with it", async () => {
     const agent = agentWith();

@@ -272,6 +272,7 @@ class Turn {
       const messages: ChatMessage[] = [{ role: "system", content: system }, ...eventsToMessages(history.window(), { tools: calls.length > 0 })];
       let answer: ModelAnswer;
       const asked = performance.now();
+      let streamed = false;
       try {
         const asking = askModel({
           settings,
@@ -282,7 +283,10 @@ class Turn {
           signal,
           conversation: this.conv.dir,
           ...facts,
-          onText: (delta) => this.listener({ type: "text", delta }),
+          onText: (delta) => {
+            streamed = true;
+            this.listener({ type: "text", delta });
+          },
         });
         // The request is written by the time the event loop comes round (its client's steps are
         // promises): then the answer's file is made, while the model answers.
@@ -312,6 +316,17 @@ class Turn {
       // Past the last round, calls the model makes anyway are not run.
       const toolCalls = callNothing ? [] : answer.toolCalls;
       const stop = stopOf(answer, toolCalls.length > 0);
+      const report = (size: number) => this.listener(usageReport(this.conv, answer, messages, size, (message) => this.listener({ type: "warning", message })));
+      // The usage goes to the client before the answer is flushed when nothing of it waits on that:
+      // the window known, no cost to count with this answer's own, and its text shown already (a
+      // client reads the update while the answer is flushed, not between it and the prompt's response).
+      const known = window;
+      const reportNow = known !== undefined && answer.cost === undefined && (streamed || !answer.text);
+      if (reportNow) {
+        report(known.window);
+        // Written to the client before the answer's flush holds the event loop.
+        await new Promise((resolve) => setImmediate(resolve));
+      }
       let answering: Promise<number> | undefined;
       if (!answer.aborted || answer.text || toolCalls.length) {
         const prompt = { sections: prints, window: windowPrint(history.count.start, history.count.startTime) };
@@ -327,8 +342,7 @@ class Turn {
         const n = await answering;
         if (answer.text.trim()) this.lastAnswer = n;
       }
-      const { window: size } = await windowKnown();
-      this.listener(usageReport(this.conv, answer, messages, size.window, (message) => this.listener({ type: "warning", message })));
+      if (!reportNow) report((await windowKnown()).window.window);
       if (answer.aborted) {
         this.finish(history);
         return this.outcome("cancelled");
