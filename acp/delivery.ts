@@ -20,6 +20,9 @@ export interface Debt {
 
 const nothing: Debt = { settle: () => undefined };
 
+/** Where this process's owed files' ids start: random, so a later process given the same pid names its own apart. */
+let owedIds = randomBytes(8).readBigUInt64BE();
+
 /**
  * Owes the prompt's answer from the conversation's last event now: its owed file is written at the
  * next pass of the event loop, once its turn's request is on its way (making a file costs this disk
@@ -27,7 +30,9 @@ const nothing: Debt = { settle: () => undefined };
  * come back to be written. A folder that can't take it costs only its recovery.
  */
 export function owe(conv: ConversationPaths, log: Logger): Debt {
-  const name = owedName(randomBytes(8).toString("hex"));
+  // The next id of the process's own: random bytes drawn for each cost a system call a prompt.
+  owedIds = BigInt.asUintN(64, owedIds + 1n);
+  const name = owedName(owedIds.toString(16).padStart(16, "0"));
   const path = `${conv.dir}/${name}`;
   const cannot = (e: unknown) =>
     log.warn("the prompt's answer can't be recovered should it not reach the client", { thread: conv.thread, error: (e as Error).message });

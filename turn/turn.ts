@@ -18,6 +18,28 @@ import type { IncomingMessage, TurnInput, TurnListener, TurnOutcome } from "./ty
 import { promptChanges, usageReport } from "./usage.js";
 import { roughTokens } from "./window.js";
 
+/**
+ * A signal aborted as soon as `a` or `b` is, with its reason: AbortSignal.any for two signals that
+ * live no longer than one turn, without what Node 20's costs a turn twice over (a signal made with
+ * weak references to its sources, kept in a registry). The listener on the other goes once one fires.
+ */
+function either(a: AbortSignal, b: AbortSignal): AbortSignal {
+  if (a.aborted) return a;
+  if (b.aborted) return b;
+  const both = new AbortController();
+  const fromA = () => {
+    b.removeEventListener("abort", fromB);
+    both.abort(a.reason);
+  };
+  const fromB = () => {
+    a.removeEventListener("abort", fromA);
+    both.abort(b.reason);
+  };
+  a.addEventListener("abort", fromA, { once: true });
+  b.addEventListener("abort", fromB, { once: true });
+  return both.signal;
+}
+
 /** At most eight rounds of calls; then the model is asked once more and told to call nothing. */
 export const MAX_ROUNDS = 8;
 
@@ -257,7 +279,7 @@ class Turn {
     const opening = this.writeAhead(userEvent(this.input.message, inputs), history);
     this.question = opening;
     opening.catch((e: unknown) => notWritten.abort(e));
-    const signal = AbortSignal.any([this.signal, notWritten.signal]);
+    const signal = either(this.signal, notWritten.signal);
     const changed = promptChanges(history.events, prints);
     if (changed.length > 0) this.listener({ type: "prompt_changed", sections: changed });
 
@@ -443,7 +465,7 @@ export async function turnsSettled(): Promise<void> {
 export async function runTurn(input: TurnInput, listener: TurnListener, o: { early?: boolean } = {}): Promise<TurnOutcome> {
   const conv = paths(input.agent).conversation(input.thread);
   const lost = new AbortController();
-  const signal = input.signal ? AbortSignal.any([input.signal, lost.signal]) : lost.signal;
+  const signal = input.signal ? either(input.signal, lost.signal) : lost.signal;
   const lostError = () => new LockLostError(conv, (lost.signal.reason as Error | undefined)?.message ?? "taken over");
   let answer: ((outcome: TurnOutcome) => void) | undefined;
   const answered = new Promise<TurnOutcome>((resolve) => (answer = resolve));
