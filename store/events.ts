@@ -226,9 +226,11 @@ export interface BegunEvent {
  * lock), and the folder and the lock are checked again right before the link: nothing is written
  * outside, or once the lock is lost. Bad input throws at once, and writes nothing. `waited`: its
  * writer waits for it with nothing else to do (a turn's answer), so through the only folder this
- * process holds it is flushed on the event loop (ConversationFolder.alone).
+ * process holds it is flushed on the event loop (ConversationFolder.alone). `later`: its file is begun
+ * once the event loop comes round, after what the caller does at once (a turn's question, after its
+ * request is on its way); checked, and in its place among the writes, from now.
  */
-export function beginEvent(conv: ConversationPaths, event: Event, into?: PreparedEvent, o: { waited?: boolean } = {}): BegunEvent {
+export function beginEvent(conv: ConversationPaths, event: Event, into?: PreparedEvent, o: { waited?: boolean; later?: boolean } = {}): BegunEvent {
   // The plainest messages as quickEventText makes them (the same bytes), the rest through the schema.
   let line = quickEventText(event);
   if (line === undefined) {
@@ -243,7 +245,10 @@ export function beginEvent(conv: ConversationPaths, event: Event, into?: Prepare
   // By its name in the folder: a folder opened for this write alone is closed once it is written.
   // A file made ahead is the held folder's (prepareEvent), which this write goes through too.
   // One its writer waits on at once (a turn's answer), through the only folder held, is flushed on the event loop.
-  const written = withFolder(conv, async (folder) => basename(await writeTempAsync(folder.base, text, undefined, into?.made, o.waited === true && folder.alone)));
+  const written = withFolder(conv, async (folder) => {
+    if (o.later) await new Promise((resolve) => setImmediate(resolve));
+    return basename(await writeTempAsync(folder.base, text, undefined, into?.made, o.waited === true && folder.alone));
+  });
   written.catch(() => undefined);
   return {
     link: () =>

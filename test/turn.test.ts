@@ -176,6 +176,25 @@ describe("a question written while the model is asked", () => {
   });
 });
 
+describe("a question whose file is begun once its request is on its way", () => {
+  it("keeps its place before a message that steers the turn from its first round, on disk and in what the model read", async () => {
+    const agent = agentWith();
+    server.fallback = () => ({ text: "answered both" });
+    // A turn before: the window known, so the steering message is written at once in the first round.
+    expect((await runTurn({ agent, thread: "steered", message: { text: "before" } }, () => undefined)).stop).toBe("end_turn");
+    let given = false;
+    const steering = { take: () => (given ? [] : ((given = true), [{ text: "and one more thing" }])) };
+    const outcome = await runTurn({ agent, thread: "steered", message: { text: "the question" }, steering }, () => undefined);
+    expect(outcome.stop).toBe("end_turn");
+    const conv = paths(agent).conversation("steered");
+    const users = readEventsFrom(conv, 1).filter((e) => e.event.kind === "message" && e.event.role === "user");
+    expect(users.map((e) => (e.event as { text: string }).text)).toEqual(["before", "the question", "and one more thing"]);
+    expect(users[2]!.n).toBe(users[1]!.n + 1);
+    const sent = chats(server.requests.at(-1)!).filter((m) => m.role === "user").map((m) => String(m.content));
+    expect(sent.findIndex((c) => c.includes("the question"))).toBeLessThan(sent.findIndex((c) => c.includes("and one more thing")));
+  });
+});
+
 describe("the usage a turn reports", () => {
   /** Where the usage report falls among a second turn's reports: before or after its answer's event. */
   async function usageAgainstAnswer(agent: AgentRef, thread: string): Promise<{ usage: number; answer: number; seen: TurnEvent[] }> {
