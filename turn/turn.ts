@@ -154,8 +154,11 @@ class Turn {
    * written, and nothing after it is linked before it (chain).
    */
   writeAhead(event: Event, history: History): Promise<number> {
+    // A new conversation's first event, whose flush carries the folder made for it too, is begun at
+    // once: the longer of the two, it would hold up the answer's link.
+    const later = history.events.length > 0;
     const expected = history.ahead(event);
-    return this.chain(event, (n) => history.settle(expected, n), undefined, { later: true });
+    return this.chain(event, (n) => history.settle(expected, n), undefined, { later });
   }
 
   /**
