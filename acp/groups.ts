@@ -2,7 +2,7 @@
 // `<channel>-<group id>`, whatever session a message of it arrives on; a message that was only a
 // mention of the agent, empty once Link's bridge has cut the mention out, is ignored.
 import type { ContentBlock } from "@agentclientprotocol/sdk";
-import { Thread } from "../protocol/index.js";
+import { isThread } from "../store/index.js";
 import { ParamsError } from "./meta.js";
 import type { Sessions, SessionState } from "./sessions.js";
 
@@ -10,7 +10,7 @@ import type { Sessions, SessionState } from "./sessions.js";
 export function groupThread(channel: string | undefined, group: string): string {
   if (channel === undefined) throw new ParamsError("_meta.link: group: a group needs its channel");
   const thread = `${channel}-${group}`;
-  if (!Thread.safeParse(thread).success) throw new ParamsError(`_meta.link: group: ${JSON.stringify(thread.slice(0, 80))} is not a usable thread name`);
+  if (!isThread(thread)) throw new ParamsError(`_meta.link: group: ${JSON.stringify(thread.slice(0, 80))} is not a usable thread name`);
   return thread;
 }
 

@@ -3,7 +3,7 @@
 import { randomBytes } from "node:crypto";
 import { lstatSync, statSync } from "node:fs";
 import type { McpServer, SessionInfo } from "@agentclientprotocol/sdk";
-import { EVENT_KINDS, Thread, type Event, type Numbered } from "../protocol/index.js";
+import { EVENT_KINDS, type Event, type Numbered } from "../protocol/index.js";
 import {
   ensureConversation,
   isErrno,
@@ -21,6 +21,7 @@ import {
 import { splitSessionId, sessionIdOf, chatMap } from "../turn/chat.js";
 import { applyChoice, conversationChoices, readConversation, type Chosen } from "../turn/history.js";
 import type { Logger } from "./deps.js";
+import { groupThread } from "./groups.js";
 import { ParamsError, type NewSessionLink } from "./meta.js";
 
 /** A session id that names no conversation of the agent: answered -32002. */
@@ -124,10 +125,7 @@ export class Sessions {
   create(link: NewSessionLink, cwd: string, mcpServers: McpServer[]): SessionState {
     let thread = link.thread;
     if (link.group !== undefined) {
-      if (link.channel === undefined) throw new ParamsError("_meta.link: group: a group needs its channel");
-      const group = `${link.channel}-${link.group}`;
-      const checked = Thread.safeParse(group);
-      if (!checked.success) throw new ParamsError(`_meta.link: group: ${JSON.stringify(group.slice(0, 80))} is not a usable thread name`);
+      const group = groupThread(link.channel, link.group);
       if (thread !== undefined && thread !== group) throw new ParamsError(`_meta.link: thread: a group's thread is ${group}`);
       thread = group;
     }
@@ -234,7 +232,7 @@ export class Sessions {
     // The sessions this process holds open whose conversation has no event yet, so no folder.
     const opened = [...this.open.values()].filter((s) => s.id === s.thread && MADE_THREAD.test(s.thread) && !onDisk.includes(s.thread)).map((s) => s.thread);
     const all = [...onDisk, ...opened]
-      .filter((t) => Thread.safeParse(t).success)
+      .filter((t) => isThread(t))
       .flatMap((thread) => {
         const chat = this.info(thread, files);
         return chat ? [chat, ...this.conversations(thread, chat)] : [];

@@ -5,12 +5,12 @@
 // reached the client) or one whose answer, if its turn finished one, `_link/recover` hands over.
 import { readdirSync, renameSync } from "node:fs";
 import { join } from "node:path";
-import { OwedMark, StoreError, Thread, describeIssues } from "../protocol/index.js";
+import { OwedMark, StoreError, describeIssues } from "../protocol/index.js";
 import { isErrno } from "./errno.js";
 import { listThreads } from "./events.js";
 import { jsonFault, readNoFollow, unlinkQuiet, writeTemp } from "./files.js";
 import { removeQuiet, withFolder } from "./folder.js";
-import { paths, type AgentRef, type ConversationPaths } from "./paths.js";
+import { isThread, paths, type AgentRef, type ConversationPaths } from "./paths.js";
 
 const OWED_NAME = /^owed-(\d{1,10})-([0-9a-f]{16})$/;
 /** An owed file is a few dozen bytes. */
@@ -58,7 +58,7 @@ export function listOwed(agent: AgentRef): { owed: Owed[]; faults: string[] } {
   const faults: string[] = [];
   const p = paths(agent);
   for (const thread of listThreads(p.chats)) {
-    if (!Thread.safeParse(thread).success) continue;
+    if (!isThread(thread)) continue;
     const conv = p.conversation(thread);
     let names: string[];
     try {
