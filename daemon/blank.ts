@@ -138,13 +138,16 @@ export async function serveBlank(p: Process, command: Extract<Command, { kind: "
         p.closeSince(before);
         throw new BindRefused((e as Error).message);
       }
-      if (!command.socket && command.port === undefined) p.serveStdio(p.oneAgent(served), fields, true);
+      // On stdio, where nothing more can fail, the connection is made once the answer is out (after),
+      // while its client reads it: what stdin brings meanwhile waits in the pipe.
+      const onStdio = !command.socket && command.port === undefined;
       bound = served;
       log.info("bound", fields);
-      // Once the answer is written (onControl): what its first turn asks of its model is asked, and
-      // the agent is made, while its client reads the answer and connects. A new conversation's
+      // Once the answer is written (onControl): what its first turn asks of its model is asked (its
+      // connection opened ahead), and the agent is made, while its client reads the answer and connects. A new conversation's
       // first request needs no answer of them (turn/turn.ts): only its answer waits.
       const after = () => {
+        if (onStdio) p.serveStdio(p.oneAgent(served), fields, true);
         void p.agentCode()
           .then((code) => code.readyAhead(b.settings()))
           .catch(() => undefined);

@@ -145,6 +145,24 @@ describe("--blank", () => {
     expect(d.stderr()).not.toContain(BIND_KEY);
   });
 
+  it("once bound, opens its model's connection ahead: the first prompt's request goes out on a connection made before the client came", async () => {
+    const p = place();
+    const d = watched(startDaemon(["--blank", p.control], linkFreeEnv()), cleanup);
+    await d.waitForLog(/"blank: loaded"/);
+    expect(await control(p.control, JSON.stringify(p.bind))).toEqual({});
+    // Bound: a connection to its model is made, with no request on it yet.
+    const bound = performance.now();
+    const seen = server.requests.length;
+    for (let waited = 0; server.connectionsSince(bound) === 0 && waited < 5000; waited += 10) await new Promise((r) => setTimeout(r, 10));
+    const cameAt = performance.now();
+    const c = await stdioClient(d, cleanup);
+    const { sessionId } = await c.agent.request(acp.methods.agent.session.new, { cwd: p.files, mcpServers: [] });
+    await c.agent.request(acp.methods.agent.session.prompt, { sessionId, prompt: [{ type: "text", text: "hello" }] });
+    const asked = server.requests.slice(seen).find((r) => r.path.endsWith("/chat/completions"));
+    expect(asked?.connectedAt).toBeGreaterThan(bound - 1000);
+    expect(asked?.connectedAt).toBeLessThan(cameAt);
+  });
+
   it("warms itself with prompts of a scratch agent while it waits, and stops warming once bound", async () => {
     // Left blank, it runs all its warm-up prompts, then says it is loaded.
     const idle = place();

@@ -223,6 +223,17 @@ describe("a turn's answer is on disk before the turn answers", () => {
     for (const thread of ["one", "two"]) await runTurn({ agent, thread, message: { text: "first" } }, () => undefined, { early: true });
     noteData();
     flushed = [];
+    // The model answers each only once both have asked: the two turns are under way together,
+    // whichever of their requests goes out first.
+    let asked = 0;
+    let both!: () => void;
+    const met = new Promise<void>((resolve) => (both = resolve));
+    const together = async () => {
+      if (++asked === 2) both();
+      await met;
+      return { text: "together" };
+    };
+    server().script(together, together);
     const outcomes = await Promise.all(["one", "two"].map((thread) => runTurn({ agent, thread, message: { text: "again" } }, () => undefined, { early: true })));
     expect(outcomes.map((o) => o.stop)).toEqual(["end_turn", "end_turn"]);
     for (const thread of ["one", "two"]) {

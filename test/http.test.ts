@@ -1,30 +1,55 @@
 // The model's requests over Node's own HTTP client (turn/http.ts), against a real server on loopback:
 // the answer streams as it arrives, connections are kept and reused, and what fails fails as fetch
 // fails, with Node's error as the cause.
+import { spawn } from "node:child_process";
+import { readFileSync } from "node:fs";
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from "node:http";
+import { createServer as createTlsServer } from "node:https";
+import { join } from "node:path";
 import { createServer as createTcpServer, type AddressInfo, type Socket } from "node:net";
 import fc from "fast-check";
 import { afterEach, describe, expect, it } from "vitest";
 import { FetchHeaders } from "../turn/headers.js";
-import { askText, nodeFetch, TooLarge } from "../turn/http.js";
+import { askText, connectAhead, nodeFetch, TooLarge } from "../turn/http.js";
+import { assertBuilt, ROOT } from "./fixtures/built.js";
 
 let server: Server | undefined;
 const sockets = new Set<Socket>();
 
-async function serve(handler: (req: IncomingMessage, res: ServerResponse) => void): Promise<{ url: string; connections: () => number }> {
-  let connections = 0;
+interface Served {
+  url: string;
+  connections: () => number;
+  /** The server's end of each connection, in the order they were taken. */
+  accepted: Socket[];
+  /** Resolves once the server has taken `n` connections. */
+  taken: (n: number) => Promise<void>;
+}
+
+async function serve(handler: (req: IncomingMessage, res: ServerResponse) => void): Promise<Served> {
+  const accepted: Socket[] = [];
+  const waiting: (() => void)[] = [];
   server = createServer(handler);
   server.on("connection", (s: Socket) => {
-    connections++;
+    accepted.push(s);
     sockets.add(s);
     s.on("close", () => sockets.delete(s));
+    for (const wake of waiting.splice(0)) wake();
   });
   await new Promise<void>((resolve) => server?.listen(0, "127.0.0.1", resolve));
   const { port } = server.address() as AddressInfo;
-  return { url: `http://127.0.0.1:${port}`, connections: () => connections };
+  const taken = async (n: number) => {
+    while (accepted.length < n) await new Promise<void>((resolve) => waiting.push(resolve));
+  };
+  return { url: `http://127.0.0.1:${port}`, connections: () => accepted.length, accepted, taken };
 }
 
+const pause = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
+
+/** What a test left running, stopped after it. */
+const cleanup: (() => void)[] = [];
+
 afterEach(async () => {
+  for (const stop of cleanup.splice(0)) stop();
   for (const s of sockets) s.destroy();
   await new Promise<void>((resolve) => (server ? server.close(() => resolve()) : resolve()));
   server = undefined;
@@ -349,5 +374,110 @@ describe("nodeFetch", () => {
       await expect(asked).rejects.toBeDefined();
       await expect(askText("http://127.0.0.1:9/", { max: 10 })).rejects.toMatchObject({ code: "ECONNREFUSED" });
     });
+  });
+});
+
+describe("connectAhead", () => {
+  /** A server that answers each request with the port of the connection it came on (the client's end). */
+  const whichConnection = () => serve((req, res) => res.end(String(req.socket.remotePort)));
+
+  it("opens the model's connection before its request, and the request goes out on it", async () => {
+    const s = await whichConnection();
+    connectAhead(s.url);
+    await s.taken(1);
+    const opened = s.accepted[0] as Socket;
+    expect(await (await nodeFetch(`${s.url}/v1/chat/completions`)).text()).toBe(String(opened.remotePort));
+    expect(s.connections()).toBe(1);
+  });
+
+  it("keeps it for the model: a runtime's asks go over connections of their own", async () => {
+    const s = await whichConnection();
+    connectAhead(s.url);
+    await s.taken(1);
+    const opened = s.accepted[0] as Socket;
+    const asked = await askText(`${s.url}/props`, { max: 100 });
+    expect(asked.text).not.toBe(String(opened.remotePort));
+    expect(await (await nodeFetch(`${s.url}/v1/chat/completions`)).text()).toBe(String(opened.remotePort));
+    expect(s.connections()).toBe(2);
+  });
+
+  it("opens none while one is opened ahead already, or kept alive", async () => {
+    const s = await whichConnection();
+    connectAhead(s.url);
+    connectAhead(s.url);
+    await s.taken(1);
+    await nodeFetch(s.url).then((r) => r.text());
+    connectAhead(s.url);
+    await nodeFetch(s.url).then((r) => r.text());
+    await pause(30);
+    expect(s.connections()).toBe(1);
+  });
+
+  it("closes it when no request came for it in its time", async () => {
+    const s = await whichConnection();
+    connectAhead(s.url, { ms: 30 });
+    await s.taken(1);
+    const opened = s.accepted[0] as Socket;
+    await new Promise((resolve) => opened.once("close", resolve));
+    // The next request makes a connection of its own.
+    expect(await (await nodeFetch(s.url)).text()).not.toBe(String(opened.remotePort));
+    expect(s.connections()).toBe(2);
+  });
+
+  it("lets go of one the server closed, or that could not be made: the request fares as it would have", async () => {
+    const s = await whichConnection();
+    connectAhead(s.url);
+    await s.taken(1);
+    (s.accepted[0] as Socket).destroy();
+    await pause(30);
+    expect(await (await nodeFetch(s.url)).text()).toBe(String((s.accepted[1] as Socket | undefined)?.remotePort));
+    expect(s.connections()).toBe(2);
+
+    // Nothing listens: the failure is the request's own, as before, and nothing else's.
+    connectAhead("http://127.0.0.1:9/v1");
+    await pause(30);
+    const failed = await nodeFetch("http://127.0.0.1:9/v1/chat/completions").catch((e: unknown) => e);
+    expect((failed as TypeError).cause).toMatchObject({ code: "ECONNREFUSED" });
+    // Over TLS to a server that speaks plain HTTP: the handshake fails, the request says so.
+    const plain = await serve((_req, res) => res.end("plain"));
+    connectAhead(plain.url.replace(/^http:/, "https:"));
+    const tls = await nodeFetch(plain.url.replace(/^http:/, "https:")).catch((e: unknown) => e);
+    expect(tls).toBeInstanceOf(TypeError);
+    // Not a URL of HTTP: nothing is opened, nothing thrown.
+    expect(() => connectAhead("file:///etc/passwd")).not.toThrow();
+  });
+
+  it("over https, makes the TLS handshake ahead too: the request goes out on the connection made and secured before it", async () => {
+    assertBuilt(["dist/turn/http.js"], ["turn"]);
+    const tls = join(ROOT, "test", "fixtures", "tls");
+    const secured: number[] = [];
+    const tlsServer = createTlsServer({ key: readFileSync(join(tls, "key.pem")), cert: readFileSync(join(tls, "cert.pem")) }, (req, res) => res.end(String(req.socket.remotePort)));
+    tlsServer.on("secureConnection", (s: Socket) => secured.push(s.remotePort ?? 0));
+    await new Promise<void>((resolve) => tlsServer.listen(0, "127.0.0.1", resolve));
+    try {
+      const { port } = tlsServer.address() as AddressInfo;
+      // A process that trusts the test's certificate (as one trusts a provider's): it opens ahead,
+      // then asks once told to, and says on which connection its answer came.
+      const script = `
+        const { connectAhead, nodeFetch } = await import(${JSON.stringify(join(ROOT, "dist", "turn", "http.js"))});
+        connectAhead("https://localhost:${port}/v1");
+        process.stdin.once("data", async () => {
+          process.stdout.write(await (await nodeFetch("https://localhost:${port}/v1/chat/completions")).text());
+          process.exit(0);
+        });`;
+      const child = spawn(process.execPath, ["--input-type=module", "-e", script], { env: { ...process.env, NODE_EXTRA_CA_CERTS: join(tls, "cert.pem") }, stdio: ["pipe", "pipe", "inherit"] });
+      let out = "";
+      child.stdout.setEncoding("utf8").on("data", (d: string) => (out += d));
+      cleanup.push(() => child.kill());
+      for (let waited = 0; secured.length === 0 && waited < 3000; waited += 10) await pause(10);
+      expect(secured, "a connection secured before any request").toHaveLength(1);
+      child.stdin.write("go\n");
+      await new Promise((resolve) => child.once("close", resolve));
+      expect(out).toBe(String(secured[0]));
+      expect(secured).toHaveLength(1);
+    } finally {
+      tlsServer.closeAllConnections();
+      await new Promise<void>((resolve) => tlsServer.close(() => resolve()));
+    }
   });
 });

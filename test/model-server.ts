@@ -99,6 +99,8 @@ export interface RecordedRequest {
   body: ChatRequest;
   /** Date.now() when the body had been read. */
   time: number;
+  /** performance.now() of this process when the server took the connection the request came on. */
+  connectedAt: number;
   /** Set when the client hung up before the answer was complete. */
   aborted: boolean;
   /** Settles once the exchange is over (answered, or hung up): `aborted` is final then. */
@@ -157,6 +159,8 @@ export interface ModelServer {
   readonly requests: RecordedRequest[];
   /** Every request to a runtime's own API or to GET /v1/models, in order. */
   readonly asked: RecordedRequest[];
+  /** How many connections it took since `time` (performance.now() of this process). */
+  connectionsSince(time: number): number;
   /** What it answers as a runtime; changed by a test as it goes. */
   runtime: RuntimeScript;
   /** Scripted replies not yet used. */
@@ -342,6 +346,10 @@ export async function startModelServer(opts: ModelServerOptions = {}): Promise<M
   const asked: RecordedRequest[] = [];
   const waiters: { count: number; resolve: (r: RecordedRequest) => void }[] = [];
   const sockets = new Set<Socket>();
+  /** When each connection was taken (performance.now()). */
+  const taken = new WeakMap<Socket, number>();
+  /** When each connection was taken, in order. */
+  const takenAt: number[] = [];
   /** The last requests' messages as JSON: what the prompt cache holds. */
   const cache: string[] = [];
 
@@ -370,6 +378,7 @@ export async function startModelServer(opts: ModelServerOptions = {}): Promise<M
       headers: req.headers,
       body: parsed.success ? parsed.data : {},
       time: Date.now(),
+      connectedAt: taken.get(req.socket) ?? Number.NaN,
       aborted: false,
       ended: new Promise<void>((resolve) => (ended = resolve)),
     };
@@ -465,6 +474,9 @@ export async function startModelServer(opts: ModelServerOptions = {}): Promise<M
     });
   });
   http.on("connection", (socket) => {
+    const now = performance.now();
+    taken.set(socket, now);
+    takenAt.push(now);
     sockets.add(socket);
     socket.on("close", () => sockets.delete(socket));
   });
@@ -478,6 +490,7 @@ export async function startModelServer(opts: ModelServerOptions = {}): Promise<M
     url: `http://127.0.0.1:${port}/v1`,
     requests,
     asked,
+    connectionsSince: (time) => takenAt.filter((t) => t >= time).length,
     runtime: { ...(opts.ollama ? { ollama: opts.ollama } : {}) },
     get pending() {
       return queue.length;

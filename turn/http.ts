@@ -3,34 +3,135 @@
 // changes is the layer under it: a request written straight to a kept-alive socket and its answer
 // read from it, where Node's fetch (undici) makes a Request, a body stream and a Response of its own
 // at every step, some half a millisecond of a turn's own time.
-import { Agent as HttpAgent, request as httpRequest, type ClientRequest, type IncomingHttpHeaders, type IncomingMessage, type RequestOptions } from "node:http";
+import { Agent as HttpAgent, request as httpRequest, type ClientRequest, type ClientRequestArgs, type IncomingHttpHeaders, type IncomingMessage, type RequestOptions } from "node:http";
 import { createRequire } from "node:module";
-import { Readable } from "node:stream";
+import { isIP, type Socket } from "node:net";
+import { Readable, type Duplex } from "node:stream";
 import { FetchHeaders } from "./headers.js";
 
+/**
+ * How long a connection opened ahead of a model's request waits for it before it is closed: less
+ * than the 5 s a server commonly keeps an idle connection open (Node's own keepAliveTimeout), so
+ * the request never goes out on a connection the server is closing.
+ */
+export const AHEAD_MS = 4_000;
+
+/** A scheme's kept-alive connections, and the one opened ahead of its model's next request, by connection name. */
+interface Pool {
+  agent: HttpAgent;
+  ahead: Map<string, Duplex>;
+  /** The agent's own way to make a connection (a socket, or a TLS one for https). */
+  make: (options: ClientRequestArgs) => Duplex | null | undefined;
+}
+
+/**
+ * A pool whose connections are the model's: a connection opened ahead (connectAhead) is the one its
+ * next new connection to that server is, so the request goes out on a connection already made.
+ */
+function modelPool(agent: HttpAgent): Pool {
+  const ahead = new Map<string, Duplex>();
+  const make = agent.createConnection.bind(agent);
+  agent.createConnection = (options: ClientRequestArgs, made?: (err: Error | null, stream: Duplex) => void) => {
+    const name = agent.getName(options);
+    const kept = ahead.get(name);
+    ahead.delete(name);
+    if (kept === undefined || kept.destroyed) return make(options, made);
+    kept.emit(TAKEN);
+    (kept as Socket).ref();
+    return kept;
+  };
+  return { agent, ahead, make: (options) => make(options) };
+}
+
+/** Told to a connection opened ahead as a request takes it: what watched it while it waited lets go. */
+const TAKEN = Symbol("taken");
+
 /** Kept-alive connections over plain HTTP, for the process (a local endpoint's, Link's proxy's). */
-const plain = new HttpAgent({ keepAlive: true });
+const plain = modelPool(new HttpAgent({ keepAlive: true }));
+
+/**
+ * A runtime's and the list of models' small asks (turn/runtime.ts) go over connections of their own:
+ * made while a session opens, they never take the one opened ahead for the model's first request.
+ */
+const asks = new HttpAgent({ keepAlive: true });
 
 /**
  * node:https, with its pool of kept-alive connections, loaded at the first https:// request: TLS
  * and what it loads cost a start some 4 ms that an endpoint over plain HTTP never needs.
  */
-let secure: { request: typeof import("node:https").request; agent: import("node:https").Agent } | undefined;
+let secure: { request: typeof import("node:https").request; model: Pool; asks: import("node:https").Agent } | undefined;
 function tls(): NonNullable<typeof secure> {
   if (!secure) {
     const https = createRequire(import.meta.url)("node:https") as typeof import("node:https");
-    secure = { request: https.request, agent: new https.Agent({ keepAlive: true }) };
+    secure = { request: https.request, model: modelPool(new https.Agent({ keepAlive: true })), asks: new https.Agent({ keepAlive: true }) };
   }
   return secure;
 }
 
-/** A request to `url` over its scheme, through that scheme's kept-alive connections. */
-function send(url: URL, options: RequestOptions, onAnswer: (res: IncomingMessage) => void): ClientRequest {
+/** Whose connections a request goes over: the model's own requests, or the small asks of a runtime. */
+type Purpose = "model" | "ask";
+
+/** A request to `url` over its scheme, through that scheme's kept-alive connections for its purpose. */
+function send(url: URL, options: RequestOptions, onAnswer: (res: IncomingMessage) => void, purpose: Purpose = "model"): ClientRequest {
   if (url.protocol === "https:") {
-    const { request, agent } = tls();
-    return request(url, { ...options, agent }, onAnswer);
+    const { request, model, asks: own } = tls();
+    return request(url, { ...options, agent: purpose === "model" ? model.agent : own }, onAnswer);
   }
-  return httpRequest(url, { ...options, agent: plain }, onAnswer);
+  return httpRequest(url, { ...options, agent: purpose === "model" ? plain.agent : asks }, onAnswer);
+}
+
+/**
+ * Opens a connection to the model's server ahead of its next request (a process just bound, a
+ * session just opened), unless one is open already, kept alive or in use, or opened ahead: the
+ * request then goes out at once, with no connection (and, over https, no TLS handshake) to wait for.
+ * Nothing is sent on it. Unused after AHEAD_MS (`ms`), it is closed; one that fails or that the
+ * server closes is let go, and the request makes its own as it would have. Never throws.
+ */
+export function connectAhead(baseUrl: string, o: { ms?: number } = {}): void {
+  let url: URL;
+  try {
+    url = httpUrl(baseUrl);
+  } catch {
+    return;
+  }
+  const pool = url.protocol === "https:" ? tls().model : plain;
+  const host = url.hostname.replace(/^\[|\]$/g, "");
+  const port = Number(url.port || (url.protocol === "https:" ? 443 : 80));
+  // As the agent names the connections of a request to this server (its TLS name the host's, as a request's is).
+  const options: ClientRequestArgs = { host, port, ...(url.protocol === "https:" && isIP(host) === 0 ? { servername: host } : {}) };
+  const name = pool.agent.getName(options);
+  if (pool.ahead.has(name) || (pool.agent.freeSockets[name]?.length ?? 0) > 0 || (pool.agent.sockets[name]?.length ?? 0) > 0) return;
+  let socket: Duplex;
+  try {
+    const made = pool.make({ ...options, keepAlive: true, keepAliveInitialDelay: 1000 } as ClientRequestArgs);
+    if (!made) return;
+    socket = made;
+  } catch {
+    return;
+  }
+  // Failed (refused, reset) or closed before a request took it: this connection's end, never the
+  // process's; the next request makes its own.
+  const drop = () => {
+    clearTimeout(timer);
+    if (pool.ahead.get(name) === socket) pool.ahead.delete(name);
+  };
+  const timer = setTimeout(() => {
+    drop();
+    socket.destroy();
+  }, o.ms ?? AHEAD_MS);
+  timer.unref();
+  socket.on("error", drop);
+  socket.once("close", drop);
+  // Taken, it is the request's: its errors and its end are the request's to meet.
+  socket.once(TAKEN, () => {
+    clearTimeout(timer);
+    socket.off("error", drop);
+    socket.off("close", drop);
+  });
+  (socket as Socket).setNoDelay?.(true);
+  // Waiting, it keeps no process from ending.
+  (socket as Socket).unref?.();
+  pool.ahead.set(name, socket);
 }
 
 /** The URL of a request this module makes: http:// or https://, else a TypeError, as fetch throws. */
@@ -235,6 +336,7 @@ export function askText(url: string, init: { method?: string; headers?: Record<s
         res.on("error", reject);
         res.on("aborted", () => reject(new Error("the answer was cut short")));
       },
+      "ask",
     );
     req.on("error", reject);
     req.end(init.body);
