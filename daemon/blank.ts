@@ -144,8 +144,9 @@ export async function serveBlank(p: Process, command: Extract<Command, { kind: "
       bound = served;
       log.info("bound", fields);
       // Once the answer is written (onControl): what its first turn asks of its model is asked (its
-      // connection opened ahead), and the agent is made, while its client reads the answer and connects. A new conversation's
-      // first request needs no answer of them (turn/turn.ts): only its answer waits.
+      // connection opened ahead), and the agent is made, while its client reads the answer and
+      // connects. A new conversation's first request needs no answer of them (turn/turn.ts): only
+      // its answer waits.
       const after = () => {
         if (onStdio) p.serveStdio(p.oneAgent(served), fields, true);
         void p.agentCode()
