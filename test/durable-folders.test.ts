@@ -217,14 +217,14 @@ describe("a turn's answer is on disk before the turn answers", () => {
     expect(folderFlush).toBeGreaterThan(Math.max(answerLink, seen.indexOf("linked /000000000003.json")));
   });
 
-  it("two conversations written at once: every flush in the thread pool, the event loop never held by one", async () => {
+  it("two conversations written at once: what the first to answer flushes, while the other is written, is flushed in the thread pool", async () => {
     const agent: AgentRef = { dir: folder() };
     writeSettings(agent, { model: { provider: "test", name: "scripted-1", base_url: server().url } });
     for (const thread of ["one", "two"]) await runTurn({ agent, thread, message: { text: "first" } }, () => undefined, { early: true });
     noteData();
     flushed = [];
-    // The model answers each only once both have asked: the two turns are under way together,
-    // whichever of their requests goes out first.
+    // The model answers each only once both have asked: both turns hold their conversation's lock
+    // from before either answer comes until after the first has answered.
     let asked = 0;
     let both!: () => void;
     const met = new Promise<void>((resolve) => (both = resolve));
@@ -234,13 +234,29 @@ describe("a turn's answer is on disk before the turn answers", () => {
       return { text: "together" };
     };
     server().script(together, together);
-    const outcomes = await Promise.all(["one", "two"].map((thread) => runTurn({ agent, thread, message: { text: "again" } }, () => undefined, { early: true })));
+    /** How much had been flushed when the first turn answered: its answer and its folder, by then. */
+    let firstAnswered = -1;
+    const outcomes = await Promise.all(
+      ["one", "two"].map((thread) =>
+        runTurn({ agent, thread, message: { text: "again" } }, () => undefined, { early: true }).then((outcome) => {
+          if (firstAnswered < 0) firstAnswered = flushed.length;
+          return outcome;
+        }),
+      ),
+    );
     expect(outcomes.map((o) => o.stop)).toEqual(["end_turn", "end_turn"]);
-    for (const thread of ["one", "two"]) {
-      const dir = paths(agent).conversation(thread).dir;
+    const dirs = ["one", "two"].map((thread) => paths(agent).conversation(thread).dir);
+    const first = flushed.slice(0, firstAnswered);
+    // The first to answer: its question's and its answer's data, and its folder, flushed by then...
+    const firstDir = dirs.find((dir) => first.includes(dir) || first.includes(`${dir} on the loop`));
+    expect(firstDir).toBeDefined();
+    expect(first.filter((f) => f.startsWith(`data ${firstDir}/`))).toHaveLength(2);
+    // ...each in the thread pool, as the other conversation was being written all along.
+    expect(first.filter((f) => f.endsWith(" on the loop"))).toEqual([]);
+    // The other's are all made by the end, in the pool or, once it is written alone, on the loop.
+    for (const dir of dirs) {
       expect(flushed.filter((f) => f.startsWith(`data ${dir}/`))).toHaveLength(2);
-      expect(flushed).toContain(dir);
+      expect(flushed.includes(dir) || flushed.includes(`${dir} on the loop`)).toBe(true);
     }
-    expect(flushed.filter((f) => f.endsWith(" on the loop"))).toEqual([]);
   });
 });
