@@ -218,6 +218,14 @@ export interface BegunEvent {
   abandon(): Promise<void>;
 }
 
+/** How an event's write is begun (beginEvent). */
+export interface BeginOptions {
+  /** Its writer waits for it with nothing else to do (a turn's answer). */
+  waited?: boolean;
+  /** Its file is begun once the event loop comes round (a turn's question, after its request). */
+  later?: boolean;
+}
+
 /**
  * Begins an event: checks it, then writes it whole to a temp file and flushes it (off the event
  * loop), which may run while the events before it are still being flushed; `link` then links it to
@@ -230,7 +238,7 @@ export interface BegunEvent {
  * once the event loop comes round, after what the caller does at once (a turn's question, after its
  * request is on its way); checked, and in its place among the writes, from now.
  */
-export function beginEvent(conv: ConversationPaths, event: Event, into?: PreparedEvent, o: { waited?: boolean; later?: boolean } = {}): BegunEvent {
+export function beginEvent(conv: ConversationPaths, event: Event, into?: PreparedEvent, o: BeginOptions = {}): BegunEvent {
   // The plainest messages as quickEventText makes them (the same bytes), the rest through the schema.
   let line = quickEventText(event);
   if (line === undefined) {

@@ -14,7 +14,7 @@ import { FetchHeaders } from "./headers.js";
  * than the 5 s a server commonly keeps an idle connection open (Node's own keepAliveTimeout), so
  * the request never goes out on a connection the server is closing.
  */
-export const AHEAD_MS = 4_000;
+const AHEAD_MS = 4_000;
 
 /** A scheme's kept-alive connections, and the one opened ahead of its model's next request, by connection name. */
 interface Pool {
@@ -40,27 +40,32 @@ function modelPool(agent: HttpAgent): Pool {
     (kept as Socket).ref();
     return kept;
   };
-  return { agent, ahead, make: (options) => make(options) };
+  return { agent, ahead, make };
 }
 
 /** Told to a connection opened ahead as a request takes it: what watched it while it waited lets go. */
 const TAKEN = Symbol("taken");
 
-/** Kept-alive connections over plain HTTP, for the process (a local endpoint's, Link's proxy's). */
-const plain = modelPool(new HttpAgent({ keepAlive: true }));
-
 /**
- * A runtime's and the list of models' small asks (turn/runtime.ts) go over connections of their own:
- * made while a session opens, they never take the one opened ahead for the model's first request.
+ * A scheme's way to make a request, and its two pools of kept-alive connections: the model's own
+ * requests', and those of a runtime's and the list of models' small asks (turn/runtime.ts), which,
+ * made while a session opens, never take the connection opened ahead for the model's first request.
  */
-const asks = new HttpAgent({ keepAlive: true });
+interface Scheme {
+  request: (url: URL, options: RequestOptions, onAnswer: (res: IncomingMessage) => void) => ClientRequest;
+  model: Pool;
+  asks: HttpAgent;
+}
+
+/** Plain HTTP, for the process (a local endpoint's, Link's proxy's). */
+const plain: Scheme = { request: httpRequest, model: modelPool(new HttpAgent({ keepAlive: true })), asks: new HttpAgent({ keepAlive: true }) };
 
 /**
- * node:https, with its pool of kept-alive connections, loaded at the first https:// request: TLS
+ * node:https, with its pools of kept-alive connections, loaded at the first https:// request: TLS
  * and what it loads cost a start some 4 ms that an endpoint over plain HTTP never needs.
  */
-let secure: { request: typeof import("node:https").request; model: Pool; asks: import("node:https").Agent } | undefined;
-function tls(): NonNullable<typeof secure> {
+let secure: Scheme | undefined;
+function tls(): Scheme {
   if (!secure) {
     const https = createRequire(import.meta.url)("node:https") as typeof import("node:https");
     secure = { request: https.request, model: modelPool(new https.Agent({ keepAlive: true })), asks: new https.Agent({ keepAlive: true }) };
@@ -68,16 +73,16 @@ function tls(): NonNullable<typeof secure> {
   return secure;
 }
 
+/** The scheme of a URL this module takes (http: or https:). */
+const schemeOf = (url: URL): Scheme => (url.protocol === "https:" ? tls() : plain);
+
 /** Whose connections a request goes over: the model's own requests, or the small asks of a runtime. */
 type Purpose = "model" | "ask";
 
 /** A request to `url` over its scheme, through that scheme's kept-alive connections for its purpose. */
 function send(url: URL, options: RequestOptions, onAnswer: (res: IncomingMessage) => void, purpose: Purpose = "model"): ClientRequest {
-  if (url.protocol === "https:") {
-    const { request, model, asks: own } = tls();
-    return request(url, { ...options, agent: purpose === "model" ? model.agent : own }, onAnswer);
-  }
-  return httpRequest(url, { ...options, agent: purpose === "model" ? plain.agent : asks }, onAnswer);
+  const scheme = schemeOf(url);
+  return scheme.request(url, { ...options, agent: purpose === "model" ? scheme.model.agent : scheme.asks }, onAnswer);
 }
 
 /**
@@ -94,7 +99,7 @@ export function connectAhead(baseUrl: string, o: { ms?: number } = {}): void {
   } catch {
     return;
   }
-  const pool = url.protocol === "https:" ? tls().model : plain;
+  const pool = schemeOf(url).model;
   const host = url.hostname.replace(/^\[|\]$/g, "");
   const port = Number(url.port || (url.protocol === "https:" ? 443 : 80));
   // As the agent names the connections of a request to this server (its TLS name the host's, as a request's is).

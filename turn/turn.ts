@@ -1,7 +1,7 @@
 // One turn, stateless: reads what it needs through the store, asks the model, runs tools in rounds,
 // and writes every event as it happens. It reports through a callback of plain events, never ACP.
 import type { AssistantMessage, Event, Failure, ModelInput, PromptPrints, Settings, StopReason, ToolCall, Usage, UserMessage } from "../protocol/index.js";
-import { beginEvent, dropEvent, flushHeld, prepareEvent, type BegunEvent, type PreparedEvent, forgetEvents, forgetSettings, LockLostError, paths, readSettings, readToolsList, withConversationLock, type ConversationPaths } from "../store/index.js";
+import { beginEvent, dropEvent, flushHeld, prepareEvent, type BeginOptions, type BegunEvent, type PreparedEvent, forgetEvents, forgetSettings, LockLostError, paths, readSettings, readToolsList, withConversationLock, type ConversationPaths } from "../store/index.js";
 import { forgetBodies } from "./body.js";
 import { runCalls } from "./calls.js";
 import { conversationShare, modelInputs, modelWindow, type ModelWindow } from "./facts.js";
@@ -166,7 +166,7 @@ class Turn {
    * Each event's file is written and flushed at once, while those before it may still be flushing;
    * it is linked to its number only after them, so the numbers keep the turn's order.
    */
-  private chain(event: Event, written: (n: number) => void, into?: PreparedEvent, o: { waited?: boolean; later?: boolean } = {}): Promise<number> {
+  private chain(event: Event, written: (n: number) => void, into?: PreparedEvent, o: BeginOptions = {}): Promise<number> {
     // Through the folder the lock holds, checked, and only while the lock is this process's.
     let begun: BegunEvent;
     try {
