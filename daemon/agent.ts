@@ -14,7 +14,7 @@ import type { ToolHost } from "../turn/tools.js";
 import { answerId, responseId, type MessageSink } from "./front.js";
 import { gateLines } from "./gate.js";
 import { log } from "./log.js";
-import type { WarmOptions } from "./warm.js";
+import type { Warmed, WarmOptions } from "./warm.js";
 import { discoverTools } from "./tools/discover.js";
 
 // A process serving several agents, or started blank, runs with the agent's code: from the same
@@ -63,18 +63,19 @@ const hostModule = lazyImport(() => import("./tools/host.js"), () => new URL("./
  * of a scratch agent (daemon/warm.ts): for a process started blank, so that its first prompt once
  * bound waits for no module and runs code V8 has compiled; for the build, so that the code it keeps
  * holds what a first turn and the turns after it run. Nothing of any agent's is read. Resolves with
- * how many prompts ran.
+ * what the warm-up ran.
  */
-export async function preload(o: WarmOptions): Promise<number> {
+export async function preload(o: WarmOptions): Promise<Warmed> {
   await turnModule();
   await (await import("../turn/model.js")).preloadModelClient();
   // Link's model facts, parsed once for the process: the first turn's window needs them.
   (await import("../turn/facts.js")).layeredFacts("warm-up");
   const turn = await turnModule();
-  const ran = await (await import("./warm.js")).warmPrompts(startAgent, turn.forgetProcessState, o);
+  const { forgetRuntimeAnswers } = await import("../turn/runtime.js");
+  const warmed = await (await import("./warm.js")).warmPrompts(startAgent, { state: turn.forgetProcessState, answers: forgetRuntimeAnswers }, o);
   // What the warm-up's session asked ahead is done too: a process that says it is loaded is idle.
   await Promise.allSettled([...readying]);
-  return ran;
+  return warmed;
 }
 
 /** What sessions opened ask ahead, under way (turn/ready.ts). */

@@ -195,7 +195,7 @@ export async function serveBlank(p: Process, command: Extract<Command, { kind: "
       void process.stdout;
       new TextDecoder().decode(new Uint8Array([0x7b, 0x7d]));
     }
-    log.info("blank: loaded", { control, warmed });
+    log.info("blank: loaded", { control, warmed: warmed.prompts, asked: warmed.asked });
   } catch (e) {
     log.warn("blank: loading ahead failed: the first prompt loads what it needs", { error: (e as Error).message });
   }

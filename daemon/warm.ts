@@ -6,7 +6,10 @@
 // and its streams, the session, the runtime's answers read, the turn: settings, events, the lock,
 // the window, the model's client and its stream, the copy): the first prompt once, a first turn's code;
 // the next ones a later turn's, again and again, so that V8 has compiled the hottest of it by the
-// time the agent bound next sends its first prompt. Nothing of any agent's is read or kept.
+// time the agent bound next sends its first prompt. The runtimes' answers are forgotten before each
+// prompt, so each turn asks them again: a bound agent's first session asks its own endpoint, and the
+// code that asks and reads them, run once, would still be V8's slowest when it does (about 3 ms of a
+// Bind's first answer). Nothing of any agent's is read or kept.
 import { lstatSync, mkdtempSync, readdirSync, rmSync } from "node:fs";
 import { createServer } from "node:http";
 import type { AddressInfo } from "node:net";
@@ -73,18 +76,36 @@ export interface WarmOptions {
   enough?: () => boolean;
 }
 
+/** What a warm-up ran: its prompts, and the runtimes' questions its endpoint answered. */
+export interface Warmed {
+  prompts: number;
+  asked: number;
+}
+
+/**
+ * What the warm-up makes the process forget: what it kept of the scratch agent, once done; the
+ * runtimes' answers, before each prompt but the first (checked with `enough` at once before it, so
+ * never once an agent is bound, whose first session's answers they would be too).
+ */
+export interface WarmForget {
+  state: () => void;
+  answers: () => void;
+}
+
 /**
  * Runs prompts of a scratch agent, started with `start`, in one session: `prompts` of them, or fewer
- * once `enough` says so (the first always runs); `forget` drops what the process kept of the agent.
- * Resolves with how many ran.
+ * once `enough` says so (the first always runs). Resolves with how many ran, and how many of the
+ * runtimes' questions its endpoint answered.
  */
-export async function warmPrompts(start: (o: AgentOptions) => RunningAgent, forget: () => void, o: WarmOptions): Promise<number> {
+export async function warmPrompts(start: (o: AgentOptions) => RunningAgent, forget: WarmForget, o: WarmOptions): Promise<Warmed> {
   let ran = 0;
+  let asked = 0;
   const server = createServer((req, res) => {
     req.resume();
     req.on("end", () => {
       const known = RUNTIME_ANSWERS[`${req.method ?? ""} ${req.url ?? ""}`];
       if (known !== undefined) {
+        asked++;
         res.writeHead(200, { "content-type": "application/json" });
         res.end(JSON.stringify(known));
         return;
@@ -117,6 +138,7 @@ export async function warmPrompts(start: (o: AgentOptions) => RunningAgent, forg
     await client.agent.request(acp.methods.agent.initialize, { protocolVersion: acp.PROTOCOL_VERSION, clientCapabilities: {} });
     const { sessionId } = await client.agent.request(acp.methods.agent.session.new, { cwd: scratch, mcpServers: [], _meta: { link: { thread: "warm-up" } } });
     do {
+      if (ran > 0) forget.answers();
       await client.agent.request(acp.methods.agent.session.prompt, { sessionId, prompt: [{ type: "text", text: "warm up" }] });
       ran++;
     } while (ran < o.prompts && !o.enough?.());
@@ -129,7 +151,8 @@ export async function warmPrompts(start: (o: AgentOptions) => RunningAgent, forg
     server.close();
     process.off("exit", remove);
     remove();
-    forget();
+    // Not the runtimes' answers: those of an agent bound meanwhile may be among them.
+    forget.state();
   }
-  return ran;
+  return { prompts: ran, asked };
 }

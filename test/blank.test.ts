@@ -20,7 +20,7 @@ const cleanup = daemonTestHooks([BIN, "dist/daemon/blank.js"], (s) => (server = 
 
 const BIND_KEY = "bind-key-3e9a51c07d2f4b68";
 /** The log line a blank process writes once it has loaded and warmed itself. */
-const Loaded = z.looseObject({ msg: z.literal("blank: loaded"), warmed: z.number().int() });
+const Loaded = z.looseObject({ msg: z.literal("blank: loaded"), warmed: z.number().int(), asked: z.number().int() });
 const Answer = z.union([z.object({}).strict(), z.object({ error: z.string() }).strict()]);
 
 /** Sends one line on the control socket and reads its one-line answer. */
@@ -169,6 +169,9 @@ describe("--blank", () => {
     const waiting = watched(startDaemon(["--blank", idle.control], linkFreeEnv()), cleanup);
     const loaded = Loaded.parse(JSON.parse(await waiting.waitForLog(/"blank: loaded"/)));
     expect(loaded.warmed).toBe(WARM_PROMPTS);
+    // Each prompt's turn asked the runtimes again (what it kept of their answers forgotten before it):
+    // the code a bound agent's first session runs to ask its own endpoint has run as often as the turn's.
+    expect(loaded.asked).toBeGreaterThanOrEqual(WARM_PROMPTS);
     // Bound at once, it stops after the prompt under way, and answers as the agent bound.
     const p = place();
     const d = watched(startDaemon(["--blank", p.control], linkFreeEnv()), cleanup);
