@@ -192,6 +192,32 @@ describe("nodeFetch", () => {
     expect(rest).toBe("data: two\n\n");
   });
 
+  it("streams to a loop over its body, as the openai client reads a stream: each chunk as it comes, the body used after; one cut short fails the loop", async () => {
+    let finish: (() => void) | undefined;
+    const { url } = await serve((req, res) => {
+      res.writeHead(200, { "content-type": "text/event-stream" });
+      res.write("data: one\n\n");
+      finish = req.url === "/cut" ? () => res.socket?.destroy() : () => res.end("data: two\n\n");
+    });
+    const answer = await nodeFetch(url);
+    const got: string[] = [];
+    for await (const chunk of answer.body as unknown as AsyncIterable<Uint8Array>) {
+      got.push(new TextDecoder().decode(chunk));
+      // The rest is sent only once the first chunk is in hand.
+      if (got.length === 1) finish?.();
+    }
+    expect(got[0]).toBe("data: one\n\n");
+    expect(got.join("")).toBe("data: one\n\ndata: two\n\n");
+    expect(answer.bodyUsed).toBe(true);
+    await expect(answer.text()).rejects.toThrow(TypeError);
+    // Cut by the server after its first chunk: the loop fails, as a reader's read fails.
+    const cut = await nodeFetch(`${url}/cut`);
+    const loop = async () => {
+      for await (const chunk of cut.body as unknown as AsyncIterable<Uint8Array>) if (chunk.length > 0) finish?.();
+    };
+    await expect(loop()).rejects.toThrow(/aborted|ECONNRESET|premature/i);
+  });
+
   it("keeps the connection for the next request", async () => {
     const server = await serve((_req, res) => res.end("ok"));
     for (let i = 0; i < 3; i++) expect(await (await nodeFetch(server.url)).text()).toBe("ok");
