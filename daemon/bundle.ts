@@ -11,6 +11,7 @@ import { existsSync, readFileSync, renameSync, writeFileSync } from "node:fs";
 import Module, { createRequire } from "node:module";
 import { dirname } from "node:path";
 import { fileURLToPath } from "node:url";
+import { setFlagsFromString } from "node:v8";
 import { Script, constants } from "node:vm";
 import { lazy, lazyImport } from "../turn/load.js";
 import { log } from "./log.js";
@@ -33,6 +34,30 @@ export interface Loaded<M> {
 /** The SHA-256 of a bundle's bytes, which its kept code begins with. */
 const digest = (bytes: Buffer): Buffer => createHash("sha256").update(bytes).digest();
 const DIGEST_BYTES = 32;
+
+/** Node's own modules the agent loads as it starts, or its first turn: loaded before V8's flag changes. */
+const NODE_OWN = ["node:assert", "node:fs/promises", "node:readline", "node:timers/promises"];
+
+let tuned = false;
+
+/**
+ * Tells V8 to give each function of the agent the feedback it compiles further with as soon as the
+ * function is made, not after it has run some: the turns a process answers first run the code V8
+ * compiled for them rather than its interpreter (a steady turn's overhead a tenth to a sixth less
+ * over a process's first twenty turns, alternated with the build before). A flag V8's kept code is
+ * checked against: set here, before the bundle is compiled, both when its code is kept (the build)
+ * and when it is taken (a start), so that they agree. Node's own modules are compiled with code it
+ * kept under the flags it started with, and refused under others: those the agent loads are loaded
+ * first. Only on the V8 this was measured on (Node 20's); elsewhere V8 runs as it starts.
+ */
+function tuneV8(load: NodeJS.Require): void {
+  if (tuned || !process.versions.v8.startsWith("11.")) return;
+  tuned = true;
+  for (const name of NODE_OWN) load(name);
+  // Node loads its file streams on their first use.
+  void (load("node:fs") as typeof import("node:fs")).ReadStream;
+  setFlagsFromString("--no-lazy-feedback-allocation");
+}
 
 /**
  * Runs a CommonJS bundle as Node's loader would (its own require, module, __filename), compiled
@@ -58,10 +83,12 @@ export function loadBundle<M>(file: string, o: { fresh?: boolean } = {}): Loaded
       // None (or unreadable): compiled from the source.
     }
   }
+  const load = createRequire(file);
+  tuneV8(load);
   const script = new Script(Module.wrap(source), { filename: file, cachedData, importModuleDynamically: constants.USE_MAIN_CONTEXT_DEFAULT_LOADER });
   const module = { exports: {} as M };
   const run = script.runInThisContext() as (exports: M, require: NodeJS.Require, module: { exports: M }, filename: string, dirname: string) => void;
-  run.call(module.exports, module.exports, createRequire(file), module, file, dirname(file));
+  run.call(module.exports, module.exports, load, module, file, dirname(file));
   const code = cachedData ? (script.cachedDataRejected ? "rejected" : "kept") : theirs ? "another bundle's" : "none kept";
   return { exports: module.exports, script, code };
 }
