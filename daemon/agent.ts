@@ -75,6 +75,8 @@ export async function preload(o: WarmOptions): Promise<Warmed> {
   const warmed = await (await import("./warm.js")).warmPrompts(startAgent, { state: turn.forgetProcessState, answers: forgetRuntimeAnswers }, o);
   // What the warm-up's session asked ahead is done too: a process that says it is loaded is idle.
   await Promise.allSettled([...readying]);
+  // Its garbage goes now, unless an agent was bound meanwhile, whose turn the collection would hold up.
+  if (o.collect && !o.enough?.()) (await import("./warm.js")).collectGarbage();
   return warmed;
 }
 

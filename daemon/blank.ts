@@ -6,11 +6,12 @@
 import { lstatSync } from "node:fs";
 import { isAbsolute } from "node:path";
 import type { Socket } from "node:net";
+import type { Readable, Writable } from "node:stream";
 import { Bind, Settings, describeIssues, type Settings as SettingsT } from "../protocol/index.js";
 import type { AgentRef } from "../store/paths.js";
 import type { Command } from "./cli.js";
 import { log } from "./log.js";
-import type { Process, Served } from "./serve.js";
+import type { Process, Served, Target } from "./serve.js";
 
 /** The longest Bind line read, in bytes: settings of 1 MiB (configure's own bound) and room around them. */
 export const BIND_MAX = 2 * 1024 * 1024;
@@ -188,7 +189,9 @@ export async function serveBlank(p: Process, command: Extract<Command, { kind: "
   try {
     // The Bind's own schema, compiled on its first use, is used once here on a Bind of no one.
     Bind.safeParse({ agent: { name: "n", id: "i", owner: "o" }, key: "k", settings: { model: { provider: "p", name: "m", base_url: "http://127.0.0.1:9/v1" } }, store: "/" });
-    const warmed = await (await p.agentCode()).preload({ prompts: WARM_PROMPTS, enough: () => bound !== undefined });
+    // Its connection is served as the bound agent's will be: through the front, over Node's streams.
+    const serve = (input: Readable, output: Writable, target: Target) => p.serveStreams(input, output, target);
+    const warmed = await (await p.agentCode()).preload({ prompts: WARM_PROMPTS, enough: () => bound !== undefined, serve, collect: true });
     if (!command.socket && command.port === undefined) {
       // What serving on stdio first touches, made now: the streams of stdin and stdout, a decoder.
       void process.stdin;

@@ -99,6 +99,17 @@ export class Served {
   }
 }
 
+/** Node's web streams over a pair of Node streams (stdio's), made when the SDK first reads or writes. */
+const webOf =
+  (input: Readable, output: Writable): WebStreams =>
+  () => ({ readable: Readable.toWeb(input) as ReadableStream<Uint8Array>, writable: Writable.toWeb(output) });
+
+/** Serves one connection over a pair of Node streams as stdio is served: its front, Node's web streams over them, the target. */
+export function serveStreams(input: Readable, output: Writable, target: Target, version: string, max: number): Promise<void> {
+  const c = front(input, output, webOf(input, output), version, max);
+  return c.first.then(() => target(c.input, c.output, false, c.send));
+}
+
 /** Serves a connection, its first request answered by its front: gated on a port endpoint. */
 export type Target = (input: ReadableStream<Uint8Array>, output: WritableStream<Uint8Array>, gated: boolean, send?: MessageSink) => Promise<void>;
 
@@ -196,6 +207,16 @@ export class Process {
     });
   }
 
+  /**
+   * Serves one connection over a pair of Node streams as stdio is served: its front, Node's web
+   * streams over them, the target. A blank process's warm-up talks to its scratch agent so, that
+   * the code a bound agent's first connection runs has run (Node compiles its web streams' adapters
+   * on their first use: a millisecond of a Bind).
+   */
+  serveStreams(input: Readable, output: Writable, target: Target): Promise<void> {
+    return serveStreams(input, output, target, this.version, this.max);
+  }
+
   private onSocket(target: Target, gated: boolean) {
     return (socket: Socket) => {
       this.connections.add(socket);
@@ -260,8 +281,7 @@ export class Process {
     process.stdout.on("error", (e) => log.warn("stdout closed", { error: e.message }));
     log.info("serving ACP", { stdio: true, ...fields });
     this.loadAhead();
-    const web = () => ({ readable: Readable.toWeb(process.stdin) as ReadableStream<Uint8Array>, writable: Writable.toWeb(process.stdout) });
-    void this.serveFront(process.stdin, process.stdout, web, target, false)
+    void this.serveFront(process.stdin, process.stdout, webOf(process.stdin, process.stdout), target, false)
       .catch((e: unknown) => {
         // Its one connection can't be served: the daemon ends, and says so by its exit status.
         if (e instanceof AgentUnavailable && last) this.exitCode = 1;

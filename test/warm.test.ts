@@ -1,0 +1,51 @@
+// A blank process's warm-up: its prompts are served as the bound agent's connection will be (the
+// front, Node's web streams over a pair of Node streams, the lines bounded), so that code has run
+// before a Bind; and its garbage is collected once it is done, not in the bound agent's first turn.
+import type { Readable, Writable } from "node:stream";
+import { setImmediate as tick } from "node:timers/promises";
+import { describe, expect, it } from "vitest";
+import { z } from "zod";
+import { startAgent } from "../daemon/agent.js";
+import { DEFAULT_MAX_BYTES, serveStreams, type Target } from "../daemon/serve.js";
+import { collectGarbage, warmPrompts } from "../daemon/warm.js";
+import { forgetRuntimeAnswers } from "../turn/runtime.js";
+import { forgetProcessState } from "../turn/turn.js";
+
+/** What the agent's side wrote: an answer has an id, a prompt's its stop reason. */
+const Message = z.looseObject({ id: z.unknown().optional(), result: z.looseObject({ stopReason: z.string().optional() }).optional() });
+
+describe("a blank process's warm-up", () => {
+  it("runs its prompts through the front, over Node's streams, as stdio is served", async () => {
+    const served: { lines: string[] }[] = [];
+    const serve = (input: Readable, output: Writable, target: Target) => {
+      const seen = { lines: [] as string[] };
+      served.push(seen);
+      let rest = "";
+      output.on("data", (chunk: Buffer) => {
+        const lines = (rest + chunk.toString("utf8")).split("\n");
+        rest = lines.pop() ?? "";
+        seen.lines.push(...lines);
+      });
+      return serveStreams(input, output, target, "test", DEFAULT_MAX_BYTES);
+    };
+    const warmed = await warmPrompts(startAgent, { state: forgetProcessState, answers: forgetRuntimeAnswers }, { prompts: 3, serve });
+    expect(warmed.prompts).toBe(3);
+    // One connection, through the front: its answers to initialize, session/new and each prompt.
+    expect(served).toHaveLength(1);
+    const answers = served[0]!.lines.map((l) => Message.parse(JSON.parse(l))).filter((m) => m.id !== undefined);
+    expect(answers.map((m) => m.id)).toEqual([0, 1, 2, 3, 4]);
+    expect(answers.slice(2).map((m) => m.result?.stopReason)).toEqual(["end_turn", "end_turn", "end_turn"]);
+  });
+
+  it("collects its garbage at once when done", async () => {
+    let kept: object | undefined = { garbage: "x".repeat(1024) };
+    const ref = new WeakRef(kept);
+    kept = undefined;
+    // A target looked at in the current job is kept until it ends.
+    await tick();
+    collectGarbage();
+    await tick();
+    expect(kept).toBeUndefined();
+    expect(ref.deref()).toBeUndefined();
+  });
+});
