@@ -147,13 +147,15 @@ export async function serveBlank(p: Process, command: Extract<Command, { kind: "
       // Once the answer is written (onControl): what its first turn asks of its model is asked (its
       // connection opened ahead), and the agent is made, while its client reads the answer and
       // connects. A new conversation's first request needs no answer of them (turn/turn.ts): only
-      // its answer waits.
+      // its answer waits. Both once the event loop has come round: stdin is read first, should its
+      // client's first lines be there (making the asks' connections takes a millisecond or two).
       const after = () => {
         if (onStdio) p.serveStdio(p.oneAgent(served), fields, true);
-        void p.agentCode()
-          .then((code) => code.readyAhead(b.settings()))
-          .catch(() => undefined);
         setImmediate(() => {
+          void p
+            .agentCode()
+            .then((code) => code.readyAhead(b.settings()))
+            .catch(() => undefined);
           served.load().catch((e: unknown) => log.warn("loading the agent failed: the first connection tries again", { error: (e as Error).message }));
         });
       };
