@@ -1,12 +1,12 @@
-// Warming a blank process: a conversation with a scratch agent, in a folder of its own removed
+// Warming a blank process: conversations with a scratch agent, in a folder of its own removed
 // after (on the way out, should the process exit meanwhile; by the next process to warm up, should
-// it be killed), over an ACP connection within the process, whose model is a loopback endpoint of this
-// process that answers one word, streamed as any OpenAI-compatible endpoint streams, and answers
-// each runtime's own questions of it as that runtime would. The code of a prompt runs (the ACP layer
-// and its streams, the session, the runtime's answers read, the turn: settings, events, the lock,
-// the window, the model's client and its stream, the copy): the first prompt once, a first turn's code;
-// the next ones a later turn's, again and again, so that V8 has compiled the hottest of it by the
-// time the agent bound next sends its first prompt. The runtimes' answers are forgotten before each
+// it be killed), over ACP connections within the process, one session each, whose model is a
+// loopback endpoint of this process that answers one word, streamed as any OpenAI-compatible
+// endpoint streams, and answers each runtime's own questions of it as that runtime would. The code
+// of a prompt runs (the ACP layer and its streams, the session, the runtime's answers read, the
+// turn: settings, events, the lock, the window, the model's client and its stream, the copy): each
+// connection's first prompt a first turn's code, the next ones a later turn's, again and again, so
+// that V8 has compiled the hottest of it by the time the agent bound next sends its first prompt. The runtimes' answers are forgotten before each
 // prompt, so each turn asks them again: a bound agent's first session asks its own endpoint, and the
 // code that asks and reads them, run once, would still be V8's slowest when it does (about 3 ms of a
 // Bind's first answer). Nothing of any agent's is read or kept.
@@ -84,6 +84,12 @@ export interface WarmOptions {
    * (a blank process); straight to the scratch agent otherwise (the build's warm-up).
    */
   serve?: ServeStreams;
+  /**
+   * Over how many connections, each with a session of its own (a new conversation) taking its share
+   * of the prompts: what a bound agent's client does first (connect, initialize, session/new, a
+   * conversation's first turn) runs as often. One, unless said.
+   */
+  connections?: number;
   /** Whether to collect the warm-up's garbage once it is done (a blank process: collectGarbage). */
   collect?: boolean;
   /** Whether to stop before the next prompt: a Bind came, whose prompts the warm-up would slow. */
@@ -126,9 +132,9 @@ function connectScratch(agent: RunningAgent, serve: ServeStreams | undefined): {
 }
 
 /**
- * Runs prompts of a scratch agent, started with `start`, in one session: `prompts` of them, or fewer
- * once `enough` says so (the first always runs). Resolves with how many ran, and how many of the
- * runtimes' questions its endpoint answered.
+ * Runs prompts of a scratch agent, started with `start`, over `connections` connections, one session
+ * each: `prompts` of them in all, or fewer once `enough` says so (the first always runs). Resolves
+ * with how many ran, and how many of the runtimes' questions its endpoint answered.
  */
 export async function warmPrompts(start: (o: AgentOptions) => RunningAgent, forget: WarmForget, o: WarmOptions): Promise<Warmed> {
   let ran = 0;
@@ -161,19 +167,25 @@ export async function warmPrompts(start: (o: AgentOptions) => RunningAgent, forg
     // No window set: the runtime's answers are asked for, and read, as an agent's first session asks.
     const settings: Settings = { model: { provider: "warm-up", name: MODEL, base_url: `http://127.0.0.1:${port}/v1` } };
     agent = start({ agent: { dir: scratch }, version: "warm-up", max: 1024 * 1024, env: {}, settings, quiet: true });
-    const { served, stream, end } = connectScratch(agent, o.serve);
-    const client = acp.client({ name: "warm-up" }).onNotification(acp.methods.client.session.update, () => undefined).connect(stream);
-    await client.agent.request(acp.methods.agent.initialize, { protocolVersion: acp.PROTOCOL_VERSION, clientCapabilities: {} });
-    const { sessionId } = await client.agent.request(acp.methods.agent.session.new, { cwd: scratch, mcpServers: [], _meta: { link: { thread: "warm-up" } } });
-    do {
-      if (ran > 0) forget.answers();
-      await client.agent.request(acp.methods.agent.session.prompt, { sessionId, prompt: [{ type: "text", text: "warm up" }] });
-      ran++;
-    } while (ran < o.prompts && !o.enough?.());
-    client.close();
-    end();
-    // Its connection is let go: nothing waits for it to end.
-    void served.catch(() => undefined);
+    const connections = Math.max(1, o.connections ?? 1);
+    const each = Math.ceil(o.prompts / connections);
+    for (let c = 0; c < connections && (c === 0 || !o.enough?.()); c++) {
+      const { served, stream, end } = connectScratch(agent, o.serve);
+      const client = acp.client({ name: "warm-up" }).onNotification(acp.methods.client.session.update, () => undefined).connect(stream);
+      await client.agent.request(acp.methods.agent.initialize, { protocolVersion: acp.PROTOCOL_VERSION, clientCapabilities: {} });
+      const { sessionId } = await client.agent.request(acp.methods.agent.session.new, { cwd: scratch, mcpServers: [], _meta: { link: { thread: `warm-up-${c}` } } });
+      let mine = 0;
+      do {
+        if (ran > 0) forget.answers();
+        await client.agent.request(acp.methods.agent.session.prompt, { sessionId, prompt: [{ type: "text", text: "warm up" }] });
+        ran++;
+        mine++;
+      } while (mine < each && ran < o.prompts && !o.enough?.());
+      client.close();
+      end();
+      // Its connection is let go: nothing waits for it to end.
+      void served.catch(() => undefined);
+    }
   } finally {
     await agent?.stop(false);
     server.closeAllConnections();

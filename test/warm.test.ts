@@ -28,13 +28,25 @@ describe("a blank process's warm-up", () => {
       });
       return serveStreams(input, output, target, "test", DEFAULT_MAX_BYTES);
     };
-    const warmed = await warmPrompts(startAgent, { state: forgetProcessState, answers: forgetRuntimeAnswers }, { prompts: 3, serve });
-    expect(warmed.prompts).toBe(3);
-    // One connection, through the front: its answers to initialize, session/new and each prompt.
-    expect(served).toHaveLength(1);
-    const answers = served[0]!.lines.map((l) => Message.parse(JSON.parse(l))).filter((m) => m.id !== undefined);
-    expect(answers.map((m) => m.id)).toEqual([0, 1, 2, 3, 4]);
-    expect(answers.slice(2).map((m) => m.result?.stopReason)).toEqual(["end_turn", "end_turn", "end_turn"]);
+    const warmed = await warmPrompts(startAgent, { state: forgetProcessState, answers: forgetRuntimeAnswers }, { prompts: 5, serve, connections: 2 });
+    expect(warmed.prompts).toBe(5);
+    // Two connections, each through the front: its answers to initialize, session/new and its share of the prompts.
+    expect(served).toHaveLength(2);
+    const answers = served.map((s) => s.lines.map((l) => Message.parse(JSON.parse(l))).filter((m) => m.id !== undefined));
+    expect(answers.map((a) => a.map((m) => m.id))).toEqual([
+      [0, 1, 2, 3, 4],
+      [0, 1, 2, 3],
+    ]);
+    expect(answers.flatMap((a) => a.slice(2).map((m) => m.result?.stopReason))).toEqual(["end_turn", "end_turn", "end_turn", "end_turn", "end_turn"]);
+  });
+
+  it("stops before the next prompt once a Bind came, on whichever connection it is", async () => {
+    // Asked after each prompt but a connection's last, and before each connection but the first:
+    // the fifth time, as the second connection would begin, a Bind has come.
+    let asked = 0;
+    const enough = () => ++asked > 4;
+    const warmed = await warmPrompts(startAgent, { state: forgetProcessState, answers: forgetRuntimeAnswers }, { prompts: 40, connections: 8, enough });
+    expect(warmed.prompts).toBe(5);
   });
 
   it("collects its garbage at once when done", async () => {
