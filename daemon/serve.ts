@@ -209,9 +209,9 @@ export class Process {
 
   /**
    * Serves one connection over a pair of Node streams as stdio is served: its front, Node's web
-   * streams over them, the target. A blank process's warm-up talks to its scratch agent so, that
-   * the code a bound agent's first connection runs has run (Node compiles its web streams' adapters
-   * on their first use: a millisecond of a Bind).
+   * streams over them, the target. A blank process's warm-up talks to its scratch agent this way,
+   * so that the code a bound agent's first connection runs has run (Node compiles its web streams'
+   * adapters on their first use: a millisecond of a Bind).
    */
   serveStreams(input: Readable, output: Writable, target: Target): Promise<void> {
     return serveStreams(input, output, target, this.version, this.max);

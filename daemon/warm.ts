@@ -6,18 +6,19 @@
 // of a prompt runs (the ACP layer and its streams, the session, the runtime's answers read, the
 // turn: settings, events, the lock, the window, the model's client and its stream, the copy): each
 // connection's first prompt a first turn's code, the next ones a later turn's, again and again, so
-// that V8 has compiled the hottest of it by the time the agent bound next sends its first prompt. The runtimes' answers are forgotten before each
-// prompt, so each turn asks them again: a bound agent's first session asks its own endpoint, and the
-// code that asks and reads them, run once, would still be V8's slowest when it does (about 3 ms of a
-// Bind's first answer). Nothing of any agent's is read or kept.
+// that V8 has compiled the hottest of it by the time the agent bound next sends its first prompt.
+// The runtimes' answers are forgotten before each prompt, so each turn asks them again: a bound
+// agent's first session asks its own endpoint, and the code that asks and reads them, run once,
+// would still be V8's slowest when it does (about 3 ms of a Bind's first answer). Nothing of any
+// agent's is read or kept.
 import { lstatSync, mkdtempSync, readdirSync, rmSync } from "node:fs";
 import { createServer } from "node:http";
 import type { AddressInfo } from "node:net";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
 import { PassThrough, Readable, Writable } from "node:stream";
 import { setFlagsFromString } from "node:v8";
 import { runInNewContext } from "node:vm";
-import { tmpdir } from "node:os";
-import { join } from "node:path";
 import * as acp from "@agentclientprotocol/sdk";
 import type { Settings } from "../protocol/index.js";
 import { processAlive } from "../store/lock.js";
