@@ -72,11 +72,12 @@ export async function preload(o: WarmOptions): Promise<Warmed> {
   (await import("../turn/facts.js")).layeredFacts("warm-up");
   const turn = await turnModule();
   const { forgetRuntimeAnswers } = await import("../turn/runtime.js");
-  const warmed = await (await import("./warm.js")).warmPrompts(startAgent, { state: turn.forgetProcessState, answers: forgetRuntimeAnswers }, o);
+  const warm = await import("./warm.js");
+  const warmed = await warm.warmPrompts(startAgent, { state: turn.forgetProcessState, answers: forgetRuntimeAnswers }, o);
   // What the warm-up's session asked ahead is done too: a process that says it is loaded is idle.
   await Promise.allSettled([...readying]);
   // Its garbage goes now, unless an agent was bound meanwhile, whose turn the collection would hold up.
-  if (o.collect && !o.enough?.()) (await import("./warm.js")).collectGarbage();
+  if (o.collect && !o.enough?.()) warm.collectGarbage();
   return warmed;
 }
 

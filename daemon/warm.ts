@@ -177,7 +177,12 @@ export async function warmPrompts(start: (o: AgentOptions) => RunningAgent, forg
       const { sessionId } = await client.agent.request(acp.methods.agent.session.new, { cwd: scratch, mcpServers: [], _meta: { link: { thread: `warm-up-${c}` } } });
       let mine = 0;
       do {
-        if (ran > 0) forget.answers();
+        if (ran > 0) {
+          // Looked at once before the answers are forgotten: a connection's initialize and session/new
+          // came between the last look and its first prompt, and an agent bound meanwhile keeps its own.
+          if (mine === 0 && o.enough?.()) break;
+          forget.answers();
+        }
         await client.agent.request(acp.methods.agent.session.prompt, { sessionId, prompt: [{ type: "text", text: "warm up" }] });
         ran++;
         mine++;

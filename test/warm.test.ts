@@ -49,6 +49,26 @@ describe("a blank process's warm-up", () => {
     expect(warmed.prompts).toBe(5);
   });
 
+  it("forgets no runtime's answer once a Bind came while a later connection opened", async () => {
+    let bound = false;
+    let forgotten = 0;
+    let connections = 0;
+    const serve = (input: Readable, output: Writable, target: Target) => {
+      // The second connection is made after the last look at `enough`: the Bind comes now.
+      if (++connections === 2) bound = true;
+      return serveStreams(input, output, target, "test", DEFAULT_MAX_BYTES);
+    };
+    const answers = () => {
+      forgotten++;
+      forgetRuntimeAnswers();
+    };
+    const forget = { state: forgetProcessState, answers };
+    const warmed = await warmPrompts(startAgent, forget, { prompts: 40, connections: 8, serve, enough: () => bound });
+    // The first connection's five prompts, the answers forgotten before each but the first; none after.
+    expect(warmed.prompts).toBe(5);
+    expect(forgotten).toBe(4);
+  });
+
   it("collects its garbage at once when done", async () => {
     let kept: object | undefined = { garbage: "x".repeat(1024) };
     const ref = new WeakRef(kept);
