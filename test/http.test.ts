@@ -292,6 +292,20 @@ describe("nodeFetch", () => {
     });
     await new Promise<void>((resolve) => raw.listen(0, "127.0.0.1", resolve));
     const { port } = raw.address() as AddressInfo;
+    /** What a read of the answer came to within 5 s, or "hung". */
+    const orHung = async <T>(read: Promise<T>): Promise<T | "hung"> => {
+      let timer: NodeJS.Timeout | undefined;
+      const hung = new Promise<"hung">((resolve) => (timer = setTimeout(() => resolve("hung"), 5_000)));
+      try {
+        return await Promise.race([read, hung]);
+      } finally {
+        clearTimeout(timer);
+      }
+    };
+    /** The answer asked for as a turn asks its model. */
+    const ask = () => nodeFetch(`http://127.0.0.1:${port}/`, { method: "POST", body: "{}", headers: { connection: "close" } });
+    /** The bytes an answer's body holds: none for a status that has none. */
+    const bodyOf = (status: number, body: Buffer) => ([204, 205, 304].includes(status) ? Buffer.alloc(0) : body);
     const token = fc.stringMatching(/^[!#$%&'*+.^_`|~0-9A-Za-z-]{1,12}$/);
     const answer = fc.record({
       status: fc.oneof(
@@ -324,13 +338,12 @@ describe("nodeFetch", () => {
           } else payload = Buffer.concat([Buffer.from([...head, "connection: close", "", ""].join("\r\n"), "latin1"), body]);
           const at = [...new Set(a.cuts.map((c) => c % (payload.length + 1)))].sort((x, y) => x - y);
           next = [0, ...at].map((from, i) => payload.subarray(from, at[i] ?? payload.length)).filter((p) => p.length > 0);
-          const got = await Promise.race([
-            nodeFetch(`http://127.0.0.1:${port}/`, { method: "POST", body: "{}", headers: { connection: "close" } }).then(
+          const got = await orHung(
+            ask().then(
               async (r) => ({ ok: true as const, status: r.status, body: await new Response(r.body).arrayBuffer().then((b) => Buffer.from(b), () => undefined) }),
               (e: unknown) => ({ ok: false as const, error: e }),
             ),
-            new Promise<"hung">((resolve) => setTimeout(() => resolve("hung"), 5_000)),
-          ]);
+          );
           expect(got).not.toBe("hung");
           // The same answer looped over, as the openai client reads a streamed one: its bytes, or an error.
           const loop = async (r: Response): Promise<Buffer | Error> => {
@@ -342,29 +355,26 @@ describe("nodeFetch", () => {
             }
             return Buffer.concat(parts);
           };
-          const looped = await Promise.race([
-            nodeFetch(`http://127.0.0.1:${port}/`, { method: "POST", body: "{}", headers: { connection: "close" } }).then(
+          const looped = await orHung(
+            ask().then(
               async (r) => ({ ok: true as const, status: r.status, body: await loop(r) }),
               (e: unknown) => ({ ok: false as const, error: e }),
             ),
-            new Promise<"hung">((resolve) => setTimeout(() => resolve("hung"), 5_000)),
-          ]);
+          );
           expect(looped).not.toBe("hung");
           if (looped !== "hung" && !looped.ok) expect(looped.error).toBeInstanceOf(TypeError);
           if (looped !== "hung" && looped.ok) {
-            const expected = [204, 205, 304].includes(looped.status) ? Buffer.alloc(0) : body;
             if (looped.body instanceof Error) expect(a.framing).toBe("wrong-length");
-            else if (a.framing !== "wrong-length") expect(looped.body).toEqual(expected);
+            else if (a.framing !== "wrong-length") expect(looped.body).toEqual(bodyOf(looped.status, body));
           }
           // The same answer read whole and bounded, as a runtime's facts are: its bytes, or an error.
           const max = 200;
-          const whole = await Promise.race([
+          const whole = await orHung(
             askText(`http://127.0.0.1:${port}/`, { headers: { connection: "close" }, max }).then(
               (r) => ({ ok: true as const, status: r.status, text: r.text }),
               (e: unknown) => ({ ok: false as const, error: e }),
             ),
-            new Promise<"hung">((resolve) => setTimeout(() => resolve("hung"), 5_000)),
-          ]);
+          );
           expect(whole).not.toBe("hung");
           if (whole !== "hung" && whole.ok && a.framing !== "wrong-length" && ![204, 205, 304].includes(whole.status) && whole.status >= 200) {
             expect(body.length).toBeLessThanOrEqual(max);
@@ -379,9 +389,8 @@ describe("nodeFetch", () => {
           expect(got.status).toBeGreaterThanOrEqual(200);
           expect(got.status).toBeLessThanOrEqual(599);
           // Its body is the bytes sent (none for a status that has none), or, sent short of its length, an error while read.
-          const expected = [204, 205, 304].includes(got.status) ? Buffer.alloc(0) : body;
           if (a.framing === "wrong-length" && got.body === undefined) return;
-          expect(got.body).toEqual(expected);
+          expect(got.body).toEqual(bodyOf(got.status, body));
         }),
         { numRuns: 150 },
       );
