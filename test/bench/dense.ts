@@ -22,12 +22,19 @@ export interface DenseResult {
 
 const line = (id: number, method: string, params: unknown) => `${JSON.stringify({ jsonrpc: "2.0", id, method, params })}\n`;
 
-/** Sends the Bind on the control socket; resolves with its answer. */
+/**
+ * Sends the Bind on the control socket; resolves with its answer's line as soon as it is read, as a
+ * client that goes on to the bound process at once would (the socket's close comes after it), or
+ * with what came before the socket closed.
+ */
 function sendBind(control: string, bind: unknown): Promise<string> {
   return new Promise((resolve, reject) => {
     const s = connect(control);
     let got = "";
-    s.setEncoding("utf8").on("data", (d: string) => (got += d));
+    s.setEncoding("utf8").on("data", (d: string) => {
+      got += d;
+      if (got.includes("\n")) resolve(got);
+    });
     s.once("error", reject);
     s.once("close", () => resolve(got));
     s.write(`${JSON.stringify(bind)}\n`);
