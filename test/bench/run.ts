@@ -4,7 +4,7 @@
 import { existsSync, mkdirSync, mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import { cpus, platform, release, tmpdir, totalmem } from "node:os";
 import { join } from "node:path";
-import { startModelServer } from "../model-server.js";
+import { startModelServer, type ModelServer } from "../model-server.js";
 import { ROOT } from "../fixtures/built.js";
 import { writeSettings } from "../../store/index.js";
 import { benchSettings } from "./agent.js";
@@ -73,121 +73,130 @@ async function main(): Promise<void> {
   const t0 = performance.now();
   const otherWork = watchOtherWork();
   if (args.profile) setDaemonNodeArgs(["--cpu-prof", "--cpu-prof-dir", args.profile]);
-  const server = await startModelServer();
-  try {
-    // The same window, full at every size, to see whether the turn grows with the conversation; then
-    // the ~2,000-event window the 5 ms target names, at the sizes that fill it.
-    const overhead = args.only.has("overhead")
-      ? [
-          ...(await measureOverhead({ sizes: plan.sizes, pairs: SCALING_PAIRS, turns: plan.turns, server, log })),
-          ...(await measureOverhead({ sizes: plan.sizes.filter((s) => s >= 10_000), pairs: FULL_PAIRS, turns: plan.turns, server, log })),
-        ]
-      : [];
+  // Each part talks to a model server of its own, started for it and closed after it, so that what
+  // a part measures does not hold what the parts before it left: one server shared by all kept every
+  // request they made (their bodies, thousands of messages each) in the bench's own process, which
+  // is the client too.
+  const own = async <T>(part: (server: ModelServer) => Promise<T>): Promise<T> => {
+    const fresh = await startModelServer();
+    try {
+      return await part(fresh);
+    } finally {
+      await fresh.close();
+    }
+  };
+  // The same window, full at every size, to see whether the turn grows with the conversation; then
+  // the ~2,000-event window the 5 ms target names, at the sizes that fill it.
+  const overhead = args.only.has("overhead")
+    ? await own(async (server) => [
+        ...(await measureOverhead({ sizes: plan.sizes, pairs: SCALING_PAIRS, turns: plan.turns, server, log })),
+        ...(await measureOverhead({ sizes: plan.sizes.filter((s) => s >= 10_000), pairs: FULL_PAIRS, turns: plan.turns, server, log })),
+      ])
+    : [];
 
-    log(`prefix: ${plan.prefixTurns} turns`);
-    const prefix = args.only.has("prefix")
-      ? await measurePrefix(server, plan.prefixTurns, plan.prefixWindowPairs)
-      : { turns: 0, windowPairs: 0, drops: 0, mean: Number.NaN, min: Number.NaN, meanBetweenDrops: Number.NaN };
+  log(`prefix: ${plan.prefixTurns} turns`);
+  const prefix = args.only.has("prefix")
+    ? await own((s) => measurePrefix(s, plan.prefixTurns, plan.prefixWindowPairs))
+    : { turns: 0, windowPairs: 0, drops: 0, mean: Number.NaN, min: Number.NaN, meanBetweenDrops: Number.NaN };
 
-    const probe = mkdtempSync(join(tmpdir(), "lnk-link-harness-bench-probe-"));
-    // An agent with settings: the daemon serves no other.
+  const probe = mkdtempSync(join(tmpdir(), "lnk-link-harness-bench-probe-"));
+  // An agent with settings: the daemon serves no other.
+  const missing = await own((server) => {
     writeSettings({ dir: probe }, benchSettings(server.url));
-    const missing = await daemonMissing(probe).finally(() => rmSync(probe, { recursive: true, force: true }));
-    if (missing) log(`the daemon is not measured: ${missing}`);
+    return daemonMissing(probe);
+  }).finally(() => rmSync(probe, { recursive: true, force: true }));
+  if (missing) log(`the daemon is not measured: ${missing}`);
 
-    let start: Measured<StartResult> = { notMeasured: missing ?? "not asked for (--only)" };
-    if (!missing && args.only.has("start")) {
-      log(`start: ${plan.starts} cold starts`);
-      try {
-        start = { measured: await measureStart(server, plan.starts) };
-      } catch (e) {
-        start = { notMeasured: (e as Error).message };
-      }
+  let start: Measured<StartResult> = { notMeasured: missing ?? "not asked for (--only)" };
+  if (!missing && args.only.has("start")) {
+    log(`start: ${plan.starts} cold starts`);
+    try {
+      start = { measured: await own((s) => measureStart(s, plan.starts)) };
+    } catch (e) {
+      start = { notMeasured: (e as Error).message };
     }
-
-    let streaming: Measured<StreamRow[]> = { notMeasured: missing ?? "not asked for (--only)" };
-    if (!missing && args.only.has("streaming")) {
-      const rows: StreamRow[] = [];
-      try {
-        for (const conversations of plan.conversations) {
-          log(`streaming: ${conversations} conversations at once`);
-          rows.push(await measureStreaming(server, { conversations, rounds: plan.rounds, chunks: CHUNKS, chunkDelayMs: CHUNK_DELAY_MS }));
-        }
-        streaming = { measured: rows };
-      } catch (e) {
-        streaming = { notMeasured: (e as Error).message };
-      }
-    }
-
-    let client: Measured<ClientResult> = { notMeasured: missing ?? "not asked for (--only)" };
-    if (!missing && args.only.has("client")) {
-      try {
-        client = { measured: await measureClient(server, { turns: plan.clientTurns, starts: plan.clientStarts, log }) };
-      } catch (e) {
-        client = { notMeasured: (e as Error).message };
-      }
-    }
-
-    let dense: Measured<DenseResult> = { notMeasured: missing ?? "not asked for (--only)" };
-    if (!missing && args.only.has("dense")) {
-      log(`dense: ${plan.binds} binds, then ${plan.agents.join(", ")} agents in one process`);
-      try {
-        dense = { measured: await measureDense(server, { binds: plan.binds, agents: plan.agents }) };
-      } catch (e) {
-        dense = { notMeasured: (e as Error).message };
-      }
-    }
-
-    log("node -e 0");
-    const bare = "measured" in start ? start.measured.nodeStart : await nodeStart(plan.starts);
-
-    let usage: Measured<UsageResult> = { notMeasured: "not asked for (--only)" };
-    if (args.only.has("usage")) {
-      try {
-        usage = { measured: measureUsage(plan.usageSize, plan.usageRuns, bare.median, log) };
-      } catch (e) {
-        usage = { notMeasured: (e as Error).message };
-      }
-    }
-    const cpu = cpus();
-    const partial: Omit<BenchResults, "targets"> = {
-      format: 1,
-      date: new Date().toISOString(),
-      mode: args.quick ? "quick" : "full",
-      machine: {
-        node: process.versions.node,
-        platform: `${platform()} ${release()}`,
-        cpus: cpu.length,
-        cpu: cpu[0]?.model.trim() ?? "unknown CPU",
-        memoryGb: Math.round(totalmem() / 2 ** 30),
-        tmpdir: tmpdir(),
-        otherWork: otherWork() ?? null,
-        youngCollected: YOUNG_COLLECTED,
-      },
-      nodeStart: bare,
-      overhead,
-      prefix,
-      streaming,
-      start,
-      client,
-      usage,
-      dense,
-      elapsedMs: performance.now() - t0,
-    };
-    const results: BenchResults = { ...partial, targets: targets(partial) };
-    const table = renderTable(results);
-    process.stdout.write(`${table}\n`);
-    const dir = join(ROOT, "bench", "results");
-    mkdirSync(dir, { recursive: true });
-    // Only the full run's results are for keeping.
-    if (!existsSync(join(dir, ".gitignore"))) writeFileSync(join(dir, ".gitignore"), "quick.*\npartial.*\n");
-    const stem = args.only.size < PARTS.length ? "partial" : args.quick ? "quick" : "latest";
-    writeFileSync(join(dir, `${stem}.json`), `${JSON.stringify(results, null, 2)}\n`);
-    writeFileSync(join(dir, `${stem}.svg`), renderSvg(results));
-    log(`wrote bench/results/${stem}.json and ${stem}.svg`);
-  } finally {
-    await server.close();
   }
+
+  let streaming: Measured<StreamRow[]> = { notMeasured: missing ?? "not asked for (--only)" };
+  if (!missing && args.only.has("streaming")) {
+    const rows: StreamRow[] = [];
+    try {
+      for (const conversations of plan.conversations) {
+        log(`streaming: ${conversations} conversations at once`);
+        rows.push(await own((s) => measureStreaming(s, { conversations, rounds: plan.rounds, chunks: CHUNKS, chunkDelayMs: CHUNK_DELAY_MS })));
+      }
+      streaming = { measured: rows };
+    } catch (e) {
+      streaming = { notMeasured: (e as Error).message };
+    }
+  }
+
+  let client: Measured<ClientResult> = { notMeasured: missing ?? "not asked for (--only)" };
+  if (!missing && args.only.has("client")) {
+    try {
+      client = { measured: await own((s) => measureClient(s, { turns: plan.clientTurns, starts: plan.clientStarts, log })) };
+    } catch (e) {
+      client = { notMeasured: (e as Error).message };
+    }
+  }
+
+  let dense: Measured<DenseResult> = { notMeasured: missing ?? "not asked for (--only)" };
+  if (!missing && args.only.has("dense")) {
+    log(`dense: ${plan.binds} binds, then ${plan.agents.join(", ")} agents in one process`);
+    try {
+      dense = { measured: await own((s) => measureDense(s, { binds: plan.binds, agents: plan.agents })) };
+    } catch (e) {
+      dense = { notMeasured: (e as Error).message };
+    }
+  }
+
+  log("node -e 0");
+  const bare = "measured" in start ? start.measured.nodeStart : await nodeStart(plan.starts);
+
+  let usage: Measured<UsageResult> = { notMeasured: "not asked for (--only)" };
+  if (args.only.has("usage")) {
+    try {
+      usage = { measured: measureUsage(plan.usageSize, plan.usageRuns, bare.median, log) };
+    } catch (e) {
+      usage = { notMeasured: (e as Error).message };
+    }
+  }
+  const cpu = cpus();
+  const partial: Omit<BenchResults, "targets"> = {
+    format: 1,
+    date: new Date().toISOString(),
+    mode: args.quick ? "quick" : "full",
+    machine: {
+      node: process.versions.node,
+      platform: `${platform()} ${release()}`,
+      cpus: cpu.length,
+      cpu: cpu[0]?.model.trim() ?? "unknown CPU",
+      memoryGb: Math.round(totalmem() / 2 ** 30),
+      tmpdir: tmpdir(),
+      otherWork: otherWork() ?? null,
+      youngCollected: YOUNG_COLLECTED,
+    },
+    nodeStart: bare,
+    overhead,
+    prefix,
+    streaming,
+    start,
+    client,
+    usage,
+    dense,
+    elapsedMs: performance.now() - t0,
+  };
+  const results: BenchResults = { ...partial, targets: targets(partial) };
+  const table = renderTable(results);
+  process.stdout.write(`${table}\n`);
+  const dir = join(ROOT, "bench", "results");
+  mkdirSync(dir, { recursive: true });
+  // Only the full run's results are for keeping.
+  if (!existsSync(join(dir, ".gitignore"))) writeFileSync(join(dir, ".gitignore"), "quick.*\npartial.*\n");
+  const stem = args.only.size < PARTS.length ? "partial" : args.quick ? "quick" : "latest";
+  writeFileSync(join(dir, `${stem}.json`), `${JSON.stringify(results, null, 2)}\n`);
+  writeFileSync(join(dir, `${stem}.svg`), renderSvg(results));
+  log(`wrote bench/results/${stem}.json and ${stem}.svg`);
 }
 
 main().catch((e: unknown) => {
