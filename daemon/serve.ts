@@ -104,10 +104,21 @@ const webOf =
   (input: Readable, output: Writable): WebStreams =>
   () => ({ readable: Readable.toWeb(input) as ReadableStream<Uint8Array>, writable: Writable.toWeb(output) });
 
+/**
+ * Serves one connection: its front answers its first line (an initialize, at once), then the
+ * target takes the rest through `web`; `first` runs once that line is read.
+ */
+function serveConnection(input: Readable, output: Writable, web: WebStreams, target: Target, o: { version: string; max: number; gated: boolean; first?: () => void }): Promise<void> {
+  const c = front(input, output, web, o.version, o.max);
+  return c.first.then(() => {
+    o.first?.();
+    return target(c.input, c.output, o.gated, c.send);
+  });
+}
+
 /** Serves one connection over a pair of Node streams as stdio is served: its front, Node's web streams over them, the target. */
 export function serveStreams(input: Readable, output: Writable, target: Target, version: string, max: number): Promise<void> {
-  const c = front(input, output, webOf(input, output), version, max);
-  return c.first.then(() => target(c.input, c.output, false, c.send));
+  return serveConnection(input, output, webOf(input, output), target, { version, max, gated: false });
 }
 
 /** Serves a connection, its first request answered by its front: gated on a port endpoint. */
@@ -200,11 +211,11 @@ export class Process {
   }
 
   private serveFront(input: Readable, output: Writable, web: WebStreams, target: Target, gated: boolean): Promise<void> {
-    const c = front(input, output, web, this.version, this.max);
-    return c.first.then(() => {
+    // A client came: its connection loads the agent it asks for, so the loads planned a moment from now are let go.
+    const first = () => {
       for (const t of this.timers) clearTimeout(t);
-      return target(c.input, c.output, gated, c.send);
-    });
+    };
+    return serveConnection(input, output, web, target, { version: this.version, max: this.max, gated, first });
   }
 
   /**
