@@ -92,6 +92,34 @@ describe("an endpoint that echoes the key", { timeout: 30_000 }, () => {
   });
 });
 
+describe("the openai client's own environment variables", { timeout: 30_000 }, () => {
+  it("none reaches the endpoint or the log: the settings alone say what a request carries", async () => {
+    const dir = agent({}, { key: KEY });
+    const d = daemon(dir, {
+      OPENAI_ORG_ID: "org-of-another-account",
+      OPENAI_PROJECT_ID: "proj-of-another-account",
+      OPENAI_CUSTOM_HEADERS: "X-Private: header-secret-value\nAuthorization: Bearer env-key-value",
+      OPENAI_LOG: "debug",
+      LNK_DEBUG: "1",
+    });
+    const { c, sessionId } = await session(d);
+    server.script({ text: "Answered." });
+    const answered = await prompt(c, sessionId, "words of the conversation");
+    expect(answered.stopReason).toBe("end_turn");
+    const headers = server.requests.at(-1)?.headers ?? {};
+    expect(headers.authorization).toBe(`Bearer ${KEY}`);
+    expect(headers).not.toHaveProperty("openai-organization");
+    expect(headers).not.toHaveProperty("openai-project");
+    expect(headers).not.toHaveProperty("x-private");
+    expect(await d.stop()).toEqual({ code: 0, signal: null });
+    const log = d.stderr();
+    // The turn's own lines are there (LNK_DEBUG), the client's none: no request's body or headers.
+    expect(log).toMatch(/"msg":"turn ended"/);
+    expect(log).not.toMatch(/"msg":"library"/);
+    for (const secret of ["another-account", "header-secret-value", "env-key-value", KEY]) expect(log).not.toContain(secret);
+  });
+});
+
 describe("an endpoint that redirects", { timeout: 30_000 }, () => {
   it("is not followed: the turn fails naming the status, and the key goes nowhere else", async () => {
     // Every request is sent on to the scripted model, at another address.

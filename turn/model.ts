@@ -119,6 +119,27 @@ export async function preloadModelClient(settings?: Settings, env?: NodeJS.Proce
   if (settings) await client(settings, env);
 }
 
+/**
+ * The client with nothing of the process's environment in it: the settings alone say what a request
+ * carries. Left to itself, it sends OPENAI_ORG_ID and OPENAI_PROJECT_ID as headers, and every header
+ * OPENAI_CUSTOM_HEADERS names, to whatever endpoint the settings name (a provider other than OpenAI,
+ * Link's proxy, each agent's endpoint in a process serving many), and OPENAI_LOG has it log each
+ * request: the body (the conversation) in full, and those headers unredacted. It reads the
+ * variables as it is made, and only then: OPENAI_CUSTOM_HEADERS, which no option overrides, is out
+ * of the environment for that moment (nothing else runs meanwhile).
+ */
+function madeAlone(ctor: OpenAIClass, options: ConstructorParameters<OpenAIClass>[0] & object): InstanceType<OpenAIClass> {
+  const own = { ...options, organization: null, project: null, webhookSecret: null, logLevel: "off" as const };
+  const custom = process.env.OPENAI_CUSTOM_HEADERS;
+  if (custom === undefined) return new ctor(own);
+  delete process.env.OPENAI_CUSTOM_HEADERS;
+  try {
+    return new ctor(own);
+  } finally {
+    process.env.OPENAI_CUSTOM_HEADERS = custom;
+  }
+}
+
 async function client(settings: Settings, env: NodeJS.ProcessEnv = process.env): Promise<InstanceType<OpenAIClass>> {
   // Loaded when a turn first needs it, so the daemon starts fast.
   OpenAICtor ??= (await openaiModule()).default;
@@ -128,7 +149,7 @@ async function client(settings: Settings, env: NodeJS.ProcessEnv = process.env):
   if (!c) {
     // No retries of the client's own: its wait before one honours any retry-after and can't be cut short.
     // Over Node's own HTTP client (turn/http.ts) rather than its fetch.
-    c = new OpenAICtor({ baseURL: settings.model.base_url, apiKey: key, maxRetries: 0, fetch: nodeFetch });
+    c = madeAlone(OpenAICtor, { baseURL: settings.model.base_url, apiKey: key, maxRetries: 0, fetch: nodeFetch });
     clients.set(id, c);
   }
   return c;
