@@ -15,6 +15,26 @@ function appendedText(update: SessionUpdate): string | undefined {
   return content.text;
 }
 
+/**
+ * The most text one update carries, in characters (UTF-16 code units): some 6 MiB of JSON at most,
+ * far under what a client reads in one message (the ACP SDK's default bound is 32 MiB). Longer text
+ * goes in several updates, which a client appends all the same; joined text stops short of it.
+ */
+export const UPDATE_TEXT_MAX = 1024 * 1024;
+
+/** `text` in pieces of at most `max` characters, never parting a surrogate pair. */
+export function textPieces(text: string, max: number): string[] {
+  const pieces: string[] = [];
+  for (let start = 0; start < text.length; ) {
+    let end = Math.min(start + max, text.length);
+    const last = text.charCodeAt(end - 1);
+    if (end < text.length && end - start > 1 && last >= 0xd800 && last <= 0xdbff) end--;
+    pieces.push(text.slice(start, end));
+    start = end;
+  }
+  return pieces;
+}
+
 /** A text update not sent yet, which the text that follows it in the same pass of the event loop joins. */
 interface Open {
   sessionId: string;
@@ -37,8 +57,12 @@ export class Outbox {
   send(client: AgentContext, sessionId: string, update: SessionUpdate): void {
     if (this.gone) return;
     const text = appendedText(update);
+    if (text !== undefined && text.length > UPDATE_TEXT_MAX) {
+      for (const piece of textPieces(text, UPDATE_TEXT_MAX)) this.send(client, sessionId, { ...update, content: { type: "text", text: piece } } as SessionUpdate);
+      return;
+    }
     const open = this.open;
-    if (text !== undefined && open && open.sessionId === sessionId && open.kind === update.sessionUpdate) {
+    if (text !== undefined && open && open.sessionId === sessionId && open.kind === update.sessionUpdate && open.text.length + text.length <= UPDATE_TEXT_MAX) {
       open.text += text;
       return;
     }

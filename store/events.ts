@@ -247,8 +247,9 @@ export function beginEvent(conv: ConversationPaths, event: Event, into?: Prepare
     line = JSON.stringify(checked.data);
   }
   const text = `${line}\n`;
-  if (text.length > LIMITS.event) {
-    throw new StoreError(`refused to write an event of ${text.length} characters: over the limit of ${LIMITS.event} bytes`, conv.dir);
+  // In bytes, as it is read back (a character is up to three): one written over the limit could never be read.
+  if (text.length * 3 > LIMITS.event && Buffer.byteLength(text) > LIMITS.event) {
+    throw new StoreError(`refused to write an event of ${Buffer.byteLength(text)} bytes: over the limit of ${LIMITS.event}`, conv.dir);
   }
   // By its name in the folder: a folder opened for this write alone is closed once it is written.
   // A file made ahead is the held folder's (prepareEvent), which this write goes through too.

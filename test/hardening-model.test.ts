@@ -13,6 +13,8 @@ import { paths, readEventsFrom } from "../store/index.js";
 import { answerText, configure, daemonTestHooks, openClient, scriptedSettings, startDaemon, stdioStream, tempDir, type Client, type Daemon, failure, lockFreed, watched } from "./acp-client.js";
 import type { ModelServer } from "./model-server.js";
 import { BIN, ROOT } from "./fixtures/built.js";
+import { UPDATE_TEXT_MAX } from "../acp/outbox.js";
+import { MODEL_ANSWER_MAX_CALLS, MODEL_ANSWER_MAX_CHARS } from "../turn/model.js";
 
 let server: ModelServer;
 const cleanup = daemonTestHooks([BIN, "dist/daemon/serve.js", "dist/acp/app.js"], (s) => (server = s));
@@ -221,6 +223,47 @@ describe("a stream that stalls", { timeout: 30_000 }, () => {
     const long = await failure(prompt(c, sessionId, "one"));
     expect(long.message).toMatch(/the model's answer took longer than 1 s \(timeouts\.model\)/);
     expect(events(dir, sessionId).at(-1)).toMatchObject({ kind: "failure", reason: "network" });
+  });
+});
+
+describe("an endpoint that floods", { timeout: 60_000 }, () => {
+  it("an answer past the most one holds is cut there, saying so, each update the client reads bounded; the conversation goes on", async () => {
+    const dir = agent();
+    const d = daemon(dir);
+    const { c, sessionId } = await session(d);
+    // Characters of one, two and three bytes: some 7 MB of UTF-8 past the bound.
+    const flood = "words, wörter, 言葉 ".repeat(Math.ceil((MODEL_ANSWER_MAX_CHARS + 100_000) / 17));
+    server.script({ text: flood, chunks: 48 });
+    const cut = await failure(prompt(c, sessionId, "say everything"));
+    expect(cut.message).toMatch(new RegExp(`ran past ${MODEL_ANSWER_MAX_CHARS} characters, the most one answer holds`));
+    const [, fail] = events(dir, sessionId);
+    expect(fail).toMatchObject({ kind: "failure", reason: "model_error" });
+    // What came before the cut was streamed, each update at most UPDATE_TEXT_MAX characters, none split inside a character.
+    const chunks = c.updates.filter((u) => u.update.sessionUpdate === "agent_message_chunk").map((u) => (u.update as { content: { text: string } }).content.text);
+    expect(chunks.length).toBeGreaterThan(MODEL_ANSWER_MAX_CHARS / UPDATE_TEXT_MAX);
+    for (const t of chunks) expect(t.length).toBeLessThanOrEqual(UPDATE_TEXT_MAX);
+    const streamed = chunks.join("");
+    expect(streamed.length).toBeGreaterThanOrEqual(MODEL_ANSWER_MAX_CHARS);
+    expect(flood.startsWith(streamed)).toBe(true);
+    // The conversation takes its next turn.
+    server.script({ text: "Short, this time." });
+    const next = await prompt(c, sessionId, "in a word?");
+    expect(next.stopReason).toBe("end_turn");
+    expect(events(dir, sessionId).at(-1)).toMatchObject({ kind: "message", role: "assistant", text: "Short, this time." });
+    expect(await d.stop()).toEqual({ code: 0, signal: null });
+  });
+
+  it("a call numbered in the billions cuts the answer at once, saying so, where walking to it would take minutes", async () => {
+    const dir = agent();
+    const d = daemon(dir);
+    const { c, sessionId } = await session(d);
+    server.script({ tool_calls: [{ name: "echo", arguments: { text: "x" }, index: 3_000_000_000 }] });
+    const cut = await failure(prompt(c, sessionId, "call something"));
+    expect(cut.message).toMatch(new RegExp(`made a call numbered 3000000000, where one answer makes at most ${MODEL_ANSWER_MAX_CALLS}`));
+    expect(events(dir, sessionId).at(-1)).toMatchObject({ kind: "failure", reason: "model_error" });
+    server.script({ text: "Fine." });
+    expect((await prompt(c, sessionId, "again")).stopReason).toBe("end_turn");
+    expect(await d.stop()).toEqual({ code: 0, signal: null });
   });
 });
 

@@ -14,6 +14,8 @@ const ToolCallSchema = z.strictObject({
   id: z.string().optional(),
   name: z.string(),
   arguments: z.union([z.string(), z.record(z.string(), z.unknown())]),
+  /** The number the stream gives the call (a hostile endpoint's, say); left out, its place among the calls. */
+  index: z.number().int().nonnegative().optional(),
 });
 
 /**
@@ -207,6 +209,7 @@ interface Call {
   id: string;
   name: string;
   arguments: string;
+  index?: number;
 }
 
 function calls(reply: AnswerReply): Call[] {
@@ -214,6 +217,7 @@ function calls(reply: AnswerReply): Call[] {
     id: call.id ?? newId("call_"),
     name: call.name,
     arguments: typeof call.arguments === "string" ? call.arguments : JSON.stringify(call.arguments),
+    ...(call.index !== undefined ? { index: call.index } : {}),
   }));
 }
 
@@ -302,7 +306,8 @@ async function answer(res: ServerResponse, request: RecordedRequest, reply: Answ
   for (const piece of pieces(reply.reasoning ?? "", 3)) rest.push(delta({ reasoning: piece }));
   if (reply.reasoning_details !== undefined) rest.push(delta({ reasoning_details: reply.reasoning_details }));
   for (const piece of pieces(reply.text ?? "", reply.chunks ?? 3)) rest.push(delta({ content: piece }));
-  toolCalls.forEach((call, index) => {
+  toolCalls.forEach((call, place) => {
+    const index = call.index ?? place;
     rest.push(delta({ tool_calls: [{ index, id: call.id, type: "function", function: { name: call.name, arguments: "" } }] }));
     for (const piece of pieces(call.arguments, 3)) rest.push(delta({ tool_calls: [{ index, function: { arguments: piece } }] }));
   });

@@ -74,7 +74,7 @@ describe("_link/recover", () => {
 
     // The second is far larger than the socket holds: with the client reading nothing more, its
     // streamed chunks fill the socket, and its own answer waits behind them.
-    const big = `${"lost in the pipe ".repeat(400_000)}end`;
+    const big = `${"lost in the pipe ".repeat(200_000)}end`;
     server.script({ text: big });
     const lost = ((await c.ask(4, "session/new", { cwd: dir, mcpServers: [] })) as { result: { sessionId: string } }).result.sessionId;
     c.conn.pause();

@@ -38,6 +38,7 @@ import {
   writeOwed,
   writeSettings,
 } from "../store/index.js";
+import { LIMITS } from "../store/files.js";
 import { ROOT, assertBuilt } from "./fixtures/built.js";
 import { Child, killAll } from "./fixtures/child.js";
 
@@ -480,6 +481,24 @@ describe("files of any size", () => {
     mkdirSync(join(dir, "memory"), { recursive: true });
     writeFileSync(join(dir, "memory", "notes.md"), notes);
     expect(readNotes({ dir })).toBe(notes);
+  });
+});
+
+describe("an event over the most one holds", () => {
+  it("is refused by its bytes, as it would be read back, not its characters; nothing of it is written", async () => {
+    const dir = tempDir();
+    const conv = paths({ dir }).conversation("t");
+    const event = (text: string) => ({ v: EVENT_VERSION, time: "2026-01-02T03:04:05.000Z", kind: "message", role: "user", header: "h", text }) as Event;
+    // 23 million characters of three bytes each: under the limit by its characters, over it by its 69 MB.
+    const wide = "漢".repeat(23 * 1024 * 1024);
+    expect(wide.length).toBeLessThan(LIMITS.event);
+    await expect(appendEvent(conv, event(wide))).rejects.toThrow(/refused to write an event of \d+ bytes: over the limit of 67108864/);
+    expect(existsSync(conv.dir) ? readdirSync(conv.dir) : []).toEqual([]);
+    // Under it by its bytes, it is written and reads back whole.
+    const under = "漢".repeat(1024 * 1024);
+    await appendEvent(conv, event(under));
+    forgetEvents();
+    expect(readEventsFrom(conv, 1).map((e) => (e.event as { text: string }).text)).toEqual([under]);
   });
 });
 

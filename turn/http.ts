@@ -30,7 +30,7 @@ interface Pool {
  */
 function modelPool(agent: HttpAgent): Pool {
   const ahead = new Map<string, Duplex>();
-  const make = agent.createConnection.bind(agent);
+  const make = ownConnections(agent);
   agent.createConnection = (options: ClientRequestArgs, made?: (err: Error | null, stream: Duplex) => void) => {
     const name = agent.getName(options);
     const kept = ahead.get(name);
@@ -41,6 +41,39 @@ function modelPool(agent: HttpAgent): Pool {
     return kept;
   };
   return { agent, ahead, make };
+}
+
+/**
+ * The agent's connections, each heard to its end. A request aborted as its answer ends (a turn cut
+ * at its answer's last chunk, a cancel at that moment) destroys its connection with the abort's
+ * error, which Node emits a tick later: by then the answer's end has handed the connection back to
+ * the pool and taken the request's listener off it, and an error nothing listens for ends the
+ * process, every agent's turns with it. So each connection has a listener of its own from the
+ * start: an error destroys the connection all the same (the pool lets it go), and reaches the
+ * request it was made for through the request's own listener, as before. Nor is a connection made
+ * with its first request's signal: it outlives that request. Returns the way to make one.
+ */
+function ownConnections(agent: HttpAgent): (options: ClientRequestArgs, made?: (err: Error | null, stream: Duplex) => void) => Duplex | null | undefined {
+  const make = agent.createConnection.bind(agent);
+  const own = (options: ClientRequestArgs, made?: (err: Error | null, stream: Duplex) => void) => {
+    const { signal: _signal, ...rest } = options;
+    const socket = make(rest, made);
+    socket?.on("error", heard);
+    return socket;
+  };
+  agent.createConnection = own;
+  return own;
+}
+
+/** A connection's error, heard: what it means is the request's to say (see ownConnections). */
+function heard(): void {
+  // The connection is destroyed by the error itself.
+}
+
+/** A pool of kept-alive connections for a runtime's small asks, each made without its first request's signal. */
+function asksPool(agent: HttpAgent): HttpAgent {
+  ownConnections(agent);
+  return agent;
 }
 
 /** Told to a connection opened ahead as a request takes it: what watched it while it waited lets go. */
@@ -58,7 +91,7 @@ interface Scheme {
 }
 
 /** Plain HTTP, for the process (a local endpoint's, Link's proxy's). */
-const plain: Scheme = { request: httpRequest, model: modelPool(new HttpAgent({ keepAlive: true })), asks: new HttpAgent({ keepAlive: true }) };
+const plain: Scheme = { request: httpRequest, model: modelPool(new HttpAgent({ keepAlive: true })), asks: asksPool(new HttpAgent({ keepAlive: true })) };
 
 /**
  * node:https, with its pools of kept-alive connections, loaded at the first https:// request: TLS
@@ -68,7 +101,7 @@ let secure: Scheme | undefined;
 function tls(): Scheme {
   if (!secure) {
     const https = createRequire(import.meta.url)("node:https") as typeof import("node:https");
-    secure = { request: https.request, model: modelPool(new https.Agent({ keepAlive: true })), asks: new https.Agent({ keepAlive: true }) };
+    secure = { request: https.request, model: modelPool(new https.Agent({ keepAlive: true })), asks: asksPool(new https.Agent({ keepAlive: true })) };
   }
   return secure;
 }

@@ -235,7 +235,25 @@ export function requestBody(req: Pick<ModelRequest, "settings" | "model" | "mess
 }
 
 /** A bound of the settings that cut a request short, in the words of the failure it makes. */
-class Cut extends Error {}
+class Cut extends Error {
+  constructor(
+    message: string,
+    readonly reason: ModelFailureReason = "network",
+  ) {
+    super(message);
+  }
+}
+
+/**
+ * The most one answer holds, in characters (UTF-16 code units) of its text, its thinking and its
+ * calls together: some million tokens, more than any model writes in one answer, and an event that
+ * holds all of it still far under the most one holds on disk (store/files.ts LIMITS.event: at most
+ * three bytes of UTF-8 a character, six where JSON escapes one). An endpoint that streams past it (a
+ * model that never stops, one that floods) has its answer cut there, as a timeout cuts it.
+ */
+export const MODEL_ANSWER_MAX_CHARS = 4 * 1024 * 1024;
+/** The most calls one answer makes: its calls are numbered from 0, and one numbered past this cuts it. */
+export const MODEL_ANSWER_MAX_CALLS = 128;
 
 /** A count of tokens is a non-negative whole number; a cost a finite non-negative one. */
 const saneCount = (v: unknown): v is number => typeof v === "number" && Number.isSafeInteger(v) && v >= 0;
@@ -255,6 +273,10 @@ class Streamed {
   readonly leftOut = new Map<string, string>();
   responseId: string | undefined;
   finishReason: string | undefined;
+  /** Characters of text, thinking and calls so far (MODEL_ANSWER_MAX_CHARS). */
+  size = 0;
+  /** A call numbered past MODEL_ANSWER_MAX_CALLS, left out: the answer is cut. */
+  private pastCalls: number | undefined;
 
   constructor(private readonly onText: ((delta: string) => void) | undefined) {}
 
@@ -268,20 +290,51 @@ class Streamed {
       if (choice.finish_reason) this.finishReason = choice.finish_reason;
       const d = choice.delta;
       if (!d) continue;
-      if (d.reasoning_content) this.reasoningContent = (this.reasoningContent ?? "") + d.reasoning_content;
-      if (d.reasoning) this.reasoning = (this.reasoning ?? "") + d.reasoning;
-      if (d.reasoning_details) this.reasoningDetails = [...(this.reasoningDetails ?? []), ...d.reasoning_details];
+      if (d.reasoning_content) {
+        this.reasoningContent = (this.reasoningContent ?? "") + d.reasoning_content;
+        this.size += d.reasoning_content.length;
+      }
+      if (d.reasoning) {
+        this.reasoning = (this.reasoning ?? "") + d.reasoning;
+        this.size += d.reasoning.length;
+      }
+      if (d.reasoning_details) {
+        this.reasoningDetails = [...(this.reasoningDetails ?? []), ...d.reasoning_details];
+        this.size += JSON.stringify(d.reasoning_details).length;
+      }
       if (d.content) {
         this.text += d.content;
+        this.size += d.content.length;
         this.onText?.(d.content);
       }
       for (const tc of d.tool_calls ?? []) {
+        // Never an array as long as a number the endpoint sent: one of billions would take minutes to walk.
+        if (tc.index >= MODEL_ANSWER_MAX_CALLS) {
+          this.pastCalls ??= tc.index;
+          continue;
+        }
         const at = (this.calls[tc.index] ??= { id: "", name: "", arguments: "" });
-        if (tc.id) at.id = tc.id;
-        if (tc.function?.name) at.name += tc.function.name;
-        if (tc.function?.arguments) at.arguments += tc.function.arguments;
+        if (tc.id) {
+          at.id = tc.id;
+          this.size += tc.id.length;
+        }
+        if (tc.function?.name) {
+          at.name += tc.function.name;
+          this.size += tc.function.name.length;
+        }
+        if (tc.function?.arguments) {
+          at.arguments += tc.function.arguments;
+          this.size += tc.function.arguments.length;
+        }
       }
     }
+  }
+
+  /** Why the answer must be cut here (over a bound of one answer), or undefined. */
+  over(): string | undefined {
+    if (this.pastCalls !== undefined) return `the model's answer made a call numbered ${this.pastCalls}, where one answer makes at most ${MODEL_ANSWER_MAX_CALLS}`;
+    if (this.size > MODEL_ANSWER_MAX_CHARS) return `the model's answer ran past ${MODEL_ANSWER_MAX_CHARS} characters, the most one answer holds`;
+    return undefined;
   }
 
   /** The provider's counts, each kept only when sane: an odd one counts as 0 (as a missing one does) and is named. */
@@ -350,7 +403,7 @@ export async function askModel(req: ModelRequest): Promise<ModelAnswer> {
       failed = e;
     }
     if (failed === undefined || req.signal?.aborted) return into.answer(performance.now() - started, req.signal?.aborted ?? false);
-    if (failed instanceof Cut) throw new ModelError("network", `the model's stream was cut: ${failed.message}`);
+    if (failed instanceof Cut) throw new ModelError(failed.reason, `the model's stream was cut: ${failed.message}`);
     const { error, retry: again, asked } = await classify(failed, redactor(settingsSecrets(req.settings), envSecrets(env)), endpointName(req.settings.model.base_url));
     if (!again || retry >= MAX_RETRIES) throw error;
     const cap = limits.retry_wait * 1000;
@@ -404,7 +457,12 @@ async function streamOnce(
     // Only data counts as progress: the SSE parser never yields a comment (`: keepalive`).
     for await (const raw of stream) {
       idle.refresh();
+      // Cut: what was read ahead of the abort is not taken, and the stream ends as a timeout ends it
+      // (leaving the loop first would let go of the answer's stream before the abort reaches it).
+      if (own.signal.aborted) continue;
       into.add(raw);
+      const over = into.over();
+      if (over !== undefined) own.abort(new Cut(over, "model_error"));
     }
   } catch (e) {
     if (!(own.signal.reason instanceof Cut)) throw e;

@@ -1,0 +1,106 @@
+// The model's streamed answer, fuzzed: an endpoint that sends any chunks at all, well-formed or not
+// (calls numbered anywhere from 0 to past four billion, ids, names and arguments of any type, usage
+// of any shape, lines that are not JSON, any JSON value), over the real wire to the real client.
+// Each time the answer comes back or the turn fails with a ModelError, promptly; never a hang,
+// never another error, never an answer over the bounds of one; and the process stays up.
+import { createServer, type Server } from "node:http";
+import type { AddressInfo } from "node:net";
+import fc from "fast-check";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { Settings } from "../protocol/index.js";
+import { askModel, ModelError, MODEL_ANSWER_MAX_CALLS, MODEL_ANSWER_MAX_CHARS } from "../turn/model.js";
+import { scriptedSettings } from "./acp-client.js";
+
+/** What the endpoint sends for the request being fuzzed: each entry one SSE data line, as it is. */
+let lines: string[] = [];
+let server: Server;
+let url = "";
+
+beforeAll(async () => {
+  server = createServer((req, res) => {
+    req.resume();
+    req.on("end", () => {
+      res.writeHead(200, { "content-type": "text/event-stream" });
+      for (const line of lines) res.write(`data: ${line}\n\n`);
+      res.end("data: [DONE]\n\n");
+    });
+  });
+  await new Promise<void>((resolve) => server.listen(0, "127.0.0.1", resolve));
+  url = `http://127.0.0.1:${(server.address() as AddressInfo).port}/v1`;
+});
+
+afterAll(async () => {
+  server.closeAllConnections();
+  await new Promise<void>((resolve) => server.close(() => resolve()));
+});
+
+/** Anything where a field is expected: its type, or another. */
+const any = fc.oneof(fc.string({ maxLength: 40 }), fc.integer(), fc.double(), fc.boolean(), fc.constant(null), fc.jsonValue({ maxDepth: 2 }));
+/** A call's number: the small ones a model sends, the bound's edge, and far past it. */
+const index = fc.oneof(
+  { weight: 6, arbitrary: fc.nat({ max: 8 }) },
+  { weight: 2, arbitrary: fc.constantFrom(MODEL_ANSWER_MAX_CALLS - 1, MODEL_ANSWER_MAX_CALLS, 3_000_000_000, 2 ** 32, Number.MAX_SAFE_INTEGER) },
+  { weight: 1, arbitrary: any },
+);
+const toolCall = fc.record(
+  { index, id: fc.oneof(fc.string({ maxLength: 12 }), any), type: fc.constant("function"), function: fc.record({ name: fc.oneof(fc.string({ maxLength: 12 }), any), arguments: fc.oneof(fc.string({ maxLength: 40 }), any) }, { requiredKeys: [] }) },
+  { requiredKeys: ["index"] },
+);
+const delta = fc.record(
+  {
+    role: fc.constant("assistant"),
+    content: fc.oneof(fc.string({ maxLength: 200 }), any),
+    reasoning_content: fc.oneof(fc.string({ maxLength: 50 }), any),
+    reasoning: fc.oneof(fc.string({ maxLength: 50 }), any),
+    reasoning_details: fc.oneof(fc.array(fc.jsonValue({ maxDepth: 2 }), { maxLength: 3 }), any),
+    tool_calls: fc.oneof(fc.array(toolCall, { maxLength: 3 }), any),
+  },
+  { requiredKeys: [] },
+);
+const chunk = fc.oneof(
+  { weight: 6, arbitrary: fc.record({ id: fc.oneof(fc.string({ maxLength: 12 }), any), choices: fc.array(fc.record({ index: fc.nat({ max: 2 }), delta, finish_reason: fc.oneof(fc.constantFrom("stop", "tool_calls", "length"), any) }, { requiredKeys: [] }), { maxLength: 2 }) }, { requiredKeys: ["choices"] }).map((c) => JSON.stringify(c)) },
+  { weight: 1, arbitrary: fc.record({ choices: fc.constant([]), usage: fc.oneof(fc.record({ prompt_tokens: any, completion_tokens: any, prompt_tokens_details: any, cost: any }, { requiredKeys: [] }), any) }).map((c) => JSON.stringify(c)) },
+  { weight: 1, arbitrary: fc.jsonValue({ maxDepth: 3 }).map((v) => JSON.stringify(v)) },
+  { weight: 1, arbitrary: fc.string({ maxLength: 30 }).map((s) => s.replace(/[\r\n]/g, " ")) },
+);
+
+describe("the model's streamed answer, fuzzed", { timeout: 120_000 }, () => {
+  it("comes back within its bounds, or fails with a ModelError, promptly", async () => {
+    const settings = Settings.parse(scriptedSettings(url, { timeouts: { model: 5, model_idle: 2, retry_wait: 0 } }));
+    await fc.assert(
+      fc.asyncProperty(fc.array(chunk, { maxLength: 12 }), async (sent) => {
+        lines = sent;
+        const began = performance.now();
+        try {
+          const answer = await askModel({ settings, model: "scripted-model", messages: [{ role: "user", content: "hi" }], calls: [] });
+          expect(answer.toolCalls.length).toBeLessThanOrEqual(MODEL_ANSWER_MAX_CALLS);
+          expect(answer.text.length).toBeLessThanOrEqual(MODEL_ANSWER_MAX_CHARS);
+          expect(typeof answer.text).toBe("string");
+          for (const call of answer.toolCalls) expect([typeof call.id, typeof call.name, typeof call.arguments]).toEqual(["string", "string", "string"]);
+        } catch (e) {
+          expect(e).toBeInstanceOf(ModelError);
+        }
+        expect(performance.now() - began).toBeLessThan(4_000);
+      }),
+      { numRuns: 150 },
+    );
+  });
+
+  it("a call numbered past the bound, anywhere among well-formed chunks, cuts the answer saying so", async () => {
+    const settings = Settings.parse(scriptedSettings(url));
+    await fc.assert(
+      fc.asyncProperty(fc.nat({ max: 5 }), fc.integer({ min: MODEL_ANSWER_MAX_CALLS, max: Number.MAX_SAFE_INTEGER }), async (before, past) => {
+        const text = (s: string) => JSON.stringify({ choices: [{ index: 0, delta: { content: s } }] });
+        lines = [...Array.from({ length: before }, (_, i) => text(`part ${i} `)), JSON.stringify({ choices: [{ index: 0, delta: { tool_calls: [{ index: past, id: "c", type: "function", function: { name: "f", arguments: "{}" } }] } }] }), text("after")];
+        const failed = await askModel({ settings, model: "scripted-model", messages: [{ role: "user", content: "hi" }], calls: [] }).then(
+          () => undefined,
+          (e: unknown) => e,
+        );
+        expect(failed).toBeInstanceOf(ModelError);
+        expect((failed as ModelError).reason).toBe("model_error");
+        expect((failed as ModelError).message).toContain(`made a call numbered ${past}`);
+      }),
+      { numRuns: 40 },
+    );
+  });
+});
