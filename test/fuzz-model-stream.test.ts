@@ -9,10 +9,13 @@ import fc from "fast-check";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { Settings } from "../protocol/index.js";
 import { askModel, ModelError, MODEL_ANSWER_MAX_CALLS, MODEL_ANSWER_MAX_CHARS } from "../turn/model.js";
+import { ANSWER_EVENT_MAX } from "../turn/http.js";
 import { scriptedSettings } from "./acp-client.js";
 
 /** What the endpoint sends for the request being fuzzed: each entry one SSE data line, as it is. */
 let lines: string[] = [];
+/** Or, when set, these bytes as they are, each a write of its own (framing of any kind). */
+let raw: Buffer[] | undefined;
 let server: Server;
 let url = "";
 
@@ -21,6 +24,10 @@ beforeAll(async () => {
     req.resume();
     req.on("end", () => {
       res.writeHead(200, { "content-type": "text/event-stream" });
+      if (raw) {
+        for (const part of raw) res.write(part);
+        return void res.end();
+      }
       for (const line of lines) res.write(`data: ${line}\n\n`);
       res.end("data: [DONE]\n\n");
     });
@@ -84,6 +91,54 @@ describe("the model's streamed answer, fuzzed", { timeout: 120_000 }, () => {
       }),
       { numRuns: 150 },
     );
+  });
+
+  it("takes SSE framed any way, blank lines of \\n, \\r or \\r\\n split anywhere across reads: an answer or a ModelError, promptly", async () => {
+    const settings = Settings.parse(scriptedSettings(url, { timeouts: { model: 5, model_idle: 2, retry_wait: 0 } }));
+    const piece = fc.oneof(
+      fc.constantFrom("\n", "\r", "\r\n", "\n\n", "\r\r", "\r\n\r\n", "data: ", ": comment", "event: x", "data: [DONE]", 'data: {"choices":[{"index":0,"delta":{"content":"hi"}}]}'),
+      fc.string({ maxLength: 20 }),
+    );
+    try {
+      await fc.assert(
+        fc.asyncProperty(fc.array(fc.array(piece, { maxLength: 6 }), { maxLength: 8 }), async (writes) => {
+          raw = writes.map((w) => Buffer.from(w.join("")));
+          const began = performance.now();
+          try {
+            const answer = await askModel({ settings, model: "scripted-model", messages: [{ role: "user", content: "hi" }], calls: [] });
+            expect(typeof answer.text).toBe("string");
+          } catch (e) {
+            expect(e).toBeInstanceOf(ModelError);
+          }
+          expect(performance.now() - began).toBeLessThan(4_000);
+        }),
+        { numRuns: 150 },
+      );
+    } finally {
+      raw = undefined;
+    }
+  });
+
+  it("a long answer of many events, ended by blank lines of any kind and split anywhere, is never cut by the bound of one event", async () => {
+    const settings = Settings.parse(scriptedSettings(url));
+    const ends = ["\n\n", "\r\r", "\r\n\r\n"];
+    try {
+      await fc.assert(
+        fc.asyncProperty(fc.array(fc.nat({ max: 2 }), { minLength: 64, maxLength: 64 }), fc.array(fc.nat(), { minLength: 40, maxLength: 40 }), async (kinds, cuts) => {
+          // Some 3 MiB in all, past ANSWER_EVENT_MAX, in events of 48 KiB.
+          const piece = "z".repeat(48 * 1024);
+          const body = Buffer.from(kinds.map((k) => `data: ${JSON.stringify({ choices: [{ index: 0, delta: { content: piece } }] })}${ends[k] ?? "\n\n"}`).join("") + "data: [DONE]\n\n");
+          expect(body.length).toBeGreaterThan(ANSWER_EVENT_MAX);
+          const at = [...new Set(cuts.map((c) => c % body.length))].sort((a, b) => a - b);
+          raw = [0, ...at].map((from, i) => body.subarray(from, at[i] ?? body.length)).filter((b) => b.length > 0);
+          const answer = await askModel({ settings, model: "scripted-model", messages: [{ role: "user", content: "hi" }], calls: [] });
+          expect(answer.text.length).toBe(piece.length * kinds.length);
+        }),
+        { numRuns: 12 },
+      );
+    } finally {
+      raw = undefined;
+    }
   });
 
   it("a call numbered past the bound, anywhere among well-formed chunks, cuts the answer saying so", async () => {

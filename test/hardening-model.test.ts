@@ -14,7 +14,8 @@ import { answerText, configure, daemonTestHooks, openClient, scriptedSettings, s
 import type { ModelServer } from "./model-server.js";
 import { BIN, ROOT } from "./fixtures/built.js";
 import { UPDATE_TEXT_MAX } from "../acp/outbox.js";
-import { MODEL_ANSWER_MAX_CALLS, MODEL_ANSWER_MAX_CHARS } from "../turn/model.js";
+import { ANSWER_BODY_MAX, ANSWER_EVENT_MAX } from "../turn/http.js";
+import { MODEL_ANSWER_MAX_CALLS, MODEL_ANSWER_MAX_CHARS, QUOTED_MAX } from "../turn/model.js";
 
 let server: ModelServer;
 const cleanup = daemonTestHooks([BIN, "dist/daemon/serve.js", "dist/acp/app.js"], (s) => (server = s));
@@ -250,6 +251,80 @@ describe("an endpoint that floods", { timeout: 60_000 }, () => {
     const next = await prompt(c, sessionId, "in a word?");
     expect(next.stopReason).toBe("end_turn");
     expect(events(dir, sessionId).at(-1)).toMatchObject({ kind: "message", role: "assistant", text: "Short, this time." });
+    expect(await d.stop()).toEqual({ code: 0, signal: null });
+  });
+
+  /** An endpoint of this test's own, writing what `answer` writes on each request. */
+  async function endpoint(answer: (res: import("node:http").ServerResponse) => void): Promise<string> {
+    const raw = createServer((req, res) => {
+      req.resume();
+      req.on("end", () => answer(res));
+    });
+    await new Promise<void>((resolve) => raw.listen(0, "127.0.0.1", resolve));
+    cleanup.push(() => {
+      raw.closeAllConnections();
+      return new Promise<void>((resolve) => raw.close(() => resolve()));
+    });
+    return `http://127.0.0.1:${(raw.address() as AddressInfo).port}/v1`;
+  }
+
+  it("an event with no end, or a body past its bound, stops being read there, saying so; an error's page is quoted short", async () => {
+    const block = Buffer.alloc(1024 * 1024, "x".charCodeAt(0));
+    const sse = (res: import("node:http").ServerResponse) => res.writeHead(200, { "content-type": "text/event-stream" });
+    // 3 MiB with no newline, in one data line; 3 MiB of short lines with no blank line between.
+    const endless = await endpoint((res) => {
+      sse(res);
+      res.write("data: ");
+      for (let i = 0; i < 3; i++) res.write(block);
+      res.end();
+    });
+    const line = Buffer.from(`data: ${"y".repeat(100)}\n`);
+    const unended = await endpoint((res) => {
+      sse(res);
+      res.end(Buffer.concat(Array.from({ length: Math.ceil((3 * 1024 * 1024) / line.length) }, () => line)));
+    });
+    // 260 MiB of comments (no data): each an event of its own, short; the body long.
+    const comment = Buffer.concat([Buffer.from(": "), block.subarray(0, 64 * 1024 - 4), Buffer.from("\n\n")]);
+    const long = await endpoint((res) => {
+      sse(res);
+      let left = 260 * 16;
+      const more = (): void => {
+        while (left > 0) {
+          left--;
+          if (!res.write(comment)) return void res.once("drain", more);
+        }
+        res.end();
+      };
+      more();
+    });
+    // A 400 whose body is a 20 MiB page.
+    const page = await endpoint((res) => {
+      res.writeHead(400, { "content-type": "text/html" });
+      for (let i = 0; i < 20; i++) res.write(block);
+      res.end();
+    });
+    for (const [url, said] of [
+      [endless, `the answer sent an event of over ${ANSWER_EVENT_MAX} bytes with no end`],
+      [unended, `the answer sent an event of over ${ANSWER_EVENT_MAX} bytes with no end`],
+      [long, `the answer ran past ${ANSWER_BODY_MAX} bytes`],
+    ] as const) {
+      const dir = agent({}, { base_url: url });
+      const d = daemon(dir);
+      const { c, sessionId } = await session(d);
+      const cut = await failure(prompt(c, sessionId, "hello"));
+      expect(cut.message).toContain(said);
+      expect(events(dir, sessionId).at(-1)).toMatchObject({ kind: "failure", reason: "model_error" });
+      expect(await d.stop()).toEqual({ code: 0, signal: null });
+    }
+    const dir = agent({}, { base_url: page });
+    const d = daemon(dir);
+    const { c, sessionId } = await session(d);
+    const refused = await failure(prompt(c, sessionId, "hello"));
+    expect(refused.message).toMatch(/the model answered 400: x+… \(\d+ more characters\)/);
+    expect(refused.message.length).toBeLessThan(QUOTED_MAX + 200);
+    const fail = events(dir, sessionId).at(-1) as { kind: string; message: string };
+    expect(fail).toMatchObject({ kind: "failure", reason: "model_error" });
+    expect(fail.message.length).toBeLessThan(QUOTED_MAX + 200);
     expect(await d.stop()).toEqual({ code: 0, signal: null });
   });
 

@@ -230,11 +230,58 @@ class AnswerBody extends ReadableStream<Uint8Array<ArrayBuffer>> {
   [Symbol.asyncIterator](): AsyncIterableIterator<Uint8Array<ArrayBuffer>> {
     // Locked as a read stream is: its reader taken, never read from.
     this.getReader();
-    return this.res[Symbol.asyncIterator]() as AsyncIterableIterator<Uint8Array<ArrayBuffer>>;
+    return bounded(this.res);
   }
 
   values(): AsyncIterableIterator<Uint8Array<ArrayBuffer>> {
     return this[Symbol.asyncIterator]();
+  }
+}
+
+/**
+ * The longest event a streamed answer may send, from one blank line to the next (an event is a
+ * chunk of the model's answer, its data one line): a chunk is a few hundred bytes, one that holds a
+ * call's whole arguments some kilobytes. The client holds an event whole before it parses it, and
+ * copies and looks through all of it again at each read: one with no end would be held, and cost
+ * more at each read, for as long as the endpoint sends it.
+ */
+export const ANSWER_EVENT_MAX = 2 * 1024 * 1024;
+/** The most a streamed answer's body may be: a long answer of small chunks is some tens of megabytes. */
+export const ANSWER_BODY_MAX = 256 * 1024 * 1024;
+/** The most of an answer read whole (an error's body, a few hundred bytes as endpoints send them). */
+export const WHOLE_MAX = 1024 * 1024;
+
+/** An answer's body past ANSWER_EVENT_MAX or ANSWER_BODY_MAX: its reading stopped there. */
+export class AnswerTooLarge extends Error {}
+
+/** Where the last event of `bytes` ends: past its last blank line (\n\n, \r\r, or \r\n\r\n), else -1. */
+function lastEventEnd(bytes: Buffer): number {
+  return Math.max(ends(bytes, LF_LF), ends(bytes, CR_CR), ends(bytes, CRLF_CRLF));
+}
+const LF_LF = Buffer.from("\n\n");
+const CR_CR = Buffer.from("\r\r");
+const CRLF_CRLF = Buffer.from("\r\n\r\n");
+const ends = (bytes: Buffer, mark: Buffer): number => {
+  const at = bytes.lastIndexOf(mark);
+  return at < 0 ? -1 : at + mark.length;
+};
+
+/** The answer's bytes as they come, its reading stopped with AnswerTooLarge past either bound. */
+async function* bounded(res: IncomingMessage): AsyncIterableIterator<Uint8Array<ArrayBuffer>> {
+  let total = 0;
+  /** Bytes since the last event's end. */
+  let open = 0;
+  /** The last three bytes read, for a blank line across two reads. */
+  let tail = Buffer.alloc(0);
+  for await (const chunk of res as AsyncIterable<Buffer>) {
+    total += chunk.length;
+    const seen = Buffer.concat([tail, chunk]);
+    const end = lastEventEnd(seen);
+    open = end < 0 ? open + chunk.length : seen.length - end;
+    tail = seen.subarray(Math.max(0, seen.length - 3));
+    if (open > ANSWER_EVENT_MAX) throw new AnswerTooLarge(`the answer sent an event of over ${ANSWER_EVENT_MAX} bytes with no end`);
+    if (total > ANSWER_BODY_MAX) throw new AnswerTooLarge(`the answer ran past ${ANSWER_BODY_MAX} bytes`);
+    yield chunk as Uint8Array<ArrayBuffer>;
   }
 }
 
@@ -273,7 +320,16 @@ class FetchAnswer implements Response {
     if (!this.stream) return Buffer.alloc(0);
     const parts: Uint8Array[] = [];
     const reader = this.stream.getReader();
-    for (let read = await reader.read(); !read.done; read = await reader.read()) parts.push(read.value);
+    let size = 0;
+    for (let read = await reader.read(); !read.done; read = await reader.read()) {
+      parts.push(read.value);
+      size += read.value.length;
+      // An answer read whole is an error's (a model's answers stream): what is past the bound is left unread.
+      if (size >= WHOLE_MAX) {
+        await reader.cancel();
+        return Buffer.concat(parts).subarray(0, WHOLE_MAX);
+      }
+    }
     return Buffer.concat(parts);
   }
 

@@ -8,7 +8,7 @@ import { lazyImport } from "./load.js";
 import type { ChatMessage } from "./prompt.js";
 import { envSecrets, redactor, settingsSecrets, type Redactor } from "./redact.js";
 import { connectionFault } from "./faults.js";
-import { nodeFetch } from "./http.js";
+import { AnswerTooLarge, nodeFetch } from "./http.js";
 import { endpointName } from "./runtime.js";
 import type { OfferedCall } from "./tools.js";
 
@@ -160,6 +160,14 @@ function isTooLong(status: number | undefined, code: string | null | undefined, 
   return (status === 400 || status === 413) && /context|too long|maximum.*tokens|prompt is too long|token limit/i.test(message);
 }
 
+/** The most of an endpoint's own words a failure quotes (an error's body may be a whole page). */
+export const QUOTED_MAX = 2000;
+
+/** Words cut to QUOTED_MAX, once their secrets are out (a cut first could leave half of one). */
+function shortened(words: string): string {
+  return words.length <= QUOTED_MAX ? words : `${words.slice(0, QUOTED_MAX)}… (${words.length - QUOTED_MAX} more characters)`;
+}
+
 /** What went wrong, and whether asking again may help and how long the endpoint asked to wait first. */
 interface Classified {
   error: ModelError;
@@ -178,12 +186,13 @@ async function classify(e: unknown, secrets: Redactor, endpoint: string): Promis
   if (e instanceof APIError) {
     const status = typeof e.status === "number" ? e.status : undefined;
     // The SDK's message starts with the status, which the failure says already.
-    const message = secrets.redact(e.message.replace(/\s+/g, " ").replace(/^\d{3} /, ""));
+    const message = shortened(secrets.redact(e.message.replace(/\s+/g, " ").replace(/^\d{3} /, "")));
     if (isTooLong(status, e.code, message)) return { error: new ModelError("context_too_long", message, status), retry: false };
     const error = new ModelError("model_error", `the model answered ${status ?? "an error"}: ${message}`, status);
     const asked = retryAfter(e.headers);
     return { error, retry: status !== undefined && shouldRetry(status, e.headers), ...(asked !== undefined ? { asked } : {}) };
   }
+  if (e instanceof AnswerTooLarge) return { error: new ModelError("model_error", `the model's stream from ${endpoint} was cut: ${e.message}`), retry: false };
   return { error: new ModelError("network", secrets.redact(`the model's stream from ${endpoint} failed: ${(e as Error).message ?? String(e)}`)), retry: false };
 }
 
