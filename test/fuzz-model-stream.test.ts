@@ -141,6 +141,23 @@ describe("the model's streamed answer, fuzzed", { timeout: 120_000 }, () => {
     }
   });
 
+  it("many small chunks (thinking's details, text) are taken in time that grows with their number, not its square", async () => {
+    const settings = Settings.parse(scriptedSettings(url));
+    try {
+      const n = 60_000;
+      const one = Buffer.from(`data: ${JSON.stringify({ choices: [{ index: 0, delta: { content: "a", reasoning_details: [{ type: "reasoning.text", text: "t" }] } }] })}\n\n`);
+      raw = [Buffer.concat(Array.from({ length: n }, () => one)), Buffer.from("data: [DONE]\n\n")];
+      const began = performance.now();
+      const answer = await askModel({ settings, model: "scripted-model", messages: [{ role: "user", content: "hi" }], calls: [] });
+      expect(answer.text.length).toBe(n);
+      expect(answer.thinking?.reasoning_details).toHaveLength(n);
+      // The square of 60,000 copies of the details kept so far took minutes; this takes a second or two.
+      expect(performance.now() - began).toBeLessThan(20_000);
+    } finally {
+      raw = undefined;
+    }
+  });
+
   it("a call numbered past the bound, anywhere among well-formed chunks, cuts the answer saying so", async () => {
     const settings = Settings.parse(scriptedSettings(url));
     await fc.assert(

@@ -308,7 +308,9 @@ class Streamed {
         this.size += d.reasoning.length;
       }
       if (d.reasoning_details) {
-        this.reasoningDetails = [...(this.reasoningDetails ?? []), ...d.reasoning_details];
+        // Added one by one: copying all kept so far at each chunk made many small chunks cost their square.
+        const kept = (this.reasoningDetails ??= []);
+        for (const detail of d.reasoning_details) kept.push(detail);
         this.size += JSON.stringify(d.reasoning_details).length;
       }
       if (d.content) {
