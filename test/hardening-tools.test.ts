@@ -122,6 +122,22 @@ describe("a tool that says a secret", { timeout: 30_000 }, () => {
   });
 });
 
+describe("a tool that answers at length", { timeout: 30_000 }, () => {
+  it("a 9 MB answer, one line on the pipe, is read whole and kept cut to the bound of a tool's answer", async () => {
+    const dir = agent();
+    const d = daemon(["--agent", dir]);
+    const own: acp.McpServer = { name: "probe", command: process.execPath, args: [PROBE], env: [] };
+    const { c, sessionId } = await session(d, [own]);
+    server.script({ tool_calls: [{ name: "probe__big", arguments: { bytes: 9_000_000 } }] }, { text: "Read." });
+    expect(await prompt(c, sessionId, "read the big one")).toMatchObject({ stopReason: "end_turn" });
+    const [answer] = results(dir, sessionId).map((r) => r as { text: string; error: boolean; truncated?: boolean });
+    expect(answer).toMatchObject({ error: false, truncated: true });
+    expect(answer?.text.startsWith("z".repeat(1000))).toBe(true);
+    expect(Buffer.byteLength(answer?.text ?? "")).toBeLessThanOrEqual(32 * 1024);
+    expect(await d.stop()).toEqual({ code: 0, signal: null });
+  });
+});
+
 describe("eight rounds of calls", { timeout: 60_000 }, () => {
   it("leave no abort listener behind: no MaxListenersExceededWarning, the log all JSON", async () => {
     const dir = agent();

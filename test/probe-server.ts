@@ -1,6 +1,7 @@
 // A tool that tells about itself, for tests: an MCP server on stdio whose calls answer with the
 // folder it was started in and a variable of its environment, or write to stderr and exit, or answer
-// only once several calls run at once (so a test sees calls side by side, not by the clock).
+// only once several calls run at once (so a test sees calls side by side, not by the clock), or answer
+// with as many bytes as asked.
 // Usage: node dist/test/probe-server.js
 import { McpServer } from "@modelcontextprotocol/sdk/server/mcp.js";
 import { StdioServerTransport } from "@modelcontextprotocol/sdk/server/stdio.js";
@@ -25,6 +26,10 @@ server.registerTool(
     return new Promise<never>(() => {});
   },
 );
+
+server.registerTool("big", { description: "Answers with `bytes` bytes of text: one long line on the pipe.", inputSchema: { bytes: z.number().int().min(1) } }, ({ bytes }) => ({
+  content: [{ type: "text", text: "z".repeat(bytes) }],
+}));
 
 const meet = meeting(15_000);
 server.registerTool(

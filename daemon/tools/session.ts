@@ -9,6 +9,7 @@ import type { ToolAnswer, ToolMedia, ToolServer } from "../../turn/tools.js";
 import { isFolder } from "../../store/index.js";
 import { lazy, lazyImport } from "../../turn/load.js";
 import { log } from "../log.js";
+import { LineReadBuffer } from "./lines.js";
 
 const CLIENT_INFO = { name: "lnk-link-harness", version: "0.1.0" };
 /** Bounds on ending a session: the SDK's own stdio close escalates stdin end → SIGTERM → SIGKILL, 2 s apart. */
@@ -24,14 +25,17 @@ const sdkModules = [
   lazyImport(() => import("@modelcontextprotocol/sdk/client/stdio.js"), sdkUrl("client/stdio.js")),
   lazyImport(() => import("@modelcontextprotocol/sdk/client/streamableHttp.js"), sdkUrl("client/streamableHttp.js")),
   lazyImport(() => import("@modelcontextprotocol/sdk/types.js"), sdkUrl("types.js")),
+  lazyImport(() => import("@modelcontextprotocol/sdk/shared/stdio.js"), sdkUrl("shared/stdio.js")),
 ] as const;
 
 async function importSdk() {
-  const [client, stdio, http, types] = await Promise.all([sdkModules[0](), sdkModules[1](), sdkModules[2](), sdkModules[3]()]);
+  const [client, stdio, http, types, shared] = await Promise.all([sdkModules[0](), sdkModules[1](), sdkModules[2](), sdkModules[3](), sdkModules[4]()]);
   return {
     Client: client.Client,
     StdioClientTransport: stdio.StdioClientTransport,
     getDefaultEnvironment: stdio.getDefaultEnvironment,
+    deserializeMessage: shared.deserializeMessage,
+    STDIO_DEFAULT_MAX_BUFFER_SIZE: shared.STDIO_DEFAULT_MAX_BUFFER_SIZE,
     StreamableHTTPClientTransport: http.StreamableHTTPClientTransport,
     CallToolResultSchema: types.CallToolResultSchema,
     McpError: types.McpError,
@@ -40,6 +44,19 @@ async function importSdk() {
 }
 type Sdk = Awaited<ReturnType<typeof importSdk>>;
 const loadSdk: () => Promise<Sdk> = lazy(importSdk);
+
+/**
+ * The stdio transport's buffer of what the tool writes, replaced before it starts by one that joins
+ * each line once (daemon/tools/lines.ts), with the SDK's bound. The SDK keeps it in a field of its
+ * own: a version that no longer does fails the test that checks it (test/tools.test.ts), where this
+ * would leave the SDK's buffer in place.
+ */
+export function readLinesWhole(transport: StdioClientTransport, sdk: Pick<Sdk, "deserializeMessage" | "STDIO_DEFAULT_MAX_BUFFER_SIZE">): boolean {
+  const inner = transport as unknown as { _readBuffer?: unknown };
+  if (inner._readBuffer === undefined) return false;
+  inner._readBuffer = new LineReadBuffer(sdk.STDIO_DEFAULT_MAX_BUFFER_SIZE, sdk.deserializeMessage);
+  return true;
+}
 
 /** A call a tool lists, as the MCP server names it. */
 export interface ListedCall {
@@ -113,6 +130,7 @@ export class ToolSession {
             stderr: "pipe",
           })
         : new sdk.StreamableHTTPClientTransport(new URL(source.url), { requestInit: { headers: source.headers ?? {} } });
+    if (source.type === "stdio") readLinesWhole(transport as StdioClientTransport, sdk);
     // Set before connect so the Client chains it: for stdio it fires when the child has exited.
     const exited = new Promise<void>((resolve) => {
       transport.onclose = () => resolve();
