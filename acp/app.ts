@@ -36,8 +36,8 @@ export class AcpState {
   private readonly promptWarned = new Set<string>();
 
   constructor(readonly deps: AcpDeps) {
-    this.sessions = new Sessions(deps.agent, deps.log);
     this.turns = new Turns((key, e) => deps.log.error("turn loop failed", { thread: key, error: (e as Error).message }));
+    this.sessions = new Sessions(deps.agent, deps.log, (thread) => this.turns.isRunning(this.sessions.conversation(thread).dir));
   }
 
   /**

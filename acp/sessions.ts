@@ -70,12 +70,24 @@ function newThread(): string {
   return `${t}-${randomBytes(4).toString("hex")}`;
 }
 
+/**
+ * The most sessions a process keeps open for one agent: what it holds of each (the client's working
+ * folder, its tools, the channel) is small, but a client that opens sessions without end would have
+ * them all kept. Past it, the one used least lately whose conversation runs no turn is forgotten, as
+ * session/close forgets it; its conversation stays, and a prompt to it reads it again from disk.
+ */
+export const OPEN_SESSIONS_MAX = 10_000;
+
 export class Sessions {
+  /** In the order they were last used, the least lately first. */
   private readonly open = new Map<string, SessionState>();
 
   constructor(
     readonly agent: AgentRef,
     private readonly log: Logger,
+    /** Whether a turn of this thread's conversation runs now (its session is never the one forgotten). */
+    private readonly busy: (thread: string) => boolean = () => false,
+    private readonly max = OPEN_SESSIONS_MAX,
   ) {}
 
   conversation(thread: string): ConversationPaths {
@@ -154,7 +166,7 @@ export class Sessions {
   /** A session named by a prompt or a setting: opened here before, or a conversation on disk. */
   get(sessionId: string): SessionState {
     const known = this.open.get(sessionId);
-    if (known && (this.exists(known.thread) || MADE_THREAD.test(known.thread))) return known;
+    if (known && (this.exists(known.thread) || MADE_THREAD.test(known.thread))) return this.remember(known);
     return this.remember(this.fromEvents(sessionId, this.resolve(sessionId)));
   }
 
@@ -193,9 +205,23 @@ export class Sessions {
     this.open.delete(sessionId);
   }
 
+  /** Keeps the session as the one used last; past the bound, forgets the one used least lately that runs no turn. */
   private remember(state: SessionState): SessionState {
+    this.open.delete(state.id);
     this.open.set(state.id, state);
+    if (this.open.size > this.max) {
+      for (const [id, kept] of this.open) {
+        if (id === state.id || this.busy(kept.thread)) continue;
+        this.open.delete(id);
+        break;
+      }
+    }
     return state;
+  }
+
+  /** How many sessions are kept open. */
+  get size(): number {
+    return this.open.size;
   }
 
   /**
