@@ -266,20 +266,30 @@ const ends = (bytes: Buffer, mark: Buffer): number => {
   return at < 0 ? -1 : at + mark.length;
 };
 
+/** An event stream's bytes as they are read: how many have come since its last event ended. */
+export class EventSpan {
+  /** Bytes since the last event's end. */
+  open = 0;
+  /** The last three bytes read, for a blank line across two reads. */
+  private tail: Uint8Array = Buffer.alloc(0);
+
+  /** Takes the next read; returns the bytes since the last event's end. */
+  next(chunk: Uint8Array): number {
+    const seen = Buffer.concat([this.tail, chunk]);
+    const end = lastEventEnd(seen);
+    this.open = end < 0 ? this.open + chunk.length : seen.length - end;
+    this.tail = seen.subarray(Math.max(0, seen.length - 3));
+    return this.open;
+  }
+}
+
 /** The answer's bytes as they come, its reading stopped with AnswerTooLarge past either bound. */
 async function* bounded(res: IncomingMessage): AsyncIterableIterator<Uint8Array<ArrayBuffer>> {
   let total = 0;
-  /** Bytes since the last event's end. */
-  let open = 0;
-  /** The last three bytes read, for a blank line across two reads. */
-  let tail = Buffer.alloc(0);
+  const span = new EventSpan();
   for await (const chunk of res as AsyncIterable<Buffer>) {
     total += chunk.length;
-    const seen = Buffer.concat([tail, chunk]);
-    const end = lastEventEnd(seen);
-    open = end < 0 ? open + chunk.length : seen.length - end;
-    tail = seen.subarray(Math.max(0, seen.length - 3));
-    if (open > ANSWER_EVENT_MAX) throw new AnswerTooLarge(`the answer sent an event of over ${ANSWER_EVENT_MAX} bytes with no end`);
+    if (span.next(chunk) > ANSWER_EVENT_MAX) throw new AnswerTooLarge(`the answer sent an event of over ${ANSWER_EVENT_MAX} bytes with no end`);
     if (total > ANSWER_BODY_MAX) throw new AnswerTooLarge(`the answer ran past ${ANSWER_BODY_MAX} bytes`);
     yield chunk as Uint8Array<ArrayBuffer>;
   }

@@ -9,6 +9,7 @@ import type { ToolAnswer, ToolMedia, ToolServer } from "../../turn/tools.js";
 import { isFolder } from "../../store/index.js";
 import { lazy, lazyImport } from "../../turn/load.js";
 import { log } from "../log.js";
+import { boundedFetch } from "./fetch.js";
 import { LineReadBuffer } from "./lines.js";
 
 const CLIENT_INFO = { name: "lnk-link-harness", version: "0.1.0" };
@@ -129,7 +130,7 @@ export class ToolSession {
             ...(source.cwd !== undefined ? { cwd: source.cwd } : {}),
             stderr: "pipe",
           })
-        : new sdk.StreamableHTTPClientTransport(new URL(source.url), { requestInit: { headers: source.headers ?? {} } });
+        : new sdk.StreamableHTTPClientTransport(new URL(source.url), { requestInit: { headers: source.headers ?? {} }, fetch: boundedFetch() });
     if (source.type === "stdio") readLinesWhole(transport as StdioClientTransport, sdk);
     // Set before connect so the Client chains it: for stdio it fires when the child has exited.
     const exited = new Promise<void>((resolve) => {
