@@ -50,14 +50,12 @@ function modelPool(agent: HttpAgent): Pool {
  * the pool and taken the request's listener off it, and an error nothing listens for ends the
  * process, every agent's turns with it. So each connection has a listener of its own from the
  * start: an error destroys the connection all the same (the pool lets it go), and reaches the
- * request it was made for through the request's own listener, as before. Nor is a connection made
- * with its first request's signal: it outlives that request. Returns the way to make one.
+ * request it was made for through the request's own listener, as before. Returns the way to make one.
  */
 function ownConnections(agent: HttpAgent): (options: ClientRequestArgs, made?: (err: Error | null, stream: Duplex) => void) => Duplex | null | undefined {
   const make = agent.createConnection.bind(agent);
   const own = (options: ClientRequestArgs, made?: (err: Error | null, stream: Duplex) => void) => {
-    const { signal: _signal, ...rest } = options;
-    const socket = make(rest, made);
+    const socket = make(options, made);
     socket?.on("error", heard);
     return socket;
   };
@@ -70,7 +68,7 @@ function heard(): void {
   // The connection is destroyed by the error itself.
 }
 
-/** A pool of kept-alive connections for a runtime's small asks, each made without its first request's signal. */
+/** A pool of kept-alive connections for a runtime's small asks, each heard to its end (ownConnections). */
 function asksPool(agent: HttpAgent): HttpAgent {
   ownConnections(agent);
   return agent;
