@@ -84,15 +84,24 @@ export function answerAfter(conv: ConversationPaths, after: number): Numbered | 
 }
 
 /**
+ * The most text of answers one answer to `_link/recover` carries, in characters: about one answer as
+ * long as a model's may be (turn/model.ts), and far under what a client reads in one message.
+ */
+export const RECOVERED_TEXT_MAX = 4 * 1024 * 1024;
+
+/**
  * `_link/recover`: each answer owed by a process that is gone (or by this one, whose client left),
  * once; each owed file taken is removed once this answer was written (`written`), else owed again.
+ * Answers past `max` characters in all (the first always goes) stay owed, for the next call: `more`.
  */
-export function recover(agent: AgentRef, written: Promise<boolean>, log: Logger): RecoveredAnswer[] {
+export function recover(agent: AgentRef, written: Promise<boolean>, log: Logger, max = RECOVERED_TEXT_MAX): { answers: RecoveredAnswer[]; more: boolean } {
   const { owed, faults } = listOwed(agent);
   for (const fault of faults) log.warn("an owed answer's file could not be read", { error: fault });
   const answers: RecoveredAnswer[] = [];
   const given = new Set<string>();
   const taken: Owed[] = [];
+  let size = 0;
+  let more = false;
   for (const o of owed.sort((a, b) => a.thread.localeCompare(b.thread) || a.after - b.after)) {
     const path = `${o.conv.dir}/${o.name}`;
     if (live.has(path) || handed.has(path)) continue;
@@ -105,14 +114,21 @@ export function recover(agent: AgentRef, written: Promise<boolean>, log: Logger)
       log.warn("an owed answer's conversation could not be read", { thread: o.thread, error: (e as Error).message });
       continue;
     }
+    const answer = found?.event.kind === EVENT_KINDS.message ? { n: found.n, text: found.event.text, time: found.event.time } : undefined;
+    // Two prompts of one turn (one steered it) owe one answer.
+    const key = answer ? `${o.thread}\n${answer.n}` : undefined;
+    const fresh = answer !== undefined && key !== undefined && !given.has(key);
+    // Past what one answer to the call carries (the first always goes): owed still, for the next call.
+    if (fresh && answers.length > 0 && size + answer.text.length > max) {
+      more = true;
+      continue;
+    }
     handed.add(path);
     taken.push(o);
-    if (!found || found.event.kind !== EVENT_KINDS.message) continue;
-    // Two prompts of one turn (one steered it) owe one answer.
-    const key = `${o.thread}\n${found.n}`;
-    if (given.has(key)) continue;
+    if (!fresh) continue;
     given.add(key);
-    answers.push({ sessionId: o.thread, event: found.n, text: found.event.text, time: found.event.time });
+    size += answer.text.length;
+    answers.push({ sessionId: o.thread, event: answer.n, text: answer.text, time: answer.time });
   }
   void written.then((ok) => {
     for (const o of taken) {
@@ -120,5 +136,5 @@ export function recover(agent: AgentRef, written: Promise<boolean>, log: Logger)
       if (ok) removeOwed(o.conv, o.name);
     }
   });
-  return answers;
+  return { answers, more };
 }

@@ -138,7 +138,8 @@ export function withLinkMethods(app: acp.AgentApp, a: LinkAgent, conn: LinkConne
     .onRequest(LINK_METHODS.recover, z.unknown(), ({ params, requestId }) => {
       const parsed = RecoverParams.safeParse(params ?? {});
       if (!parsed.success) throw invalidParams("_link/recover takes an object, {}");
-      return { answers: recover(a.agent, conn.written(requestId), a.log) } satisfies RecoverResult;
+      const { answers, more } = recover(a.agent, conn.written(requestId), a.log);
+      return { answers, ...(more ? { more: true as const } : {}) } satisfies RecoverResult;
     })
     .onRequest(LINK_METHODS.unproved, z.object({ method: z.unknown() }).loose(), ({ params }) => {
       throw unproved(params.method);

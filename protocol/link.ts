@@ -44,7 +44,8 @@ export const RecoverParams = z.object({}).loose();
 export const RecoveredAnswer = z
   .object({ sessionId: z.string(), event: z.number().int().positive(), text: z.string(), time: z.string() })
   .strict();
-export const RecoverResult = z.object({ answers: z.array(RecoveredAnswer) }).strict();
+/** `more`: answers were left owed, past what one answer to it carries: they come with the next call. */
+export const RecoverResult = z.object({ answers: z.array(RecoveredAnswer), more: z.literal(true).optional() }).strict();
 export type RecoveredAnswer = z.infer<typeof RecoveredAnswer>;
 export type RecoverResult = z.infer<typeof RecoverResult>;
 
