@@ -114,15 +114,15 @@ describe("state export of a hostile folder, fuzzed", { timeout: 120_000 }, () =>
         write(join(outside, "secret.md"), "OUTSIDE");
         for (const e of entries) {
           const at = join(dir, e.where, e.name);
-          mkdirSync(join(dir, e.where), { recursive: true });
           try {
+            mkdirSync(join(dir, e.where), { recursive: true });
             if (e.kind === "text") writeFileSync(at, e.text);
             else if (e.kind === "binary") writeFileSync(at, Buffer.from([0, 1, 2, 0xff]));
             else if (e.kind === "link") symlinkSync(join(outside, "secret.md"), at);
             else if (e.kind === "link to folder") symlinkSync(outside, at);
             else mkdirSync(at, { recursive: true });
           } catch {
-            // A name taken by an earlier entry: left as it is.
+            // A name taken by an earlier entry (a file where this one's folder would be, too): left as it is.
           }
         }
         const r = await cli(["state", "export", "--agent", dir]);
