@@ -249,9 +249,6 @@ export const ANSWER_BODY_MAX = 256 * 1024 * 1024;
 /** The most of an answer read whole (an error's body, a few hundred bytes as endpoints send them). */
 export const WHOLE_MAX = 1024 * 1024;
 
-/** An answer's body past ANSWER_EVENT_MAX or ANSWER_BODY_MAX: its reading stopped there. */
-export class AnswerTooLarge extends Error {}
-
 /** Where the last event of `bytes` ends: past its last blank line (\n\n, \r\r, or \r\n\r\n), else -1. */
 function lastEventEnd(bytes: Buffer): number {
   return Math.max(ends(bytes, LF_LF), ends(bytes, CR_CR), ends(bytes, CRLF_CRLF));
@@ -281,14 +278,14 @@ export class EventSpan {
   }
 }
 
-/** The answer's bytes as they come, its reading stopped with AnswerTooLarge past either bound. */
+/** The answer's bytes as they come, its reading stopped with TooLarge past ANSWER_EVENT_MAX or ANSWER_BODY_MAX. */
 async function* bounded(res: IncomingMessage): AsyncIterableIterator<Uint8Array<ArrayBuffer>> {
   let total = 0;
   const span = new EventSpan();
   for await (const chunk of res as AsyncIterable<Buffer>) {
     total += chunk.length;
-    if (span.next(chunk) > ANSWER_EVENT_MAX) throw new AnswerTooLarge(`the answer sent an event of over ${ANSWER_EVENT_MAX} bytes with no end`);
-    if (total > ANSWER_BODY_MAX) throw new AnswerTooLarge(`the answer ran past ${ANSWER_BODY_MAX} bytes`);
+    if (span.next(chunk) > ANSWER_EVENT_MAX) throw new TooLarge(`the answer sent an event of over ${ANSWER_EVENT_MAX} bytes with no end`);
+    if (total > ANSWER_BODY_MAX) throw new TooLarge(`the answer ran past ${ANSWER_BODY_MAX} bytes`);
     yield chunk as Uint8Array<ArrayBuffer>;
   }
 }

@@ -8,7 +8,7 @@ import { lazyImport } from "./load.js";
 import type { ChatMessage } from "./prompt.js";
 import { envSecrets, redactor, settingsSecrets, type Redactor } from "./redact.js";
 import { connectionFault } from "./faults.js";
-import { AnswerTooLarge, nodeFetch } from "./http.js";
+import { nodeFetch, TooLarge } from "./http.js";
 import { endpointName } from "./runtime.js";
 import type { OfferedCall } from "./tools.js";
 
@@ -192,7 +192,7 @@ async function classify(e: unknown, secrets: Redactor, endpoint: string): Promis
     const asked = retryAfter(e.headers);
     return { error, retry: status !== undefined && shouldRetry(status, e.headers), ...(asked !== undefined ? { asked } : {}) };
   }
-  if (e instanceof AnswerTooLarge) return { error: new ModelError("model_error", `the model's stream from ${endpoint} was cut: ${e.message}`), retry: false };
+  if (e instanceof TooLarge) return { error: new ModelError("model_error", `the model's stream from ${endpoint} was cut: ${e.message}`), retry: false };
   return { error: new ModelError("network", secrets.redact(`the model's stream from ${endpoint} failed: ${(e as Error).message ?? String(e)}`)), retry: false };
 }
 

@@ -9,7 +9,7 @@ export const TOOL_BODY_MAX = 16 * 1024 * 1024;
 /** The most of one event of a tool's event stream, from one blank line to the next. */
 export const TOOL_EVENT_MAX = 16 * 1024 * 1024;
 
-/** An answer's body, erroring past its bound: `span` counts an event stream's events, else the whole. */
+/** An answer's body, erroring past its bound: an event stream's (`events`) an event at a time, any other's whole. */
 function boundedBody(body: ReadableStream<Uint8Array>, events: boolean): ReadableStream<Uint8Array> {
   let total = 0;
   const span = new EventSpan();

@@ -49,7 +49,7 @@ const loadSdk: () => Promise<Sdk> = lazy(importSdk);
 /**
  * The stdio transport's buffer of what the tool writes, replaced before it starts by one that joins
  * each line once (daemon/tools/lines.ts), with the SDK's bound. The SDK keeps it in a field of its
- * own: a version that no longer does fails the test that checks it (test/tools.test.ts), where this
+ * own: a version that no longer does fails the test that checks it (test/tool-lines.test.ts), where this
  * would leave the SDK's buffer in place.
  */
 export function readLinesWhole(transport: StdioClientTransport, sdk: Pick<Sdk, "deserializeMessage" | "STDIO_DEFAULT_MAX_BUFFER_SIZE">): boolean {
