@@ -24,8 +24,10 @@ export function transcriptTail(conv: ConversationPaths, bytes = 256): string | u
   }
   try {
     const st = fstatSync(fd);
-    // Derived: anything but a regular file there reads as a copy cut short, and is made again.
-    if (!st.isFile()) return "";
+    // Derived: anything but a regular file of its own there reads as a copy cut short, and is made
+    // again (renamed into place: a file of one name, the other left as it was). A hard link is a
+    // file of another name too, maybe outside the agent's folder: what is added would go there.
+    if (!st.isFile() || st.nlink > 1) return "";
     const size = st.size;
     const len = Math.min(size, bytes);
     const buf = Buffer.alloc(len);
@@ -58,7 +60,10 @@ export function appendTranscript(conv: ConversationPaths, text: string): void {
       throw e;
     }
     try {
-      if (!fstatSync(fd).isFile()) throw notFile();
+      const st = fstatSync(fd);
+      if (!st.isFile()) throw notFile();
+      // Linked in since its end was read (transcriptTail): never added to, and made again next turn.
+      if (st.nlink > 1) throw new StoreError(`refused: ${conv.transcript} has ${st.nlink} names (a hard link): nothing is added to it`, conv.transcript);
       writeAll(fd, text);
     } finally {
       closeSync(fd);

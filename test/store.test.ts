@@ -651,6 +651,24 @@ describe("hostile files in the agent's folder", () => {
     expect(readEventsFrom(copy.conversation("t"), 1).map((e) => "text" in e.event && e.event.text)).toEqual(["one", "two"]);
   });
 
+  it("a copy with a second name (a hard link, maybe outside the agent's folder) is never added to: it is made again, the other name left as it was", () => {
+    const outside = join(tempDir(), "copy-of-another.md");
+    // Ends as a copy ends: added to, were its tail all that was looked at.
+    const theirs = "**Owner** · 2026-01-01 00:00 UTC\nsomeone else's words\n<!-- answer 0 -->\n\n";
+    writeFileSync(outside, theirs, { mode: 0o600 });
+    const conv = paths({ dir: tempDir() }).conversation("t");
+    ensureConversation(conv);
+    linkSync(outside, conv.transcript);
+    expect(transcriptTail(conv)).toBe("");
+    expect(() => appendTranscript(conv, "added\n")).toThrow("has 2 names (a hard link): nothing is added to it");
+    replaceTranscript(conv, "made again\n");
+    expect(readTranscript(conv)).toBe("made again\n");
+    expect(readFileSync(outside, "utf8")).toBe(theirs);
+    // Its own name again: added to as any copy is.
+    appendTranscript(conv, "added\n");
+    expect(readTranscript(conv)).toBe("made again\nadded\n");
+  });
+
   it("an event that is not JSON is named, never quoted: it may be a file with a secret", () => {
     const dir = tempDir();
     const conv = paths({ dir }).conversation("t");
