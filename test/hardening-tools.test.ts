@@ -8,6 +8,7 @@ import * as acp from "@agentclientprotocol/sdk";
 import type { ContentBlock, SessionNotification, SessionUpdate } from "@agentclientprotocol/sdk";
 import { beforeAll, describe, expect, it } from "vitest";
 import { z } from "zod";
+import { offeredName } from "../daemon/tools/offer.js";
 import { paths, readEventsFrom } from "../store/index.js";
 import { configure, daemonTestHooks, openClient, scriptedSettings, startDaemon, stdioStream, tempDir, type Client, type Daemon, watched } from "./acp-client.js";
 import type { ModelServer } from "./model-server.js";
@@ -135,6 +136,53 @@ describe("a tool that answers at length", { timeout: 30_000 }, () => {
     expect(answer?.text.startsWith("z".repeat(1000))).toBe(true);
     expect(Buffer.byteLength(answer?.text ?? "")).toBeLessThanOrEqual(32 * 1024);
     expect(await d.stop()).toEqual({ code: 0, signal: null });
+  });
+});
+
+describe("a tool that lists past what a provider takes", { timeout: 60_000 }, () => {
+  it("has at most 128 calls offered, each named in 64 characters a provider takes, described and schemed within bounds; a shortened name still reaches its call", async () => {
+    const dir = agent();
+    const d = daemon(["--agent", dir]);
+    const wide: acp.McpServer = { name: "probe", command: process.execPath, args: [PROBE], env: [{ name: "PROBE_WIDE", value: "200" }] };
+    const { c, sessionId } = await session(d, [wide]);
+    let offered: { name: string; description?: string; parameters?: unknown }[] = [];
+    server.script(
+      (r) => {
+        offered = ((r.body as { tools?: { function: { name: string; description?: string; parameters?: unknown } }[] }).tools ?? []).map((t) => t.function);
+        const long = offered.find((f) => f.name.startsWith("probe__zz_a_call_named_at_such_length"));
+        return { tool_calls: [{ name: long?.name ?? "none", arguments: {} }] };
+      },
+      { text: "Called." },
+    );
+    // The scripted model refuses what OpenAI's API refuses: the turn ends well only if all was taken.
+    expect(await prompt(c, sessionId, "call a long one")).toMatchObject({ stopReason: "end_turn" });
+    expect(offered.length).toBe(128);
+    expect(new Set(offered.map((f) => f.name)).size).toBe(128);
+    for (const f of offered) {
+      expect(f.name).toMatch(/^[A-Za-z0-9_-]{1,64}$/);
+      expect((f.description ?? "").length).toBeLessThanOrEqual(8192);
+      expect(JSON.stringify(f.parameters).length).toBeLessThanOrEqual(64 * 1024);
+    }
+    const names = offered.map((f) => f.name);
+    // Sorted by name, the first 128 kept: the long ones shortened and told apart by their hash.
+    expect(names).toEqual([...names].sort());
+    expect(names.filter((n) => n.startsWith("probe__zz_"))).toHaveLength(128 - 7);
+    expect(names).toContain("probe__appel__-nommer__");
+    expect(names).toContain("probe__described_at_length");
+    expect(names).not.toContain("probe__schema_of_a_thousand_fields");
+    expect(offered.find((f) => f.name === "probe__described_at_length")?.description).toMatch(/^A call described at length\. .*…$/s);
+    // The call named by its shortened name ran, as the tool named it.
+    const [answer] = results(dir, sessionId).map((r) => r as { text: string; error: boolean });
+    expect(answer).toMatchObject({ error: false, text: expect.stringMatching(/^called zz_a_call_named_at_such_length_that_with_its_tool_it_passes_sixty_four_\d{3}$/) });
+    expect(offeredName("probe", (answer?.text ?? "").slice("called ".length))).toBe(names.find((n) => n.startsWith("probe__zz_")));
+    // Each call left out is said once in the log, with why: not again at the next turn.
+    server.script({ text: "Again." });
+    expect(await prompt(c, sessionId, "again")).toMatchObject({ stopReason: "end_turn" });
+    expect(await d.stop()).toEqual({ code: 0, signal: null });
+    const left = logLines(d).filter((l) => l.msg === "a tool's call is not offered");
+    expect(left.filter((l) => l.call === "schema_of_a_thousand_fields")).toEqual([expect.objectContaining({ tool: "probe", why: expect.stringContaining("over the 65536") })]);
+    // 208 listed (200 wide, the other letters, the long description, the schema; cwd, env, crash, big, meet): 207 less the schema, 128 offered.
+    expect(left.filter((l) => String(l.why).startsWith("past the 128"))).toHaveLength(207 - 128);
   });
 });
 

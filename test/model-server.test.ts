@@ -118,6 +118,17 @@ describe("scripted model server", () => {
     expect(String((error as Error).message)).toContain("maximum context length is 8192 tokens");
   });
 
+  it("refuses the tools OpenAI's API refuses: more than 128, a name past 64 characters or outside its pattern", async () => {
+    const fn = (name: string) => ({ type: "function" as const, function: { name, parameters: { type: "object", properties: {} } } });
+    const refused = async (tools: ReturnType<typeof fn>[]) => client.chat.completions.create({ model: "m", messages: ask("hi"), tools }).catch((e: unknown) => e);
+    expect(await refused(Array.from({ length: 129 }, (_, i) => fn(`f${i}`)))).toMatchObject({ status: 400, code: "array_above_max_length" });
+    expect(await refused([fn("a".repeat(65))])).toMatchObject({ status: 400, code: "string_above_max_length" });
+    expect(await refused([fn("ok"), fn("has a space")])).toMatchObject({ status: 400, code: "invalid_value" });
+    // At the bounds, taken.
+    const taken = await client.chat.completions.create({ model: "m", messages: ask("hi"), tools: Array.from({ length: 128 }, (_, i) => fn(`${"f".repeat(60)}${i}`.slice(-64))) });
+    expect(taken.choices[0]?.message.content).toBe("echo: hi");
+  });
+
   it("lets the client retry a 503 and succeed on the next scripted reply", async () => {
     server.script({ error: { status: 503, message: "The server is overloaded." } }, { text: "recovered" });
     const retrying = new OpenAI({ baseURL: server.url, apiKey: "x", maxRetries: 2 });

@@ -1,7 +1,8 @@
 // A scripted OpenAI-compatible chat-completions server on loopback: the only stand-in
 // for the paid model API in tests, the benchmark and the demo, so it speaks the real
-// wire format (SSE chunks, tool-call deltas, usage, error bodies) and records every
-// request so a test can assert what the model was sent.
+// wire format (SSE chunks, tool-call deltas, usage, error bodies), refuses the tools
+// OpenAI's API refuses (more than 128, a name past 64 characters or outside its
+// pattern), and records every request so a test can assert what the model was sent.
 import { randomBytes } from "node:crypto";
 import { readFileSync } from "node:fs";
 import { createServer, type IncomingHttpHeaders, type IncomingMessage, type ServerResponse } from "node:http";
@@ -266,6 +267,32 @@ function sendError(res: ServerResponse, error: ErrorReply["error"], request?: Re
   sendJson(res, error.status, { error: { message, type, code: error.code ?? null, param: null } }, error.headers);
 }
 
+/** The most functions a request may offer, and the pattern of a function's name, as OpenAI's API holds them. */
+const TOOLS_MAX = 128;
+const FUNCTION_NAME = /^[a-zA-Z0-9_-]+$/;
+const FUNCTION_NAME_MAX = 64;
+
+/** What OpenAI's API says of a request's tools it refuses (its own words and codes), if it would. */
+function toolsRefused(body: ChatRequest): { message: string; code: string } | undefined {
+  const tools: unknown = (body as { tools?: unknown }).tools;
+  if (tools === undefined) return undefined;
+  if (!Array.isArray(tools)) return { message: "Invalid type for 'tools': expected an array of objects, but got a non-array value instead.", code: "invalid_type" };
+  if (tools.length > TOOLS_MAX) {
+    return { message: `Invalid 'tools': array too long. Expected an array with maximum length ${TOOLS_MAX}, but got an array with length ${tools.length} instead.`, code: "array_above_max_length" };
+  }
+  for (const [i, tool] of tools.entries()) {
+    const name: unknown = (tool as { function?: { name?: unknown } } | null)?.function?.name;
+    if (typeof name !== "string") return { message: `Missing required parameter: 'tools[${i}].function.name'.`, code: "missing_required_parameter" };
+    if (name.length > FUNCTION_NAME_MAX) {
+      return { message: `Invalid 'tools[${i}].function.name': string too long. Expected a string with maximum length ${FUNCTION_NAME_MAX}, but got a string with length ${name.length} instead.`, code: "string_above_max_length" };
+    }
+    if (!FUNCTION_NAME.test(name)) {
+      return { message: `Invalid 'tools[${i}].function.name': string does not match pattern. Expected a string that matches the pattern '${FUNCTION_NAME.source}'.`, code: "invalid_value" };
+    }
+  }
+  return undefined;
+}
+
 /** Sleeps unless the client hangs up first; false when it did. */
 async function wait(ms: number | undefined, gone: AbortSignal): Promise<boolean> {
   if (ms !== undefined && ms > 0) await sleep(ms, undefined, { signal: gone }).catch(() => undefined);
@@ -456,6 +483,9 @@ export async function startModelServer(opts: ModelServerOptions = {}): Promise<M
       const message = parsed.success ? "Missing required parameter: 'messages'." : `Invalid body: ${parsed.error.message}`;
       return sendError(res, { status: 400, message });
     }
+
+    const refused = toolsRefused(request.body);
+    if (refused) return sendError(res, { status: 400, ...refused });
 
     const sent = JSON.stringify(request.body.messages);
     const cachedChars = cache.reduce((most, earlier) => Math.max(most, sharedStart(earlier, sent)), 0);

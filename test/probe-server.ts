@@ -1,7 +1,7 @@
 // A tool that tells about itself, for tests: an MCP server on stdio whose calls answer with the
 // folder it was started in and a variable of its environment, or write to stderr and exit, or answer
 // only once several calls run at once (so a test sees calls side by side, not by the clock), or answer
-// with as many bytes as asked.
+// with as many bytes as asked; or (PROBE_WIDE) lists calls past the bounds of what is offered.
 // Usage: node dist/test/probe-server.js
 import { McpServer } from "@modelcontextprotocol/sdk/server/mcp.js";
 import { StdioServerTransport } from "@modelcontextprotocol/sdk/server/stdio.js";
@@ -43,5 +43,21 @@ server.registerTool(
     return { content: [{ type: "text", text: met >= count ? `met ${met}` : `alone: ${met} running` }] };
   },
 );
+
+// PROBE_WIDE=N: N calls more, each named past what a provider takes with the tool's name before it
+// (and last in the order of names), then one named in other letters, one described at length and one whose arguments' schema is
+// over 64 KiB; each answers with its own name.
+const wide = Number(process.env.PROBE_WIDE ?? 0);
+const answerName = (name: string) => () => ({ content: [{ type: "text" as const, text: `called ${name}` }] });
+for (let i = 0; i < wide; i++) {
+  const name = `zz_a_call_named_at_such_length_that_with_its_tool_it_passes_sixty_four_${String(i).padStart(3, "0")}`;
+  server.registerTool(name, { description: `Wide call ${i}.` }, answerName(name));
+}
+if (wide > 0) {
+  server.registerTool("appel.à-nommer ✓", { description: "Named in other letters." }, answerName("appel.à-nommer ✓"));
+  server.registerTool("described_at_length", { description: `${"A call described at length. ".repeat(1000)}The end.` }, answerName("described_at_length"));
+  const fields = Object.fromEntries(Array.from({ length: 1000 }, (_, i) => [`field_${i}`, z.string().optional().describe("A field among a thousand, each with a sentence of its own to say.")]));
+  server.registerTool("schema_of_a_thousand_fields", { description: "Takes a thousand fields.", inputSchema: fields }, answerName("schema_of_a_thousand_fields"));
+}
 
 await server.connect(new StdioServerTransport());

@@ -3,8 +3,9 @@
 import { TIMEOUT_DEFAULTS } from "../../protocol/index.js";
 import { envSecrets, redactor, sourceSecrets, type Redactor } from "../../turn/redact.js";
 import type { OfferedCall, OpenOptions, ToolAnswer, ToolBox, ToolHost, ToolServer } from "../../turn/tools.js";
-import { MEMORY_TOOL, TOOL_SEPARATOR } from "../../turn/tools.js";
+import { MEMORY_TOOL } from "../../turn/tools.js";
 import { log } from "../log.js";
+import { offerCalls, type ListedTool } from "./offer.js";
 import { type ListedCall, SessionLost, ToolSession, within } from "./session.js";
 
 export interface McpToolHostOptions {
@@ -21,6 +22,9 @@ export interface McpToolHostOptions {
   /** How long a call may take, progress or not; a turn's settings (timeouts.tool_call) win. */
   callTotalMs?: number;
 }
+
+/** The most calls left out the log remembers having said (then it says them again). */
+const SAID_MAX = 4_096;
 
 const DEFAULTS: Required<McpToolHostOptions> = {
   memoryIdleMs: 10 * 60_000,
@@ -90,6 +94,8 @@ export class McpToolHost implements ToolHost {
   /** Work that must end before the host has: listings, sessions being ended. */
   private readonly background = new Set<Promise<unknown>>();
   private readonly shutdown = new AbortController();
+  /** The calls left out already said in the log (each once, not at every turn). */
+  private readonly saidLeftOut = new Set<string>();
 
   constructor(opts: McpToolHostOptions = {}, env: NodeJS.ProcessEnv = process.env) {
     this.opts = { ...DEFAULTS, ...opts };
@@ -166,24 +172,21 @@ export class McpToolHost implements ToolHost {
   }
 
   private offer(tools: readonly ToolServer[], allowed: readonly string[] | undefined): Entry[] {
-    const entries: Entry[] = [];
+    const listed: ListedTool<{ server: ToolServer; key: string }>[] = [];
     for (const server of tools) {
       const key = sourceKey(server);
       const calls = this.lists.get(key);
-      if (calls === undefined) continue;
-      const names = new Set<string>();
-      const mine: Entry[] = [];
-      for (const c of calls) {
-        const name = `${server.name}${TOOL_SEPARATOR}${c.call.replace(/[^A-Za-z0-9_-]/g, "_")}`;
-        if (names.has(name)) continue;
-        names.add(name);
-        if (allowed !== undefined && !allowed.includes(server.name) && !allowed.includes(name)) continue;
-        mine.push({ name, tool: server.name, call: c.call, description: c.description, parameters: c.parameters, server, key });
-      }
-      mine.sort((a, b) => compare(a.name, b.name));
-      entries.push(...mine);
+      if (calls !== undefined) listed.push({ name: server.name, calls, with: { server, key } });
     }
-    return entries;
+    const { offered, leftOut } = offerCalls(listed, allowed, (tool) => tool === MEMORY_TOOL);
+    for (const l of leftOut) {
+      const said = JSON.stringify([l.tool, l.call, l.why]);
+      if (this.saidLeftOut.has(said)) continue;
+      if (this.saidLeftOut.size >= SAID_MAX) this.saidLeftOut.clear();
+      this.saidLeftOut.add(said);
+      log.warn("a tool's call is not offered", { tool: l.tool, call: l.call.slice(0, 200), why: l.why });
+    }
+    return offered.map(({ with: w, ...call }) => ({ ...call, server: w.server, key: w.key }));
   }
 
   // --- sessions ----------------------------------------------------------------------------------

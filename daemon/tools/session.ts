@@ -11,6 +11,7 @@ import { lazy, lazyImport } from "../../turn/load.js";
 import { log } from "../log.js";
 import { boundedFetch } from "./fetch.js";
 import { LineReadBuffer } from "./lines.js";
+import { LISTED_MAX } from "./offer.js";
 
 const CLIENT_INFO = { name: "lnk-link-harness", version: "0.1.0" };
 /** Bounds on ending a session: the SDK's own stdio close escalates stdin end → SIGTERM → SIGKILL, 2 s apart. */
@@ -163,11 +164,14 @@ export class ToolSession {
     return "pid" in this.transport ? (this.transport.pid ?? undefined) : undefined;
   }
 
-  /** Every call the tool lists, in its order; calls that need MCP tasks are left out (tools/call can't run them). */
+  /**
+   * The calls the tool lists, in its order, the first LISTED_MAX of them (a list of thousands is not
+   * read to its end); calls that need MCP tasks are left out (tools/call can't run them).
+   */
   async list(timeoutMs: number, signal?: AbortSignal): Promise<ListedCall[]> {
     const calls: ListedCall[] = [];
     let cursor: string | undefined;
-    for (let page = 0; page < MAX_LIST_PAGES; page++) {
+    for (let page = 0; page < MAX_LIST_PAGES && calls.length < LISTED_MAX; page++) {
       const own = follow(signal);
       const result = await this.client
         .listTools(cursor === undefined ? {} : { cursor }, { timeout: timeoutMs, signal: own.controller.signal })
@@ -179,7 +183,7 @@ export class ToolSession {
       cursor = result.nextCursor;
       if (cursor === undefined) break;
     }
-    return calls;
+    return calls.slice(0, LISTED_MAX);
   }
 
   /**

@@ -1,0 +1,111 @@
+// What a turn offers the model of its tools' calls, as every provider takes a function: each named
+// <tool>__<call> in letters, digits, `_` and `-`, at most 64 characters; at most 128 calls in all;
+// each described in at most 8,192 characters, its arguments' schema at most 64 KiB as JSON. A tool's
+// list comes from a server outside the harness: a call named past 64 characters, a list of
+// thousands, a schema of megabytes would otherwise have the provider refuse every request (OpenAI's
+// API takes a name of at most 64 characters and at most 128 functions), or fill the window, at every
+// turn while that tool is set. What is offered is the same for the same lists, turn after turn, so
+// the provider's cache holds.
+import { createHash } from "node:crypto";
+import { TOOL_SEPARATOR } from "../../turn/tools.js";
+import type { ListedCall } from "./session.js";
+
+/** The longest name a call is offered under: OpenAI's API, and the others after it, take no longer. */
+export const CALL_NAME_MAX = 64;
+/** The most calls one request offers: OpenAI's API takes no more (others take more, none fewer). */
+export const OFFERED_MAX = 128;
+/** A call's description is offered up to this many characters, then cut. */
+export const DESCRIPTION_MAX = 8_192;
+/** A call whose arguments' schema is longer than this as JSON (in characters) is not offered: a schema can't be cut. */
+export const PARAMETERS_MAX = 64 * 1024;
+/** The most calls kept of one tool's list: its pages past them are not asked for. */
+export const LISTED_MAX = 1_024;
+
+/** The hash that ends a name shortened to CALL_NAME_MAX: `_` and 8 hex digits. */
+const HASH_CHARS = 8;
+
+/** A tool's calls, as it listed them, with what the caller keeps beside each of its offered calls. */
+export interface ListedTool<T> {
+  /** The tool's name (lower-case, at most 32 characters: daemon/tools/discover.ts). */
+  name: string;
+  calls: readonly ListedCall[];
+  /** What the caller keeps with each offered call of this tool (its server, its key). */
+  with: T;
+}
+
+export type OfferedEntry<T> = { name: string; tool: string; call: string; description: string; parameters: Record<string, unknown> } & { with: T };
+
+/** A call listed and not offered, and why, in words for a log line. */
+export interface LeftOut {
+  tool: string;
+  call: string;
+  why: string;
+}
+
+/**
+ * The name a call is offered under: `<tool>__<call>`, every character of the call that a provider
+ * refuses made `_`; one longer than CALL_NAME_MAX is cut, and ended with a hash of the call's own
+ * name, so two calls alike in their first characters still have names of their own.
+ */
+export function offeredName(tool: string, call: string): string {
+  const whole = `${tool}${TOOL_SEPARATOR}${call.replace(/[^A-Za-z0-9_-]/g, "_")}`;
+  if (whole.length <= CALL_NAME_MAX) return whole;
+  const hash = createHash("sha256").update(call).digest("hex").slice(0, HASH_CHARS);
+  return `${whole.slice(0, CALL_NAME_MAX - HASH_CHARS - 1)}_${hash}`;
+}
+
+/** A description cut to DESCRIPTION_MAX characters, never inside a character. */
+export function offeredDescription(description: string): string {
+  if (description.length <= DESCRIPTION_MAX) return description;
+  let end = DESCRIPTION_MAX - 1;
+  const last = description.charCodeAt(end - 1);
+  if (last >= 0xd800 && last <= 0xdbff) end--;
+  return `${description.slice(0, end)}…`;
+}
+
+/**
+ * The calls a turn offers, from the tools' lists (the tools in the order given, each tool's calls in
+ * the order of their names): a call named as one offered before it (two that differ only in
+ * characters made `_`) is offered once, the first listed; one whose schema is too long is left out;
+ * past OFFERED_MAX in all, those of memory (`keep`) are kept first and the rest in order, the others
+ * left out. `allowed` (a subagent's list) narrows them first, by tool name or offered name.
+ */
+export function offerCalls<T>(tools: readonly ListedTool<T>[], allowed: readonly string[] | undefined, keep: (tool: string) => boolean): { offered: OfferedEntry<T>[]; leftOut: LeftOut[] } {
+  const candidates: OfferedEntry<T>[] = [];
+  const leftOut: LeftOut[] = [];
+  for (const tool of tools) {
+    const names = new Set<string>();
+    const mine: OfferedEntry<T>[] = [];
+    for (const c of tool.calls) {
+      const name = offeredName(tool.name, c.call);
+      if (names.has(name)) continue;
+      names.add(name);
+      if (allowed !== undefined && !allowed.includes(tool.name) && !allowed.includes(name)) continue;
+      const schema = JSON.stringify(c.parameters);
+      if (schema.length > PARAMETERS_MAX) {
+        leftOut.push({ tool: tool.name, call: c.call, why: `its arguments' schema is ${schema.length} characters, over the ${PARAMETERS_MAX} a call's may be` });
+        continue;
+      }
+      mine.push({ name, tool: tool.name, call: c.call, description: offeredDescription(c.description), parameters: c.parameters, with: tool.with });
+    }
+    mine.sort((a, b) => compare(a.name, b.name));
+    candidates.push(...mine);
+  }
+  if (candidates.length <= OFFERED_MAX) return { offered: candidates, leftOut };
+  // Memory's calls first, then the others in order, up to the most; offered in the order they had.
+  const kept = new Set<OfferedEntry<T>>();
+  for (const first of [true, false]) {
+    for (const e of candidates) {
+      if (kept.size >= OFFERED_MAX) break;
+      if (keep(e.tool) === first) kept.add(e);
+    }
+  }
+  for (const e of candidates) {
+    if (!kept.has(e)) leftOut.push({ tool: e.tool, call: e.call, why: `past the ${OFFERED_MAX} calls a request may offer` });
+  }
+  return { offered: candidates.filter((e) => kept.has(e)), leftOut };
+}
+
+function compare(a: string, b: string): number {
+  return a < b ? -1 : a > b ? 1 : 0;
+}
