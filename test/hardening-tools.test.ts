@@ -181,8 +181,33 @@ describe("a tool that lists past what a provider takes", { timeout: 60_000 }, ()
     expect(await d.stop()).toEqual({ code: 0, signal: null });
     const left = logLines(d).filter((l) => l.msg === "a tool's call is not offered");
     expect(left.filter((l) => l.call === "schema_of_a_thousand_fields")).toEqual([expect.objectContaining({ tool: "probe", why: expect.stringContaining("over the 65536") })]);
-    // 208 listed (200 wide, the other letters, the long description, the schema; cwd, env, crash, big, meet): 207 less the schema, 128 offered.
+    expect(left.filter((l) => String(l.call).startsWith("nnnn"))).toEqual([expect.objectContaining({ call: "n".repeat(200), why: "its name is 2000 characters, over the 1024 a call's may be" })]);
+    // 209 listed (200 wide, the other letters, the long description, the schema, the long name; cwd,
+    // env, crash, big, meet): 207 less the schema and the long name, 128 offered.
     expect(left.filter((l) => String(l.why).startsWith("past the 128"))).toHaveLength(207 - 128);
+  });
+});
+
+describe("a tool whose list runs to megabytes", { timeout: 60_000 }, () => {
+  it("is read to 4 MiB and no further, said in the log; the calls read before are offered", async () => {
+    const dir = agent();
+    const d = daemon(["--agent", dir]);
+    const heavy: acp.McpServer = { name: "probe", command: process.execPath, args: [PROBE], env: [{ name: "PROBE_HEAVY", value: "600" }] };
+    const { c, sessionId } = await session(d, [heavy]);
+    let offered: string[] = [];
+    server.script((r) => {
+      offered = ((r.body as { tools?: { function: { name: string } }[] }).tools ?? []).map((t) => t.function.name);
+      return { text: "Listed." };
+    });
+    expect(await prompt(c, sessionId, "what can you call?")).toMatchObject({ stopReason: "end_turn" });
+    expect(offered).toHaveLength(128);
+    expect(offered.slice(0, 5)).toEqual(["probe__big", "probe__crash", "probe__cwd", "probe__env", "probe__heavy_0000"]);
+    expect(await d.stop()).toEqual({ code: 0, signal: null });
+    const said = logLines(d).filter((l) => l.msg === "a tool's list is read no further");
+    expect(said).toEqual([expect.objectContaining({ tool: "probe", why: `past the ${4 * 1024 * 1024} characters of a tool's list read` })]);
+    // Some 500 of the 605 calls, 8 KiB each, were read.
+    expect(Number(said[0]?.calls)).toBeGreaterThan(450);
+    expect(Number(said[0]?.calls)).toBeLessThan(520);
   });
 });
 

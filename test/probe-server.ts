@@ -45,8 +45,8 @@ server.registerTool(
 );
 
 // PROBE_WIDE=N: N calls more, each named past what a provider takes with the tool's name before it
-// (and last in the order of names), then one named in other letters, one described at length and one whose arguments' schema is
-// over 64 KiB; each answers with its own name.
+// (and last in the order of names), then one named in other letters, one described at length, one
+// whose arguments' schema is over 64 KiB and one named in 2,000 characters; each answers with its name.
 const wide = Number(process.env.PROBE_WIDE ?? 0);
 const answerName = (name: string) => () => ({ content: [{ type: "text" as const, text: `called ${name}` }] });
 for (let i = 0; i < wide; i++) {
@@ -58,6 +58,11 @@ if (wide > 0) {
   server.registerTool("described_at_length", { description: `${"A call described at length. ".repeat(1000)}The end.` }, answerName("described_at_length"));
   const fields = Object.fromEntries(Array.from({ length: 1000 }, (_, i) => [`field_${i}`, z.string().optional().describe("A field among a thousand, each with a sentence of its own to say.")]));
   server.registerTool("schema_of_a_thousand_fields", { description: "Takes a thousand fields.", inputSchema: fields }, answerName("schema_of_a_thousand_fields"));
+  server.registerTool("n".repeat(2000), { description: "Named at length." }, answerName("n…"));
+}
+// PROBE_HEAVY=N: N calls more, each described in 8 KiB: a list of megabytes.
+for (let i = 0; i < Number(process.env.PROBE_HEAVY ?? 0); i++) {
+  server.registerTool(`heavy_${String(i).padStart(4, "0")}`, { description: `Heavy call ${i}. ${"x".repeat(8180)}` }, answerName(`heavy_${i}`));
 }
 
 await server.connect(new StdioServerTransport());

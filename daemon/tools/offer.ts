@@ -20,6 +20,13 @@ export const DESCRIPTION_MAX = 8_192;
 export const PARAMETERS_MAX = 64 * 1024;
 /** The most calls kept of one tool's list: its pages past them are not asked for. */
 export const LISTED_MAX = 1_024;
+/** The most characters of one tool's list kept (names, descriptions as cut, schemas): past them it is read no further. */
+export const LISTED_CHARS_MAX = 4 * 1024 * 1024;
+/** A call whose own name is longer than this is not offered (MCP asks for at most 128 characters). */
+export const CALL_NAME_LISTED_MAX = 1_024;
+
+/** Why a call whose arguments' schema is `chars` long (as JSON) is not offered. */
+export const schemaTooLong = (chars: number): string => `its arguments' schema is ${chars} characters, over the ${PARAMETERS_MAX} a call's may be`;
 
 /** The hash that ends a name shortened to CALL_NAME_MAX: `_` and 8 hex digits. */
 const HASH_CHARS = 8;
@@ -81,9 +88,10 @@ export function offerCalls<T>(tools: readonly ListedTool<T>[], allowed: readonly
       if (names.has(name)) continue;
       names.add(name);
       if (allowed !== undefined && !allowed.includes(tool.name) && !allowed.includes(name)) continue;
-      const schema = JSON.stringify(c.parameters);
-      if (schema.length > PARAMETERS_MAX) {
-        leftOut.push({ tool: tool.name, call: c.call, why: `its arguments' schema is ${schema.length} characters, over the ${PARAMETERS_MAX} a call's may be` });
+      const schema = JSON.stringify(c.parameters).length;
+      const unfit = c.unfit ?? (schema > PARAMETERS_MAX ? schemaTooLong(schema) : undefined);
+      if (unfit !== undefined) {
+        leftOut.push({ tool: tool.name, call: c.call, why: unfit });
         continue;
       }
       mine.push({ name, tool: tool.name, call: c.call, description: offeredDescription(c.description), parameters: c.parameters, with: tool.with });

@@ -11,7 +11,7 @@ import { lazy, lazyImport } from "../../turn/load.js";
 import { log } from "../log.js";
 import { boundedFetch } from "./fetch.js";
 import { LineReadBuffer } from "./lines.js";
-import { LISTED_MAX } from "./offer.js";
+import { CALL_NAME_LISTED_MAX, LISTED_CHARS_MAX, LISTED_MAX, PARAMETERS_MAX, offeredDescription, schemaTooLong } from "./offer.js";
 
 const CLIENT_INFO = { name: "lnk-link-harness", version: "0.1.0" };
 /** Bounds on ending a session: the SDK's own stdio close escalates stdin end → SIGTERM → SIGKILL, 2 s apart. */
@@ -65,6 +65,8 @@ export interface ListedCall {
   call: string;
   description: string;
   parameters: Record<string, unknown>;
+  /** Why it can't be offered, when it can't (its name or schema too long: kept without them). */
+  unfit?: string;
 }
 
 export interface CallOptions {
@@ -165,25 +167,34 @@ export class ToolSession {
   }
 
   /**
-   * The calls the tool lists, in its order, the first LISTED_MAX of them (a list of thousands is not
-   * read to its end); calls that need MCP tasks are left out (tools/call can't run them).
+   * The calls the tool lists, in its order, as they are kept (`listed`): the first LISTED_MAX of
+   * them, within LISTED_CHARS_MAX in all (a list of thousands, or of megabytes, is not read to its
+   * end, and what is past the bound is said in the log); calls that need MCP tasks are left out
+   * (tools/call can't run them).
    */
   async list(timeoutMs: number, signal?: AbortSignal): Promise<ListedCall[]> {
     const calls: ListedCall[] = [];
+    let chars = 0;
     let cursor: string | undefined;
-    for (let page = 0; page < MAX_LIST_PAGES && calls.length < LISTED_MAX; page++) {
+    for (let page = 0; page < MAX_LIST_PAGES; page++) {
       const own = follow(signal);
       const result = await this.client
         .listTools(cursor === undefined ? {} : { cursor }, { timeout: timeoutMs, signal: own.controller.signal })
         .finally(own.done);
       for (const tool of result.tools) {
         if (tool.execution?.taskSupport === "required") continue;
-        calls.push(listed(tool));
+        const call = listed(tool);
+        chars += call.call.length + call.description.length + JSON.stringify(call.parameters).length;
+        if (calls.length >= LISTED_MAX || chars > LISTED_CHARS_MAX) {
+          log.warn("a tool's list is read no further", { tool: this.tool, calls: calls.length, why: calls.length >= LISTED_MAX ? `past the ${LISTED_MAX} calls of a tool's list read` : `past the ${LISTED_CHARS_MAX} characters of a tool's list read` });
+          return calls;
+        }
+        calls.push(call);
       }
       cursor = result.nextCursor;
       if (cursor === undefined) break;
     }
-    return calls.slice(0, LISTED_MAX);
+    return calls;
   }
 
   /**
@@ -276,10 +287,21 @@ export class ToolSession {
   }
 }
 
+/**
+ * A call as it is kept between turns: its description cut as it is offered, and one that can't be
+ * offered (a name or a schema too long) kept without them, saying why. A list of a tool's is kept
+ * in memory as long as the process serves the agent: what a tool sends is never kept whole.
+ */
 function listed(tool: Tool): ListedCall {
+  const description = offeredDescription(tool.description ?? tool.title ?? "");
+  if (tool.name.length > CALL_NAME_LISTED_MAX) {
+    return { call: `${tool.name.slice(0, 200)}…`, description: "", parameters: {}, unfit: `its name is ${tool.name.length} characters, over the ${CALL_NAME_LISTED_MAX} a call's may be` };
+  }
   // `$schema` is left out: some providers refuse it in a function's parameters.
   const { $schema: _schema, ...parameters } = tool.inputSchema;
-  return { call: tool.name, description: tool.description ?? tool.title ?? "", parameters };
+  const schema = JSON.stringify(parameters).length;
+  if (schema > PARAMETERS_MAX) return { call: tool.name, description, parameters: {}, unfit: schemaTooLong(schema) };
+  return { call: tool.name, description, parameters };
 }
 
 /** The most of an image a call's answer shows the client, in bytes of its data (a message's part may be 10 MiB). */
