@@ -11,7 +11,7 @@ import { z } from "zod";
 import { offeredName } from "../daemon/tools/offer.js";
 import { paths, readEventsFrom } from "../store/index.js";
 import { configure, daemonTestHooks, openClient, scriptedSettings, startDaemon, stdioStream, tempDir, type Client, type Daemon, watched } from "./acp-client.js";
-import type { ModelServer } from "./model-server.js";
+import type { ModelServer, RecordedRequest } from "./model-server.js";
 import { assertBuilt, BIN, ROOT } from "./fixtures/built.js";
 
 const EVERYTHING = `"${process.execPath}" "${ROOT}node_modules/@modelcontextprotocol/server-everything/dist/index.js" stdio`;
@@ -139,16 +139,24 @@ describe("a tool that answers at length", { timeout: 30_000 }, () => {
   });
 });
 
+/** An agent, its daemon, and a session with the probe as its client's tool, started with `name`=`value`. */
+async function probeWith(name: string, value: string): Promise<{ dir: string; d: Daemon; c: Client; sessionId: string }> {
+  const dir = agent();
+  const d = daemon(["--agent", dir]);
+  return { dir, d, ...(await session(d, [{ name: "probe", command: process.execPath, args: [PROBE], env: [{ name, value }] }])) };
+}
+
+type OfferedFunction = { name: string; description?: string; parameters?: unknown };
+/** The functions a request to the model offered. */
+const functionsOf = (r: RecordedRequest): OfferedFunction[] => ((r.body as { tools?: { function: OfferedFunction }[] }).tools ?? []).map((t) => t.function);
+
 describe("a tool that lists past what a provider takes", { timeout: 60_000 }, () => {
   it("has at most 128 calls offered, each named in 64 characters a provider takes, described and schemed within bounds; a shortened name still reaches its call", async () => {
-    const dir = agent();
-    const d = daemon(["--agent", dir]);
-    const wide: acp.McpServer = { name: "probe", command: process.execPath, args: [PROBE], env: [{ name: "PROBE_WIDE", value: "200" }] };
-    const { c, sessionId } = await session(d, [wide]);
-    let offered: { name: string; description?: string; parameters?: unknown }[] = [];
+    const { dir, d, c, sessionId } = await probeWith("PROBE_WIDE", "200");
+    let offered: OfferedFunction[] = [];
     server.script(
       (r) => {
-        offered = ((r.body as { tools?: { function: { name: string; description?: string; parameters?: unknown } }[] }).tools ?? []).map((t) => t.function);
+        offered = functionsOf(r);
         const long = offered.find((f) => f.name.startsWith("probe__zz_a_call_named_at_such_length"));
         return { tool_calls: [{ name: long?.name ?? "none", arguments: {} }] };
       },
@@ -190,13 +198,10 @@ describe("a tool that lists past what a provider takes", { timeout: 60_000 }, ()
 
 describe("a tool whose list runs to megabytes", { timeout: 60_000 }, () => {
   it("is read to 4 MiB and no further, said in the log; the calls read before are offered", async () => {
-    const dir = agent();
-    const d = daemon(["--agent", dir]);
-    const heavy: acp.McpServer = { name: "probe", command: process.execPath, args: [PROBE], env: [{ name: "PROBE_HEAVY", value: "600" }] };
-    const { c, sessionId } = await session(d, [heavy]);
+    const { d, c, sessionId } = await probeWith("PROBE_HEAVY", "600");
     let offered: string[] = [];
     server.script((r) => {
-      offered = ((r.body as { tools?: { function: { name: string } }[] }).tools ?? []).map((t) => t.function.name);
+      offered = functionsOf(r).map((f) => f.name);
       return { text: "Listed." };
     });
     expect(await prompt(c, sessionId, "what can you call?")).toMatchObject({ stopReason: "end_turn" });
