@@ -318,6 +318,25 @@ describe("McpToolHost over stdio", () => {
     await third.close();
   });
 
+  it("keeps the lists of the tools used most lately, and lists one let go again when it is next opened", async () => {
+    const d = scratch();
+    const tools = ["a", "b", "c"].map((name) => counted(name, join(d, `starts-${name}`), [process.execPath, PROBE]));
+    const starts = () => tools.map((t) => pids(join(d, `starts-${t.name}`)).length);
+    const h = host({ listsKept: 2 });
+    for (const t of tools) await (await h.open([t])).close();
+    expect(starts()).toEqual([1, 1, 1]);
+    // b and c are kept; a was let go, and is listed again, in the place of b (c, opened with it, stays).
+    const again = await h.open([tools[2] as ToolServer, tools[0] as ToolServer]);
+    expect(starts()).toEqual([2, 1, 1]);
+    expect(names(again).filter((n) => n.endsWith("__cwd"))).toEqual(["a__cwd", "c__cwd"]);
+    await again.close();
+    await (await h.open([tools[1] as ToolServer])).close();
+    expect(starts()).toEqual([2, 2, 1]);
+    // b took the place of a (used before c, in the order the tools are offered): b and c are kept.
+    await (await h.open([tools[1] as ToolServer, tools[2] as ToolServer])).close();
+    expect(starts()).toEqual([2, 2, 1]);
+  });
+
   it("leaves a never-listed tool that fails out of that turn only", async () => {
     const d = scratch();
     const broken = join(d, "broken");

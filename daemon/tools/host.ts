@@ -21,6 +21,11 @@ export interface McpToolHostOptions {
   callTimeoutMs?: number;
   /** How long a call may take, progress or not; a turn's settings (timeouts.tool_call) win. */
   callTotalMs?: number;
+  /**
+   * The most tools' lists kept (one a tool's source: an ACP client's own servers add theirs); past it
+   * the one used least lately is let go, and listed again when next needed.
+   */
+  listsKept?: number;
 }
 
 /** The most calls left out the log remembers having said (then it says them again). */
@@ -33,6 +38,7 @@ const DEFAULTS: Required<McpToolHostOptions> = {
   startTimeoutMs: 30_000,
   callTimeoutMs: TIMEOUT_DEFAULTS.tool_idle * 1000,
   callTotalMs: TIMEOUT_DEFAULTS.tool_call * 1000,
+  listsKept: 256,
 };
 
 /** The secrets a tool's log lines and errors are cleared of: the agent's environment's and its source's own. */
@@ -84,7 +90,7 @@ export class McpToolHost implements ToolHost {
   private readonly opts: Required<McpToolHostOptions>;
   /** The environment of the agent whose tools these are: its secrets are kept out of every log line and error. */
   private readonly env: NodeJS.ProcessEnv;
-  /** Each tool's calls, by its source: derived, asked again whenever a session starts. */
+  /** Each tool's calls, by its source, the one used most lately last: derived, asked again whenever a session starts. */
   private readonly lists = new Map<string, ListedCall[]>();
   private readonly listing = new Map<string, Promise<void>>();
   private readonly kept = new Map<string, Kept>();
@@ -109,7 +115,8 @@ export class McpToolHost implements ToolHost {
   async open(servers: readonly ToolServer[], opts: OpenOptions = {}): Promise<ToolBox> {
     if (this.closed) throw new Error("the tool host is closed");
     const tools = uniqueSorted(servers).map((s) => inWorkspace(s, opts.cwd));
-    const unlisted = tools.filter((t) => !this.lists.has(sourceKey(t)));
+    // Those kept are the most lately used now: a list this turn takes in their place lets go of another's.
+    const unlisted = tools.filter((t) => this.listOf(sourceKey(t)) === undefined);
     // Spec: "a process that hasn't listed them yet lists all of them at once when its first turn starts".
     await Promise.all(unlisted.map((t) => this.waitForList(t, opts.signal)));
     if (this.closed) throw new Error("the tool host is closed");
@@ -159,23 +166,43 @@ export class McpToolHost implements ToolHost {
       const kept = this.keptFor(server);
       await kept.listed.catch(async () => {
         const session = await kept.start;
-        this.lists.set(key, await session.list(this.opts.listTimeoutMs, this.shutdown.signal));
+        this.keepList(key, await session.list(this.opts.listTimeoutMs, this.shutdown.signal));
       });
       return;
     }
     const session = await ToolSession.start(server, this.opts.startTimeoutMs, secretsOf(this.env, [server]), this.shutdown.signal);
     try {
-      this.lists.set(key, await session.list(this.opts.listTimeoutMs, this.shutdown.signal));
+      this.keepList(key, await session.list(this.opts.listTimeoutMs, this.shutdown.signal));
     } finally {
       this.track(session.close());
     }
+  }
+
+  /** Keeps a tool's list, the newest kept; past `listsKept`, the one used least lately is let go. */
+  private keepList(key: string, calls: ListedCall[]): void {
+    this.lists.delete(key);
+    this.lists.set(key, calls);
+    for (const oldest of this.lists.keys()) {
+      if (this.lists.size <= this.opts.listsKept) break;
+      this.lists.delete(oldest);
+    }
+  }
+
+  /** A tool's list kept, now the one used most lately; undefined when none is. */
+  private listOf(key: string): ListedCall[] | undefined {
+    const calls = this.lists.get(key);
+    if (calls !== undefined) {
+      this.lists.delete(key);
+      this.lists.set(key, calls);
+    }
+    return calls;
   }
 
   private offer(tools: readonly ToolServer[], allowed: readonly string[] | undefined): Entry[] {
     const listed: ListedTool<{ server: ToolServer; key: string }>[] = [];
     for (const server of tools) {
       const key = sourceKey(server);
-      const calls = this.lists.get(key);
+      const calls = this.listOf(key);
       if (calls !== undefined) listed.push({ name: server.name, calls, with: { server, key } });
     }
     const { offered, leftOut } = offerCalls(listed, allowed, (tool) => tool === MEMORY_TOOL);
@@ -196,7 +223,7 @@ export class McpToolHost implements ToolHost {
     const key = sourceKey(server);
     return new Kind(ToolSession.start(server, this.opts.startTimeoutMs, secretsOf(this.env, [server]), signal), async (session) => {
       const calls = await session.list(this.opts.listTimeoutMs, signal);
-      this.lists.set(key, calls);
+      this.keepList(key, calls);
       return calls;
     });
   }
