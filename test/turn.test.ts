@@ -7,6 +7,7 @@ import { Event, type Settings } from "../protocol/index.js";
 import { appendEvent, eventName, paths, readEventsFrom, readMark, readStats, writeSettings, type AgentRef } from "../store/index.js";
 import { History } from "../turn/history.js";
 import { forgetProcessState, runTurn } from "../turn/turn.js";
+import { CLIENTS_KEPT, clientsKept } from "../turn/model.js";
 import type { TurnEvent } from "../turn/types.js";
 import { assertBuilt, ROOT } from "./fixtures/built.js";
 import { Child } from "./fixtures/child.js";
@@ -391,6 +392,24 @@ describe("the window", () => {
 });
 
 describe("the model call", () => {
+  it("keeps the clients of the endpoints and keys used most lately, each key's request sent with its own", async () => {
+    const agent = agentWith();
+    // Keys rotated again and again (the settings edited each time): the process keeps no more clients than its bound.
+    for (let i = 0; i < CLIENTS_KEPT + 6; i++) {
+      writeSettings(agent, { model: { provider: "test", name: "scripted-1", base_url: server.url, key: `sk-rotated-${i}` } });
+      server.script({ text: `answer ${i}` });
+      expect((await turn(agent, "rotated", `question ${i}`)).outcome.stop).toBe("end_turn");
+      expect(server.requests.at(-1)?.headers.authorization).toBe(`Bearer sk-rotated-${i}`);
+    }
+    expect(clientsKept()).toBe(CLIENTS_KEPT);
+    // One let go is made again when a turn needs it.
+    writeSettings(agent, { model: { provider: "test", name: "scripted-1", base_url: server.url, key: "sk-rotated-0" } });
+    server.script({ text: "again" });
+    expect((await turn(agent, "rotated", "once more")).outcome.stop).toBe("end_turn");
+    expect(server.requests.at(-1)?.headers.authorization).toBe("Bearer sk-rotated-0");
+    expect(clientsKept()).toBe(CLIENTS_KEPT);
+  }, 60_000);
+
   it("keeps a model's thinking with its answer and sends it back with its tool-call message", async () => {
     const agent = agentWith();
     const host = new McpToolHost();

@@ -108,7 +108,17 @@ type OpenAIClass = typeof import("openai").default;
 /** A load that failed is tried again by the next turn (turn/load.ts). */
 const openaiModule = lazyImport(() => import("openai"), () => import.meta.resolve("openai"));
 let OpenAICtor: OpenAIClass | undefined;
+/** The clients made, one an endpoint and key, the one used most lately last. */
 const clients = new Map<string, InstanceType<OpenAIClass>>();
+/**
+ * The most clients kept: past it, the one used least lately is let go (a turn that needs it again
+ * makes it again). A key changed again and again (the settings edited, a key rotated, an agent of
+ * a process serving many) would otherwise leave a client a key behind, each holding its key.
+ */
+export const CLIENTS_KEPT = 64;
+
+/** How many clients are kept now (tests). */
+export const clientsKept = (): number => clients.size;
 
 /**
  * Loads the model's client ahead of the first turn (a process started blank, waiting for its agent),
@@ -146,11 +156,14 @@ async function client(settings: Settings, env: NodeJS.ProcessEnv = process.env):
   const key = settings.model.key ?? env.LNK_MODEL_KEY ?? PLACEHOLDER_KEY;
   const id = `${settings.model.base_url}\0${key}`;
   let c = clients.get(id);
-  if (!c) {
-    // No retries of the client's own: its wait before one honours any retry-after and can't be cut short.
-    // Over Node's own HTTP client (turn/http.ts) rather than its fetch.
-    c = madeAlone(OpenAICtor, { baseURL: settings.model.base_url, apiKey: key, maxRetries: 0, fetch: nodeFetch });
-    clients.set(id, c);
+  if (c) clients.delete(id);
+  // No retries of the client's own: its wait before one honours any retry-after and can't be cut short.
+  // Over Node's own HTTP client (turn/http.ts) rather than its fetch.
+  else c = madeAlone(OpenAICtor, { baseURL: settings.model.base_url, apiKey: key, maxRetries: 0, fetch: nodeFetch });
+  clients.set(id, c);
+  for (const oldest of clients.keys()) {
+    if (clients.size <= CLIENTS_KEPT) break;
+    clients.delete(oldest);
   }
   return c;
 }
