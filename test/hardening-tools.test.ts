@@ -196,6 +196,33 @@ describe("a tool that lists past what a provider takes", { timeout: 60_000 }, ()
   });
 });
 
+describe("an endpoint that takes short descriptions only", { timeout: 60_000 }, () => {
+  it("is asked again at once with each description cut to the bound it said, and sent them so cut from then on", async () => {
+    const { d, c, sessionId } = await probeWith("PROBE_WIDE", "1");
+    server.descriptionMax = 1024;
+    try {
+      server.script({ text: "First." }, { text: "Second." });
+      const before = server.requests.length;
+      expect(await prompt(c, sessionId, "first")).toMatchObject({ stopReason: "end_turn" });
+      const [refused, taken, ...more] = server.requests.slice(before) as RecordedRequest[];
+      expect(more).toHaveLength(0);
+      expect(Math.max(...functionsOf(refused as RecordedRequest).map((f) => (f.description ?? "").length))).toBe(8192);
+      const cut = functionsOf(taken as RecordedRequest);
+      expect(cut.map((f) => f.name)).toEqual(functionsOf(refused as RecordedRequest).map((f) => f.name));
+      for (const f of cut) expect((f.description ?? "").length).toBeLessThanOrEqual(1024);
+      expect(cut.find((f) => f.name === "probe__described_at_length")?.description).toMatch(/^A call described at length\. .*…$/s);
+      expect(cut.find((f) => f.name === "probe__cwd")?.description).toBe("The folder this tool was started in.");
+      // The next turn's request is cut from the first: one request, taken.
+      const at = server.requests.length;
+      expect(await prompt(c, sessionId, "second")).toMatchObject({ stopReason: "end_turn" });
+      expect(server.requests.slice(at).map((r) => functionsOf(r))).toEqual([cut]);
+    } finally {
+      server.descriptionMax = undefined;
+    }
+    expect(await d.stop()).toEqual({ code: 0, signal: null });
+  });
+});
+
 describe("a tool whose list runs to megabytes", { timeout: 60_000 }, () => {
   it("is read to 4 MiB and no further, said in the log; the calls read before are offered", async () => {
     const { d, c, sessionId } = await probeWith("PROBE_HEAVY", "600");

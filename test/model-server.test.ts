@@ -124,6 +124,13 @@ describe("scripted model server", () => {
     expect(await refused(Array.from({ length: 129 }, (_, i) => fn(`f${i}`)))).toMatchObject({ status: 400, code: "array_above_max_length" });
     expect(await refused([fn("a".repeat(65))])).toMatchObject({ status: 400, code: "string_above_max_length" });
     expect(await refused([fn("ok"), fn("has a space")])).toMatchObject({ status: 400, code: "invalid_value" });
+    // A description past the bound a test sets, as some of OpenAI's models refuse it.
+    server.descriptionMax = 1024;
+    const described = { ...fn("described"), function: { ...fn("described").function, description: "d".repeat(1025) } };
+    const long = await client.chat.completions.create({ model: "m", messages: ask("hi"), tools: [described] }).catch((e: unknown) => e);
+    expect(long).toMatchObject({ status: 400, code: "string_above_max_length" });
+    expect(String((long as Error).message)).toContain("Invalid 'tools[0].function.description': string too long. Expected a string with maximum length 1024, but got a string with length 1025 instead.");
+    server.descriptionMax = undefined;
     // At the bounds, taken.
     const taken = await client.chat.completions.create({ model: "m", messages: ask("hi"), tools: Array.from({ length: 128 }, (_, i) => fn(`${"f".repeat(60)}${i}`.slice(-64))) });
     expect(taken.choices[0]?.message.content).toBe("echo: hi");

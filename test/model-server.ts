@@ -166,6 +166,11 @@ export interface ModelServer {
   connectionsSince(time: number): number;
   /** What it answers as a runtime; changed by a test as it goes. */
   runtime: RuntimeScript;
+  /**
+   * The longest description of a function it takes, refusing a longer one as OpenAI's API does for
+   * some of its models (1,024 characters); none unless a test sets it.
+   */
+  descriptionMax: number | undefined;
   /** Scripted replies not yet used. */
   readonly pending: number;
   fallback: ReplyFn;
@@ -273,7 +278,7 @@ const FUNCTION_NAME = /^[a-zA-Z0-9_-]+$/;
 const FUNCTION_NAME_MAX = 64;
 
 /** What OpenAI's API says of a request's tools it refuses (its own words and codes), if it would. */
-function toolsRefused(body: ChatRequest): { message: string; code: string } | undefined {
+function toolsRefused(body: ChatRequest, descriptionMax: number | undefined): { message: string; code: string } | undefined {
   const tools: unknown = (body as { tools?: unknown }).tools;
   if (tools === undefined) return undefined;
   if (!Array.isArray(tools)) return { message: "Invalid type for 'tools': expected an array of objects, but got a non-array value instead.", code: "invalid_type" };
@@ -288,6 +293,13 @@ function toolsRefused(body: ChatRequest): { message: string; code: string } | un
     }
     if (!FUNCTION_NAME.test(name)) {
       return { message: `Invalid 'tools[${i}].function.name': string does not match pattern. Expected a string that matches the pattern '${FUNCTION_NAME.source}'.`, code: "invalid_value" };
+    }
+    const description: unknown = (tool as { function?: { description?: unknown } }).function?.description;
+    if (descriptionMax !== undefined && typeof description === "string" && description.length > descriptionMax) {
+      return {
+        message: `Invalid 'tools[${i}].function.description': string too long. Expected a string with maximum length ${descriptionMax}, but got a string with length ${description.length} instead.`,
+        code: "string_above_max_length",
+      };
     }
   }
   return undefined;
@@ -484,7 +496,7 @@ export async function startModelServer(opts: ModelServerOptions = {}): Promise<M
       return sendError(res, { status: 400, message });
     }
 
-    const refused = toolsRefused(request.body);
+    const refused = toolsRefused(request.body, server.descriptionMax);
     if (refused) return sendError(res, { status: 400, ...refused });
 
     const sent = JSON.stringify(request.body.messages);
@@ -527,6 +539,7 @@ export async function startModelServer(opts: ModelServerOptions = {}): Promise<M
     asked,
     connectionsSince: (time) => takenAt.filter((t) => t >= time).length,
     runtime: { ...(opts.ollama ? { ollama: opts.ollama } : {}) },
+    descriptionMax: undefined,
     get pending() {
       return queue.length;
     },

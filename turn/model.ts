@@ -10,7 +10,7 @@ import { envSecrets, redactor, settingsSecrets, type Redactor } from "./redact.j
 import { connectionFault } from "./faults.js";
 import { nodeFetch, TooLarge } from "./http.js";
 import { endpointName } from "./runtime.js";
-import type { OfferedCall } from "./tools.js";
+import { cutDescription, type OfferedCall } from "./tools.js";
 
 const Delta = z
   .object({
@@ -238,8 +238,30 @@ function secondsText(ms: number): string {
   return String(Number((ms / 1000).toFixed(3)));
 }
 
-function toolParams(calls: readonly OfferedCall[]) {
-  return calls.map((c) => ({ type: "function" as const, function: { name: c.name, description: c.description, parameters: c.parameters } }));
+function toolParams(calls: readonly OfferedCall[], describedUpTo: number | undefined) {
+  return calls.map((c) => ({
+    type: "function" as const,
+    function: { name: c.name, description: describedUpTo === undefined ? c.description : cutDescription(c.description, describedUpTo), parameters: c.parameters },
+  }));
+}
+
+/**
+ * The longest description of a call each endpoint takes, as it said when it refused a longer one
+ * (OpenAI's API, some of its models and the proxies before it: 1,024 characters), by its base URL:
+ * its requests are sent with each call's description cut to it from then on, the same at every
+ * turn. An endpoint that never refused one is sent the descriptions whole.
+ */
+const describedUpTo = new Map<string, number>();
+/** The most endpoints whose bound is kept; past it, the first kept is let go (it says its bound again). */
+const DESCRIBED_KEPT = 64;
+/** An endpoint's refusal of a description, in OpenAI's words, with the bound it takes. */
+const DESCRIPTION_REFUSED = /Invalid 'tools\[\d+\]\.function\.description': string too long\. Expected a string with maximum length (\d+)/;
+
+/** The bound on a call's description an error says its endpoint takes, when it is a refusal of one longer. */
+function descriptionBound(e: unknown): number | undefined {
+  const said = DESCRIPTION_REFUSED.exec(e instanceof Error ? e.message : "")?.[1];
+  const bound = Number(said);
+  return said !== undefined && Number.isSafeInteger(bound) && bound >= 16 ? bound : undefined;
 }
 
 /** What the body's own keys override, left out of the settings' params so each key appears once. */
@@ -250,7 +272,7 @@ export function requestBody(req: Pick<ModelRequest, "settings" | "model" | "mess
   const params = Object.fromEntries(Object.entries(req.settings.model.params ?? {}).filter(([k]) => !OWN_KEYS.has(k)));
   const tail: Record<string, unknown> = { stream: true, stream_options: { include_usage: true } };
   if (req.calls.length > 0) {
-    tail.tools = toolParams(req.calls);
+    tail.tools = toolParams(req.calls, describedUpTo.get(req.settings.model.base_url));
     if (req.callNothing) tail.tool_choice = "none";
   }
   return encodeBody({ ...params, model: req.model }, req.messages, tail, req.conversation);
@@ -414,7 +436,7 @@ class Streamed {
 export async function askModel(req: ModelRequest): Promise<ModelAnswer> {
   const env = req.env ?? process.env;
   const c = await client(req.settings, env);
-  const body = requestBody(req);
+  let body = requestBody(req);
   const limits = { ...TIMEOUT_DEFAULTS, ...req.settings.timeouts };
   // From here on it is the model's time: the request on its way, the model thinking, its answer coming.
   const started = performance.now();
@@ -428,6 +450,20 @@ export async function askModel(req: ModelRequest): Promise<ModelAnswer> {
     }
     if (failed === undefined || req.signal?.aborted) return into.answer(performance.now() - started, req.signal?.aborted ?? false);
     if (failed instanceof Cut) throw new ModelError(failed.reason, `the model's stream was cut: ${failed.message}`);
+    // A description longer than the endpoint takes: asked again at once with each cut to its bound,
+    // which its requests keep from now on (a second refusal is the failure it says).
+    const bound = req.calls.length > 0 ? descriptionBound(failed) : undefined;
+    const base = req.settings.model.base_url;
+    if (bound !== undefined && bound < (describedUpTo.get(base) ?? Number.POSITIVE_INFINITY) && req.calls.some((call) => call.description.length > bound)) {
+      describedUpTo.delete(base);
+      describedUpTo.set(base, bound);
+      for (const first of describedUpTo.keys()) {
+        if (describedUpTo.size <= DESCRIBED_KEPT) break;
+        describedUpTo.delete(first);
+      }
+      body = requestBody(req);
+      continue;
+    }
     const { error, retry: again, asked } = await classify(failed, redactor(settingsSecrets(req.settings), envSecrets(env)), endpointName(req.settings.model.base_url));
     if (!again || retry >= MAX_RETRIES) throw error;
     const cap = limits.retry_wait * 1000;

@@ -88,3 +88,12 @@ export interface ToolHost {
 
 export const TOOL_SEPARATOR = "__";
 export const MEMORY_TOOL = "memory";
+
+/** `text` cut to at most `max` characters, ended with an ellipsis, never inside a character. */
+export function cutDescription(text: string, max: number): string {
+  if (text.length <= max) return text;
+  let end = Math.max(0, max - 1);
+  const last = text.charCodeAt(end - 1);
+  if (last >= 0xd800 && last <= 0xdbff) end--;
+  return `${text.slice(0, end)}…`;
+}

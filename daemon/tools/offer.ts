@@ -7,7 +7,7 @@
 // turn while that tool is set. What is offered is the same for the same lists, turn after turn, so
 // the provider's cache holds.
 import { createHash } from "node:crypto";
-import { TOOL_SEPARATOR } from "../../turn/tools.js";
+import { cutDescription, TOOL_SEPARATOR } from "../../turn/tools.js";
 import type { ListedCall } from "./session.js";
 
 /** The longest name a call is offered under: OpenAI's API, and the others after it, take no longer. */
@@ -63,11 +63,7 @@ export function offeredName(tool: string, call: string): string {
 
 /** A description cut to DESCRIPTION_MAX characters, never inside a character. */
 export function offeredDescription(description: string): string {
-  if (description.length <= DESCRIPTION_MAX) return description;
-  let end = DESCRIPTION_MAX - 1;
-  const last = description.charCodeAt(end - 1);
-  if (last >= 0xd800 && last <= 0xdbff) end--;
-  return `${description.slice(0, end)}…`;
+  return cutDescription(description, DESCRIPTION_MAX);
 }
 
 /**
