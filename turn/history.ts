@@ -4,6 +4,7 @@
 import { StoreError, type Command, type Event, type Numbered, type Verbosity, type WindowMark } from "../protocol/index.js";
 import { lastEventNumber, readEvent, readEventsFrom, readMark, writeMark, type ConversationPaths } from "../store/index.js";
 import { chatMap, conversationEvents, isBegin, isPlain, type ChatMap } from "./chat.js";
+import { keepRecent } from "./recent.js";
 import { transcriptEnd } from "./transcript.js";
 import { countEvent, countFromMark, emptyCount, isTurnStart, markHolds, markOf, windowEvents, type WindowCount } from "./window.js";
 
@@ -327,8 +328,7 @@ export class History {
     if (text !== this.markBefore) writeMark(this.conv, mark);
     const from = Math.min(mark.event, copyEnd !== undefined && copyEnd > 0 ? copyEnd : mark.event);
     const first = this.events.findIndex((e) => e.n >= from);
-    kept.delete(this.conv.dir);
-    kept.set(this.conv.dir, {
+    keepRecent(kept, this.conv.dir, {
       mark: text,
       budget: this.known,
       chosen: this.chosen,
@@ -336,10 +336,6 @@ export class History {
       events: first <= 0 ? this.events.slice() : this.events.slice(first),
       count: copyCount(this.count),
       begin: { countFrom: mark.event, count: countFromMark(mark), chosen: choicesOf(mark) },
-    });
-    if (kept.size > KEPT_CONVERSATIONS) {
-      const oldest = kept.keys().next().value;
-      if (oldest !== undefined) kept.delete(oldest);
-    }
+    }, KEPT_CONVERSATIONS);
   }
 }

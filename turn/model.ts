@@ -10,6 +10,7 @@ import { envSecrets, redactor, settingsSecrets, type Redactor } from "./redact.j
 import { connectionFault } from "./faults.js";
 import { nodeFetch, TooLarge } from "./http.js";
 import { endpointName } from "./runtime.js";
+import { keepRecent, useRecent } from "./recent.js";
 import { cutDescription, type OfferedCall } from "./tools.js";
 
 const Delta = z
@@ -155,16 +156,12 @@ async function client(settings: Settings, env: NodeJS.ProcessEnv = process.env):
   OpenAICtor ??= (await openaiModule()).default;
   const key = settings.model.key ?? env.LNK_MODEL_KEY ?? PLACEHOLDER_KEY;
   const id = `${settings.model.base_url}\0${key}`;
-  let c = clients.get(id);
-  if (c) clients.delete(id);
+  const kept = useRecent(clients, id);
+  if (kept) return kept;
   // No retries of the client's own: its wait before one honours any retry-after and can't be cut short.
   // Over Node's own HTTP client (turn/http.ts) rather than its fetch.
-  else c = madeAlone(OpenAICtor, { baseURL: settings.model.base_url, apiKey: key, maxRetries: 0, fetch: nodeFetch });
-  clients.set(id, c);
-  for (const oldest of clients.keys()) {
-    if (clients.size <= CLIENTS_KEPT) break;
-    clients.delete(oldest);
-  }
+  const c = madeAlone(OpenAICtor, { baseURL: settings.model.base_url, apiKey: key, maxRetries: 0, fetch: nodeFetch });
+  keepRecent(clients, id, c, CLIENTS_KEPT);
   return c;
 }
 
@@ -455,12 +452,7 @@ export async function askModel(req: ModelRequest): Promise<ModelAnswer> {
     const bound = req.calls.length > 0 ? descriptionBound(failed) : undefined;
     const base = req.settings.model.base_url;
     if (bound !== undefined && bound < (describedUpTo.get(base) ?? Number.POSITIVE_INFINITY) && req.calls.some((call) => call.description.length > bound)) {
-      describedUpTo.delete(base);
-      describedUpTo.set(base, bound);
-      for (const first of describedUpTo.keys()) {
-        if (describedUpTo.size <= DESCRIBED_KEPT) break;
-        describedUpTo.delete(first);
-      }
+      keepRecent(describedUpTo, base, bound, DESCRIBED_KEPT);
       body = requestBody(req);
       continue;
     }

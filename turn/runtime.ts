@@ -8,6 +8,7 @@ import { z } from "zod";
 import type { Settings } from "../protocol/index.js";
 import { connectionFault } from "./faults.js";
 import { askText, TooLarge, type TextAnswer } from "./http.js";
+import { keepRecent } from "./recent.js";
 
 /** Ollama's context when nothing sets num_ctx on a small machine (NOTES.md). */
 export const OLLAMA_DEFAULT_CONTEXT = 4_096;
@@ -17,6 +18,8 @@ export const LM_STUDIO_DEFAULT_CONTEXT = 4_096;
 export const ANSWER_KEPT_MS = 5 * 60_000;
 /** How long a failure (nothing reached, or too slow) is kept before a turn asks again. */
 export const FAILURE_KEPT_MS = 10_000;
+/** The most answers kept (each of an endpoint, a model, a key); past it, the one asked least lately goes. */
+const ANSWERS_KEPT = 256;
 /** How long a turn waits for a runtime before it goes on without it. */
 export const ASK_TIMEOUT_MS = 1_500;
 /** The most of an answer read: a list of models is a few KiB, a Modelfile's parameters less. */
@@ -261,12 +264,7 @@ class Answers<T> {
   }
 
   private set(key: string, entry: Kept<T>): void {
-    this.kept.delete(key);
-    this.kept.set(key, entry);
-    if (this.kept.size > 256) {
-      const oldest = this.kept.keys().next().value;
-      if (oldest !== undefined) this.kept.delete(oldest);
-    }
+    keepRecent(this.kept, key, entry, ANSWERS_KEPT);
   }
 
   /** Waits for the asks under way (tests: a stale answer's refresh). */

@@ -3,6 +3,7 @@
 import { TIMEOUT_DEFAULTS } from "../../protocol/index.js";
 import { envSecrets, redactor, sourceSecrets, type Redactor } from "../../turn/redact.js";
 import type { OfferedCall, OpenOptions, ToolAnswer, ToolBox, ToolHost, ToolServer } from "../../turn/tools.js";
+import { keepRecent, useRecent } from "../../turn/recent.js";
 import { MEMORY_TOOL } from "../../turn/tools.js";
 import { log } from "../log.js";
 import { offerCalls, type ListedTool } from "./offer.js";
@@ -180,22 +181,12 @@ export class McpToolHost implements ToolHost {
 
   /** Keeps a tool's list, the newest kept; past `listsKept`, the one used least lately is let go. */
   private keepList(key: string, calls: ListedCall[]): void {
-    this.lists.delete(key);
-    this.lists.set(key, calls);
-    for (const oldest of this.lists.keys()) {
-      if (this.lists.size <= this.opts.listsKept) break;
-      this.lists.delete(oldest);
-    }
+    keepRecent(this.lists, key, calls, this.opts.listsKept);
   }
 
   /** A tool's list kept, now the one used most lately; undefined when none is. */
   private listOf(key: string): ListedCall[] | undefined {
-    const calls = this.lists.get(key);
-    if (calls !== undefined) {
-      this.lists.delete(key);
-      this.lists.set(key, calls);
-    }
-    return calls;
+    return useRecent(this.lists, key);
   }
 
   private offer(tools: readonly ToolServer[], allowed: readonly string[] | undefined): Entry[] {
