@@ -7,7 +7,7 @@
 // give the same offer, whatever order a tool lists its calls in.
 import fc from "fast-check";
 import { describe, expect, it } from "vitest";
-import { CALL_NAME_MAX, DESCRIPTION_MAX, OFFERED_MAX, PARAMETERS_MAX, offerCalls, offeredName, type ListedTool } from "../daemon/tools/offer.js";
+import { CALL_NAME_MAX, DESCRIPTION_MAX, OFFERED_MAX, PARAMETERS_MAX, listedCall as keptCall, offerCalls, offeredName, type ListedTool } from "../daemon/tools/offer.js";
 import type { ListedCall } from "../daemon/tools/session.js";
 
 const PROVIDER_NAME = /^[A-Za-z0-9_-]{1,64}$/;
@@ -31,7 +31,8 @@ const parameters = fc.oneof(
   { weight: 6, arbitrary: fc.constant({ type: "object", properties: {} }) },
   { weight: 1, arbitrary: fc.integer({ min: PARAMETERS_MAX - 100, max: PARAMETERS_MAX + 100 }).map((n) => ({ type: "object", description: "x".repeat(n) })) },
 );
-const listedCall: fc.Arbitrary<ListedCall> = fc.record({ call: callName, description, parameters });
+// As a tool lists it, kept as the host keeps it.
+const listedCall: fc.Arbitrary<ListedCall> = fc.record({ call: callName, description, parameters }).map((c) => keptCall(c.call, c.description, c.parameters));
 const tools: fc.Arbitrary<ListedTool<number>[]> = fc
   .uniqueArray(fc.constantFrom("memory", "everything", "fs", "a_tool_named_at_the_longest_32ch"), { minLength: 1, maxLength: 4 })
   .chain((names) =>

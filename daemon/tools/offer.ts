@@ -25,8 +25,7 @@ export const LISTED_CHARS_MAX = 4 * 1024 * 1024;
 /** A call whose own name is longer than this is not offered (MCP asks for at most 128 characters). */
 export const CALL_NAME_LISTED_MAX = 1_024;
 
-/** Why a call whose arguments' schema is `chars` long (as JSON) is not offered. */
-export const schemaTooLong = (chars: number): string => `its arguments' schema is ${chars} characters, over the ${PARAMETERS_MAX} a call's may be`;
+
 
 /** The hash that ends a name shortened to CALL_NAME_MAX: `_` and 8 hex digits. */
 const HASH_CHARS = 8;
@@ -61,15 +60,28 @@ export function offeredName(tool: string, call: string): string {
   return `${whole.slice(0, CALL_NAME_MAX - HASH_CHARS - 1)}_${hash}`;
 }
 
-/** A description cut to DESCRIPTION_MAX characters, never inside a character. */
-export function offeredDescription(description: string): string {
-  return cutDescription(description, DESCRIPTION_MAX);
+/**
+ * A call as it is kept between turns, fit to be offered once and for all as it is listed: its
+ * description cut to DESCRIPTION_MAX characters (never inside a character); one that can't be
+ * offered (a name or a schema too long) kept without them, saying why. A tool's list is kept in
+ * memory as long as the process serves the agent: what a tool sends is never kept whole, and no
+ * turn measures a schema again.
+ */
+export function listedCall(call: string, description: string, parameters: Record<string, unknown>): ListedCall {
+  if (call.length > CALL_NAME_LISTED_MAX) {
+    return { call: `${call.slice(0, 200)}…`, description: "", parameters: {}, unfit: `its name is ${call.length} characters, over the ${CALL_NAME_LISTED_MAX} a call's may be` };
+  }
+  const cut = cutDescription(description, DESCRIPTION_MAX);
+  const schema = JSON.stringify(parameters).length;
+  if (schema > PARAMETERS_MAX) return { call, description: cut, parameters: {}, unfit: `its arguments' schema is ${schema} characters, over the ${PARAMETERS_MAX} a call's may be` };
+  return { call, description: cut, parameters };
 }
 
 /**
- * The calls a turn offers, from the tools' lists (the tools in the order given, each tool's calls in
- * the order of their names): a call named as one offered before it (two that differ only in
- * characters made `_`) is offered once, the first listed; one whose schema is too long is left out;
+ * The calls a turn offers, from the tools' lists as listedCall kept them (the tools in the order
+ * given, each tool's calls in the order of their names): a call named as one offered before it (two
+ * that differ only in characters made `_`) is offered once, the first listed; one listedCall found
+ * unfit (its name or schema too long) is left out, saying why;
  * past OFFERED_MAX in all, those of memory (`keep`) are kept first and the rest in order, the others
  * left out. `allowed` (a subagent's list) narrows them first, by tool name or offered name.
  */
@@ -84,13 +96,11 @@ export function offerCalls<T>(tools: readonly ListedTool<T>[], allowed: readonly
       if (names.has(name)) continue;
       names.add(name);
       if (allowed !== undefined && !allowed.includes(tool.name) && !allowed.includes(name)) continue;
-      const schema = JSON.stringify(c.parameters).length;
-      const unfit = c.unfit ?? (schema > PARAMETERS_MAX ? schemaTooLong(schema) : undefined);
-      if (unfit !== undefined) {
-        leftOut.push({ tool: tool.name, call: c.call, why: unfit });
+      if (c.unfit !== undefined) {
+        leftOut.push({ tool: tool.name, call: c.call, why: c.unfit });
         continue;
       }
-      mine.push({ name, tool: tool.name, call: c.call, description: offeredDescription(c.description), parameters: c.parameters, with: tool.with });
+      mine.push({ name, tool: tool.name, call: c.call, description: c.description, parameters: c.parameters, with: tool.with });
     }
     mine.sort((a, b) => compare(a.name, b.name));
     candidates.push(...mine);

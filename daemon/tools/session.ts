@@ -11,7 +11,7 @@ import { lazy, lazyImport } from "../../turn/load.js";
 import { log } from "../log.js";
 import { boundedFetch } from "./fetch.js";
 import { LineReadBuffer } from "./lines.js";
-import { CALL_NAME_LISTED_MAX, LISTED_CHARS_MAX, LISTED_MAX, PARAMETERS_MAX, offeredDescription, schemaTooLong } from "./offer.js";
+import { LISTED_CHARS_MAX, LISTED_MAX, listedCall } from "./offer.js";
 
 const CLIENT_INFO = { name: "lnk-link-harness", version: "0.1.0" };
 /** Bounds on ending a session: the SDK's own stdio close escalates stdin end → SIGTERM → SIGKILL, 2 s apart. */
@@ -287,21 +287,11 @@ export class ToolSession {
   }
 }
 
-/**
- * A call as it is kept between turns: its description cut as it is offered, and one that can't be
- * offered (a name or a schema too long) kept without them, saying why. A list of a tool's is kept
- * in memory as long as the process serves the agent: what a tool sends is never kept whole.
- */
+/** A call as the MCP server lists it, as it is kept (offer.ts listedCall). */
 function listed(tool: Tool): ListedCall {
-  const description = offeredDescription(tool.description ?? tool.title ?? "");
-  if (tool.name.length > CALL_NAME_LISTED_MAX) {
-    return { call: `${tool.name.slice(0, 200)}…`, description: "", parameters: {}, unfit: `its name is ${tool.name.length} characters, over the ${CALL_NAME_LISTED_MAX} a call's may be` };
-  }
   // `$schema` is left out: some providers refuse it in a function's parameters.
   const { $schema: _schema, ...parameters } = tool.inputSchema;
-  const schema = JSON.stringify(parameters).length;
-  if (schema > PARAMETERS_MAX) return { call: tool.name, description, parameters: {}, unfit: schemaTooLong(schema) };
-  return { call: tool.name, description, parameters };
+  return listedCall(tool.name, tool.description ?? tool.title ?? "", parameters);
 }
 
 /** The most of an image a call's answer shows the client, in bytes of its data (a message's part may be 10 MiB). */
