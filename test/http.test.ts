@@ -10,7 +10,7 @@ import { createServer as createTcpServer, type AddressInfo, type Socket } from "
 import fc from "fast-check";
 import { afterEach, describe, expect, it } from "vitest";
 import { FetchHeaders } from "../turn/headers.js";
-import { askText, connectAhead, nodeFetch, TooLarge } from "../turn/http.js";
+import { ANSWER_EVENT_MAX, askText, connectAhead, nodeFetch, readAnswerEvents, TooLarge } from "../turn/http.js";
 import { assertBuilt, ROOT } from "./fixtures/built.js";
 
 let server: Server | undefined;
@@ -192,7 +192,7 @@ describe("nodeFetch", () => {
     expect(rest).toBe("data: two\n\n");
   });
 
-  it("streams to a loop over its body, as the openai client reads a stream: each chunk as it comes, the body used after; one cut short fails the loop", async () => {
+  it("streams to a loop over its body: each chunk as it comes, the body used after (read again, it fails); one cut short fails the loop", async () => {
     let finish: (() => void) | undefined;
     const { url } = await serve((req, res) => {
       res.writeHead(200, { "content-type": "text/event-stream" });
@@ -216,6 +216,55 @@ describe("nodeFetch", () => {
       for await (const chunk of cut.body as unknown as AsyncIterable<Uint8Array>) if (chunk.length > 0) finish?.();
     };
     await expect(loop()).rejects.toThrow(/aborted|ECONNRESET|premature/i);
+  });
+
+  it("reads a streamed answer's events off its stream as each ends; the body used after; one cut short, or an event that never ends, fails the read", async () => {
+    let finish: (() => void) | undefined;
+    const { url } = await serve((req, res) => {
+      res.writeHead(200, { "content-type": "text/event-stream" });
+      if (req.url === "/endless") {
+        // One event, never ended, in reads of 64 KiB: read no further than its bound.
+        const part = `data: ${"x".repeat(64 * 1024)}`;
+        for (let sent = 0; sent <= ANSWER_EVENT_MAX + part.length; sent += part.length) res.write(part);
+        return void res.end();
+      }
+      res.write("data: one\n\n");
+      finish = req.url === "/cut" ? () => res.socket?.destroy() : () => res.end(": keepalive\r\nevent: x\r\ndata: two\r\ndata: lines\r\n\r\n");
+    });
+    const answer = await nodeFetch(url);
+    const got: { type: string | undefined; data: string }[] = [];
+    await readAnswerEvents(answer, (e) => {
+      got.push(e);
+      // The rest is sent only once the first event is in hand.
+      if (got.length === 1) finish?.();
+    });
+    expect(got).toEqual([
+      { type: undefined, data: "one" },
+      { type: "x", data: "two\nlines" },
+    ]);
+    expect(answer.bodyUsed).toBe(true);
+    await expect(answer.text()).rejects.toThrow(TypeError);
+    await expect(readAnswerEvents(answer, () => undefined)).rejects.toThrow(TypeError);
+    const cut = await nodeFetch(`${url}/cut`);
+    await expect(readAnswerEvents(cut, () => finish?.())).rejects.toThrow(/aborted|ECONNRESET|premature/i);
+    await expect(readAnswerEvents(await nodeFetch(`${url}/endless`), () => undefined)).rejects.toThrow(new TooLarge(`the answer sent an event of over ${ANSWER_EVENT_MAX} bytes with no end`));
+  });
+
+  it("stops reading a streamed answer at what its reader throws, and closes its connection", async () => {
+    const served = await serve((_req, res) => {
+      res.writeHead(200, { "content-type": "text/event-stream" });
+      res.write("data: one\n\n");
+      // Never ended: only the reader's close ends it.
+    });
+    const answer = await nodeFetch(served.url);
+    await expect(
+      readAnswerEvents(answer, () => {
+        throw new Error("not this one");
+      }),
+    ).rejects.toThrow("not this one");
+    const socket = served.accepted[0] as Socket;
+    await new Promise<void>((resolve) => (socket.destroyed ? resolve() : socket.once("close", () => resolve())));
+    expect(socket.destroyed).toBe(true);
   });
 
   it("keeps the connection for the next request", async () => {

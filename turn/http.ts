@@ -1,13 +1,16 @@
 // The model's requests over Node's own HTTP client, in the shape of fetch that the openai client takes
-// (its `fetch` option). The client's request, its stream, its errors and retries stay the SDK's; what
-// changes is the layer under it: a request written straight to a kept-alive socket and its answer
-// read from it, where Node's fetch (undici) makes a Request, a body stream and a Response of its own
-// at every step, some half a millisecond of a turn's own time.
+// (its `fetch` option). The client's request and its errors stay the SDK's; what changes is the layer
+// under it: a request written straight to a kept-alive socket and its answer read from it, where
+// Node's fetch (undici) makes a Request, a body stream and a Response of its own at every step, some
+// half a millisecond of a turn's own time. A streamed answer's events are read here too, straight off
+// Node's stream (readAnswerEvents): the SDK's own reading of them, through a web stream and four
+// async generators, cost a turn some two milliseconds of the process's time.
 import { Agent as HttpAgent, request as httpRequest, type ClientRequest, type ClientRequestArgs, type IncomingHttpHeaders, type IncomingMessage, type RequestOptions } from "node:http";
 import { createRequire } from "node:module";
 import { isIP, type Socket } from "node:net";
-import type { Duplex } from "node:stream";
+import { finished, type Duplex } from "node:stream";
 import { FetchHeaders } from "./headers.js";
+import { EventReader, type StreamEvent } from "./sse.js";
 
 /**
  * How long a connection opened ahead of a model's request waits for it before it is closed: less
@@ -199,19 +202,20 @@ function headersOf(res: IncomingMessage): FetchHeaders {
 }
 
 /**
- * An answer's body: a web stream, whose async iteration (the way the openai client reads a streamed
- * answer) reads the Node stream itself, with no web stream between; read as a web stream (getReader:
- * a body read whole, or cloned), it pulls from the same Node stream, one chunk a read. Either way it
- * is used once read, as fetch's is: a web stream's own iteration lets go of its lock at the end, and
- * a body looped over whole then read again gave nothing instead of failing. Timed against
- * Readable.toWeb alternated, the steady turn measured the same.
+ * An answer's body: a web stream that pulls from the Node stream, one chunk a read (a body read
+ * whole, an error's, or cloned); a streamed answer's events are read off the Node stream itself
+ * (readAnswerEvents), which takes it. Either way it is used once read, as fetch's is.
  */
 class AnswerBody extends ReadableStream<Uint8Array<ArrayBuffer>> {
-  constructor(private readonly res: IncomingMessage) {
+  private readonly pulled: { yet: boolean };
+
+  constructor(readonly res: IncomingMessage) {
+    const pulled = { yet: false };
     let chunks: AsyncIterator<Buffer> | undefined;
     super(
       {
         async pull(controller) {
+          pulled.yet = true;
           chunks ??= res[Symbol.asyncIterator]() as AsyncIterator<Buffer>;
           const next = await chunks.next();
           if (next.done) controller.close();
@@ -223,16 +227,12 @@ class AnswerBody extends ReadableStream<Uint8Array<ArrayBuffer>> {
       },
       { highWaterMark: 0 },
     );
+    this.pulled = pulled;
   }
 
-  [Symbol.asyncIterator](): AsyncIterableIterator<Uint8Array<ArrayBuffer>> {
-    // Locked as a read stream is: its reader taken, never read from.
-    this.getReader();
-    return bounded(this.res);
-  }
-
-  values(): AsyncIterableIterator<Uint8Array<ArrayBuffer>> {
-    return this[Symbol.asyncIterator]();
+  /** Whether it was read from: its answer's body is used then, as fetch's is once disturbed. */
+  get disturbed(): boolean {
+    return this.pulled.yet;
   }
 }
 
@@ -278,16 +278,44 @@ export class EventSpan {
   }
 }
 
-/** The answer's bytes as they come, its reading stopped with TooLarge past ANSWER_EVENT_MAX or ANSWER_BODY_MAX. */
-async function* bounded(res: IncomingMessage): AsyncIterableIterator<Uint8Array<ArrayBuffer>> {
-  let total = 0;
-  const span = new EventSpan();
-  for await (const chunk of res as AsyncIterable<Buffer>) {
-    total += chunk.length;
-    if (span.next(chunk) > ANSWER_EVENT_MAX) throw new TooLarge(`the answer sent an event of over ${ANSWER_EVENT_MAX} bytes with no end`);
-    if (total > ANSWER_BODY_MAX) throw new TooLarge(`the answer ran past ${ANSWER_BODY_MAX} bytes`);
-    yield chunk as Uint8Array<ArrayBuffer>;
-  }
+/**
+ * Reads a streamed answer (a Response of nodeFetch, its body unread) as server-sent events, straight
+ * off Node's stream: `onEvent` is given each event with data as it ends. Resolves at the body's end;
+ * rejects with TooLarge past ANSWER_EVENT_MAX or ANSWER_BODY_MAX, with what `onEvent` throws, or
+ * with the stream's own error (the connection cut, the request's signal aborted), the answer's
+ * connection closed then. Nothing is read after it settles.
+ */
+export function readAnswerEvents(response: Response, onEvent: (event: StreamEvent) => void): Promise<void> {
+  const res = response instanceof FetchAnswer ? response.takeNode() : undefined;
+  if (!res) return Promise.reject(new TypeError("a streamed answer is read from an unread answer of nodeFetch"));
+  return new Promise((resolve, reject) => {
+    let settled = false;
+    let total = 0;
+    const reader = new EventReader(onEvent);
+    const fail = (e: unknown) => {
+      settled = true;
+      res.off("data", onData);
+      res.destroy();
+      reject(e as Error);
+    };
+    const onData = (chunk: Buffer) => {
+      total += chunk.length;
+      try {
+        reader.feed(chunk);
+      } catch (e) {
+        return fail(e);
+      }
+      if (reader.open > ANSWER_EVENT_MAX) return fail(new TooLarge(`the answer sent an event of over ${ANSWER_EVENT_MAX} bytes with no end`));
+      if (total > ANSWER_BODY_MAX) return fail(new TooLarge(`the answer ran past ${ANSWER_BODY_MAX} bytes`));
+    };
+    res.on("data", onData);
+    finished(res, (e) => {
+      if (settled) return;
+      settled = true;
+      if (e) reject(e);
+      else resolve();
+    });
+  });
 }
 
 /**
@@ -315,8 +343,16 @@ class FetchAnswer implements Response {
     return this.stream;
   }
 
+  /** The body's Node stream, taken to be read as it is (readAnswerEvents): the body is used from then on. */
+  takeNode(): IncomingMessage | undefined {
+    // A clone's body is a web stream's branch: read as a web stream.
+    if (this.bodyUsed || !(this.stream instanceof AnswerBody)) return undefined;
+    this.used = true;
+    return this.stream.res;
+  }
+
   get bodyUsed(): boolean {
-    return this.used || (this.stream?.locked ?? false);
+    return this.used || (this.stream?.locked ?? false) || (this.stream instanceof AnswerBody && this.stream.disturbed);
   }
 
   private async whole(): Promise<Buffer> {

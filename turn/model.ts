@@ -8,7 +8,7 @@ import { lazyImport } from "./load.js";
 import type { ChatMessage } from "./prompt.js";
 import { envSecrets, redactor, settingsSecrets, type Redactor } from "./redact.js";
 import { connectionFault } from "./faults.js";
-import { nodeFetch, TooLarge } from "./http.js";
+import { nodeFetch, readAnswerEvents, TooLarge } from "./http.js";
 import { endpointName } from "./runtime.js";
 import { keepRecent, useRecent } from "./recent.js";
 import { cutDescription, type OfferedCall } from "./tools.js";
@@ -496,26 +496,40 @@ async function streamOnce(
   const totalMs = limits.model * 1000;
   const total = setTimeout(() => own.abort(new Cut(`the model's answer took longer than ${secondsText(totalMs)} s (timeouts.model)`)), totalMs);
   try {
-    // Sent as encoded: fields the SDK doesn't know (reasoning_content on a message) pass through.
-    const stream: AsyncIterable<unknown> = await c.post("/chat/completions", {
-      body,
-      headers: { "content-type": "application/json" },
-      stream: true,
-      signal: own.signal,
-      maxRetries: 0,
-      // The settings' bounds end it first.
-      timeout: Math.ceil(totalMs) + 1_000,
-    });
-    // Only data counts as progress: the SSE parser never yields a comment (`: keepalive`).
-    for await (const raw of stream) {
+    // Sent as encoded: fields the SDK doesn't know (reasoning_content on a message) pass through. The
+    // SDK asks and says what a refusal means; its answer's events are read here (turn/http.ts).
+    const response = await c
+      .post("/chat/completions", {
+        body,
+        headers: { "content-type": "application/json" },
+        stream: true,
+        signal: own.signal,
+        maxRetries: 0,
+        // The settings' bounds end it first.
+        timeout: Math.ceil(totalMs) + 1_000,
+      })
+      .asResponse();
+    const { APIError } = await openaiModule();
+    let done = false;
+    await readAnswerEvents(response, ({ type, data }) => {
+      // As the SDK reads a stream: nothing after [DONE]; an event that says an error is thrown as one.
+      if (done) return;
+      if (data.startsWith("[DONE]")) {
+        done = true;
+        return;
+      }
+      // Only data counts as progress: a comment (`: keepalive`) is no event.
       idle.refresh();
-      // Cut: what was read ahead of the abort is not taken, and the stream ends as a timeout ends it
-      // (leaving the loop first would let go of the answer's stream before the abort reaches it).
-      if (own.signal.aborted) continue;
+      const raw: unknown = JSON.parse(data);
+      if (type?.startsWith("thread.")) return;
+      const error = raw !== null && typeof raw === "object" ? (raw as { error?: unknown }).error : undefined;
+      if (error) throw new APIError(undefined, error as object, undefined, response.headers);
+      // Cut: what was read ahead of the abort is not taken; the stream ends as the abort reaches it.
+      if (own.signal.aborted) return;
       into.add(raw);
       const over = into.over();
       if (over !== undefined) own.abort(new Cut(over, "model_error"));
-    }
+    });
   } catch (e) {
     if (!(own.signal.reason instanceof Cut)) throw e;
   } finally {

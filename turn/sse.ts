@@ -1,0 +1,79 @@
+// Server-sent events, the way a streamed answer of an OpenAI-compatible endpoint is framed, read
+// from its bytes as they come (the event stream format of the HTML standard): lines ended by \n, \r
+// or \r\n, split anywhere across reads; `data:` lines joined into an event's data, `event:` its
+// type, lines starting with `:` comments; a blank line ends an event, which is given whole. Each
+// byte is looked at once, and a line is decoded once it is whole: an event sent in many small reads
+// costs what its size does, never its square. Free of I/O: the caller feeds it and bounds it.
+
+/** One event: its type (the `event:` field, when it had one) and its data lines, joined by \n. */
+export interface StreamEvent {
+  type: string | undefined;
+  data: string;
+}
+
+const LF = 0x0a;
+const CR = 0x0d;
+const COLON = 0x3a;
+const SPACE = 0x20;
+
+export class EventReader {
+  /** Bytes read since the last event's end (its blank line): what is held of one event now. */
+  open = 0;
+  /** The line begun and not yet ended, as its reads came. */
+  private pending: Buffer[] = [];
+  private data: string[] = [];
+  private type: string | undefined;
+  /** The last read ended with \r: a \n first in the next one ends no second line. */
+  private afterCR = false;
+  private first = true;
+
+  /** `onEvent` is given each event with data as its blank line is read; what it throws, `feed` throws. */
+  constructor(private readonly onEvent: (event: StreamEvent) => void) {}
+
+  /** Takes the next read. */
+  feed(chunk: Buffer): void {
+    let from = this.afterCR && chunk[0] === LF ? 1 : 0;
+    this.afterCR = false;
+    this.open += chunk.length;
+    for (let i = from; i < chunk.length; i++) {
+      const b = chunk[i];
+      if (b !== LF && b !== CR) continue;
+      const part = chunk.subarray(from, i);
+      const line = this.pending.length ? Buffer.concat([...this.pending, part]) : part;
+      this.pending = [];
+      if (b === CR) {
+        if (i + 1 === chunk.length) this.afterCR = true;
+        else if (chunk[i + 1] === LF) i++;
+      }
+      from = i + 1;
+      if (this.line(line)) this.open = chunk.length - from;
+    }
+    if (from < chunk.length) this.pending.push(chunk.subarray(from));
+  }
+
+  /** One whole line; true when it was blank, the end of an event. */
+  private line(bytes: Buffer): boolean {
+    if (this.first) {
+      this.first = false;
+      // A byte order mark before the stream's first line is no part of it.
+      if (bytes[0] === 0xef && bytes[1] === 0xbb && bytes[2] === 0xbf) bytes = bytes.subarray(3);
+    }
+    if (bytes.length === 0) {
+      const event = this.data.length > 0 ? { type: this.type, data: this.data.join("\n") } : undefined;
+      this.data = [];
+      this.type = undefined;
+      if (event) this.onEvent(event);
+      return true;
+    }
+    if (bytes[0] === COLON) return false;
+    // Decoded whole (a line ends at an ASCII byte, never inside a character): a malformed sequence reads as U+FFFD.
+    const line = bytes.toString("utf8");
+    const colon = line.indexOf(":");
+    const field = colon < 0 ? line : line.slice(0, colon);
+    let value = colon < 0 ? "" : line.slice(colon + 1);
+    if (value.charCodeAt(0) === SPACE) value = value.slice(1);
+    if (field === "data") this.data.push(value);
+    else if (field === "event") this.type = value;
+    return false;
+  }
+}
