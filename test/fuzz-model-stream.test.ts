@@ -93,6 +93,25 @@ describe("the model's streamed answer, fuzzed", { timeout: 120_000 }, () => {
     );
   });
 
+  it("an event that says an error fails the answer with the endpoint's words, its key left out; nothing after it is taken", async () => {
+    const key = "sk-stream-secret-0123456789";
+    const settings = Settings.parse({ model: { provider: "scripted", name: "scripted-model", base_url: url, key }, timeouts: { model: 5, model_idle: 2, retry_wait: 0 } });
+    const texts: string[] = [];
+    lines = [
+      JSON.stringify({ choices: [{ index: 0, delta: { content: "partial" } }] }),
+      JSON.stringify({ error: { message: `overloaded, try again (key ${key})`, type: "server_error" } }),
+      JSON.stringify({ choices: [{ index: 0, delta: { content: "never taken" } }] }),
+    ];
+    const failed = await askModel({ settings, model: "scripted-model", messages: [{ role: "user", content: "hi" }], calls: [], onText: (t) => texts.push(t) }).then(
+      () => undefined,
+      (e: unknown) => e,
+    );
+    expect(failed).toBeInstanceOf(ModelError);
+    expect((failed as ModelError).message).toContain("the model answered an error: overloaded, try again");
+    expect((failed as ModelError).message).not.toContain(key);
+    expect(texts).toEqual(["partial"]);
+  });
+
   it("takes SSE framed any way, blank lines of \\n, \\r or \\r\\n split anywhere across reads: an answer or a ModelError, promptly", async () => {
     const settings = Settings.parse(scriptedSettings(url, { timeouts: { model: 5, model_idle: 2, retry_wait: 0 } }));
     const piece = fc.oneof(

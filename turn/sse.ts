@@ -32,9 +32,11 @@ export class EventReader {
 
   /** Takes the next read. */
   feed(chunk: Buffer): void {
-    let from = this.afterCR && chunk[0] === LF ? 1 : 0;
+    const lineEndGoesOn = this.afterCR && chunk[0] === LF;
+    let from = lineEndGoesOn ? 1 : 0;
     this.afterCR = false;
-    this.open += chunk.length;
+    // The \n of a \r\n that ended an event is that event's, not the next one's.
+    this.open += chunk.length - (lineEndGoesOn && this.open === 0 ? 1 : 0);
     for (let i = from; i < chunk.length; i++) {
       const b = chunk[i];
       if (b !== LF && b !== CR) continue;
