@@ -6,7 +6,7 @@
 // durable write the promise needs, a pass-through process that forwards the prompt to the model and
 // the answer back with no disk, and Node's own start.
 import { spawn, type ChildProcess } from "node:child_process";
-import { closeSync, fsyncSync, linkSync, mkdtempSync, openSync, rmSync, unlinkSync, writeSync } from "node:fs";
+import { closeSync, fsyncSync, linkSync, mkdtempSync, openSync, readdirSync, readFileSync, rmSync, unlinkSync, writeSync } from "node:fs";
 import { createServer, request, type IncomingMessage, type Server, type ServerResponse } from "node:http";
 import type { AddressInfo } from "node:net";
 import { tmpdir } from "node:os";
@@ -105,6 +105,12 @@ export interface TurnSplit {
   after: Summary;
   /** The client's wall time less the model's (ms). */
   overhead: Summary;
+  /**
+   * The process's own time on a CPU, all its threads (V8's compilers and collector, the thread pool)
+   * with the kernel's work for it, a steady turn (ms): where a turn's time goes when it is the work
+   * of the process, and a measure the machine's other load moves far less than a wall time.
+   */
+  cpu?: number;
 }
 
 export interface ClientResult {
@@ -123,11 +129,31 @@ export interface ClientResult {
   nodeStart: Summary;
 }
 
+/** The time a process has been on a CPU so far, all its threads (ms), from /proc; undefined where there is none. */
+function cpuOf(pid: number | undefined): number | undefined {
+  if (pid === undefined) return undefined;
+  try {
+    let ns = 0;
+    for (const thread of readdirSync(`/proc/${pid}/task`)) {
+      try {
+        ns += Number(readFileSync(`/proc/${pid}/task/${thread}/schedstat`, "utf8").split(" ")[0]);
+      } catch {
+        // A thread that ended meanwhile.
+      }
+    }
+    return ns / 1e6;
+  } catch {
+    return undefined;
+  }
+}
+
 async function turns(d: Driven, proxy: TimingProxy, sessionId: string, n: number): Promise<TurnSplit> {
   const before: number[] = [];
   const after: number[] = [];
   const overhead: number[] = [];
+  let cpuFrom: number | undefined;
   for (let i = 0; i < n; i++) {
+    if (i === 1) cpuFrom = cpuOf(d.child.pid);
     const seen = proxy.exchanges.length;
     const t0 = performance.now();
     await d.client.request(acp.methods.agent.session.prompt, { sessionId, prompt: [{ type: "text", text: `turn ${i}: say something short` }] });
@@ -142,7 +168,9 @@ async function turns(d: Driven, proxy: TimingProxy, sessionId: string, n: number
     after.push(t1 - last.answered);
     overhead.push(t1 - t0 - mine.reduce((s, e) => s + (e.answered - e.asked), 0));
   }
-  return { before: summarize(before), after: summarize(after), overhead: summarize(overhead) };
+  const cpuTo = cpuOf(d.child.pid);
+  const cpu = cpuFrom !== undefined && cpuTo !== undefined && n > 1 ? (cpuTo - cpuFrom) / (n - 1) : undefined;
+  return { before: summarize(before), after: summarize(after), overhead: summarize(overhead), ...(cpu !== undefined ? { cpu } : {}) };
 }
 
 /** The durable write an acknowledged event needs: written, fsynced, linked, its folder fsynced. */

@@ -98,8 +98,8 @@ export function renderTable(r: BenchResults): string {
   out.push("6. The turn as a client sees it (ACP SDK client on stdio, a timing proxy before the model)");
   if (r.client && "measured" in r.client) {
     const c = r.client.measured;
-    const split = (name: string, t: { before: { median: number }; after: { median: number }; overhead: { median: number; p99: number } }) =>
-      `  ${name}: before the model ${ms(t.before.median)} ms, after its last byte ${ms(t.after.median)} ms, overhead ${ms(t.overhead.median)} ms (p99 ${ms(t.overhead.p99)}), medians of turns 2-${c.turns}`;
+    const split = (name: string, t: { before: { median: number }; after: { median: number }; overhead: { median: number; p99: number }; cpu?: number }) =>
+      `  ${name}: before the model ${ms(t.before.median)} ms, after its last byte ${ms(t.after.median)} ms, overhead ${ms(t.overhead.median)} ms (p99 ${ms(t.overhead.p99)}), medians of turns 2-${c.turns}${t.cpu !== undefined ? `; the process's CPU ${ms(t.cpu)} ms a turn` : ""}`;
     out.push(split("daemon      ", c.daemon));
     out.push(split("pass-through", c.passThrough));
     out.push(`  durable write (write, fsync, link, fsync the folder): ${ms(c.durableWrite.median)} ms`);
