@@ -250,6 +250,14 @@ describe("nodeFetch", () => {
     await expect(readAnswerEvents(await nodeFetch(`${url}/endless`), () => undefined)).rejects.toThrow(new TooLarge(`the answer sent an event of over ${ANSWER_EVENT_MAX} bytes with no end`));
   });
 
+  it("says a streamed answer had no body when it had none (a 204), as the answer's fault, not the reader's", async () => {
+    const { url } = await serve((_req, res) => {
+      res.writeHead(204);
+      res.end();
+    });
+    await expect(readAnswerEvents(await nodeFetch(url), () => undefined)).rejects.toThrow("the answer (204) had no body");
+  });
+
   it("stops reading a streamed answer at what its reader throws, and closes its connection", async () => {
     const served = await serve((_req, res) => {
       res.writeHead(200, { "content-type": "text/event-stream" });

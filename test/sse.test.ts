@@ -77,6 +77,25 @@ describe("EventReader", () => {
     expect(read([Buffer.from("data:  two spaces\nfoo: bar\n\n")]).events).toEqual([{ type: undefined, data: " two spaces" }]);
   });
 
+  it("takes an empty read as nothing, even between the \\r and the \\n of one line's end", () => {
+    expect(read([Buffer.from("data: a\r"), Buffer.alloc(0), Buffer.from("\ndata: b\n\n")]).events).toEqual([{ type: undefined, data: "a\nb" }]);
+  });
+
+  it("holds a line sent a byte a read in memory of its own size, not of its reads'", () => {
+    const reader = new EventReader(() => undefined);
+    reader.feed(Buffer.from("data: "));
+    const held = () => {
+      const m = process.memoryUsage();
+      return m.heapUsed + m.arrayBuffers;
+    };
+    const before = held();
+    const byte = Buffer.from("x");
+    for (let i = 0; i < 1_000_000; i++) reader.feed(byte.subarray(0, 1));
+    // A megabyte of line, held in a buffer of at most twice it (held as its reads, some hundred megabytes).
+    expect(held() - before).toBeLessThan(32 * 1024 * 1024);
+    expect(reader.open).toBe(6 + 1_000_000);
+  });
+
   it("counts the bytes held since the last event's end, and what it throws, feed throws", () => {
     const reader = new EventReader(({ data }) => {
       if (data === "stop") throw new Error("stopped");

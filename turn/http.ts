@@ -286,6 +286,8 @@ export class EventSpan {
  * connection closed then. Nothing is read after it settles.
  */
 export function readAnswerEvents(response: Response, onEvent: (event: StreamEvent) => void): Promise<void> {
+  // A 204 or 205 has none: said as the answer's, not as a fault of the reader.
+  if (response.body === null) return Promise.reject(new Error(`the answer (${response.status}) had no body`));
   const res = response instanceof FetchAnswer ? response.takeNode() : undefined;
   if (!res) return Promise.reject(new TypeError("a streamed answer is read from an unread answer of nodeFetch"));
   return new Promise((resolve, reject) => {

@@ -19,8 +19,12 @@ const SPACE = 0x20;
 export class EventReader {
   /** Bytes read since the last event's end (its blank line): what is held of one event now. */
   open = 0;
-  /** The line begun and not yet ended, as its reads came. */
-  private pending: Buffer[] = [];
+  /**
+   * The line begun and not yet ended, copied into one buffer that grows by doubling: held as the
+   * reads it came in, a line sent a byte a read would take a hundred times its size.
+   */
+  private pending = Buffer.alloc(0);
+  private pendingLength = 0;
   private data: string[] = [];
   private type: string | undefined;
   /** The last read ended with \r: a \n first in the next one ends no second line. */
@@ -32,6 +36,7 @@ export class EventReader {
 
   /** Takes the next read. */
   feed(chunk: Buffer): void {
+    if (chunk.length === 0) return;
     const lineEndGoesOn = this.afterCR && chunk[0] === LF;
     let from = lineEndGoesOn ? 1 : 0;
     this.afterCR = false;
@@ -41,8 +46,12 @@ export class EventReader {
       const b = chunk[i];
       if (b !== LF && b !== CR) continue;
       const part = chunk.subarray(from, i);
-      const line = this.pending.length ? Buffer.concat([...this.pending, part]) : part;
-      this.pending = [];
+      let line = part;
+      if (this.pendingLength > 0) {
+        this.hold(part);
+        line = this.pending.subarray(0, this.pendingLength);
+        this.pendingLength = 0;
+      }
       if (b === CR) {
         if (i + 1 === chunk.length) this.afterCR = true;
         else if (chunk[i + 1] === LF) i++;
@@ -50,7 +59,19 @@ export class EventReader {
       from = i + 1;
       if (this.line(line)) this.open = chunk.length - from;
     }
-    if (from < chunk.length) this.pending.push(chunk.subarray(from));
+    if (from < chunk.length) this.hold(chunk.subarray(from));
+  }
+
+  /** Adds to the line begun. */
+  private hold(part: Buffer): void {
+    const need = this.pendingLength + part.length;
+    if (need > this.pending.length) {
+      const grown = Buffer.allocUnsafe(Math.max(need, this.pending.length * 2, 256));
+      this.pending.copy(grown, 0, 0, this.pendingLength);
+      this.pending = grown;
+    }
+    part.copy(this.pending, this.pendingLength);
+    this.pendingLength = need;
   }
 
   /** One whole line; true when it was blank, the end of an event. */
