@@ -32,7 +32,7 @@ const parameters = fc.oneof(
   { weight: 1, arbitrary: fc.integer({ min: PARAMETERS_MAX - 100, max: PARAMETERS_MAX + 100 }).map((n) => ({ type: "object", description: "x".repeat(n) })) },
 );
 // As a tool lists it, kept as the host keeps it.
-const listedCall: fc.Arbitrary<ListedCall> = fc.record({ call: callName, description, parameters }).map((c) => keptCall(c.call, c.description, c.parameters));
+const listedCall: fc.Arbitrary<ListedCall> = fc.record({ call: callName, description, parameters }).map((c) => keptCall(c.call, c.description, c.parameters).listed);
 const tools: fc.Arbitrary<ListedTool<number>[]> = fc
   .uniqueArray(fc.constantFrom("memory", "everything", "fs", "a_tool_named_at_the_longest_32ch"), { minLength: 1, maxLength: 4 })
   .chain((names) =>

@@ -25,8 +25,8 @@ export const LISTED_CHARS_MAX = 4 * 1024 * 1024;
 /** A call whose own name is longer than this is not offered (MCP asks for at most 128 characters). */
 export const CALL_NAME_LISTED_MAX = 1_024;
 
-
-
+/** The length of `{}`, the schema a call unfit to be offered is kept with, as JSON. */
+const EMPTY_SCHEMA = 2;
 /** The hash that ends a name shortened to CALL_NAME_MAX: `_` and 8 hex digits. */
 const HASH_CHARS = 8;
 
@@ -65,17 +65,22 @@ export function offeredName(tool: string, call: string): string {
  * description cut to DESCRIPTION_MAX characters (never inside a character); one that can't be
  * offered (a name or a schema too long) kept without them, saying why. A tool's list is kept in
  * memory as long as the process serves the agent: what a tool sends is never kept whole, and no
- * turn measures a schema again.
+ * turn measures a schema again. With it, `chars`: the characters it is kept in (its name, its
+ * description as cut, its schema as JSON), which bound a tool's list (LISTED_CHARS_MAX).
  */
-export function listedCall(call: string, description: string, parameters: Record<string, unknown>): ListedCall {
+export function listedCall(call: string, description: string, parameters: Record<string, unknown>): { listed: ListedCall; chars: number } {
   if (call.length > CALL_NAME_LISTED_MAX) {
-    return { call: `${call.slice(0, 200)}…`, description: "", parameters: {}, unfit: `its name is ${call.length} characters, over the ${CALL_NAME_LISTED_MAX} a call's may be` };
+    const listed = { call: `${call.slice(0, 200)}…`, description: "", parameters: {}, unfit: `its name is ${call.length} characters, over the ${CALL_NAME_LISTED_MAX} a call's may be` };
+    return { listed, chars: listed.call.length + EMPTY_SCHEMA };
   }
   const cut = cutDescription(description, DESCRIPTION_MAX);
   const schema = JSON.stringify(parameters).length;
-  if (schema > PARAMETERS_MAX) return { call, description: cut, parameters: {}, unfit: `its arguments' schema is ${schema} characters, over the ${PARAMETERS_MAX} a call's may be` };
-  return { call, description: cut, parameters };
+  if (schema > PARAMETERS_MAX) {
+    return { listed: { call, description: cut, parameters: {}, unfit: `its arguments' schema is ${schema} characters, over the ${PARAMETERS_MAX} a call's may be` }, chars: call.length + cut.length + EMPTY_SCHEMA };
+  }
+  return { listed: { call, description: cut, parameters }, chars: call.length + cut.length + schema };
 }
+
 
 /**
  * The calls a turn offers, from the tools' lists as listedCall kept them (the tools in the order

@@ -183,8 +183,8 @@ export class ToolSession {
         .finally(own.done);
       for (const tool of result.tools) {
         if (tool.execution?.taskSupport === "required") continue;
-        const call = listed(tool);
-        chars += call.call.length + call.description.length + JSON.stringify(call.parameters).length;
+        const { listed: call, chars: size } = listed(tool);
+        chars += size;
         if (calls.length >= LISTED_MAX || chars > LISTED_CHARS_MAX) {
           log.warn("a tool's list is read no further", { tool: this.tool, calls: calls.length, why: calls.length >= LISTED_MAX ? `past the ${LISTED_MAX} calls of a tool's list read` : `past the ${LISTED_CHARS_MAX} characters of a tool's list read` });
           return calls;
@@ -287,8 +287,8 @@ export class ToolSession {
   }
 }
 
-/** A call as the MCP server lists it, as it is kept (offer.ts listedCall). */
-function listed(tool: Tool): ListedCall {
+/** A call as the MCP server lists it, as it is kept, and the characters it is kept in (offer.ts listedCall). */
+function listed(tool: Tool): { listed: ListedCall; chars: number } {
   // `$schema` is left out: some providers refuse it in a function's parameters.
   const { $schema: _schema, ...parameters } = tool.inputSchema;
   return listedCall(tool.name, tool.description ?? tool.title ?? "", parameters);
