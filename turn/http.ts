@@ -4,7 +4,7 @@
 // Node's fetch (undici) makes a Request, a body stream and a Response of its own at every step, some
 // half a millisecond of a turn's own time. A streamed answer's events are read here too, straight off
 // Node's stream (readAnswerEvents): the SDK's own reading of them, through a web stream and four
-// async generators, cost a turn some two milliseconds of the process's time.
+// async generators, cost a steady turn some half a millisecond of the process's time.
 import { Agent as HttpAgent, request as httpRequest, type ClientRequest, type ClientRequestArgs, type IncomingHttpHeaders, type IncomingMessage, type RequestOptions } from "node:http";
 import { createRequire } from "node:module";
 import { isIP, type Socket } from "node:net";
