@@ -1,9 +1,9 @@
 // The model call: any OpenAI-compatible chat-completions endpoint, streamed, accumulated here.
 // Unknown delta keys (reasoning_content, reasoning, reasoning_details) are appended, not overwritten.
 import { setTimeout as sleep } from "node:timers/promises";
-import { z } from "zod";
 import { TIMEOUT_DEFAULTS, type Settings, type Thinking, type TimeoutsSettings, type ToolCall, type Usage } from "../protocol/index.js";
 import { encodeBody } from "./body.js";
+import { readChunk, type ReportedUsage } from "./chunk.js";
 import { lazyImport } from "./load.js";
 import type { ChatMessage } from "./prompt.js";
 import { envSecrets, redactor, settingsSecrets, type Redactor } from "./redact.js";
@@ -12,48 +12,6 @@ import { nodeFetch, readAnswerEvents, TooLarge } from "./http.js";
 import { endpointName } from "./runtime.js";
 import { keepRecent, useRecent } from "./recent.js";
 import { cutDescription, type OfferedCall } from "./tools.js";
-
-const Delta = z
-  .object({
-    content: z.string().nullish(),
-    reasoning_content: z.string().nullish(),
-    reasoning: z.string().nullish(),
-    reasoning_details: z.array(z.unknown()).nullish(),
-    refusal: z.string().nullish(),
-    tool_calls: z
-      .array(
-        z
-          .object({
-            index: z.number().int().nonnegative(),
-            id: z.string().nullish(),
-            function: z.object({ name: z.string().nullish(), arguments: z.string().nullish() }).loose().nullish(),
-          })
-          .loose(),
-      )
-      .nullish(),
-  })
-  .loose();
-
-/** The provider's usage as it came: every number checked by hand, so one odd value never loses the chunk. */
-const Reported = z
-  .object({
-    prompt_tokens: z.unknown().optional(),
-    completion_tokens: z.unknown().optional(),
-    prompt_tokens_details: z.object({ cached_tokens: z.unknown().optional() }).loose().nullish().catch(undefined),
-    // DeepSeek names its cache hits so.
-    prompt_cache_hit_tokens: z.unknown().optional(),
-    // Only some providers (OpenRouter) report what a request cost.
-    cost: z.unknown().optional(),
-  })
-  .loose();
-
-const Chunk = z
-  .object({
-    id: z.string().nullish(),
-    choices: z.array(z.object({ delta: Delta.nullish(), finish_reason: z.string().nullish() }).loose()).nullish(),
-    usage: Reported.nullish().catch(undefined),
-  })
-  .loose();
 
 export interface ModelRequest {
   settings: Settings;
@@ -322,9 +280,9 @@ class Streamed {
   constructor(private readonly onText: ((delta: string) => void) | undefined) {}
 
   add(raw: unknown): void {
-    const chunk = Chunk.safeParse(raw);
-    if (!chunk.success) return;
-    const { id, choices, usage: u } = chunk.data;
+    const chunk = readChunk(raw);
+    if (!chunk) return;
+    const { id, choices, usage: u } = chunk;
     if (id) this.responseId ??= id;
     if (u) this.report(u);
     for (const choice of choices ?? []) {
@@ -381,7 +339,7 @@ class Streamed {
   }
 
   /** The provider's counts, each kept only when sane: an odd one counts as 0 (as a missing one does) and is named. */
-  private report(u: z.infer<typeof Reported>): void {
+  private report(u: ReportedUsage): void {
     const count = (field: string, v: unknown): number => {
       this.leftOut.delete(field);
       if (v === undefined || v === null) return 0;
