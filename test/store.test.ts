@@ -335,6 +335,43 @@ describe("an event file that fails its schema", () => {
   });
 });
 
+describe("an agent's paths", () => {
+  it("are its folders' own, however many agents a process names, and a conversation's are a new object at each call", () => {
+    const root = tempDir();
+    for (let i = 0; i < 3000; i++) {
+      const dir = join(root, `a${i % 1500}`);
+      const files = i % 3 === 0 ? undefined : join(root, `f${i}`);
+      const p = paths(files === undefined ? { dir } : { dir, files });
+      expect(p.config).toBe(join(dir, "config.json"));
+      expect(p.files).toBe(files ?? dir);
+      expect(p.home).toBe(files ?? dir);
+      const c = p.conversation(`t${i % 7}`);
+      expect(c.dir).toBe(join(dir, "chats", `t${i % 7}`));
+      expect(c.event(3)).toBe(join(dir, "chats", `t${i % 7}`, eventName(3)));
+    }
+    // A held lock's folder is found by the very paths object it was taken with: another caller's
+    // paths of the same conversation are another object, so its writes open a folder of their own.
+    const again = [paths({ dir: root }).conversation("t"), paths({ dir: root }).conversation("t")];
+    expect(again[0]).not.toBe(again[1]);
+    expect(JSON.stringify(again[0])).toBe(JSON.stringify(again[1]));
+    // A name refused is refused each time, never kept.
+    expect(() => paths({ dir: root }).conversation("../x")).toThrow(InvalidNameError);
+    expect(() => paths({ dir: root }).conversation("../x")).toThrow(InvalidNameError);
+  });
+
+  it("a folder replaced by a link after it was read through is refused at the next read", () => {
+    const dir = tempDir();
+    mkdirSync(join(dir, "instructions"));
+    writeFileSync(join(dir, "instructions", "instruction.md"), "mine\n");
+    expect(readStanding({ dir })).toBe("mine\n");
+    const outside = tempDir();
+    writeFileSync(join(outside, "instruction.md"), "planted\n");
+    rmSync(join(dir, "instructions"), { recursive: true });
+    symlinkSync(outside, join(dir, "instructions"));
+    expect(() => readStanding({ dir })).toThrow(StoreError);
+  });
+});
+
 describe("links are refused, not followed", () => {
   /** A valid event outside the agent's folder, which a followed link would read as the conversation's. */
   function outsideEvent(): string {
