@@ -207,7 +207,7 @@ function toolParams(calls: readonly OfferedCall[], describedUpTo: number | undef
  * turn. An endpoint that never refused one is sent the descriptions whole.
  */
 const describedUpTo = new Map<string, number>();
-/** The most endpoints whose bound is kept; past it, the first kept is let go (it says its bound again). */
+/** The most endpoints whose bound is kept; past it, the one kept least lately is let go (it says its bound again). */
 const DESCRIBED_KEPT = 64;
 /** An endpoint's refusal of a description, in OpenAI's words, with the bound it takes. */
 const DESCRIPTION_REFUSED = /Invalid 'tools\[\d+\]\.function\.description': string too long\. Expected a string with maximum length (\d+)/;

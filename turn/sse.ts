@@ -3,7 +3,8 @@
 // or \r\n, split anywhere across reads; `data:` lines joined into an event's data, `event:` its
 // type, lines starting with `:` comments; a blank line ends an event, which is given whole. Line
 // ends are found by Buffer's own search, and a line is decoded once it is whole: an event sent in
-// many small reads costs what its size does, never its square. Free of I/O: the caller feeds it and bounds it.
+// many small reads costs what its size does, never its square. Free of I/O: the caller feeds it
+// and bounds it.
 
 /** One event: its type (the `event:` field, when it had one) and its data lines, joined by \n. */
 export interface StreamEvent {

@@ -81,7 +81,6 @@ export function listedCall(call: string, description: string, parameters: Record
   return { listed: { call, description: cut, parameters }, chars: call.length + cut.length + schema };
 }
 
-
 /**
  * The calls a turn offers, from the tools' lists as listedCall kept them (the tools in the order
  * given, each tool's calls in the order of their names): a call named as one offered before it (two
