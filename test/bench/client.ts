@@ -4,7 +4,10 @@
 // model, after its last byte to the prompt's response, and the two together (the overhead); and spawn
 // to the first answered prompt, each step. Beside each, its floor measured in the same run: the
 // durable write the promise needs, a pass-through process that forwards the prompt to the model and
-// the answer back with no disk, and Node's own start.
+// the answer back with no disk, and Node's own start. The steady turns are measured in rounds, each a
+// fresh daemon, a fresh pass-through and the durable write in turn (which goes first alternating), so
+// that the machine's speed, which drifts over seconds here, moves a turn and its floor alike; the
+// medians are of every round's turns together.
 import { spawn, type ChildProcess } from "node:child_process";
 import { closeSync, fsyncSync, linkSync, mkdtempSync, openSync, readdirSync, readFileSync, rmSync, unlinkSync, writeSync } from "node:fs";
 import { createServer, request, type IncomingMessage, type Server, type ServerResponse } from "node:http";
@@ -113,14 +116,27 @@ export interface TurnSplit {
   cpu?: number;
 }
 
+/** One round of steady turns: each a median of its turns 2 on (ms), and the daemon's to its floor. */
+export interface ClientRound {
+  daemon: number;
+  passThrough: number;
+  durableWrite: number;
+  /** daemon / (durableWrite + passThrough). */
+  ratio: number;
+}
+
 export interface ClientResult {
   turns: number;
-  /** Turns 2 on of one session, through the daemon. */
+  /** Turns 2 on of one session a round, through the daemon, every round's together. */
   daemon: TurnSplit;
   /** The same turns through the pass-through: forwarded, no disk. */
   passThrough: TurnSplit;
   /** One small file written, fsynced, linked and its folder fsynced: the durable write an event needs (ms). */
   durableWrite: Summary;
+  /** Each round's own medians and ratio (absent from runs before rounds were measured). */
+  rounds?: ClientRound[];
+  /** The median of the rounds' ratios. */
+  ratio?: number;
   /** Spawn to each step answered, per run (ms, cumulative): initialize, session/new, first prompt. */
   spawn: { initialize: Summary; sessionNew: Summary; firstTurn: Summary };
   /** The first prompt alone (ms), and its overhead (less the model's time). */
@@ -147,7 +163,15 @@ function cpuOf(pid: number | undefined): number | undefined {
   }
 }
 
-async function turns(d: Driven, proxy: TimingProxy, sessionId: string, n: number): Promise<TurnSplit> {
+/** What steady turns of one process measured: each turn's times (ms), and its CPU a turn. */
+interface TurnTimes {
+  before: number[];
+  after: number[];
+  overhead: number[];
+  cpu?: number;
+}
+
+async function turns(d: Driven, proxy: TimingProxy, sessionId: string, n: number): Promise<TurnTimes> {
   const before: number[] = [];
   const after: number[] = [];
   const overhead: number[] = [];
@@ -170,56 +194,88 @@ async function turns(d: Driven, proxy: TimingProxy, sessionId: string, n: number
   }
   const cpuTo = cpuOf(d.child.pid);
   const cpu = cpuFrom !== undefined && cpuTo !== undefined && n > 1 ? (cpuTo - cpuFrom) / (n - 1) : undefined;
-  return { before: summarize(before), after: summarize(after), overhead: summarize(overhead), ...(cpu !== undefined ? { cpu } : {}) };
+  return { before, after, overhead, ...(cpu !== undefined ? { cpu } : {}) };
 }
 
-/** The durable write an acknowledged event needs: written, fsynced, linked, its folder fsynced. */
-function durableWrites(dir: string, n: number): Summary {
+/** The turns of every round together, and their CPU a turn (the rounds' mean). */
+function pooled(rounds: readonly TurnTimes[]): TurnSplit {
+  const cpus = rounds.flatMap((r) => (r.cpu !== undefined ? [r.cpu] : []));
+  return {
+    before: summarize(rounds.flatMap((r) => r.before)),
+    after: summarize(rounds.flatMap((r) => r.after)),
+    overhead: summarize(rounds.flatMap((r) => r.overhead)),
+    ...(cpus.length ? { cpu: cpus.reduce((a, b) => a + b, 0) / cpus.length } : {}),
+  };
+}
+
+/** Durable writes timed a round. */
+const DURABLE_WRITES = 20;
+
+/** The durable write an acknowledged event needs: written, fsynced, linked, its folder fsynced; numbered from `from`. */
+function durableWrites(dir: string, n: number, from: number): number[] {
   const times: number[] = [];
   const text = `${JSON.stringify({ v: 1, kind: "message", role: "user", text: "x".repeat(120), time: new Date().toISOString() })}\n`;
   for (let i = 0; i < n; i++) {
     const t0 = performance.now();
-    const tmp = join(dir, `.tmp-${i}`);
+    const tmp = join(dir, `.tmp-${from + i}`);
     const fd = openSync(tmp, "wx", 0o600);
     writeSync(fd, text);
     fsyncSync(fd);
     closeSync(fd);
-    linkSync(tmp, join(dir, `${String(i).padStart(12, "0")}.json`));
+    linkSync(tmp, join(dir, `${String(from + i).padStart(12, "0")}.json`));
     const dfd = openSync(dir, "r");
     fsyncSync(dfd);
     closeSync(dfd);
     times.push(performance.now() - t0);
     unlinkSync(tmp);
   }
-  return summarize(times);
+  return times;
 }
 
-export async function measureClient(server: ModelServer, o: { turns: number; starts: number; log: (line: string) => void }): Promise<ClientResult> {
+/** Steady turns of one fresh process of `args`, a session of its own (`newSession`: the daemon's). */
+async function steady(args: string[], proxy: TimingProxy, dir: string, n: number, newSession: boolean): Promise<TurnTimes> {
+  const d = drive(process.execPath, args);
+  try {
+    await d.client.request(acp.methods.agent.initialize, { protocolVersion: acp.PROTOCOL_VERSION, clientCapabilities: {} });
+    const sessionId = newSession ? (await d.client.request(acp.methods.agent.session.new, { cwd: dir, mcpServers: [] })).sessionId : "pass";
+    return await turns(d, proxy, sessionId, n);
+  } finally {
+    await d.close();
+  }
+}
+
+export async function measureClient(server: ModelServer, o: { turns: number; rounds: number; starts: number; log: (line: string) => void }): Promise<ClientResult> {
   const dir = mkdtempSync(join(tmpdir(), "lnk-link-harness-bench-client-"));
   const proxy = await TimingProxy.start(server.url);
   const fallback = server.fallback;
   server.fallback = () => ({ text: "A short answer, in a few chunks.", chunks: 4 });
   try {
     writeSettings({ dir }, benchSettings(proxy.url));
-    o.log(`client: ${o.turns} turns through the daemon and the pass-through`);
-    const daemon = drive(process.execPath, [...daemonNodeArgs(), MAIN, "--agent", dir]);
-    let daemonSplit: TurnSplit;
-    try {
-      await daemon.client.request(acp.methods.agent.initialize, { protocolVersion: acp.PROTOCOL_VERSION, clientCapabilities: {} });
-      const { sessionId } = await daemon.client.request(acp.methods.agent.session.new, { cwd: dir, mcpServers: [] });
-      daemonSplit = await turns(daemon, proxy, sessionId, o.turns);
-    } finally {
-      await daemon.close();
+    o.log(`client: ${o.rounds} rounds of ${o.turns} turns through the daemon and the pass-through`);
+    const daemonArgs = [...daemonNodeArgs(), MAIN, "--agent", dir];
+    const passArgs = [join(ROOT, "dist", "test", "bench", "passthrough.js"), proxy.url];
+    const writes = mkdtempSync(join(dir, "w-"));
+    const daemonTurns: TurnTimes[] = [];
+    const passTurns: TurnTimes[] = [];
+    const durable: number[] = [];
+    const rounds: ClientRound[] = [];
+    // A round first that counts for nothing: this process's own client, proxy and model are code V8
+    // is still compiling for their first hundred turns or so, which slowed the floor's turns (eight
+    // updates each) more than the daemon's (two), and whichever ran first more than the other.
+    await steady(daemonArgs, proxy, dir, o.turns, true);
+    await steady(passArgs, proxy, dir, o.turns, false);
+    for (let r = 0; r < o.rounds; r++) {
+      // Which goes first alternates, so that neither always meets the machine as the other left it.
+      const pass = r % 2 === 1 ? await steady(passArgs, proxy, dir, o.turns, false) : undefined;
+      const daemon = await steady(daemonArgs, proxy, dir, o.turns, true);
+      const passed = pass ?? (await steady(passArgs, proxy, dir, o.turns, false));
+      const written = durableWrites(writes, DURABLE_WRITES, r * DURABLE_WRITES);
+      daemonTurns.push(daemon);
+      passTurns.push(passed);
+      durable.push(...written);
+      const round = { daemon: summarize(daemon.overhead).median, passThrough: summarize(passed.overhead).median, durableWrite: summarize(written).median };
+      rounds.push({ ...round, ratio: round.daemon / (round.durableWrite + round.passThrough) });
     }
-    const pass = drive(process.execPath, [join(ROOT, "dist", "test", "bench", "passthrough.js"), proxy.url]);
-    let passSplit: TurnSplit;
-    try {
-      await pass.client.request(acp.methods.agent.initialize, { protocolVersion: acp.PROTOCOL_VERSION, clientCapabilities: {} });
-      passSplit = await turns(pass, proxy, "pass", o.turns);
-    } finally {
-      await pass.close();
-    }
-    const durableWrite = durableWrites(mkdtempSync(join(dir, "w-")), 50);
 
     o.log(`client: spawn to first answer, ${o.starts} runs`);
     const init: number[] = [];
@@ -248,9 +304,11 @@ export async function measureClient(server: ModelServer, o: { turns: number; sta
     }
     return {
       turns: o.turns,
-      daemon: daemonSplit,
-      passThrough: passSplit,
-      durableWrite,
+      daemon: pooled(daemonTurns),
+      passThrough: pooled(passTurns),
+      durableWrite: summarize(durable),
+      rounds,
+      ratio: summarize(rounds.map((r) => r.ratio)).median,
       spawn: { initialize: summarize(init), sessionNew: summarize(made), firstTurn: summarize(first) },
       firstTurnOverhead: summarize(firstOverhead),
       nodeStart: summarize(bare.map((b) => b.median)),

@@ -37,13 +37,15 @@ interface Plan {
   usageRuns: number;
   /** Turns of one session driven as a client sees them, and spawns to a first answer. */
   clientTurns: number;
+  /** Rounds of those turns, each a fresh daemon and pass-through. */
+  clientRounds: number;
   clientStarts: number;
   binds: number;
   agents: number[];
 }
 
-const FULL: Plan = { sizes: [1_000, 10_000, 100_000], turns: FULL_TURNS, prefixTurns: 300, prefixWindowPairs: 100, conversations: [1, 50, 200], rounds: 3, starts: 20, usageSize: 100_000, usageRuns: 5, clientTurns: 20, clientStarts: 10, binds: 20, agents: [1, 10, 100] };
-const QUICK: Plan = { sizes: [1_000, 10_000], turns: 10, prefixTurns: 200, prefixWindowPairs: 80, conversations: [1, 20], rounds: 1, starts: 5, usageSize: 100_000, usageRuns: 3, clientTurns: 10, clientStarts: 3, binds: 5, agents: [1, 10] };
+const FULL: Plan = { sizes: [1_000, 10_000, 100_000], turns: FULL_TURNS, prefixTurns: 300, prefixWindowPairs: 100, conversations: [1, 50, 200], rounds: 3, starts: 20, usageSize: 100_000, usageRuns: 5, clientTurns: 20, clientRounds: 5, clientStarts: 10, binds: 20, agents: [1, 10, 100] };
+const QUICK: Plan = { sizes: [1_000, 10_000], turns: 10, prefixTurns: 200, prefixWindowPairs: 80, conversations: [1, 20], rounds: 1, starts: 5, usageSize: 100_000, usageRuns: 3, clientTurns: 10, clientRounds: 2, clientStarts: 3, binds: 5, agents: [1, 10] };
 const CHUNKS = 50;
 const CHUNK_DELAY_MS = 20;
 
@@ -134,7 +136,7 @@ async function main(): Promise<void> {
   let client: Measured<ClientResult> = { notMeasured: missing ?? "not asked for (--only)" };
   if (!missing && args.only.has("client")) {
     try {
-      client = { measured: await own((s) => measureClient(s, { turns: plan.clientTurns, starts: plan.clientStarts, log })) };
+      client = { measured: await own((s) => measureClient(s, { turns: plan.clientTurns, rounds: plan.clientRounds, starts: plan.clientStarts, log })) };
     } catch (e) {
       client = { notMeasured: (e as Error).message };
     }

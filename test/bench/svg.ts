@@ -118,7 +118,7 @@ export function renderSvg(r: BenchResults): string {
     const floor = c.durableWrite.median + c.passThrough.overhead.median;
     y += 18;
     body.push(
-      text(20, y, `6. As a client sees it: overhead ${ms(c.daemon.overhead.median)} ms (before the model ${ms(c.daemon.before.median)}, after ${ms(c.daemon.after.median)}), floor ${ms(floor)} ms (durable write ${ms(c.durableWrite.median)}, pass-through ${ms(c.passThrough.overhead.median)})`),
+      text(20, y, `6. As a client sees it: overhead ${ms(c.daemon.overhead.median)} ms (before the model ${ms(c.daemon.before.median)}, after ${ms(c.daemon.after.median)}), floor ${ms(floor)} ms (durable write ${ms(c.durableWrite.median)}, pass-through ${ms(c.passThrough.overhead.median)})${c.ratio !== undefined ? `; rounds' median ${c.ratio.toFixed(2)}x` : ""}`),
     );
     y += 18;
     body.push(

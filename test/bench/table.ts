@@ -99,10 +99,15 @@ export function renderTable(r: BenchResults): string {
   if (r.client && "measured" in r.client) {
     const c = r.client.measured;
     const split = (name: string, t: { before: { median: number }; after: { median: number }; overhead: { median: number; p99: number }; cpu?: number }) =>
-      `  ${name}: before the model ${ms(t.before.median)} ms, after its last byte ${ms(t.after.median)} ms, overhead ${ms(t.overhead.median)} ms (p99 ${ms(t.overhead.p99)}), medians of turns 2-${c.turns}${t.cpu !== undefined ? `; the process's CPU ${ms(t.cpu)} ms a turn` : ""}`;
+      `  ${name}: before the model ${ms(t.before.median)} ms, after its last byte ${ms(t.after.median)} ms, overhead ${ms(t.overhead.median)} ms (p99 ${ms(t.overhead.p99)}), medians of turns 2-${c.turns}${c.rounds?.length ? ` of ${c.rounds.length} processes` : ""}${t.cpu !== undefined ? `; the process's CPU ${ms(t.cpu)} ms a turn` : ""}`;
     out.push(split("daemon      ", c.daemon));
     out.push(split("pass-through", c.passThrough));
     out.push(`  durable write (write, fsync, link, fsync the folder): ${ms(c.durableWrite.median)} ms`);
+    if (c.rounds?.length) {
+      out.push(
+        `  by round (daemon / durable write + pass-through, medians): ${c.rounds.map((r) => `${ms(r.daemon)} / ${ms(r.durableWrite)} + ${ms(r.passThrough)} = ${r.ratio.toFixed(2)}x`).join("; ")}`,
+      );
+    }
     out.push(
       `  spawn to: initialize ${ms(c.spawn.initialize.median)} ms, session/new ${ms(c.spawn.sessionNew.median)} ms, first turn answered ${ms(c.spawn.firstTurn.median)} ms (its overhead ${ms(c.firstTurnOverhead.median)} ms); node -e 0: ${ms(c.nodeStart.median)} ms`,
     );
