@@ -102,6 +102,10 @@ export interface RecordedRequest {
   body: ChatRequest;
   /** Date.now() when the body had been read. */
   time: number;
+  /** performance.now() of this process when the request reached the server, before its body was read. */
+  arrived: number;
+  /** performance.now() when the exchange was over (answered, or hung up); undefined until then. */
+  over?: number;
   /** performance.now() of this process when the server took the connection the request came on. */
   connectedAt: number;
   /** Set when the client hung up before the answer was complete. */
@@ -406,6 +410,7 @@ export async function startModelServer(opts: ModelServerOptions = {}): Promise<M
   };
 
   async function handle(req: IncomingMessage, res: ServerResponse, gone: AbortSignal): Promise<void> {
+    const arrived = performance.now();
     const path = new URL(req.url ?? "/", "http://127.0.0.1").pathname;
     const text = await readBody(req);
     let json: unknown = {};
@@ -422,11 +427,13 @@ export async function startModelServer(opts: ModelServerOptions = {}): Promise<M
       headers: req.headers,
       body: parsed.success ? parsed.data : {},
       time: Date.now(),
+      arrived,
       connectedAt: taken.get(req.socket) ?? Number.NaN,
       aborted: false,
       ended: new Promise<void>((resolve) => (ended = resolve)),
     };
     res.on("close", () => {
+      request.over = performance.now();
       if (!res.writableFinished) request.aborted = true;
       ended();
     });

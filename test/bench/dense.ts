@@ -66,7 +66,10 @@ async function oneBind(server: ModelServer, root: string, i: number): Promise<{ 
     if (!got.includes('"end_turn"')) throw new Error(`the first prompt did not end well: ${got.slice(0, 300)}`);
     const request = server.requests[seen] as RecordedRequest;
     await request.ended;
-    return { total, model: modelMs.get(request) ?? 0 };
+    // The model's own time: from its request reaching the server to its answer's end, on this
+    // process's clock (the server's reading and checking of the request is the model's, as it is
+    // a real endpoint's).
+    return { total, model: (request.over ?? request.arrived) - request.arrived };
   } finally {
     daemon.child.stdin.end();
     await daemon.stop();
@@ -103,16 +106,10 @@ async function rssWith(server: ModelServer, root: string, count: number): Promis
   }
 }
 
-/** The model server's own time for each request: its body read to its answer's end (ms). */
-const modelMs = new WeakMap<RecordedRequest, number>();
-
 export async function measureDense(server: ModelServer, o: { binds: number; agents: number[] }): Promise<DenseResult> {
   const root = mkdtempSync(join(tmpdir(), "lnk-link-harness-bench-dense-"));
   try {
-    server.fallback = (request) => {
-      void request.ended.then(() => modelMs.set(request, Date.now() - request.time));
-      return { text: "Bound, and answering." };
-    };
+    server.fallback = () => ({ text: "Bound, and answering." });
     const totals: number[] = [];
     const over: number[] = [];
     for (let i = 0; i < o.binds; i++) {
