@@ -260,8 +260,9 @@ export async function measureClient(server: ModelServer, o: { turns: number; rou
     const durable: number[] = [];
     const rounds: ClientRound[] = [];
     // A round first that counts for nothing: this process's own client, proxy and model are code V8
-    // is still compiling for their first hundred turns or so, which slowed the floor's turns (eight
-    // updates each) more than the daemon's (two), and whichever ran first more than the other.
+    // is still compiling for their first hundred turns or so, which slowed the floor's turns (an
+    // update for each read of the model's answer) more than the daemon's (two), and whichever ran
+    // first more than the other.
     await steady(daemonArgs, proxy, dir, o.turns, true);
     await steady(passArgs, proxy, dir, o.turns, false);
     for (let r = 0; r < o.rounds; r++) {
