@@ -45,7 +45,14 @@ export function topLevelId(text: string): string | number | undefined {
         // Any JSON number: a fraction or an exponent is still an id to answer under.
         const m = /^\s*:\s*("(?:[^"\\]|\\.)*"|-?\d+(?:\.\d+)?(?:[eE][+-]?\d+)?)\s*[,}]/.exec(text.slice(i, i + 300));
         if (m?.[1]) {
-          const id: unknown = JSON.parse(m[1]);
+          let id: unknown;
+          try {
+            id = JSON.parse(m[1]);
+          } catch {
+            // A string JSON can't read (a bad escape, a raw control character): the line is no
+            // JSON, and there is no id to answer under.
+            return undefined;
+          }
           if (typeof id === "string" || (typeof id === "number" && Number.isFinite(id))) return id;
         }
       }

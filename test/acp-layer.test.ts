@@ -369,6 +369,9 @@ describe("oversized lines", () => {
     expect(topLevelId('{"jsonrpc":"2.0","id":7,"method":"x"')).toBe(7);
     expect(topLevelId('{"params":{"id":1},"id":"abc","method"')).toBe("abc");
     expect(topLevelId('{"method":"id","params":{"id":3}')).toBeUndefined();
+    // An id JSON can't read (a bad escape, a raw control character): none, and no throw.
+    expect(topLevelId('{"jsonrpc":"2.0","id":"\\q","method":"x"')).toBeUndefined();
+    expect(topLevelId('{"jsonrpc":"2.0","id":"a\tb","method":"x"')).toBeUndefined();
   });
 
   it("passes lines under the limit and stands a small refusal in for one over it", async () => {

@@ -548,6 +548,11 @@ const tooDeep = fc.oneof(
   fc.integer({ min: MAX_DEPTH + 1, max: 9_000 }).map((n) => `${'{"d":'.repeat(n)}0${"}".repeat(n)}`),
 );
 
+/** A string id as a client may write one that JSON can't read: a bad escape, or a raw control character. */
+const unreadableId = fc
+  .tuple(fc.stringMatching(/^[a-z0-9]{0,6}$/), fc.constantFrom("\\q", "\\x41", "\\u12g4", "\\'", "\t", "\u0001", "\u001f"), fc.stringMatching(/^[a-z0-9]{0,6}$/))
+  .map(([a, bad, b]) => `"${a}${bad}${b}"`);
+
 /** A line and what it must be answered with: one error with `id: null`, an answer under its id, or nothing. */
 type Case = { line: string; answer: "null-error" } | { line: string; answer: "id"; id: string | number; code?: number } | { line: string; answer: "none" };
 const shown = (c: Case): Case =>
@@ -585,6 +590,14 @@ const rawCases: fc.Arbitrary<Case> = fc
       return { line, answer: "id", id: rid, code: -32600 };
     }),
     tooDeep.map((deep): Case => ({ line: `{"jsonrpc":"2.0","id":${deep},"method":"session/list","params":{}}`, answer: "null-error" })),
+    // A request id JSON can't read (a bad escape, a raw control character) in a line the daemon
+    // doesn't read whole (over the byte limit, or nested too deep): no id to answer under.
+    fc.tuple(unreadableId, fc.boolean(), tooDeep).map(
+      ([id, big, deep]): Case => ({
+        line: big ? `{"jsonrpc":"2.0","id":${id},"method":"initialize","params":{"pad":"${"p".repeat(MAX_BYTES + 100)}"}}` : `{"jsonrpc":"2.0","id":${id},"method":"session/list","params":${deep}}`,
+        answer: "null-error",
+      }),
+    ),
     tooDeep.map((deep): Case => ({ line: `{"jsonrpc":"2.0","method":"session/cancel","params":{"sessionId":${deep}}}`, answer: "null-error" })),
   )
   .map(shown);
