@@ -21,7 +21,7 @@ import { parseCommand, runCommand, type CommandContext } from "../turn/commands.
 import { replay } from "./replay.js";
 import { Sessions, type SessionState } from "./sessions.js";
 import type { Outbox } from "./outbox.js";
-import { Turns, type StartTurn, type Subscriber } from "./turns.js";
+import { turnKey, Turns, type StartTurn, type Subscriber } from "./turns.js";
 
 const Oversized = z.object({ bytes: z.number(), max: z.number() });
 const TooDeep = z.object({ max: z.number() });
@@ -37,7 +37,7 @@ export class AcpState {
 
   constructor(readonly deps: AcpDeps) {
     this.turns = new Turns((key, e) => deps.log.error("turn loop failed", { thread: key, error: (e as Error).message }));
-    this.sessions = new Sessions(deps.agent, deps.log, (thread) => this.turns.isRunning(this.sessions.conversation(thread).dir));
+    this.sessions = new Sessions(deps.agent, deps.log, (thread) => this.turns.isRunningIn(this.sessions.conversation(thread).dir));
   }
 
   /**
@@ -131,7 +131,7 @@ export function createAgentApp(state: AcpState, outbox: Outbox, connection = new
     ...(from ? { from } : {}),
     time,
     ...(session.cwd !== undefined ? { cwd: session.cwd } : {}),
-    stop: () => turns.cancel(sessions.conversation(session.thread).dir),
+    stop: () => turns.cancel(turnKey(sessions.conversation(session.thread).dir, session.conversation)),
     agentModel: {
       get: () => state.agentModel,
       set: (model) => {
@@ -266,10 +266,10 @@ export function createAgentApp(state: AcpState, outbox: Outbox, connection = new
       acp.methods.agent.session.close,
       guard(({ params }) => {
         parseLink(SessionLink, params._meta, served);
-        const { thread } = sessions.resolve(params.sessionId);
+        const { thread, conversation } = sessions.resolve(params.sessionId);
         sessions.close(params.sessionId);
         // Closing a session ends its work: its running turn is stopped, as /stop would.
-        turns.cancel(sessions.conversation(thread).dir);
+        turns.cancel(turnKey(sessions.conversation(thread).dir, conversation));
         return {};
       }),
     )
@@ -303,7 +303,7 @@ export function createAgentApp(state: AcpState, outbox: Outbox, connection = new
           ...(session.cwd !== undefined ? { cwd: session.cwd } : {}),
           ...(link.time ? { time: new Date(link.time) } : {}),
         };
-        const key = sessions.conversation(session.thread).dir;
+        const key = turnKey(sessions.conversation(session.thread).dir, session.conversation);
         // Updates go to the session the message arrived on.
         const sub = outbox.subscriber(client, arrived.id);
         // The owner's command runs here and is answered by the harness, never sent to the model.
@@ -364,7 +364,7 @@ export function createAgentApp(state: AcpState, outbox: Outbox, connection = new
         return;
       }
       const named = sessions.named(params.sessionId);
-      if (named) turns.cancel(sessions.conversation(named.thread).dir);
+      if (named) turns.cancel(turnKey(sessions.conversation(named.thread).dir, named.conversation));
     })
     .onRequest(
       OVERSIZED_METHOD,

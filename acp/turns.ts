@@ -32,8 +32,19 @@ export class TurnFailed extends Error {
 interface Waiting {
   message: IncomingMessage;
   verbosity: Verbosity;
+  /** How its own session starts a turn: one that arrived too late to steer runs as its own. */
+  start: StartTurn;
   resolve(outcome: TurnOutcome): void;
   reject(error: unknown): void;
+}
+
+/**
+ * The key of a conversation's turns: its chat's folder, and the conversation of the chat a session
+ * names (`<thread>~<name>`), left out for the chat's current one. A prompt steers only a turn of the
+ * same key; turns of two keys of one chat run one after the other, as its lock has them.
+ */
+export function turnKey(dir: string, conversation?: string): string {
+  return conversation === undefined ? dir : `${dir}~${conversation}`;
 }
 
 interface Running {
@@ -55,8 +66,10 @@ export class Turns {
 
   constructor(private readonly onError: (key: string, error: unknown) => void = () => undefined) {}
 
-  isRunning(key: string): boolean {
-    return this.running.has(key);
+  /** Whether a turn of any conversation of the chat in `dir` runs now. */
+  isRunningIn(dir: string): boolean {
+    for (const key of this.running.keys()) if (key === dir || key.startsWith(`${dir}~`)) return true;
+    return false;
   }
 
   /** Whether a turn was ever started here. */
@@ -74,7 +87,7 @@ export class Turns {
     if (this.stopping) return Promise.reject(new StoppingError());
     let waiting!: Waiting;
     const answer = new Promise<TurnOutcome>((resolve, reject) => {
-      waiting = { message: msg, verbosity, resolve, reject };
+      waiting = { message: msg, verbosity, start, resolve, reject };
     });
     const run = this.running.get(key);
     if (run) {
@@ -85,7 +98,7 @@ export class Turns {
     this.started = true;
     const fresh: Running = { controller: new AbortController(), queue: [], subscribers: new Set([subscriber]) };
     this.running.set(key, fresh);
-    fresh.done = this.drive(key, fresh, waiting, start).catch((e: unknown) => this.onError(key, e));
+    fresh.done = this.drive(key, fresh, waiting).catch((e: unknown) => this.onError(key, e));
     return answer;
   }
 
@@ -105,7 +118,7 @@ export class Turns {
     await Promise.all(runs.map((run) => run.done));
   }
 
-  private async drive(key: string, run: Running, first: Waiting, start: StartTurn): Promise<void> {
+  private async drive(key: string, run: Running, first: Waiting): Promise<void> {
     let current = first;
     for (;;) {
       const answered = [current];
@@ -123,7 +136,7 @@ export class Turns {
       let outcome: TurnOutcome | undefined;
       let error: unknown;
       try {
-        outcome = await start(current.message, steering, run.controller.signal, (report) => broadcast(updates.map(report)));
+        outcome = await current.start(current.message, steering, run.controller.signal, (report) => broadcast(updates.map(report)));
       } catch (e) {
         error = e;
       }

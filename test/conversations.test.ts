@@ -11,6 +11,7 @@ import { describe, expect, it } from "vitest";
 import { z } from "zod";
 import { AspState, SessionForm } from "../protocol/index.js";
 import { configure, daemonTestHooks, scriptedSettings, startDaemon, stdioClient, tempDir, type Client, type Daemon, watched } from "./acp-client.js";
+import { deferred } from "./fixtures/deferred.js";
 import { promptRichTurn, replayed, scriptRichTurn } from "./fixtures/rich-turn.js";
 import type { ModelServer } from "./model-server.js";
 import { BIN, MAIN, ROOT } from "./fixtures/built.js";
@@ -187,6 +188,51 @@ describe("conversation and conversations move", { timeout: 240_000 }, () => {
     const made = await cli(["conversations", "move", "in", "--agent", fresh], one.stdout);
     expect(made.code, made.stderr).toBe(0);
     expect((await cli(["conversation", "--agent", fresh, chat, "--json"])).stdout).toBe(one.stdout);
+  });
+
+  it("a prompt to one conversation of a chat while another's turn runs is a turn of its own, in its own conversation", async () => {
+    const dir = folder();
+    const d = daemon(dir);
+    const c = await stdioClient(d, cleanup);
+    const { sessionId: chat } = await c.agent.request(acp.methods.agent.session.new, { cwd: ROOT, mcpServers: [] });
+    server.script({ text: "One." });
+    await c.agent.request(acp.methods.agent.session.prompt, { sessionId: chat, prompt: text("one") });
+    // The chat goes on in its fork; its first conversation stays `<chat>~main`.
+    await c.agent.request(acp.methods.agent.session.prompt, { sessionId: chat, prompt: text("/chat:fork") });
+    const main = `${chat}~main`;
+    await c.agent.request(acp.methods.agent.session.load, { sessionId: main, cwd: ROOT, mcpServers: [] });
+    const release = deferred();
+    server.script(
+      async () => {
+        await release.promise;
+        return { text: "In the fork." };
+      },
+      { text: "In main." },
+    );
+    const forkTurn = c.agent.request(acp.methods.agent.session.prompt, { sessionId: chat, prompt: text("to the fork") });
+    await server.waitForRequest(2);
+    const seen = c.updates.length;
+    const mainTurn = c.agent.request(acp.methods.agent.session.prompt, { sessionId: main, prompt: text("to main") });
+    // Read by the daemon while the fork's turn still waits for its model.
+    await new Promise((r) => setTimeout(r, 300));
+    release.resolve();
+    expect(await forkTurn).toMatchObject({ stopReason: "end_turn" });
+    expect(await mainTurn).toMatchObject({ stopReason: "end_turn" });
+    // Each session was sent its own turn's updates only.
+    const after = c.updates.slice(seen);
+    const said = (sessionId: string) => after.filter((u) => u.sessionId === sessionId && u.update.sessionUpdate === "agent_message_chunk").map((u) => (u.update as { content: { text: string } }).content.text).join("");
+    expect(said(main)).toBe("In main.");
+    expect(said(chat)).toBe("In the fork.");
+    c.close();
+    await d.stop();
+    // Each message is in its own conversation.
+    const shown = async (name: string) => {
+      const r = await cli(["conversation", "--agent", dir, `${chat}~${name}`, "--json"]);
+      expect(r.code, r.stderr).toBe(0);
+      return SessionForm.parse(JSON.parse(r.stdout)).events.flatMap((e) => (e.kind === "message" ? [e.text] : []));
+    };
+    expect(await shown("main")).toEqual(["one", "One.", "to main", "In main."]);
+    expect(await shown("fork-3")).toEqual(["one", "One.", "to the fork", "In the fork."]);
   });
 
   it("bad input: one line, a non-zero status, nothing written", async () => {
