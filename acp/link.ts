@@ -44,7 +44,8 @@ export class LinkConnection {
   proved: boolean;
   /** The nonce this connection was last given to answer, once. */
   nonce: string | undefined;
-  private readonly waiting = new Map<Id, (written: boolean) => void>();
+  /** Who waits for the answer to each id, in the order they asked: a client may use one id twice. */
+  private readonly waiting = new Map<Id, ((written: boolean) => void)[]>();
   private closed = false;
 
   constructor(readonly gated: boolean) {
@@ -54,22 +55,25 @@ export class LinkConnection {
   /** Whether the answer to the request `id` was written to the client: true once it is, false once the connection ended first. */
   written(id: Id | null): Promise<boolean> {
     if (id === null || this.closed) return Promise.resolve(false);
-    return new Promise((resolve) => this.waiting.set(id, resolve));
+    return new Promise((resolve) => {
+      const waiters = this.waiting.get(id);
+      if (waiters) waiters.push(resolve);
+      else this.waiting.set(id, [resolve]);
+    });
   }
 
-  /** The transport wrote the answer to `id`. */
+  /** The transport wrote an answer to `id`: the one who asked first for it is told. */
   responded(id: Id): void {
-    const done = this.waiting.get(id);
-    if (done) {
-      this.waiting.delete(id);
-      done(true);
-    }
+    const waiters = this.waiting.get(id);
+    const done = waiters?.shift();
+    if (waiters?.length === 0) this.waiting.delete(id);
+    done?.(true);
   }
 
   /** The connection ended: an answer not written by now never will be. */
   close(): void {
     this.closed = true;
-    for (const done of this.waiting.values()) done(false);
+    for (const waiters of this.waiting.values()) for (const done of waiters) done(false);
     this.waiting.clear();
   }
 }

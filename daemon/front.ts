@@ -116,8 +116,22 @@ export function front(input: Readable, output: Writable, web: WebStreams, versio
   let initializing: { id: Id; answered: () => void; done: Promise<void> } | undefined;
   // Requests read and not answered yet: when the input ends, the SDK's stream ends only once each has
   // its answer, so a client that closes its side right after asking still gets every answer.
-  const pending = new Set<Id>();
+  // Counted by id: a client that uses one id twice is owed two answers.
+  const pending = new Map<Id, number>();
+  let unanswered = 0;
   let drained: (() => void) | undefined;
+  const asked = (id: Id) => {
+    pending.set(id, (pending.get(id) ?? 0) + 1);
+    unanswered++;
+  };
+  /** An answer to `id` went out: one request of that id is answered. */
+  const settled = (id: Id) => {
+    const n = pending.get(id);
+    if (n === undefined) return;
+    if (n > 1) pending.set(id, n - 1);
+    else pending.delete(id);
+    if (--unanswered === 0) drained?.();
+  };
 
   // Read the first line now, answering it if it is initialize.
   const first = (async () => {
@@ -158,13 +172,13 @@ export function front(input: Readable, output: Writable, web: WebStreams, versio
     async pull(controller) {
       const read = await lines.read();
       if (read.done) {
-        if (pending.size > 0) await new Promise<void>((resolve) => (drained = resolve));
+        if (unanswered > 0) await new Promise<void>((resolve) => (drained = resolve));
         return controller.close();
       }
       if (initializing) await initializing.done;
       const request = requestOf(decoder.decode(read.value));
       if (request) {
-        pending.add(request.id);
+        asked(request.id);
         if (request.method === "initialize") {
           let answered!: () => void;
           const done = new Promise<void>((resolve) => (answered = resolve));
@@ -181,13 +195,13 @@ export function front(input: Readable, output: Writable, web: WebStreams, versio
   const writable = new WritableStream<Uint8Array>({
     async write(chunk) {
       await first;
-      if (pending.size > 0) {
+      if (unanswered > 0) {
         const id = answerId(chunk, decoder);
         if (id !== undefined && id === initializing?.id) {
           initializing.answered();
           initializing = undefined;
         }
-        if (id !== undefined && pending.delete(id) && pending.size === 0) drained?.();
+        if (id !== undefined) settled(id);
       }
       if (skip === undefined) return out().write(chunk);
       // Until the SDK's answer to the initialize answered ahead has gone by, look at whole lines.
@@ -218,7 +232,7 @@ export function front(input: Readable, output: Writable, web: WebStreams, versio
           initializing.answered();
           initializing = undefined;
         }
-        if (pending.delete(id) && pending.size === 0) drained?.();
+        settled(id);
         // The SDK's own answer to the initialize answered ahead.
         if (id === skip) {
           skip = undefined;

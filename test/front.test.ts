@@ -88,6 +88,25 @@ describe("the front", () => {
     }
   });
 
+  it("owes a client that uses one id twice, then closes its input, both answers", { timeout: 30_000 }, async () => {
+    // The prompt's answer comes late (its model can't be reached), the list's at once: the list's
+    // answer, under the same id, is not the prompt's, and the daemon waits for that one too. An
+    // agent of its own: the turn leaves a conversation behind.
+    const own = mkdtempSync(join(tmpdir(), "lh-front-twice-"));
+    writeSettings({ dir: own }, { model: { provider: "p", name: "m", base_url: "http://127.0.0.1:9/v1" } });
+    const r = await run(process.execPath, [MAIN, "--agent", own], {
+      input:
+        init(1) +
+        line({ jsonrpc: "2.0", id: 2, method: "session/new", params: { cwd: own, mcpServers: [], _meta: { link: { thread: "twice" } } } }) +
+        line({ jsonrpc: "2.0", id: 3, method: "session/prompt", params: { sessionId: "twice", prompt: [{ type: "text", text: "hi" }] } }) +
+        line({ jsonrpc: "2.0", id: 3, method: "session/list", params: {} }),
+    }).finally(() => rmSync(own, { recursive: true, force: true }));
+    expect(r.code).toBe(0);
+    const got = answers(r.stdout).filter((a) => a.id === 3);
+    expect(got).toHaveLength(2);
+    expect(got).toEqual(expect.arrayContaining([expect.objectContaining({ result: expect.objectContaining({ sessions: expect.any(Array) }) }), expect.objectContaining({ error: expect.objectContaining({ message: expect.stringMatching(/cannot reach the model/) }) })]));
+  });
+
   it("answers an initialize that comes in pieces, once", async () => {
     const d = new Child(process.execPath, [MAIN, "--agent", dir]);
     const whole = init(4);

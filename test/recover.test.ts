@@ -103,6 +103,39 @@ describe("_link/recover", () => {
     expect(readdirSync(conv.dir).filter((n) => n.startsWith("owed-"))).toEqual([]);
   });
 
+  it("a client that uses one request id for two prompts gets both answers, and neither is handed over after a restart", async () => {
+    const { dir, socket } = place();
+    const d = watched(startDaemon(["--agent", dir, "--socket", socket]), cleanup);
+    await d.waitForLog(/"serving ACP"/);
+    const c = await rawClient(socket);
+    await c.ask(1, "initialize", { protocolVersion: 1, clientCapabilities: {} });
+    const { sessionId } = ((await c.ask(2, "session/new", { cwd: dir, mcpServers: [] })) as { result: { sessionId: string } }).result;
+    const release = deferred();
+    server.script(async () => {
+      await release.promise;
+      return { text: "one answer for both" };
+    });
+    // The second prompt, under the first one's id, comes while the first's turn runs: it steers it.
+    c.send({ id: 7, method: "session/prompt", params: { sessionId, prompt: [{ type: "text", text: "first" }] } });
+    await server.waitForRequest(1);
+    c.send({ id: 7, method: "session/prompt", params: { sessionId, prompt: [{ type: "text", text: "and this too" }] } });
+    // Read by the daemon before the model answers, so that one turn answers both.
+    await new Promise((r) => setTimeout(r, 300));
+    release.resolve();
+    await d.waitForLog(/"turn ended"/);
+    const answered = async () => {
+      for (let i = 0; i < 200 && c.got.filter((m) => m.id === 7 && m.result !== undefined).length < 2; i++) await new Promise((r) => setTimeout(r, 25));
+      return c.got.filter((m) => m.id === 7 && m.result !== undefined);
+    };
+    expect(await answered()).toHaveLength(2);
+    // Both answers were written to the client: nothing is owed, in this process or after it.
+    await d.stop("SIGKILL");
+    const conv = paths({ dir }).conversation(sessionId);
+    const again = watched(startDaemon(["--agent", dir]), cleanup);
+    expect(await recover(await stdioClient(again, cleanup))).toEqual({ answers: [] });
+    expect(readdirSync(conv.dir).filter((n) => n.startsWith("owed-"))).toEqual([]);
+  });
+
   it("hands over the answer of a client that left before its turn ended, on another connection of the same process; a failed turn owes none", async () => {
     const { dir, socket } = place();
     const d = watched(startDaemon(["--agent", dir, "--socket", socket]), cleanup);
