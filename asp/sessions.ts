@@ -1,7 +1,7 @@
 // Sessions both ways, in the portable session form (protocol/session-form.ts, man
 // lnk-link-harness-session(5)): every conversation of the agent given out as it is kept, and a
 // session taken in written as a new conversation whose events, read back, give the same form again.
-import { lstatSync, mkdirSync, rmdirSync, rmSync } from "node:fs";
+import { lstatSync, rmdirSync, rmSync } from "node:fs";
 import { join } from "node:path";
 import { z } from "zod";
 import {
@@ -22,7 +22,7 @@ import {
   type Numbered,
 } from "../protocol/index.js";
 import { EXPORTED } from "./export.js";
-import { LIMITS, appendEvent, forgetEvents, isErrno, listEventNumbers, listThreads, paths, readEventsFrom, type AgentRef } from "../store/index.js";
+import { LIMITS, appendEvent, forgetEvents, isErrno, listEventNumbers, listThreads, makeNewFolder, paths, readEventsFrom, type AgentRef } from "../store/index.js";
 
 /** The kinds an endpoint's `_asp/export` gives (`state export`'s and sessions), and `_asp/import` takes. */
 export const ENDPOINT_EXPORTED = [...EXPORTED, "sessions"] as const satisfies readonly AspKind[];
@@ -181,7 +181,7 @@ function withSuffix(thread: string, k: number): string {
 function ensureChats(chats: string): boolean {
   let made = true;
   try {
-    mkdirSync(chats, { mode: 0o700 });
+    makeNewFolder(chats);
   } catch (e) {
     if (!isErrno(e, "EEXIST")) throw e;
     made = false;
@@ -196,7 +196,8 @@ function claimThread(chats: string, thread: string): string {
   for (let k = 1; ; k++) {
     const name = withSuffix(thread, k);
     try {
-      mkdirSync(join(chats, name), { mode: 0o700 });
+      // Its name, and chats/'s when chats/ was made too, are flushed with its first event.
+      makeNewFolder(join(chats, name));
       return name;
     } catch (e) {
       if (!isErrno(e, "EEXIST")) throw e;

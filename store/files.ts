@@ -288,6 +288,17 @@ export function makeFolder(dir: string, within?: string): void {
 }
 
 /**
+ * Makes one folder that must be new (EEXIST when something is there, so a caller can claim a
+ * name), exactly 0700; its name is counted as not yet on disk, as makeFolder counts what it makes,
+ * so that the first write in it flushes the folder above too.
+ */
+export function makeNewFolder(dir: string): void {
+  mkdirSync(dir, FOLDER_MODE);
+  chmodSync(dir, FOLDER_MODE);
+  madeIn(dirname(dir));
+}
+
+/**
  * The folders a folder was made in (by makeFolder) whose new name is not yet flushed to disk: a
  * file's name survives the machine going down only once its folder is flushed, and the folder's
  * own name only once the folder above it is. What is written in a new folder is acknowledged only

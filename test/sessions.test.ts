@@ -2,7 +2,8 @@
 // conversation in the portable session form, `_asp/import` writes each as a new conversation whose
 // events give the same form again, which replays over session/load as the source does and sends the
 // model the same history at its next turn; bad input is refused naming the field, with nothing written.
-import { mkdirSync, readFileSync, readdirSync, symlinkSync, writeFileSync } from "node:fs";
+import { spawnSync } from "node:child_process";
+import { mkdirSync, readFileSync, readdirSync, realpathSync, symlinkSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import * as acp from "@agentclientprotocol/sdk";
 import type { ContentBlock } from "@agentclientprotocol/sdk";
@@ -207,6 +208,37 @@ describe("sessions both ways", { timeout: 180_000 }, () => {
     await d.waitForLog(/left out of the export.*chats\/bad/);
     await d.waitForLog(/left out of the export.*chats\/gap.*after number 2/);
     expect(d.stderr()).not.toContain("linked");
+  });
+});
+
+/** Whether strace(1) runs here, to see which folders a process flushes. */
+const strace = spawnSync("strace", ["-V"]).status === 0;
+
+describe("an import on disk", () => {
+  it.skipIf(!strace)("flushes the folders it made for its conversations (chats/ and the agent's), as a turn's first event does", () => {
+    const dir = tempDir("lnk-sessions-flush-");
+    cleanup.push(() => dir.remove());
+    const agentDir = join(dir.path, "agent");
+    mkdirSync(agentDir);
+    const script = join(dir.path, "import.mjs");
+    writeFileSync(
+      script,
+      [
+        `import { writeSessions } from ${JSON.stringify(join(ROOT, "dist/asp/sessions.js"))};`,
+        `import { prefillEvent } from ${JSON.stringify(join(ROOT, "dist/test/bench/agent.js"))};`,
+        "const start = Date.now();",
+        `await writeSessions({ dir: ${JSON.stringify(agentDir)} }, [{ thread: "imported", events: [prefillEvent(1, start), prefillEvent(2, start)] }]);`,
+      ].join("\n"),
+    );
+    const trace = join(dir.path, "trace");
+    // -y: each descriptor is printed with the path it is open on.
+    const r = spawnSync("strace", ["-f", "-y", "-e", "trace=fsync", "-o", trace, process.execPath, script], { encoding: "utf8" });
+    expect(r.status, r.stderr).toBe(0);
+    const flushed = new Set([...readFileSync(trace, "utf8").matchAll(/fsync\(\d+<([^>]+)>/g)].map((m) => m[1]));
+    expect(readdirSync(join(agentDir, "chats"))).toEqual(["imported"]);
+    // strace names each folder by its real path.
+    const real = realpathSync(agentDir);
+    expect([...flushed]).toEqual(expect.arrayContaining([real, join(real, "chats")]));
   });
 });
 
