@@ -1,7 +1,7 @@
 // A conversation's folder, checked once and held open while it is written, so no file of the
 // conversation is ever written outside the agent's folder: not when chats/ or the conversation's
 // folder is a link, and not when either is swapped for one while a turn writes.
-import { chmodSync, closeSync, constants, fstatSync, fsync, fsyncSync, lstatSync, openSync, type Stats } from "node:fs";
+import { closeSync, constants, fchmodSync, fstatSync, fsync, fsyncSync, lstatSync, openSync, type Stats } from "node:fs";
 import { basename, dirname } from "node:path";
 import { StoreError } from "../protocol/index.js";
 import { isErrno } from "./errno.js";
@@ -135,18 +135,29 @@ export class ConversationFolder {
     } catch (e) {
       throw refusedOrFailed(e, chats);
     }
-    let fd: number;
+    let fd: number | undefined;
     let st: Stats;
     try {
-      fd = openIn(parent, chats, basename(conv.dir));
-      st = fstatSync(fd);
-      if ((fstatSync(parent).mode & 0o077) !== 0) chmodSync(chats, FOLDER_MODE);
+      try {
+        fd = openIn(parent, chats, basename(conv.dir));
+        st = fstatSync(fd);
+      } catch (e) {
+        throw refusedOrFailed(e, conv.dir);
+      }
+      // Made private through the very folders opened, never a path that may lead elsewhere since.
+      try {
+        if ((fstatSync(parent).mode & 0o077) !== 0) fchmodSync(parent, FOLDER_MODE);
+        if ((st.mode & 0o077) !== 0) fchmodSync(fd, FOLDER_MODE);
+      } catch (e) {
+        throw new StoreError(`cannot make ${conv.dir} private (mode 0700): ${(e as Error).message}`, conv.dir);
+      }
     } catch (e) {
-      throw refusedOrFailed(e, conv.dir);
+      // Nothing of a folder that can't be used is kept open.
+      if (fd !== undefined) closeSync(fd);
+      throw e;
     } finally {
       closeSync(parent);
     }
-    if ((st.mode & 0o077) !== 0) chmodSync(conv.dir, FOLDER_MODE);
     const folder = new ConversationFolder(conv, fd, st, viaProc ? `/proc/self/fd/${fd}` : conv.dir);
     try {
       folder.verify();

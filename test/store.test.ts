@@ -621,6 +621,34 @@ describe("the derived files beside the events", () => {
 describe("hostile files in the agent's folder", () => {
   const mkfifo = (path: string) => expect(spawnSync("mkfifo", [path]).status).toBe(0);
 
+  /** Whether chattr(1) can make a folder immutable here (root, on a file system that has the flag). */
+  const immutable = (() => {
+    const dir = mkdtempSync(join(tmpdir(), "lnk-store-chattr-"));
+    const ok = spawnSync("chattr", ["+i", dir]).status === 0;
+    spawnSync("chattr", ["-i", dir]);
+    rmSync(dir, { recursive: true, force: true });
+    return ok;
+  })();
+  const openFds = () => readdirSync("/proc/self/fd").length;
+
+  it.skipIf(!immutable)("a conversation's folder open to others that can't be made private is refused in words, and nothing of it is left open", async () => {
+    const dir = tempDir();
+    const conv = paths({ dir }).conversation("t");
+    await appendEvent(conv, userMessage("before"));
+    // Open to others, as an earlier version made it, and immutable: no chmod can take.
+    spawnSync("chmod", ["0755", conv.dir]);
+    expect(spawnSync("chattr", ["+i", conv.dir]).status).toBe(0);
+    try {
+      forgetEvents();
+      const before = openFds();
+      for (let i = 0; i < 5; i++) await expect(appendEvent(conv, userMessage("refused"))).rejects.toThrow(`cannot make ${conv.dir} private (mode 0700): EPERM`);
+      expect(openFds()).toBe(before);
+    } finally {
+      spawnSync("chattr", ["-i", conv.dir]);
+    }
+    expect(listEventNumbers(conv)).toEqual([1]);
+  });
+
   it("a FIFO, a folder or a socket where a file should be is refused at once, never waited on", () => {
     const dir = tempDir();
     const p = paths({ dir });
