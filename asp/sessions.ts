@@ -255,10 +255,12 @@ export interface WrittenSessions {
 export async function writeSessions(agent: AgentRef, sessions: readonly SessionForm[]): Promise<WrittenSessions> {
   const p = paths(agent);
   const made: string[] = [];
+  /** Conversations another writer wrote in while they were imported: theirs too now, never removed. */
+  const shared = new Set<string>();
   let chatsMade = false;
   const imported: AspImported[] = [];
   const undo = () => {
-    for (const dir of made) rmSync(dir, { recursive: true, force: true });
+    for (const dir of made) if (!shared.has(dir)) rmSync(dir, { recursive: true, force: true });
     if (chatsMade) rmEmpty(p.chats);
     // What this process keeps of the removed conversations' events would no longer be true.
     if (made.length > 0) forgetEvents();
@@ -271,8 +273,12 @@ export async function writeSessions(agent: AgentRef, sessions: readonly SessionF
       const conv = p.conversation(as);
       for (const [i, event] of session.events.entries()) {
         const n = await appendEvent(conv, event);
-        // Another writer took this new conversation meanwhile: its numbers would no longer be the form's.
-        if (n !== i + 1) throw new StoreError(`conversation ${as} was written to while it was imported`, conv.dir);
+        // Another writer took this new conversation meanwhile: its numbers would no longer be the
+        // form's. What that writer wrote is its own: the conversation is left as it is.
+        if (n !== i + 1) {
+          shared.add(join(p.chats, as));
+          throw new StoreError(`conversation ${as} was written to while it was imported: it is left as it is`, conv.dir);
+        }
       }
       imported.push({ kind: "sessions", thread: session.thread, as, events: session.events.length });
     }

@@ -10,7 +10,9 @@ import type { ContentBlock } from "@agentclientprotocol/sdk";
 import { describe, expect, it } from "vitest";
 import { z } from "zod";
 import { AspState, SessionForm, sessionFormJsonSchema } from "../protocol/index.js";
-import { paths, readEventsFrom } from "../store/index.js";
+import { writeSessions } from "../asp/sessions.js";
+import { appendEvent, paths, readEventsFrom } from "../store/index.js";
+import { prefillEvent } from "./bench/agent.js";
 import { configure, daemonTestHooks, failure, scriptedSettings, startDaemon, stdioClient, tempDir, type Client, type Daemon, watched } from "./acp-client.js";
 import { promptRichTurn, replayed, scriptRichTurn } from "./fixtures/rich-turn.js";
 import type { ModelServer, RecordedRequest } from "./model-server.js";
@@ -239,6 +241,28 @@ describe("an import on disk", () => {
     // strace names each folder by its real path.
     const real = realpathSync(agentDir);
     expect([...flushed]).toEqual(expect.arrayContaining([real, join(real, "chats")]));
+  });
+});
+
+describe("an import another writer meets", () => {
+  it("leaves the conversation the other writer wrote in as it is, with its event, and says so", async () => {
+    const dir = tempDir("lnk-sessions-shared-");
+    cleanup.push(() => dir.remove());
+    const start = Date.now();
+    const events = [1, 2, 3, 4].map((n) => prefillEvent(n, start));
+    const importing = writeSessions({ dir: dir.path }, [{ thread: "meet", events }]);
+    // The import has claimed its thread's folder by now; another writer appends to it meanwhile,
+    // and one of them takes a number the other counted on.
+    const conv = paths({ dir: dir.path }).conversation("meet");
+    const theirs = await appendEvent(conv, prefillEvent(99, start));
+    const failed = await importing.then(
+      () => undefined,
+      (e: unknown) => e,
+    );
+    // The other writer's event is still there, where it was linked.
+    expect(readEventsFrom(conv, 1).find((e) => e.n === theirs)?.event).toEqual(prefillEvent(99, start));
+    expect(failed).toBeInstanceOf(Error);
+    expect((failed as Error).message).toBe("conversation meet was written to while it was imported: it is left as it is");
   });
 });
 
