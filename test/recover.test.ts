@@ -60,14 +60,20 @@ async function rawClient(socket: string) {
   return { conn, got, send, ask };
 }
 
+/** A daemon on its socket, a client by hand on it, initialized, with a session of its own. */
+async function onSocket() {
+  const { dir, socket } = place();
+  const d = watched(startDaemon(["--agent", dir, "--socket", socket]), cleanup);
+  await d.waitForLog(/"serving ACP"/);
+  const c = await rawClient(socket);
+  await c.ask(1, "initialize", { protocolVersion: 1, clientCapabilities: {} });
+  const { sessionId } = ((await c.ask(2, "session/new", { cwd: dir, mcpServers: [] })) as { result: { sessionId: string } }).result;
+  return { dir, d, c, sessionId };
+}
+
 describe("_link/recover", () => {
   it("hands over, exactly once after a restart, an answer written before the daemon was killed and before its answer reached the client", async () => {
-    const { dir, socket } = place();
-    const d = watched(startDaemon(["--agent", dir, "--socket", socket]), cleanup);
-    await d.waitForLog(/"serving ACP"/);
-    const c = await rawClient(socket);
-    await c.ask(1, "initialize", { protocolVersion: 1, clientCapabilities: {} });
-    const { sessionId } = ((await c.ask(2, "session/new", { cwd: dir, mcpServers: [] })) as { result: { sessionId: string } }).result;
+    const { dir, d, c, sessionId } = await onSocket();
     // A first answer reaches its client: it is delivered, and never recovered.
     server.script({ text: "delivered answer" });
     expect(await c.ask(3, "session/prompt", { sessionId, prompt: [{ type: "text", text: "first" }] })).toMatchObject({ result: { stopReason: "end_turn" } });
@@ -104,12 +110,7 @@ describe("_link/recover", () => {
   });
 
   it("a client that uses one request id for two prompts gets both answers, and neither is handed over after a restart", async () => {
-    const { dir, socket } = place();
-    const d = watched(startDaemon(["--agent", dir, "--socket", socket]), cleanup);
-    await d.waitForLog(/"serving ACP"/);
-    const c = await rawClient(socket);
-    await c.ask(1, "initialize", { protocolVersion: 1, clientCapabilities: {} });
-    const { sessionId } = ((await c.ask(2, "session/new", { cwd: dir, mcpServers: [] })) as { result: { sessionId: string } }).result;
+    const { dir, d, c, sessionId } = await onSocket();
     const release = deferred();
     server.script(async () => {
       await release.promise;
