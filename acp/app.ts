@@ -119,6 +119,9 @@ export function createAgentApp(state: AcpState, outbox: Outbox, connection = new
 
   const verbosityOf = (settings: Settings | undefined, asked?: Verbosity): Verbosity => asked ?? settings?.verbosity ?? "new";
 
+  /** The key of the turns of the conversation a session names (a chat's current one, or `<thread>~<name>`). */
+  const turnOf = (named: { thread: string; conversation?: string }): string => turnKey(sessions.conversation(named.thread).dir, named.conversation);
+
   /** The names of the tools a session's conversation reaches, as a turn would find them. */
   const toolNames = (session: SessionState, settings: Settings | undefined): string[] =>
     (deps.discoverTools?.(settings?.tools, session.mcpServers) ?? []).map((t) => t.name);
@@ -131,7 +134,7 @@ export function createAgentApp(state: AcpState, outbox: Outbox, connection = new
     ...(from ? { from } : {}),
     time,
     ...(session.cwd !== undefined ? { cwd: session.cwd } : {}),
-    stop: () => turns.cancel(turnKey(sessions.conversation(session.thread).dir, session.conversation)),
+    stop: () => turns.cancel(turnOf(session)),
     agentModel: {
       get: () => state.agentModel,
       set: (model) => {
@@ -266,10 +269,10 @@ export function createAgentApp(state: AcpState, outbox: Outbox, connection = new
       acp.methods.agent.session.close,
       guard(({ params }) => {
         parseLink(SessionLink, params._meta, served);
-        const { thread, conversation } = sessions.resolve(params.sessionId);
+        const named = sessions.resolve(params.sessionId);
         sessions.close(params.sessionId);
         // Closing a session ends its work: its running turn is stopped, as /stop would.
-        turns.cancel(turnKey(sessions.conversation(thread).dir, conversation));
+        turns.cancel(turnOf(named));
         return {};
       }),
     )
@@ -303,7 +306,7 @@ export function createAgentApp(state: AcpState, outbox: Outbox, connection = new
           ...(session.cwd !== undefined ? { cwd: session.cwd } : {}),
           ...(link.time ? { time: new Date(link.time) } : {}),
         };
-        const key = turnKey(sessions.conversation(session.thread).dir, session.conversation);
+        const key = turnOf(session);
         // Updates go to the session the message arrived on.
         const sub = outbox.subscriber(client, arrived.id);
         // The owner's command runs here and is answered by the harness, never sent to the model.
@@ -364,7 +367,7 @@ export function createAgentApp(state: AcpState, outbox: Outbox, connection = new
         return;
       }
       const named = sessions.named(params.sessionId);
-      if (named) turns.cancel(turnKey(sessions.conversation(named.thread).dir, named.conversation));
+      if (named) turns.cancel(turnOf(named));
     })
     .onRequest(
       OVERSIZED_METHOD,

@@ -269,14 +269,15 @@ export async function writeSessions(agent: AgentRef, sessions: readonly SessionF
     if (sessions.length > 0) chatsMade = ensureChats(p.chats);
     for (const session of sessions) {
       const as = claimThread(p.chats, session.thread);
-      made.push(join(p.chats, as));
+      const folder = join(p.chats, as);
+      made.push(folder);
       const conv = p.conversation(as);
       for (const [i, event] of session.events.entries()) {
         const n = await appendEvent(conv, event);
         // Another writer took this new conversation meanwhile: its numbers would no longer be the
         // form's. What that writer wrote is its own: the conversation is left as it is.
         if (n !== i + 1) {
-          shared.add(join(p.chats, as));
+          shared.add(folder);
           throw new StoreError(`conversation ${as} was written to while it was imported: it is left as it is`, conv.dir);
         }
       }

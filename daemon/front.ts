@@ -116,21 +116,17 @@ export function front(input: Readable, output: Writable, web: WebStreams, versio
   let initializing: { id: Id; answered: () => void; done: Promise<void> } | undefined;
   // Requests read and not answered yet: when the input ends, the SDK's stream ends only once each has
   // its answer, so a client that closes its side right after asking still gets every answer.
-  // Counted by id: a client that uses one id twice is owed two answers.
+  // Counted by id: a client that uses one id twice is owed two answers. An id is let go once all of
+  // its requests are answered, so none is pending exactly when the map is empty.
   const pending = new Map<Id, number>();
-  let unanswered = 0;
   let drained: (() => void) | undefined;
-  const asked = (id: Id) => {
-    pending.set(id, (pending.get(id) ?? 0) + 1);
-    unanswered++;
-  };
+  const asked = (id: Id) => pending.set(id, (pending.get(id) ?? 0) + 1);
   /** An answer to `id` went out: one request of that id is answered. */
   const settled = (id: Id) => {
     const n = pending.get(id);
     if (n === undefined) return;
     if (n > 1) pending.set(id, n - 1);
-    else pending.delete(id);
-    if (--unanswered === 0) drained?.();
+    else if (pending.delete(id) && pending.size === 0) drained?.();
   };
 
   // Read the first line now, answering it if it is initialize.
@@ -172,7 +168,7 @@ export function front(input: Readable, output: Writable, web: WebStreams, versio
     async pull(controller) {
       const read = await lines.read();
       if (read.done) {
-        if (unanswered > 0) await new Promise<void>((resolve) => (drained = resolve));
+        if (pending.size > 0) await new Promise<void>((resolve) => (drained = resolve));
         return controller.close();
       }
       if (initializing) await initializing.done;
@@ -195,7 +191,7 @@ export function front(input: Readable, output: Writable, web: WebStreams, versio
   const writable = new WritableStream<Uint8Array>({
     async write(chunk) {
       await first;
-      if (unanswered > 0) {
+      if (pending.size > 0) {
         const id = answerId(chunk, decoder);
         if (id !== undefined && id === initializing?.id) {
           initializing.answered();

@@ -276,21 +276,18 @@ export function makeFolder(dir: string, within?: string): void {
   }
   for (const at of missing.reverse()) {
     try {
-      mkdirSync(at, FOLDER_MODE);
+      makeNewFolder(at);
     } catch (e) {
       // Made meanwhile by another writer: the same.
       if (!isErrno(e, "EEXIST")) throw e;
-      continue;
     }
-    chmodSync(at, FOLDER_MODE);
-    madeIn(dirname(at));
   }
 }
 
 /**
  * Makes one folder that must be new (EEXIST when something is there, so a caller can claim a
- * name), exactly 0700; its name is counted as not yet on disk, as makeFolder counts what it makes,
- * so that the first write in it flushes the folder above too.
+ * name), exactly 0700; its name is counted as not yet on disk (madeIn), so that the first write in
+ * it flushes the folder above too.
  */
 export function makeNewFolder(dir: string): void {
   mkdirSync(dir, FOLDER_MODE);

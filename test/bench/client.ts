@@ -135,8 +135,6 @@ export interface ClientResult {
   durableWrite: Summary;
   /** Each round's own medians and ratio (absent from runs before rounds were measured). */
   rounds?: ClientRound[];
-  /** The median of the rounds' ratios. */
-  ratio?: number;
   /** Spawn to each step answered, per run (ms, cumulative): initialize, session/new, first prompt. */
   spawn: { initialize: Summary; sessionNew: Summary; firstTurn: Summary };
   /** The first prompt alone (ms), and its overhead (less the model's time). */
@@ -309,7 +307,6 @@ export async function measureClient(server: ModelServer, o: { turns: number; rou
       passThrough: pooled(passTurns),
       durableWrite: summarize(durable),
       rounds,
-      ratio: summarize(rounds.map((r) => r.ratio)).median,
       spawn: { initialize: summarize(init), sessionNew: summarize(made), firstTurn: summarize(first) },
       firstTurnOverhead: summarize(firstOverhead),
       nodeStart: summarize(bare.map((b) => b.median)),

@@ -1,7 +1,7 @@
 // The results as a small SVG chart, drawn by hand: the turn's own time by conversation length, the
 // streaming latency by concurrency, and the targets.
 import type { BenchResults } from "./results.js";
-import { ms } from "./stats.js";
+import { ms, summarize } from "./stats.js";
 
 const esc = (s: string) => s.replace(/&/g, "&amp;").replace(/</g, "&lt;").replace(/>/g, "&gt;");
 const COLORS = { warm: "#2f6db3", fresh: "#e08a1e", floor: "#8a8a8a", p99: "#222", pass: "#1d7a35", fail: "#b3261e", none: "#777" };
@@ -118,7 +118,7 @@ export function renderSvg(r: BenchResults): string {
     const floor = c.durableWrite.median + c.passThrough.overhead.median;
     y += 18;
     body.push(
-      text(20, y, `6. As a client sees it: overhead ${ms(c.daemon.overhead.median)} ms (before the model ${ms(c.daemon.before.median)}, after ${ms(c.daemon.after.median)}), floor ${ms(floor)} ms (durable write ${ms(c.durableWrite.median)}, pass-through ${ms(c.passThrough.overhead.median)})${c.ratio !== undefined ? `; rounds' median ${c.ratio.toFixed(2)}x` : ""}`),
+      text(20, y, `6. As a client sees it: overhead ${ms(c.daemon.overhead.median)} ms (before the model ${ms(c.daemon.before.median)}, after ${ms(c.daemon.after.median)}), floor ${ms(floor)} ms (durable write ${ms(c.durableWrite.median)}, pass-through ${ms(c.passThrough.overhead.median)})${c.rounds?.length ? `; rounds' median ${summarize(c.rounds.map((r) => r.ratio)).median.toFixed(2)}x` : ""}`),
     );
     y += 18;
     body.push(
