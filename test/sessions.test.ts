@@ -250,15 +250,16 @@ describe("an import another writer meets", () => {
     cleanup.push(() => dir.remove());
     const start = Date.now();
     const events = [1, 2, 3, 4].map((n) => prefillEvent(n, start));
-    const importing = writeSessions({ dir: dir.path }, [{ thread: "meet", events }]);
+    // Its failure taken at once: it may come while the other writer's append is awaited.
+    const importing = writeSessions({ dir: dir.path }, [{ thread: "meet", events }]).then(
+      () => undefined,
+      (e: unknown) => e,
+    );
     // The import has claimed its thread's folder by now; another writer appends to it meanwhile,
     // and one of them takes a number the other counted on.
     const conv = paths({ dir: dir.path }).conversation("meet");
     const theirs = await appendEvent(conv, prefillEvent(99, start));
-    const failed = await importing.then(
-      () => undefined,
-      (e: unknown) => e,
-    );
+    const failed = await importing;
     // The other writer's event is still there, where it was linked.
     expect(readEventsFrom(conv, 1).find((e) => e.n === theirs)?.event).toEqual(prefillEvent(99, start));
     expect(failed).toBeInstanceOf(Error);
