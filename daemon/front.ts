@@ -7,10 +7,16 @@
 import type { Readable, Writable } from "node:stream";
 import { initializeResult } from "../acp/initialize.js";
 import { MAX_DEPTH, concat, limitLines, nestsDeeper } from "./lines.js";
+import { log } from "./log.js";
 
 const NEWLINE = 0x0a;
 /** An initialize request is small: a first line longer than this isn't answered ahead. */
 const FIRST_LINE_MAX = 64 * 1024;
+/**
+ * How long a client may leave its output unread, none of what waits for it taken, before its
+ * connection is closed (LNK_ACP_UNREAD_MS): a client that reads slowly takes some of it well within.
+ */
+export const DEFAULT_UNREAD_MS = 60_000;
 
 export interface Connection {
   /** Whole lines, each at most the bound, for the SDK. */
@@ -101,7 +107,7 @@ function readFirstLine(input: Readable, limit: number): Promise<{ chunks: Uint8A
  * when the SDK first reads or writes. What the SDK writes goes to the same output, but for its own
  * answer to the initialize answered ahead.
  */
-export function front(input: Readable, output: Writable, web: WebStreams, version: string, max: number): Connection {
+export function front(input: Readable, output: Writable, web: WebStreams, version: string, max: number, unreadMs = DEFAULT_UNREAD_MS): Connection {
   let streams: ReturnType<WebStreams> | undefined;
   const webStreams = () => (streams ??= web());
   const decoder = new TextDecoder();
@@ -127,6 +133,40 @@ export function front(input: Readable, output: Writable, web: WebStreams, versio
     if (n === undefined) return;
     if (n > 1) pending.set(id, n - 1);
     else if (pending.delete(id) && pending.size === 0) drained?.();
+  };
+
+  // A client that reads none of its output: what it sends is read no further while the output waits
+  // (each request read would leave one more answer held in memory), and once it has taken none of
+  // it for unreadMs its connection is closed. A turn under way goes on, and its answer is kept on
+  // disk, undelivered (_link/recover). Stdout can't be closed: its input is, and the process ends.
+  let unread = false;
+  let cutOff!: (e: Error) => void;
+  const cut = new Promise<never>((_, reject) => (cutOff = reject));
+  cut.catch(() => undefined);
+  let waiting: Promise<void> | undefined;
+  /** Resolves once the output has room again, or the connection was closed for leaving it unread. */
+  const room = (): Promise<void> | undefined => {
+    if (unread || !output.writableNeedDrain) return undefined;
+    return (waiting ??= new Promise<void>((resolve) => {
+      const done = () => {
+        clearTimeout(timer);
+        output.off("drain", done);
+        output.off("close", done);
+        waiting = undefined;
+        resolve();
+      };
+      const timer = setTimeout(() => {
+        unread = true;
+        log.warn("the client read none of its output: its connection is closed", { ms: unreadMs, bytes: output.writableLength });
+        cutOff(new Error(`the connection is closed: its client read none of its output for ${unreadMs} ms`));
+        drained?.();
+        output.destroy();
+        input.destroy();
+        done();
+      }, unreadMs);
+      output.on("drain", done);
+      output.on("close", done);
+    }));
   };
 
   // Read the first line now, answering it if it is initialize.
@@ -166,9 +206,11 @@ export function front(input: Readable, output: Writable, web: WebStreams, versio
   const lines = raw.pipeThrough(limitLines(max)).getReader();
   const readable = new ReadableStream<Uint8Array>({
     async pull(controller) {
+      const full = room();
+      if (full) await full;
       const read = await lines.read();
       if (read.done) {
-        if (pending.size > 0) await new Promise<void>((resolve) => (drained = resolve));
+        if (pending.size > 0 && !unread) await new Promise<void>((resolve) => (drained = resolve));
         return controller.close();
       }
       if (initializing) await initializing.done;
@@ -199,7 +241,11 @@ export function front(input: Readable, output: Writable, web: WebStreams, versio
         }
         if (id !== undefined) settled(id);
       }
-      if (skip === undefined) return out().write(chunk);
+      if (skip === undefined) {
+        const written = out().write(chunk);
+        void room();
+        return written;
+      }
       // Until the SDK's answer to the initialize answered ahead has gone by, look at whole lines.
       outgoing = concat([outgoing, chunk]);
       let pass: Uint8Array = new Uint8Array(0);
@@ -222,6 +268,7 @@ export function front(input: Readable, output: Writable, web: WebStreams, versio
   const send: MessageSink = {
     async write(message, written) {
       await first;
+      if (unread) return cut;
       const id = responseId(message);
       if (id !== undefined) {
         if (id === initializing?.id) {
@@ -247,7 +294,10 @@ export function front(input: Readable, output: Writable, web: WebStreams, versio
         });
       }
       const taken = output.write(`${JSON.stringify(message)}\n`, written ? (e) => void (e ? undefined : written()) : undefined);
-      if (!taken) await drain(output);
+      if (!taken) {
+        void room();
+        await Promise.race([drain(output), cut]);
+      }
     },
   };
   return { input: readable, output: writable, send, first };

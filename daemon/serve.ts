@@ -10,7 +10,7 @@ import type { AgentRef } from "../store/paths.js";
 import type { RunningAgent } from "./agent.js";
 import { agentCode } from "./bundle.js";
 import { UsageError, agentRef, type Command } from "./cli.js";
-import { front, type MessageSink, type WebStreams } from "./front.js";
+import { DEFAULT_UNREAD_MS, front, type MessageSink, type WebStreams } from "./front.js";
 import { checkAgent } from "./check.js";
 import { captureConsole, log } from "./log.js";
 import { listenPort } from "./port.js";
@@ -32,15 +32,25 @@ class AgentUnavailable extends Error {
   }
 }
 
-/** The largest message read, in bytes; LNK_ACP_MAX_BYTES overrides the default. */
-function maxMessageBytes(env: NodeJS.ProcessEnv): number {
-  const raw = env.LNK_ACP_MAX_BYTES;
-  if (raw === undefined || raw === "") return DEFAULT_MAX_BYTES;
+/** A whole number the environment sets, at least `least`; `fallback` when it is unset or empty. */
+function wholeFrom(env: NodeJS.ProcessEnv, name: string, fallback: number, least: number, unit: string): number {
+  const raw = env[name];
+  if (raw === undefined || raw === "") return fallback;
   const n = Number(raw.trim());
-  if (!/^\d+$/.test(raw.trim()) || !Number.isSafeInteger(n) || n < 1024) {
-    throw new UsageError(`LNK_ACP_MAX_BYTES must be a whole number of bytes, at least 1024`);
+  if (!/^\d+$/.test(raw.trim()) || !Number.isSafeInteger(n) || n < least) {
+    throw new UsageError(`${name} must be a whole number of ${unit}, at least ${least}`);
   }
   return n;
+}
+
+/** What a connection is held to: the largest message read (LNK_ACP_MAX_BYTES), and how long its output may go unread (LNK_ACP_UNREAD_MS). */
+export interface Bounds {
+  max: number;
+  unreadMs: number;
+}
+
+function boundsFrom(env: NodeJS.ProcessEnv): Bounds {
+  return { max: wholeFrom(env, "LNK_ACP_MAX_BYTES", DEFAULT_MAX_BYTES, 1024, "bytes"), unreadMs: wholeFrom(env, "LNK_ACP_UNREAD_MS", DEFAULT_UNREAD_MS, 1000, "milliseconds") };
 }
 
 export interface AgentSpec {
@@ -108,8 +118,8 @@ const webOf =
  * Serves one connection: its front answers its first line (an initialize, at once), then the
  * target takes the rest through `web`; `first` runs once that line is read.
  */
-function serveConnection(input: Readable, output: Writable, web: WebStreams, target: Target, o: { version: string; max: number; gated: boolean; first?: () => void }): Promise<void> {
-  const c = front(input, output, web, o.version, o.max);
+function serveConnection(input: Readable, output: Writable, web: WebStreams, target: Target, o: { version: string; bounds: Bounds; gated: boolean; first?: () => void }): Promise<void> {
+  const c = front(input, output, web, o.version, o.bounds.max, o.bounds.unreadMs);
   return c.first.then(() => {
     o.first?.();
     return target(c.input, c.output, o.gated, c.send);
@@ -117,8 +127,8 @@ function serveConnection(input: Readable, output: Writable, web: WebStreams, tar
 }
 
 /** Serves one connection over a pair of Node streams as stdio is served: its front, Node's web streams over them, the target. */
-export function serveStreams(input: Readable, output: Writable, target: Target, version: string, max: number): Promise<void> {
-  return serveConnection(input, output, webOf(input, output), target, { version, max, gated: false });
+export function serveStreams(input: Readable, output: Writable, target: Target, version: string, bounds: Bounds): Promise<void> {
+  return serveConnection(input, output, webOf(input, output), target, { version, bounds, gated: false });
 }
 
 /** Serves a connection, its first request answered by its front: gated on a port endpoint. */
@@ -140,7 +150,7 @@ export class Process {
 
   constructor(
     readonly version: string,
-    readonly max: number,
+    readonly bounds: Bounds,
   ) {
     // A daemon outlives any one failure: whatever escapes a handler is logged, never fatal.
     process.on("unhandledRejection", (e) => log.error("unhandled rejection", { error: e instanceof Error ? e.message : String(e) }));
@@ -162,7 +172,7 @@ export class Process {
 
   /** Adds an agent, loaded a moment after an endpoint serves it, unless a connection asks for it first. */
   add(spec: AgentSpec): Served {
-    const served = new Served(spec, this.version, this.max);
+    const served = new Served(spec, this.version, this.bounds.max);
     this.agents.push(served);
     return served;
   }
@@ -215,7 +225,7 @@ export class Process {
     const first = () => {
       for (const t of this.timers) clearTimeout(t);
     };
-    return serveConnection(input, output, web, target, { version: this.version, max: this.max, gated, first });
+    return serveConnection(input, output, web, target, { version: this.version, bounds: this.bounds, gated, first });
   }
 
   /**
@@ -225,7 +235,7 @@ export class Process {
    * adapters on their first use: a millisecond of a Bind).
    */
   serveStreams(input: Readable, output: Writable, target: Target): Promise<void> {
-    return serveStreams(input, output, target, this.version, this.max);
+    return serveStreams(input, output, target, this.version, this.bounds);
   }
 
   private onSocket(target: Target, gated: boolean) {
@@ -303,10 +313,10 @@ export class Process {
 }
 
 export async function serve(command: Extract<Command, { kind: "serve" }>): Promise<void> {
-  const max = maxMessageBytes(process.env);
+  const bounds = boundsFrom(process.env);
   if (command.agents) {
     captureConsole();
-    const p = new Process(version(), max);
+    const p = new Process(version(), bounds);
     // Loaded with the agent's code (its bundle), whose schemas it reads the file with.
     await (await p.agentCode()).serveShared(p, command.agents);
     await p.done;
@@ -314,7 +324,7 @@ export async function serve(command: Extract<Command, { kind: "serve" }>): Promi
   }
   if (command.blank) {
     captureConsole();
-    const p = new Process(version(), max);
+    const p = new Process(version(), bounds);
     // Loaded with the agent's code (its bundle), whose schemas it reads a Bind with.
     await (await p.agentCode()).serveBlank(p, command);
     await p.done;
@@ -323,7 +333,7 @@ export async function serve(command: Extract<Command, { kind: "serve" }>): Promi
   checkAgent(command.agent.agent);
   captureConsole();
   const agent = agentRef(command.agent);
-  const p = new Process(version(), max);
+  const p = new Process(version(), bounds);
   const target = p.oneAgent(p.add({ agent }));
   try {
     if (command.socket) await p.serveSocket(command.socket, target, { agent: agent.dir });

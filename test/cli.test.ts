@@ -192,6 +192,25 @@ describe.concurrent("bad input: one line on stderr, exit 2, nothing written", ()
     agent.unchanged();
   });
 
+  const bounds: [string, string][] = [
+    ["LNK_ACP_MAX_BYTES", "1023"],
+    ["LNK_ACP_MAX_BYTES", "32 MiB"],
+    ["LNK_ACP_UNREAD_MS", "999"],
+    ["LNK_ACP_UNREAD_MS", "-5000"],
+    ["LNK_ACP_UNREAD_MS", "1e9"],
+    ["LNK_ACP_UNREAD_MS", "60000.5"],
+    ["LNK_ACP_UNREAD_MS", "99999999999999999999"],
+  ];
+  it.each(bounds)("%s=%s: the daemon serves nothing", async (name, value) => {
+    const agent = agentWithSettings();
+    const r = await cli(["--agent", agent.dir], { input: `{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":1}}\n`, env: { [name]: value } });
+    expect(r.code, r.stderr).toBe(2);
+    expectOneLine(r);
+    expect(r.stderr).toContain(`${name} must be a whole number`);
+    expect(r.stdout).toBe("");
+    agent.unchanged();
+  });
+
   // Root reads a file of mode 000 all the same.
   it.skipIf(process.getuid?.() === 0)("a FILE that can't be read", async () => {
     const agent = agentWithSettings();

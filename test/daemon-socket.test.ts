@@ -2,6 +2,7 @@
 // process, a stale socket replaced and a live one never taken, clients that misbehave or go away.
 import { spawn } from "node:child_process";
 import { existsSync, statSync, utimesSync, writeFileSync } from "node:fs";
+import { connect as netConnect } from "node:net";
 import { join } from "node:path";
 import { createInterface } from "node:readline";
 import * as acp from "@agentclientprotocol/sdk";
@@ -24,8 +25,8 @@ function place(): { dir: string; socket: string } {
   return { dir, socket: join(tmp.path, "control.sock") };
 }
 
-async function serving(dir: string, socket: string): Promise<Daemon> {
-  const d = startDaemon(["--agent", dir, "--socket", socket]);
+async function serving(dir: string, socket: string, env: NodeJS.ProcessEnv = {}): Promise<Daemon> {
+  const d = startDaemon(["--agent", dir, "--socket", socket], env);
   cleanup.push(() => d.stop("SIGKILL"));
   onTestFailed(() => void process.stderr.write(`the daemon's log:\n${d.stderr()}\n`));
   await d.waitForLog(/"serving ACP"/);
@@ -104,6 +105,40 @@ describe("the control socket", () => {
 
     expect(await d.stop("SIGTERM")).toEqual({ code: 0, signal: null });
     expect(existsSync(socket)).toBe(false);
+  });
+
+  it("closes the connection of a client that reads none of its output, having read no further from it, and serves its other clients", async () => {
+    const { dir, socket } = place();
+    const d = await serving(dir, socket, { LNK_ACP_UNREAD_MS: "1000" });
+    const other = await client(socket);
+    const { sessionId } = await other.agent.request(acp.methods.agent.session.new, { cwd: dir, mcpServers: [] });
+
+    // A client that sends 100,000 requests and reads none of their answers.
+    const raw = netConnect(socket);
+    raw.on("error", () => undefined);
+    await new Promise((resolve) => raw.once("connect", resolve));
+    raw.pause();
+    const asks = Array.from({ length: 100_000 }, (_, i) => `{"jsonrpc":"2.0","id":${i + 2},"method":"session/list","params":{}}\n`).join("");
+    raw.write(`{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":1}}\n`);
+    raw.write(asks);
+    let left = 0;
+    const watch = setInterval(() => {
+      // Until the connection fails: a socket destroyed holds nothing.
+      if (!raw.destroyed) left = raw.writableLength;
+    }, 20);
+    const late = setTimeout(() => raw.destroy(new Error("still open after 30 s")), 30_000);
+    // Its connection is closed: what it still sends fails, and the socket closes.
+    await new Promise((resolve) => raw.once("close", resolve));
+    clearInterval(watch);
+    clearTimeout(late);
+    expect(await d.waitForLog(/"the client read none of its output: its connection is closed"/)).toBeTruthy();
+    expect(asks.length - left).toBeLessThan(asks.length / 10);
+
+    // The other client was served meanwhile, and still is.
+    server.fallback = () => ({ text: "served all along" });
+    await other.agent.request(acp.methods.agent.session.prompt, { sessionId, prompt: text("hello") });
+    expect(answerText(other.updates)).toBe("served all along");
+    expect(d.child.exitCode).toBeNull();
   });
 
   it("replaces a stale socket from a dead process, never takes a live one, and refuses a file that isn't a socket", async () => {

@@ -137,6 +137,31 @@ describe("a conversation over stdio", { timeout: 120_000 }, () => {
     expect(answerText(c3.updates)).toBe("Still here.");
   });
 
+  it("reads no further from a client that reads none of its output, and ends once it has read nothing for LNK_ACP_UNREAD_MS", async () => {
+    const d = daemon(agent(), { LNK_ACP_UNREAD_MS: "1000" });
+    // Its stdout is never read. Each request is answered, so each one read would be one more answer
+    // held: 100,000 of them, some 7 MB sent, 5 MB of answers.
+    // The daemon ends with most of what was sent unread: the pipe then fails, as it should.
+    d.child.stdin!.on("error", () => undefined);
+    const asks = Array.from({ length: 100_000 }, (_, i) => `{"jsonrpc":"2.0","id":${i + 2},"method":"session/list","params":{}}\n`).join("");
+    d.child.stdin!.write(`{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":1}}\n`);
+    d.child.stdin!.write(asks);
+    // What is still in this process's pipe to the daemon, as it ends: what it never took.
+    let left = 0;
+    const watch = setInterval(() => {
+      // Until the pipe fails: a stream destroyed holds nothing.
+      if (!d.child.stdin!.destroyed) left = d.child.stdin!.writableLength;
+    }, 20);
+    const late = setTimeout(() => d.stop("SIGKILL"), 30_000);
+    const exit = await d.exited;
+    clearInterval(watch);
+    clearTimeout(late);
+    expect(exit).toEqual({ code: 0, signal: null });
+    expect(d.stderr()).toMatch(/"the client read none of its output: its connection is closed"/);
+    // It took what filled its output (the pipes' room and its own), never the rest.
+    expect(asks.length - left).toBeLessThan(asks.length / 10);
+  });
+
   it("answers bad params -32602, an unknown session -32002, and lives through a malformed line and an oversized message", async () => {
     const d = daemon(agent(), { LNK_ACP_MAX_BYTES: "4096" });
     const lines = createInterface({ input: d.child.stdout! });

@@ -51,7 +51,11 @@ class Wire {
     input: Readable,
     private readonly write: (text: string) => void,
   ) {
-    createInterface({ input }).on("line", (line) => this.take(line));
+    // A connection the daemon closes fails what is still being written on it, and readline passes
+    // its input's error on: the test sees the close where it looks for it.
+    createInterface({ input })
+      .on("line", (line) => this.take(line))
+      .on("error", () => undefined);
   }
 
   private take(line: string): void {
@@ -793,5 +797,104 @@ describe("after all of it", () => {
     expect(notJson).toEqual([]);
     expect(listing(outer, agent)).toEqual(outside);
     expect(readdirSync(tmpdir()).filter((n) => n.startsWith("fz-escape"))).toEqual([]);
+  });
+});
+
+describe("clients that read their output slowly, in stretches, or not at all", () => {
+  let sockets: string;
+  let served: Daemon;
+  let socket: string;
+  const UNREAD_MS = 1000;
+
+  beforeAll(async () => {
+    sockets = mkdtempSync(join(tmpdir(), "lnk-fuzz-unread-"));
+    socket = join(sockets, "fz.sock");
+    served = startDaemon(["--agent", agent, "--socket", socket], { LNK_ACP_UNREAD_MS: String(UNREAD_MS) });
+    await served.waitForLog(/"serving ACP"/);
+  });
+  afterAll(async () => {
+    await served?.stop("SIGKILL");
+    if (sockets) rmSync(sockets, { recursive: true, force: true });
+  });
+
+  /** A connection, its requests sent in one write before any answer is read: initialize, then `count` listings padded by `pad` bytes. */
+  async function flood(count: number, pad: number): Promise<{ conn: ReturnType<typeof connect>; peer: Wire; ids: string[]; closed: Promise<void> }> {
+    const conn = connect(socket);
+    conn.on("error", () => undefined);
+    await new Promise<void>((resolve, reject) => conn.once("connect", resolve).once("error", reject));
+    const closed = new Promise<void>((resolve) => conn.once("close", () => resolve()));
+    conn.pause();
+    const peer = new Wire(conn, (text) => conn.write(text));
+    const probe = `flood-${++serial}`;
+    const ids = Array.from({ length: count }, (_, i) => `${probe}-${i}`);
+    const meta = pad ? { _meta: { pad: "p".repeat(pad) } } : {};
+    conn.write(
+      [JSON.stringify({ jsonrpc: "2.0", id: `${probe}-init`, method: "initialize", params: { protocolVersion: 1 } }), ...ids.map((id) => JSON.stringify({ jsonrpc: "2.0", id, method: "session/list", params: meta }))]
+        .map((l) => `${l}\n`)
+        .join(""),
+    );
+    return { conn, peer, ids, closed };
+  }
+
+  it("a client that reads in stretches, pausing for less than the limit each time, has each request answered once", async () => {
+    await fc.assert(
+      fc.asyncProperty(fc.integer({ min: 1, max: 4000 }), fc.integer({ min: 0, max: 4000 }), fc.array(fc.integer({ min: 0, max: Math.floor(UNREAD_MS / 3) }), { minLength: 1, maxLength: 6 }), async (count, pad, pauses) => {
+        const { conn, peer, ids, closed } = await flood(count, pad);
+        let gone = false;
+        void closed.then(() => (gone = true));
+        try {
+          for (const ms of pauses) {
+            await new Promise((resolve) => setTimeout(resolve, ms));
+            conn.resume();
+            await new Promise((resolve) => setTimeout(resolve, 10));
+            conn.pause();
+          }
+          conn.resume();
+          for (const id of ids) expect(await peer.answer(id)).toHaveProperty("result");
+          for (const id of ids) expect(peer.count(id), `answers to ${id}`).toBe(1);
+          expect(peer.nullErrors).toEqual([]);
+          expect(peer.strays).toEqual([]);
+          expect(gone, "the daemon closed a connection that was read").toBe(false);
+        } finally {
+          conn.destroy();
+        }
+      }),
+      runs(8),
+    );
+  });
+
+  it("a client that stops reading has its connection closed, and the next connection is served", async () => {
+    await fc.assert(
+      // More answers than the kernel's buffers between the two ends hold: the rest would be the daemon's to hold.
+      fc.asyncProperty(fc.integer({ min: 30_000, max: 60_000 }), fc.integer({ min: 0, max: 1000 }), fc.nat({ max: 1000 }), async (count, pad, read) => {
+        const { conn, peer, ids, closed } = await flood(count, pad);
+        try {
+          // It reads some answers, then nothing more.
+          conn.resume();
+          if (read > 0) await peer.answer(ids[Math.min(read, ids.length) - 1] as string);
+          conn.pause();
+          const late = setTimeout(() => conn.destroy(new Error("not closed")), 15_000);
+          await closed;
+          clearTimeout(late);
+          expect(conn.errored?.message).not.toBe("not closed");
+        } finally {
+          conn.destroy();
+        }
+        const next = connect(socket);
+        next.on("error", () => undefined);
+        await new Promise<void>((resolve, reject) => next.once("connect", resolve).once("error", reject));
+        try {
+          const peer2 = new Wire(next, (text) => next.write(text));
+          peer2.send(JSON.stringify({ jsonrpc: "2.0", id: "init", method: "initialize", params: { protocolVersion: 1 } }));
+          expect(await peer2.answer("init")).toHaveProperty("result");
+          peer2.send(JSON.stringify({ jsonrpc: "2.0", id: "list", method: "session/list", params: {} }));
+          expect(await peer2.answer("list")).toHaveProperty("result");
+        } finally {
+          next.destroy();
+        }
+      }),
+      runs(3),
+    );
+    expect(served.stderr()).toMatch(/"the client read none of its output: its connection is closed"/);
   });
 });

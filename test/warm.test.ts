@@ -6,6 +6,7 @@ import { setImmediate as tick } from "node:timers/promises";
 import { describe, expect, it } from "vitest";
 import { z } from "zod";
 import { startAgent } from "../daemon/agent.js";
+import { DEFAULT_UNREAD_MS } from "../daemon/front.js";
 import { DEFAULT_MAX_BYTES, serveStreams, type Target } from "../daemon/serve.js";
 import { collectGarbage, warmPrompts } from "../daemon/warm.js";
 import { forgetRuntimeAnswers } from "../turn/runtime.js";
@@ -26,7 +27,7 @@ describe("a blank process's warm-up", () => {
         rest = lines.pop() ?? "";
         seen.lines.push(...lines);
       });
-      return serveStreams(input, output, target, "test", DEFAULT_MAX_BYTES);
+      return serveStreams(input, output, target, "test", { max: DEFAULT_MAX_BYTES, unreadMs: DEFAULT_UNREAD_MS });
     };
     const warmed = await warmPrompts(startAgent, { state: forgetProcessState, answers: forgetRuntimeAnswers }, { prompts: 5, serve, connections: 2 });
     expect(warmed.prompts).toBe(5);
@@ -56,7 +57,7 @@ describe("a blank process's warm-up", () => {
     const serve = (input: Readable, output: Writable, target: Target) => {
       // The second connection is made after the last look at `enough`: the Bind comes now.
       if (++connections === 2) bound = true;
-      return serveStreams(input, output, target, "test", DEFAULT_MAX_BYTES);
+      return serveStreams(input, output, target, "test", { max: DEFAULT_MAX_BYTES, unreadMs: DEFAULT_UNREAD_MS });
     };
     const answers = () => {
       forgotten++;
