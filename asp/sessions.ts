@@ -1,8 +1,10 @@
 // Sessions both ways, in the portable session form (protocol/session-form.ts, man
 // lnk-link-harness-session(5)): every conversation of the agent given out as it is kept, and a
 // session taken in written as a new conversation whose events, read back, give the same form again.
-import { lstatSync, rmdirSync, rmSync } from "node:fs";
-import { join } from "node:path";
+import { createHash, randomBytes } from "node:crypto";
+import { lstatSync, readdirSync, renameSync, rmdirSync, rmSync } from "node:fs";
+import { hostname } from "node:os";
+import { basename, join } from "node:path";
 import { z } from "zod";
 import {
   AssistantMessage,
@@ -22,7 +24,7 @@ import {
   type Numbered,
 } from "../protocol/index.js";
 import { EXPORTED } from "./export.js";
-import { LIMITS, appendEvent, forgetEvents, isErrno, listEventNumbers, listThreads, makeNewFolder, paths, readEventsFrom, type AgentRef } from "../store/index.js";
+import { LIMITS, appendEvent, conversationIn, flushFolderSync, flushMadeAboveSync, forgetEvents, isErrno, listEventNumbers, listThreads, makeNewFolder, paths, processAlive, readEventsFrom, type AgentRef } from "../store/index.js";
 
 /** The kinds an endpoint's `_asp/export` gives (`state export`'s and sessions), and `_asp/import` takes. */
 export const ENDPOINT_EXPORTED = [...EXPORTED, "sessions"] as const satisfies readonly AspKind[];
@@ -191,16 +193,53 @@ function ensureChats(chats: string): boolean {
   return made;
 }
 
-/** Takes a fresh thread for a session: its own name when free, else the first free `<name>-<k>`. Made here, so never another's. */
-function claimThread(chats: string, thread: string): string {
+/**
+ * Puts a session written whole in its staging folder in place, under a fresh thread: its own name
+ * when free, else the first free `<name>-<k>`. A rename, so the conversation is seen whole or not at
+ * all; a name something holds (a folder with anything in it, or any other file) is never taken.
+ */
+function placeThread(chats: string, staged: string, thread: string): string {
   for (let k = 1; ; k++) {
     const name = withSuffix(thread, k);
+    const target = join(chats, name);
+    if (lstatSync(target, { throwIfNoEntry: false }) !== undefined) continue;
     try {
-      // Its name, and chats/'s when chats/ was made too, are flushed with its first event.
-      makeNewFolder(join(chats, name));
+      renameSync(staged, target);
       return name;
     } catch (e) {
-      if (!isErrno(e, "EEXIST")) throw e;
+      // Made in the moment between the look and the rename, and not empty.
+      if (!isErrno(e, "EEXIST") && !isErrno(e, "ENOTEMPTY") && !isErrno(e, "ENOTDIR")) throw e;
+    }
+  }
+}
+
+/**
+ * An import's staging folder in chats/: `.import-<host>-<pid>-<random>`, a name no thread can have
+ * (a leading dot), so no reader lists it and no session names it. <host> is 8 hex digits of a hash
+ * of the machine's name.
+ */
+const STAGED = /^\.import-([0-9a-f]{8})-(\d+)-[0-9a-f]{16}$/;
+/** How long a staging folder of another machine's import stays untouched before an import here removes it. */
+const STAGED_ELSEWHERE_MS = 60 * 60_000;
+
+const thisHost = (): string => createHash("sha256").update(hostname()).digest("hex").slice(0, 8);
+
+/**
+ * Removes what imports killed midway left in chats/: the staging folders of processes of this
+ * machine that are gone, and those of another machine untouched for an hour. One that can't be
+ * removed is left for the next import.
+ */
+function sweepStaged(chats: string): void {
+  const host = thisHost();
+  for (const name of readdirSync(chats)) {
+    const m = STAGED.exec(name);
+    if (!m) continue;
+    const dir = join(chats, name);
+    try {
+      const gone = m[1] === host ? Number(m[2]) !== process.pid && !processAlive(Number(m[2])) : Date.now() - lstatSync(dir).mtimeMs > STAGED_ELSEWHERE_MS;
+      if (gone) rmSync(dir, { recursive: true, force: true });
+    } catch {
+      // Left for the next import.
     }
   }
 }
@@ -244,45 +283,55 @@ export function importedAs(agent: AgentRef, session: SessionForm): string | unde
 /** Sessions written: what each became, and how to take them all out again. */
 export interface WrittenSessions {
   imported: AspImported[];
-  /** Removes every conversation written (and chats/ when it was made for them). */
+  /** Removes every conversation written (and chats/ when it was made for them), but one written in since. */
   undo: () => void;
 }
 
 /**
- * Writes checked sessions, each as a new conversation of the agent, in order, under a fresh thread
- * (never one that exists). A write that fails removes every conversation this call made, and throws.
+ * Writes checked sessions, each as a new conversation of the agent, under a fresh thread (never one
+ * that exists). Each is written whole in a staging folder of its own first, then all are put in
+ * place, each by a rename: a conversation is never seen half-imported, not even when the process
+ * is killed midway (what it left is removed by a later import). A write that fails removes every
+ * conversation this call made, and throws.
  */
 export async function writeSessions(agent: AgentRef, sessions: readonly SessionForm[]): Promise<WrittenSessions> {
   const p = paths(agent);
-  const made: string[] = [];
-  /** Conversations another writer wrote in while they were imported: theirs too now, never removed. */
-  const shared = new Set<string>();
+  /** Written, not yet in place. */
+  const staged: { session: SessionForm; dir: string }[] = [];
+  /** In place, with how many events they were given. */
+  const placed: { dir: string; events: number }[] = [];
   let chatsMade = false;
   const imported: AspImported[] = [];
   const undo = () => {
-    for (const dir of made) if (!shared.has(dir)) rmSync(dir, { recursive: true, force: true });
+    for (const { dir } of staged) rmSync(dir, { recursive: true, force: true });
+    // One written in since it was put in place is its writer's too now: it is left as it is.
+    for (const { dir, events } of placed) if (listEventNumbers(conversationIn(p.chats, basename(dir))).length === events) rmSync(dir, { recursive: true, force: true });
     if (chatsMade) rmEmpty(p.chats);
     // What this process keeps of the removed conversations' events would no longer be true.
-    if (made.length > 0) forgetEvents();
+    if (staged.length + placed.length > 0) forgetEvents();
   };
+  if (sessions.length === 0) return { imported, undo };
   try {
-    if (sessions.length > 0) chatsMade = ensureChats(p.chats);
+    chatsMade = ensureChats(p.chats);
+    sweepStaged(p.chats);
+    const host = thisHost();
     for (const session of sessions) {
-      const as = claimThread(p.chats, session.thread);
-      const folder = join(p.chats, as);
-      made.push(folder);
-      const conv = p.conversation(as);
-      for (const [i, event] of session.events.entries()) {
-        const n = await appendEvent(conv, event);
-        // Another writer took this new conversation meanwhile: its numbers would no longer be the
-        // form's. What that writer wrote is its own: the conversation is left as it is.
-        if (n !== i + 1) {
-          shared.add(folder);
-          throw new StoreError(`conversation ${as} was written to while it was imported: it is left as it is`, conv.dir);
-        }
-      }
+      const conv = conversationIn(p.chats, `.import-${host}-${process.pid}-${randomBytes(8).toString("hex")}`);
+      // Its name, and chats/'s when chats/ was made too, are flushed with its first event.
+      makeNewFolder(conv.dir);
+      staged.push({ session, dir: conv.dir });
+      for (const event of session.events) await appendEvent(conv, event);
+    }
+    while (staged.length > 0) {
+      const { session, dir } = staged[0] as { session: SessionForm; dir: string };
+      const as = placeThread(p.chats, dir, session.thread);
+      staged.shift();
+      placed.push({ dir: join(p.chats, as), events: session.events.length });
       imported.push({ kind: "sessions", thread: session.thread, as, events: session.events.length });
     }
+    // Their names in chats/ on disk, and chats/'s own where it was made.
+    flushFolderSync(p.chats);
+    flushMadeAboveSync(p.chats);
   } catch (e) {
     undo();
     throw e;

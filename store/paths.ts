@@ -104,20 +104,27 @@ export function paths(agent: AgentRef): AgentPaths {
     notes: join(dir, "memory", "notes.md"),
     chats,
     skill: (name) => join(dir, "skills", checkThread(name, "skill name"), "SKILL.md"),
-    conversation(thread) {
-      const cdir = join(chats, checkThread(thread));
-      return {
-        thread,
-        dir: cdir,
-        transcript: join(cdir, "transcript.md"),
-        window: join(cdir, "window.json"),
-        usage: join(cdir, "usage.json"),
-        tools: join(cdir, "tools.json"),
-        lock: join(cdir, ".lock"),
-        // Joined by hand: cdir is already normalised and an event's name holds no separator, and a
-        // turn asks for thousands of these.
-        event: (n) => `${cdir}${sep}${eventName(n)}`,
-      };
-    },
+    conversation: (thread) => conversationIn(chats, checkThread(thread)),
+  };
+}
+
+/**
+ * The paths of a conversation's folder `name` in `chats`, a name the caller vouches for: a thread
+ * (AgentPaths.conversation checks it), or a folder of the store's own that no thread can name (a
+ * leading dot), such as an import's while it is written.
+ */
+export function conversationIn(chats: string, name: string): ConversationPaths {
+  const cdir = join(chats, name);
+  return {
+    thread: name,
+    dir: cdir,
+    transcript: join(cdir, "transcript.md"),
+    window: join(cdir, "window.json"),
+    usage: join(cdir, "usage.json"),
+    tools: join(cdir, "tools.json"),
+    lock: join(cdir, ".lock"),
+    // Joined by hand: cdir is already normalised and an event's name holds no separator, and a
+    // turn asks for thousands of these.
+    event: (n) => `${cdir}${sep}${eventName(n)}`,
   };
 }

@@ -2,7 +2,10 @@
 // fuzzed over the built command line: any input is taken whole (every session a new conversation)
 // or refused in one line with nothing written; any THREAD names a conversation the agent has or is
 // refused in one line.
-import { mkdirSync, readdirSync, writeFileSync } from "node:fs";
+import { execFileSync, spawnSync } from "node:child_process";
+import { createHash } from "node:crypto";
+import { mkdirSync, readFileSync, readdirSync, symlinkSync, writeFileSync } from "node:fs";
+import { hostname } from "node:os";
 import { join } from "node:path";
 import fc from "fast-check";
 import { z } from "zod";
@@ -17,6 +20,7 @@ const agents = cliAgents("lnk-fuzz-conversations-", [BIN, "dist/daemon/conversat
 const time = "2026-01-02T03:04:05.000Z";
 const user = { v: 1, time, kind: "message", role: "user", text: "hi", header: "[Fri 2026-01-02 03:04]" };
 const answer = { v: 1, time, kind: "message", role: "assistant", text: "Hello.", model: "m", provider: "p", latency_ms: 5, stop: "end_turn" };
+let serial = 0;
 const command = { v: 1, time, kind: "command", name: "/model:set", model: "big", text: "/model big" };
 
 /** A value of any JSON shape, or one that looks nearly right. */
@@ -116,6 +120,53 @@ describe("conversations, fuzzed", { timeout: 180_000 }, () => {
         expect(listing(dir)).toEqual(before);
       }),
       { numRuns: 40, ...seed },
+    );
+  });
+
+  it("move in removes what imports killed on this machine left in chats/, and nothing else there, never through a link", async () => {
+    const host = createHash("sha256").update(hostname()).digest("hex").slice(0, 8);
+    const gone = spawnSync(process.execPath, ["-e", "0"]).pid as number;
+    const hex = fc.stringMatching(/^[0-9a-f]{16}$/);
+    /** An entry named as an import's staging folder, or nearly: whose process, and what it is. */
+    const entry = fc.record({
+      host: fc.constantFrom(host, "0badf00d", host.slice(0, 7)),
+      pid: fc.constantFrom(gone, process.pid, 1, 0),
+      hex,
+      kind: fc.constantFrom("folder", "empty", "file", "link", "fifo", "nested-link"),
+    });
+    await fc.assert(
+      fc.asyncProperty(fc.uniqueArray(entry, { maxLength: 6, selector: (e) => `${e.host}-${e.pid}-${e.hex}` }), async (entries) => {
+        const dir = agents.folder();
+        const chats = join(dir, "chats");
+        const outside = join(agents.root(), `outside-${serial++}`);
+        mkdirSync(join(outside, "kept"), { recursive: true });
+        writeFileSync(join(outside, "kept", "canary"), "kept");
+        mkdirSync(chats, { recursive: true });
+        const names = entries.map((e) => `.import-${e.host}-${e.pid}-${e.hex}`);
+        entries.forEach((e, i) => {
+          const at = join(chats, names[i] as string);
+          if (e.kind === "folder") {
+            mkdirSync(at);
+            writeFileSync(join(at, "000000000001.json"), `${JSON.stringify(user)}\n`);
+          } else if (e.kind === "empty") mkdirSync(at);
+          else if (e.kind === "file") writeFileSync(at, "not a folder");
+          else if (e.kind === "link") symlinkSync(join(outside, "kept"), at);
+          else if (e.kind === "fifo") execFileSync("mkfifo", [at]);
+          else {
+            mkdirSync(at);
+            symlinkSync(join(outside, "kept"), join(at, "000000000001.json"));
+          }
+        });
+        const r = await agents.cli(["conversations", "move", "in", "--agent", dir], JSON.stringify({ sessions: [{ thread: "t", events: [user, answer] }] }));
+        expect(r.code, r.stderr).toBe(0);
+        // Of this machine's, those of a process that is gone; another machine's, untouched for an hour only.
+        const removed = (e: (typeof entries)[number]) => e.host === host && e.pid === gone;
+        expect(readdirSync(chats).sort()).toEqual(["t", ...names.filter((_, i) => !removed(entries[i] as (typeof entries)[number]))].sort());
+        expect(readFileSync(join(outside, "kept", "canary"), "utf8")).toBe("kept");
+        const out = await agents.cli(["conversations", "move", "out", "--agent", dir, "t"]);
+        expect((AspState.parse(JSON.parse(out.stdout)).sessions ?? []).map((s) => s.events)).toEqual([[user, answer]]);
+      }),
+      { numRuns: 15, ...seed },
     );
   });
 });

@@ -2,8 +2,8 @@
 // conversation in the portable session form, `_asp/import` writes each as a new conversation whose
 // events give the same form again, which replays over session/load as the source does and sends the
 // model the same history at its next turn; bad input is refused naming the field, with nothing written.
-import { spawnSync } from "node:child_process";
-import { mkdirSync, readFileSync, readdirSync, realpathSync, symlinkSync, writeFileSync } from "node:fs";
+import { spawn, spawnSync } from "node:child_process";
+import { existsSync, mkdirSync, readFileSync, readdirSync, realpathSync, symlinkSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import * as acp from "@agentclientprotocol/sdk";
 import type { ContentBlock } from "@agentclientprotocol/sdk";
@@ -11,9 +11,9 @@ import { describe, expect, it } from "vitest";
 import { z } from "zod";
 import { AspState, SessionForm, sessionFormJsonSchema } from "../protocol/index.js";
 import { writeSessions } from "../asp/sessions.js";
-import { appendEvent, paths, readEventsFrom } from "../store/index.js";
+import { appendEvent, listThreads, paths, readEventsFrom } from "../store/index.js";
 import { prefillEvent } from "./bench/agent.js";
-import { configure, daemonTestHooks, failure, scriptedSettings, startDaemon, stdioClient, tempDir, type Client, type Daemon, watched } from "./acp-client.js";
+import { configure, daemonTestHooks, failure, scriptedSettings, startDaemon, stdioClient, tempDir, until, type Client, type Daemon, watched } from "./acp-client.js";
 import { promptRichTurn, replayed, scriptRichTurn } from "./fixtures/rich-turn.js";
 import type { ModelServer, RecordedRequest } from "./model-server.js";
 import { BIN, ROOT } from "./fixtures/built.js";
@@ -245,25 +245,64 @@ describe("an import on disk", () => {
 });
 
 describe("an import another writer meets", () => {
-  it("leaves the conversation the other writer wrote in as it is, with its event, and says so", async () => {
+  it("puts its conversation in place whole under a name of its own, and the other writer's conversation is left its own", async () => {
     const dir = tempDir("lnk-sessions-shared-");
     cleanup.push(() => dir.remove());
     const start = Date.now();
     const events = [1, 2, 3, 4].map((n) => prefillEvent(n, start));
     // Its failure taken at once: it may come while the other writer's append is awaited.
     const importing = writeSessions({ dir: dir.path }, [{ thread: "meet", events }]).then(
-      () => undefined,
+      (w) => w.imported,
       (e: unknown) => e,
     );
-    // The import has claimed its thread's folder by now; another writer appends to it meanwhile,
-    // and one of them takes a number the other counted on.
+    // Another writer makes the thread's conversation while the import writes.
     const conv = paths({ dir: dir.path }).conversation("meet");
-    const theirs = await appendEvent(conv, prefillEvent(99, start));
-    const failed = await importing;
-    // The other writer's event is still there, where it was linked.
-    expect(readEventsFrom(conv, 1).find((e) => e.n === theirs)?.event).toEqual(prefillEvent(99, start));
-    expect(failed).toBeInstanceOf(Error);
-    expect((failed as Error).message).toBe("conversation meet was written to while it was imported: it is left as it is");
+    await appendEvent(conv, prefillEvent(99, start));
+    expect(await importing).toEqual([{ kind: "sessions", thread: "meet", as: "meet-2", events: 4 }]);
+    expect(readEventsFrom(conv, 1).map((e) => e.event)).toEqual([prefillEvent(99, start)]);
+    expect(readEventsFrom(paths({ dir: dir.path }).conversation("meet-2"), 1).map((e) => e.event)).toEqual(events);
+    expect(readdirSync(join(dir.path, "chats")).sort()).toEqual(["meet", "meet-2"]);
+  });
+});
+
+describe("an import killed midway", () => {
+  it("leaves no conversation seen, and the next import writes it whole under its own name, removing what the killed one left", async () => {
+    const dir = tempDir("lnk-sessions-killed-");
+    cleanup.push(() => dir.remove());
+    const agentDir = join(dir.path, "agent");
+    mkdirSync(agentDir);
+    const chats = join(agentDir, "chats");
+    const start = Date.now();
+    // Each event is flushed as it is written: 1,000 of them take the import some seconds.
+    const events = Array.from({ length: 1000 }, (_, i) => prefillEvent(i + 1, start));
+    const script = join(dir.path, "import.mjs");
+    writeFileSync(
+      script,
+      [
+        `import { writeSessions } from ${JSON.stringify(join(ROOT, "dist/asp/sessions.js"))};`,
+        `import { prefillEvent } from ${JSON.stringify(join(ROOT, "dist/test/bench/agent.js"))};`,
+        `const events = Array.from({ length: 1000 }, (_, i) => prefillEvent(i + 1, ${start}));`,
+        `await writeSessions({ dir: ${JSON.stringify(agentDir)} }, [{ thread: "first", events: events.slice(0, 3) }, { thread: "killed", events }]);`,
+        `console.log("done");`,
+      ].join("\n"),
+    );
+    const child = spawn(process.execPath, [script], { stdio: ["ignore", "pipe", "pipe"] });
+    const exited = new Promise<number | null>((resolve) => child.once("exit", (code) => resolve(code)));
+    // Killed once the second session is part written.
+    const staging = () => (existsSync(chats) ? readdirSync(chats).filter((n) => n.startsWith(".import-")) : []);
+    const written = (name: string) => readdirSync(join(chats, name)).filter((n) => /^\d{12}\.json$/.test(n)).length;
+    await until(() => staging().some((n) => written(n) >= 100), "the import part written");
+    child.kill("SIGKILL");
+    expect(await exited).toBeNull();
+    // Nothing of it is a conversation: not the first session, written whole, nor the second.
+    expect(listThreads(chats)).toEqual([]);
+    expect(staging()).toHaveLength(2);
+
+    const again = await writeSessions({ dir: agentDir }, [{ thread: "killed", events }]);
+    expect(again.imported).toEqual([{ kind: "sessions", thread: "killed", as: "killed", events: 1000 }]);
+    expect(readEventsFrom(paths({ dir: agentDir }).conversation("killed"), 1).map((e) => e.event)).toEqual(events);
+    // What the killed process left is gone.
+    expect(readdirSync(chats)).toEqual(["killed"]);
   });
 });
 
