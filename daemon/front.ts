@@ -17,6 +17,11 @@ const FIRST_LINE_MAX = 64 * 1024;
  * connection is closed (LNK_ACP_UNREAD_MS): a client that reads slowly takes some of it well within.
  */
 export const DEFAULT_UNREAD_MS = 60_000;
+/**
+ * A message longer than this goes out in pieces of it, each once the one before was taken: what
+ * the client takes of a long message (an export's answer, of many megabytes) is seen as it goes.
+ */
+const PIECE = 64 * 1024;
 
 export interface Connection {
   /** Whole lines, each at most the bound, for the SDK. */
@@ -143,11 +148,17 @@ export function front(input: Readable, output: Writable, web: WebStreams, versio
   let cutOff!: (e: Error) => void;
   const cut = new Promise<never>((_, reject) => (cutOff = reject));
   cut.catch(() => undefined);
+  /** When a write last reached the client's end (performance.now()): what it takes, however slowly. */
+  let tookAt = 0;
+  const took = () => {
+    tookAt = performance.now();
+  };
   let waiting: Promise<void> | undefined;
   /** Resolves once the output has room again, or the connection was closed for leaving it unread. */
   const room = (): Promise<void> | undefined => {
     if (unread || !output.writableNeedDrain) return undefined;
     return (waiting ??= new Promise<void>((resolve) => {
+      const since = performance.now();
       const done = () => {
         clearTimeout(timer);
         output.off("drain", done);
@@ -155,7 +166,13 @@ export function front(input: Readable, output: Writable, web: WebStreams, versio
         waiting = undefined;
         resolve();
       };
-      const timer = setTimeout(() => {
+      const check = () => {
+        // Counted from the wait's start, or from the last write the client took since.
+        const idle = performance.now() - Math.max(since, tookAt);
+        if (idle < unreadMs) {
+          timer = setTimeout(check, unreadMs - idle);
+          return;
+        }
         unread = true;
         log.warn("the client read none of its output: its connection is closed", { ms: unreadMs, bytes: output.writableLength });
         cutOff(new Error(`the connection is closed: its client read none of its output for ${unreadMs} ms`));
@@ -163,10 +180,25 @@ export function front(input: Readable, output: Writable, web: WebStreams, versio
         output.destroy();
         input.destroy();
         done();
-      }, unreadMs);
+      };
+      let timer = setTimeout(check, unreadMs);
       output.on("drain", done);
       output.on("close", done);
     }));
+  };
+  /** A long message under way, in pieces: the next waits for it. */
+  let long: Promise<void> | undefined;
+  /** Writes a long message in pieces, each once the one before was taken. */
+  const inPieces = async (line: string, written?: () => void): Promise<void> => {
+    const bytes = Buffer.from(line);
+    for (let at = 0; at < bytes.length; at += PIECE) {
+      const piece = bytes.subarray(at, at + PIECE);
+      const taken = new Promise<void>((resolve, reject) => output.write(piece, (e) => (e ? reject(e) : resolve())));
+      void room();
+      await Promise.race([taken, cut]);
+      took();
+    }
+    written?.();
   };
 
   // Read the first line now, answering it if it is initialize.
@@ -268,6 +300,7 @@ export function front(input: Readable, output: Writable, web: WebStreams, versio
   const send: MessageSink = {
     async write(message, written) {
       await first;
+      while (long) await long;
       if (unread) return cut;
       const id = responseId(message);
       if (id !== undefined) {
@@ -293,7 +326,20 @@ export function front(input: Readable, output: Writable, web: WebStreams, versio
           output.uncork();
         });
       }
-      const taken = output.write(`${JSON.stringify(message)}\n`, written ? (e) => void (e ? undefined : written()) : undefined);
+      const line = `${JSON.stringify(message)}\n`;
+      if (line.length > PIECE) {
+        long = inPieces(line, written);
+        try {
+          return await long;
+        } finally {
+          long = undefined;
+        }
+      }
+      const taken = output.write(line, (e) => {
+        if (e) return;
+        took();
+        written?.();
+      });
       if (!taken) {
         void room();
         await Promise.race([drain(output), cut]);

@@ -206,5 +206,50 @@ describe("the front", () => {
       output.destroy();
       await expect(c.send.write(note(0))).rejects.toThrow(/closed/);
     });
+
+    it("keeps a client that takes a long message slowly, and closes one that takes nothing for the time allowed", async () => {
+      /** A client's end that takes `rate` bytes a second, with room for 64 KiB, up to `upTo` bytes: then nothing more. */
+      const client = (rate: number, upTo = Infinity) => {
+        const writes: string[] = [];
+        let taken = 0;
+        const output = new Writable({
+          highWaterMark: 64 * 1024,
+          writev(chunks, done) {
+            const text = chunks.map((c) => String(c.chunk)).join("");
+            writes.push(text);
+            taken += Buffer.byteLength(text);
+            if (taken <= upTo) setTimeout(done, (Buffer.byteLength(text) / rate) * 1000);
+          },
+        });
+        return { output, writes };
+      };
+      const open = (output: Writable) => {
+        const input = new PassThrough();
+        const c = front(input, output, () => ({ readable: Readable.toWeb(input) as ReadableStream<Uint8Array>, writable: Writable.toWeb(output) }), version(), 1024 * 1024, 500);
+        input.write(init(1));
+        return c;
+      };
+      // 2 MiB at 1 MiB a second: two seconds, four times the 500 ms allowed, never half a second without a piece taken.
+      const long = { jsonrpc: "2.0", method: "session/update", params: { sessionId: "s", text: "x".repeat(2 * 1024 * 1024) } };
+      const slow = client(1024 * 1024);
+      const c = open(slow.output);
+      await c.first;
+      await c.send.write({ jsonrpc: "2.0", id: 1, result: initializeResult(version()) });
+      await c.send.write(long);
+      await c.send.write(note(1));
+      await new Promise<void>((resolve) => slow.output.end(resolve));
+      expect(answers(slow.writes.join(""))).toEqual([{ jsonrpc: "2.0", id: 1, result: initializeResult(version()) }, long, note(1)]);
+
+      // One that takes the initialize answer, then nothing.
+      const none = client(1024 * 1024, 1024);
+      const d = open(none.output);
+      await d.first;
+      await d.send.write({ jsonrpc: "2.0", id: 1, result: initializeResult(version()) });
+      const began = performance.now();
+      await expect(d.send.write(long)).rejects.toThrow(/read none of its output for 500 ms/);
+      // A hang detector only: it is closed once the time allowed is over, not before.
+      expect(performance.now() - began).toBeGreaterThanOrEqual(490);
+      expect(none.output.destroyed).toBe(true);
+    });
   });
 });
