@@ -2,7 +2,7 @@
 // lnk-link-harness-session(5)): every conversation of the agent given out as it is kept, and a
 // session taken in written as a new conversation whose events, read back, give the same form again.
 import { createHash, randomBytes } from "node:crypto";
-import { lstatSync, readdirSync, renameSync, rmdirSync, rmSync } from "node:fs";
+import { lstatSync, readFileSync, readdirSync, readlinkSync, renameSync, rmdirSync, rmSync } from "node:fs";
 import { hostname } from "node:os";
 import { basename, join } from "node:path";
 import { z } from "zod";
@@ -196,14 +196,20 @@ function ensureChats(chats: string): boolean {
 /**
  * Puts a session written whole in its staging folder in place, under a fresh thread: its own name
  * when free, else the first free `<name>-<k>`. A rename, so the conversation is seen whole or not at
- * all; a name something holds (a folder with anything in it, or any other file) is never taken.
+ * all; a name something holds (a folder with anything in it, or any other file) is never taken. A
+ * session of no events has no staging folder (`staged` undefined): its folder is made in place, a
+ * name that is there never taken (a rename would take an empty folder).
  */
-function placeThread(chats: string, staged: string, thread: string): string {
+function placeThread(chats: string, staged: string | undefined, thread: string): string {
   for (let k = 1; ; k++) {
     const name = withSuffix(thread, k);
     const target = join(chats, name);
-    if (lstatSync(target, { throwIfNoEntry: false }) !== undefined) continue;
     try {
+      if (staged === undefined) {
+        makeNewFolder(target);
+        return name;
+      }
+      if (lstatSync(target, { throwIfNoEntry: false }) !== undefined) continue;
       renameSync(staged, target);
       return name;
     } catch (e) {
@@ -216,18 +222,37 @@ function placeThread(chats: string, staged: string, thread: string): string {
 /**
  * An import's staging folder in chats/: `.import-<host>-<pid>-<random>`, a name no thread can have
  * (a leading dot), so no reader lists it and no session names it. <host> is 8 hex digits of a hash
- * of the machine's name.
+ * of what its pid is a process of: the machine's name, its boot and the process's PID namespace.
  */
 const STAGED = /^\.import-([0-9a-f]{8})-(\d+)-[0-9a-f]{16}$/;
-/** How long a staging folder of another machine's import stays untouched before an import here removes it. */
-const STAGED_ELSEWHERE_MS = 60 * 60_000;
+/** How long a staging folder stays untouched before any import removes it: an import under way writes in it all along. */
+const STAGED_UNTOUCHED_MS = 60 * 60_000;
 
-const thisHost = (): string => createHash("sha256").update(hostname()).digest("hex").slice(0, 8);
+/** What `path` holds or links to, or "" where there is no such thing (not Linux). */
+function proc(path: string, link = false): string {
+  try {
+    return link ? readlinkSync(path) : readFileSync(path, "latin1").trim();
+  } catch {
+    return "";
+  }
+}
+
+/** Whose pids a staging folder's name holds (STAGED): those of processes this one can see. */
+let host: string | undefined;
+const thisHost = (): string =>
+  (host ??= createHash("sha256")
+    .update(`${hostname()}\n${proc("/proc/sys/kernel/random/boot_id")}\n${proc("/proc/self/ns/pid", true)}`)
+    .digest("hex")
+    .slice(0, 8));
+
+/** The staging folders this process's imports are writing. */
+const staging = new Set<string>();
 
 /**
- * Removes what imports killed midway left in chats/: the staging folders of processes of this
- * machine that are gone, and those of another machine untouched for an hour. One that can't be
- * removed is left for the next import.
+ * Removes what imports killed midway left in chats/: the staging folders of processes this one can
+ * see (the same machine, boot and PID namespace) that are gone, and any untouched for an hour. One
+ * that can't be removed is left for the next import; one removed while its import writes fails
+ * that import, never half-writes it.
  */
 function sweepStaged(chats: string): void {
   const host = thisHost();
@@ -235,8 +260,9 @@ function sweepStaged(chats: string): void {
     const m = STAGED.exec(name);
     if (!m) continue;
     const dir = join(chats, name);
+    if (staging.has(dir)) continue;
     try {
-      const gone = m[1] === host ? Number(m[2]) !== process.pid && !processAlive(Number(m[2])) : Date.now() - lstatSync(dir).mtimeMs > STAGED_ELSEWHERE_MS;
+      const gone = (m[1] === host && !processAlive(Number(m[2]))) || Date.now() - lstatSync(dir).mtimeMs > STAGED_UNTOUCHED_MS;
       if (gone) rmSync(dir, { recursive: true, force: true });
     } catch {
       // Left for the next import.
@@ -296,14 +322,14 @@ export interface WrittenSessions {
  */
 export async function writeSessions(agent: AgentRef, sessions: readonly SessionForm[]): Promise<WrittenSessions> {
   const p = paths(agent);
-  /** Written, not yet in place. */
-  const staged: { session: SessionForm; dir: string }[] = [];
+  /** Written, not yet in place (a session of no events has no folder). */
+  const staged: { session: SessionForm; dir: string | undefined }[] = [];
   /** In place, with how many events they were given. */
   const placed: { dir: string; events: number }[] = [];
   let chatsMade = false;
   const imported: AspImported[] = [];
   const undo = () => {
-    for (const { dir } of staged) rmSync(dir, { recursive: true, force: true });
+    for (const { dir } of staged) if (dir !== undefined) rmSync(dir, { recursive: true, force: true });
     // One written in since it was put in place is its writer's too now: it is left as it is.
     for (const { dir, events } of placed) if (listEventNumbers(conversationIn(p.chats, basename(dir))).length === events) rmSync(dir, { recursive: true, force: true });
     if (chatsMade) rmEmpty(p.chats);
@@ -316,16 +342,30 @@ export async function writeSessions(agent: AgentRef, sessions: readonly SessionF
     sweepStaged(p.chats);
     const host = thisHost();
     for (const session of sessions) {
+      if (session.events.length === 0) {
+        staged.push({ session, dir: undefined });
+        continue;
+      }
       const conv = conversationIn(p.chats, `.import-${host}-${process.pid}-${randomBytes(8).toString("hex")}`);
       // Its name, and chats/'s when chats/ was made too, are flushed with its first event.
       makeNewFolder(conv.dir);
+      staging.add(conv.dir);
       staged.push({ session, dir: conv.dir });
       for (const event of session.events) await appendEvent(conv, event);
     }
     while (staged.length > 0) {
-      const { session, dir } = staged[0] as { session: SessionForm; dir: string };
+      const { session, dir } = staged[0] as (typeof staged)[number];
+      // Numbered 1 on in a folder no other writer names: any other numbers mean it was removed
+      // meanwhile (taken for one a killed import left), and made again by a write after.
+      if (dir !== undefined) {
+        const numbers = listEventNumbers(conversationIn(p.chats, basename(dir)));
+        if (numbers.length !== session.events.length || numbers.at(-1) !== numbers.length) {
+          throw new StoreError(`the folder session ${session.thread} was being written in was removed meanwhile: nothing of it is kept`, dir);
+        }
+      }
       const as = placeThread(p.chats, dir, session.thread);
       staged.shift();
+      if (dir !== undefined) staging.delete(dir);
       placed.push({ dir: join(p.chats, as), events: session.events.length });
       imported.push({ kind: "sessions", thread: session.thread, as, events: session.events.length });
     }
@@ -335,6 +375,8 @@ export async function writeSessions(agent: AgentRef, sessions: readonly SessionF
   } catch (e) {
     undo();
     throw e;
+  } finally {
+    for (const { dir } of staged) if (dir !== undefined) staging.delete(dir);
   }
   return { imported, undo };
 }

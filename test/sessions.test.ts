@@ -3,7 +3,7 @@
 // events give the same form again, which replays over session/load as the source does and sends the
 // model the same history at its next turn; bad input is refused naming the field, with nothing written.
 import { spawn, spawnSync } from "node:child_process";
-import { existsSync, mkdirSync, readFileSync, readdirSync, realpathSync, symlinkSync, writeFileSync } from "node:fs";
+import { existsSync, mkdirSync, readFileSync, readdirSync, realpathSync, rmSync, symlinkSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import * as acp from "@agentclientprotocol/sdk";
 import type { ContentBlock } from "@agentclientprotocol/sdk";
@@ -303,6 +303,40 @@ describe("an import killed midway", () => {
     expect(readEventsFrom(paths({ dir: agentDir }).conversation("killed"), 1).map((e) => e.event)).toEqual(events);
     // What the killed process left is gone.
     expect(readdirSync(chats)).toEqual(["killed"]);
+  });
+
+  it("fails, keeping nothing of it, when the folder it writes in is removed meanwhile (taken for one a killed import left)", async () => {
+    const dir = tempDir("lnk-sessions-swept-");
+    cleanup.push(() => dir.remove());
+    const chats = join(dir.path, "chats");
+    const start = Date.now();
+    const events = Array.from({ length: 400 }, (_, i) => prefillEvent(i + 1, start));
+    const importing = writeSessions({ dir: dir.path }, [{ thread: "swept", events }]).then(
+      () => undefined,
+      (e: unknown) => e,
+    );
+    const staging = () => (existsSync(chats) ? readdirSync(chats).filter((n) => n.startsWith(".import-")) : []);
+    await until(() => staging().some((n) => readdirSync(join(chats, n)).length >= 20), "the import part written");
+    for (const n of staging()) rmSync(join(chats, n), { recursive: true, force: true });
+    const failed = await importing;
+    expect(failed).toBeInstanceOf(Error);
+    // Refused by the write under way, or found short before it is put in place.
+    expect((failed as Error).message).toMatch(/^(the folder session swept was being written in was removed meanwhile: nothing of it is kept|refused: )/);
+    // Nothing: chats/, made for the import, is gone with it.
+    expect(existsSync(chats) ? readdirSync(chats) : []).toEqual([]);
+  });
+
+  it("writes a session of no events as an empty conversation, never taking a folder that is there, empty or not", async () => {
+    const dir = tempDir("lnk-sessions-empty-");
+    cleanup.push(() => dir.remove());
+    const chats = join(dir.path, "chats");
+    mkdirSync(join(chats, "quiet"), { recursive: true });
+    writeFileSync(join(chats, "quiet", "mine"), "kept");
+    mkdirSync(join(chats, "quiet-2"));
+    const w = await writeSessions({ dir: dir.path }, [{ thread: "quiet", events: [] }]);
+    expect(w.imported).toEqual([{ kind: "sessions", thread: "quiet", as: "quiet-3", events: 0 }]);
+    expect(readdirSync(join(chats, "quiet"))).toEqual(["mine"]);
+    expect(readdirSync(chats).sort()).toEqual(["quiet", "quiet-2", "quiet-3"]);
   });
 });
 
