@@ -16,6 +16,10 @@ import { scriptedSettings } from "./acp-client.js";
 let lines: string[] = [];
 /** Or, when set, these bytes as they are, each a write of its own (framing of any kind). */
 let raw: Buffer[] | undefined;
+/** How the body ends: [DONE] then its end; no [DONE]; more after [DONE]; [DONE] and no end at all. */
+let ending: "done" | "none" | "done-more" | "done-open" = "done";
+/** The answer's content type; left out when undefined. */
+let contentType: string | undefined = "text/event-stream";
 let server: Server;
 let url = "";
 
@@ -23,13 +27,15 @@ beforeAll(async () => {
   server = createServer((req, res) => {
     req.resume();
     req.on("end", () => {
-      res.writeHead(200, { "content-type": "text/event-stream" });
+      res.writeHead(200, contentType === undefined ? {} : { "content-type": contentType });
       if (raw) {
         for (const part of raw) res.write(part);
         return void res.end();
       }
       for (const line of lines) res.write(`data: ${line}\n\n`);
-      res.end("data: [DONE]\n\n");
+      if (ending === "none") return void res.end();
+      if (ending === "done-open") return void res.write("data: [DONE]\n\n");
+      res.end(ending === "done-more" ? `data: [DONE]\n\n${lines.map((l) => `data: ${l}\n\n`).join("")}` : "data: [DONE]\n\n");
     });
   });
   await new Promise<void>((resolve) => server.listen(0, "127.0.0.1", resolve));
@@ -91,6 +97,35 @@ describe("the model's streamed answer, fuzzed", { timeout: 120_000 }, () => {
       }),
       { numRuns: 150 },
     );
+  });
+
+  it("ends however it ends ([DONE] or not, more after it, its body left open) with any content type: an answer only when said whole, each call under an id of its own", async () => {
+    const settings = Settings.parse(scriptedSettings(url, { timeouts: { model: 5, model_idle: 2, retry_wait: 0 } }));
+    const endings = ["done", "none", "done-more", "done-open"] as const;
+    const types = ["text/event-stream", "text/event-stream; charset=utf-8", "TEXT/EVENT-STREAM", "application/json", "text/html", "text/plain", undefined];
+    try {
+      await fc.assert(
+        fc.asyncProperty(fc.array(chunk, { maxLength: 8 }), fc.constantFrom(...endings), fc.constantFrom(...types), async (sent, end, type) => {
+          lines = sent;
+          ending = end;
+          contentType = type;
+          const began = performance.now();
+          try {
+            const answer = await askModel({ settings, model: "scripted-model", messages: [{ role: "user", content: "hi" }], calls: [] });
+            expect(type === undefined || /^text\/event-stream/i.test(type), `an answer of ${type}`).toBe(true);
+            if (end === "none") expect(answer.finishReason, "an answer that was never said whole").toBeDefined();
+            expect(new Set(answer.toolCalls.map((c) => c.id)).size).toBe(answer.toolCalls.length);
+          } catch (e) {
+            expect(e).toBeInstanceOf(ModelError);
+          }
+          expect(performance.now() - began).toBeLessThan(4_000);
+        }),
+        { numRuns: 120 },
+      );
+    } finally {
+      ending = "done";
+      contentType = "text/event-stream";
+    }
   });
 
   it("an event that says an error fails the answer with the endpoint's words, its key left out; nothing after it is taken", async () => {

@@ -9,6 +9,7 @@ import { join } from "node:path";
 import * as acp from "@agentclientprotocol/sdk";
 import type { ContentBlock } from "@agentclientprotocol/sdk";
 import { describe, expect, it } from "vitest";
+import { z } from "zod";
 import { paths, readEventsFrom } from "../store/index.js";
 import { answerText, configure, daemonTestHooks, openClient, scriptedSettings, startDaemon, stdioStream, tempDir, type Client, type Daemon, failure, lockFreed, watched } from "./acp-client.js";
 import type { ModelServer } from "./model-server.js";
@@ -67,6 +68,41 @@ async function onDisk(dir: string, thread: string): Promise<string> {
     })
     .join("\n");
 }
+
+const Body = z.record(z.string(), z.unknown());
+
+/**
+ * An endpoint of the test's own: each request for an answer (POST .../chat/completions) answered as
+ * `answer` says, given its number (from 1), body and headers; any other (a runtime's questions) 404.
+ */
+async function hostile(answer: (res: import("node:http").ServerResponse, n: number, body: Record<string, unknown>, headers: import("node:http").IncomingHttpHeaders) => void): Promise<string> {
+  let n = 0;
+  const raw = createServer((req, res) => {
+    const chunks: Buffer[] = [];
+    req.on("data", (c: Buffer) => chunks.push(c));
+    req.on("end", () => {
+      if (req.method !== "POST" || !req.url?.endsWith("/chat/completions")) {
+        res.writeHead(404).end();
+        return;
+      }
+      const text = Buffer.concat(chunks).toString("utf8");
+      answer(res, ++n, text ? Body.parse(JSON.parse(text)) : {}, req.headers);
+    });
+  });
+  await new Promise<void>((resolve) => raw.listen(0, "127.0.0.1", resolve));
+  cleanup.push(() => {
+    raw.closeAllConnections();
+    return new Promise<void>((resolve) => raw.close(() => resolve()));
+  });
+  return `http://127.0.0.1:${(raw.address() as AddressInfo).port}/v1`;
+}
+
+/** An endpoint that answers every request as `answer` says. */
+const endpoint = (answer: (res: import("node:http").ServerResponse) => void): Promise<string> => hostile((res) => answer(res));
+
+/** Server-sent events of chunks, as an OpenAI-compatible stream sends them. */
+const sseOf = (...chunks: unknown[]) => chunks.map((c) => `data: ${typeof c === "string" ? c : JSON.stringify(c)}\n\n`).join("");
+const chunk = (delta: Record<string, unknown>, finish: string | null = null, id = "r1") => ({ id, object: "chat.completion.chunk", choices: [{ index: 0, delta, finish_reason: finish }] });
 
 describe("an endpoint that echoes the key", { timeout: 30_000 }, () => {
   it("the key, from the settings or LNK_MODEL_KEY, is in no event, ACP error or log line", async () => {
@@ -255,19 +291,6 @@ describe("an endpoint that floods", { timeout: 60_000 }, () => {
   });
 
   /** An endpoint of this test's own, writing what `answer` writes on each request. */
-  async function endpoint(answer: (res: import("node:http").ServerResponse) => void): Promise<string> {
-    const raw = createServer((req, res) => {
-      req.resume();
-      req.on("end", () => answer(res));
-    });
-    await new Promise<void>((resolve) => raw.listen(0, "127.0.0.1", resolve));
-    cleanup.push(() => {
-      raw.closeAllConnections();
-      return new Promise<void>((resolve) => raw.close(() => resolve()));
-    });
-    return `http://127.0.0.1:${(raw.address() as AddressInfo).port}/v1`;
-  }
-
   it("an event with no end, or a body past its bound, stops being read there, saying so; an error's page is quoted short", async () => {
     const block = Buffer.alloc(1024 * 1024, "x".charCodeAt(0));
     const sse = (res: import("node:http").ServerResponse) => res.writeHead(200, { "content-type": "text/event-stream" });
@@ -366,3 +389,120 @@ describe("usage numbers no count can be", { timeout: 30_000 }, () => {
     expect(answers[1]).not.toHaveProperty("cost");
   });
 });
+
+describe("an answer that is not what it seems", { timeout: 60_000 }, () => {
+  const EVERYTHING = `"${process.execPath}" "${ROOT}node_modules/@modelcontextprotocol/server-everything/dist/index.js" stdio`;
+  const sse = (res: import("node:http").ServerResponse) => res.writeHead(200, { "content-type": "text/event-stream" });
+
+  it("a 200 that is no stream (a page, a whole JSON answer) fails the turn, saying so, and keeps no answer", async () => {
+    const page = await endpoint((res) => {
+      res.writeHead(200, { "content-type": "text/html" });
+      res.end("<html><body>Welcome to the proxy</body></html>");
+    });
+    const whole = await endpoint((res) => {
+      res.writeHead(200, { "content-type": "application/json" });
+      res.end(JSON.stringify({ id: "c1", object: "chat.completion", choices: [{ index: 0, message: { role: "assistant", content: "Not streamed." }, finish_reason: "stop" }] }));
+    });
+    for (const [url, type] of [
+      [page, "text/html"],
+      [whole, "application/json"],
+    ] as const) {
+      const dir = agent({}, { base_url: url });
+      const d = daemon(dir);
+      const { c, sessionId } = await session(d);
+      const failed = await failure(prompt(c, sessionId, "hello"));
+      expect(failed.message).toContain(`the model answered 200 with ${type}, not a stream of events`);
+      expect(events(dir, sessionId).map((e) => e.kind)).toEqual(["message", "failure"]);
+      expect(await d.stop()).toEqual({ code: 0, signal: null });
+    }
+  });
+
+  it("a stream that ends before its answer did (no [DONE], no finish_reason) fails the turn and runs none of its calls", async () => {
+    const cut = await endpoint((res) => {
+      sse(res);
+      res.end(sseOf(chunk({ role: "assistant", content: "Step 1 of 5: delete the old " }), chunk({ tool_calls: [{ index: 0, id: "call_1", type: "function", function: { name: "everything__echo", arguments: '{"message": "par' } }] })));
+    });
+    const dir = agent({}, { base_url: cut });
+    const d = daemon(dir, { LNK_TOOL_EVERYTHING: EVERYTHING });
+    const { c, sessionId } = await session(d);
+    const failed = await failure(prompt(c, sessionId, "hello"));
+    expect(failed.message).toMatch(/the model's stream was cut: it ended before the answer did/);
+    expect(events(dir, sessionId).map((e) => e.kind)).toEqual(["message", "failure"]);
+    expect(c.updates.some((u) => u.update.sessionUpdate === "tool_call")).toBe(false);
+    expect(await d.stop()).toEqual({ code: 0, signal: null });
+  });
+
+  it("an answer said whole ([DONE]) is taken at once, though its body goes on", async () => {
+    const open = await endpoint((res) => {
+      sse(res);
+      // The body never ends.
+      res.write(sseOf(chunk({ role: "assistant", content: "A complete answer." }), chunk({}, "stop"), "[DONE]"));
+    });
+    const dir = agent({ timeouts: { model_idle: 5 } }, { base_url: open });
+    const d = daemon(dir);
+    const { c, sessionId } = await session(d);
+    const began = Date.now();
+    expect(await prompt(c, sessionId, "hello")).toMatchObject({ stopReason: "end_turn" });
+    // A hang detector only: the idle timeout (5 s) would have ended it with a failure.
+    expect(Date.now() - began).toBeLessThan(4_000);
+    expect(answerText(c.updates)).toBe("A complete answer.");
+    expect(await d.stop()).toEqual({ code: 0, signal: null });
+  });
+
+  it("the key echoed in the answer's id or its counts is in no event", async () => {
+    const echo = await hostile((res, _n, _body, headers) => {
+      sse(res);
+      const auth = String(headers.authorization);
+      res.end(sseOf({ ...chunk({ role: "assistant", content: "Echoed." }, "stop", auth), usage: { prompt_tokens: auth, completion_tokens: 2 } }, "[DONE]"));
+    });
+    const dir = agent({}, { base_url: echo, key: KEY });
+    const d = daemon(dir);
+    const { c, sessionId } = await session(d);
+    expect(await prompt(c, sessionId, "hello")).toMatchObject({ stopReason: "end_turn" });
+    const kept = await onDisk(dir, sessionId);
+    expect(kept).toContain("Echoed.");
+    expect(kept).not.toContain("0123456789abcdef");
+    const [, answer] = events(dir, sessionId);
+    expect(answer).toMatchObject({ response_id: "Bearer [redacted]", left_out: ['prompt_tokens "Bearer [redacted]"'] });
+    expect(await d.stop()).toEqual({ code: 0, signal: null });
+    expect(d.stderr()).not.toContain(KEY);
+  });
+
+  it("two calls under one id are each answered, under ids of their own", async () => {
+    const asked: Record<string, unknown>[] = [];
+    const twice = await hostile((res, n, body) => {
+      asked.push(body);
+      sse(res);
+      if (n === 1) {
+        const call = (index: number, message: string) => ({ index, id: "call_same", type: "function", function: { name: "everything__echo", arguments: JSON.stringify({ message }) } });
+        res.end(sseOf(chunk({ role: "assistant", tool_calls: [call(0, "first"), call(1, "second")] }), chunk({}, "tool_calls"), "[DONE]"));
+      } else res.end(sseOf(chunk({ role: "assistant", content: "Both answered." }, "stop"), "[DONE]"));
+    });
+    const dir = agent({}, { base_url: twice });
+    const d = daemon(dir, { LNK_TOOL_EVERYTHING: EVERYTHING });
+    const { c, sessionId } = await session(d);
+    expect(await prompt(c, sessionId, "call echo twice")).toMatchObject({ stopReason: "end_turn" });
+    const messages = (asked[1]?.messages ?? []) as { role: string; tool_calls?: { id: string }[]; tool_call_id?: string; content?: unknown }[];
+    const ids = messages.find((m) => m.role === "assistant")?.tool_calls?.map((t) => t.id) ?? [];
+    expect(new Set(ids).size).toBe(2);
+    const results = messages.filter((m) => m.role === "tool");
+    expect(results.map((m) => m.tool_call_id)).toEqual(ids);
+    expect(results.map((m) => JSON.stringify(m.content))).toEqual([expect.stringContaining("Echo: first"), expect.stringContaining("Echo: second")]);
+    expect(await d.stop()).toEqual({ code: 0, signal: null });
+  });
+
+  it("an endpoint that refuses the tools' descriptions as too long, each time a little shorter, is asked again once only", async () => {
+    let bound = 60;
+    const refusing = await hostile((res) => {
+      res.writeHead(400, { "content-type": "application/json" });
+      res.end(JSON.stringify({ error: { message: `Invalid 'tools[0].function.description': string too long. Expected a string with maximum length ${bound--}, but got a string with length 100 instead.`, type: "invalid_request_error", code: "string_above_max_length" } }));
+    });
+    const dir = agent({}, { base_url: refusing });
+    const d = daemon(dir, { LNK_TOOL_EVERYTHING: EVERYTHING });
+    const { c, sessionId } = await session(d);
+    await failure(prompt(c, sessionId, "hello"));
+    expect(60 - bound).toBe(2);
+    expect(await d.stop()).toEqual({ code: 0, signal: null });
+  });
+});
+

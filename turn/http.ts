@@ -279,13 +279,21 @@ export class EventSpan {
 }
 
 /**
- * Reads a streamed answer (a Response of nodeFetch, its body unread) as server-sent events, straight
- * off Node's stream: `onEvent` is given each event with data as it ends. Resolves at the body's end;
- * rejects with TooLarge past ANSWER_EVENT_MAX or ANSWER_BODY_MAX, with what `onEvent` throws, or
- * with the stream's own error (the connection cut, the request's signal aborted), the answer's
- * connection closed then. Nothing is read after it settles.
+ * How long the body of an answer that said it is whole ([DONE]) may go on before its connection is
+ * closed: a server ends it at once, and the connection goes back to its pool.
  */
-export function readAnswerEvents(response: Response, onEvent: (event: StreamEvent) => void): Promise<void> {
+const AFTER_END_MS = 2_000;
+
+/**
+ * Reads a streamed answer (a Response of nodeFetch, its body unread) as server-sent events, straight
+ * off Node's stream: `onEvent` is given each event with data as it ends, and returns true once the
+ * answer is whole ([DONE]). Resolves then, or at the body's end; rejects with TooLarge past
+ * ANSWER_EVENT_MAX or ANSWER_BODY_MAX, with what `onEvent` throws, or with the stream's own error
+ * (the connection cut, the request's signal aborted), the answer's connection closed then. Nothing
+ * is read after it settles: what follows an answer said whole is let go, and its connection closed
+ * unless the body ends within AFTER_END_MS.
+ */
+export function readAnswerEvents(response: Response, onEvent: (event: StreamEvent) => boolean | void): Promise<void> {
   // A 204 or 205 has none: said as the answer's, not as a fault of the reader.
   if (response.body === null) return Promise.reject(new Error(`the answer (${response.status}) had no body`));
   const res = response instanceof FetchAnswer ? response.takeNode() : undefined;
@@ -293,7 +301,20 @@ export function readAnswerEvents(response: Response, onEvent: (event: StreamEven
   return new Promise((resolve, reject) => {
     let settled = false;
     let total = 0;
-    const reader = new EventReader(onEvent);
+    const whole = () => {
+      if (settled) return;
+      settled = true;
+      res.off("data", onData);
+      resolve();
+      if (res.readableEnded) return;
+      const late = setTimeout(() => res.destroy(), AFTER_END_MS);
+      late.unref();
+      res.on("data", () => undefined);
+      finished(res, () => clearTimeout(late));
+    };
+    const reader = new EventReader((event) => {
+      if (!settled && onEvent(event) === true) whole();
+    });
     const fail = (e: unknown) => {
       settled = true;
       res.off("data", onData);
@@ -305,8 +326,10 @@ export function readAnswerEvents(response: Response, onEvent: (event: StreamEven
       try {
         reader.feed(chunk);
       } catch (e) {
-        return fail(e);
+        if (!settled) fail(e);
+        return;
       }
+      if (settled) return;
       if (reader.open > ANSWER_EVENT_MAX) return fail(new TooLarge(`the answer sent an event of over ${ANSWER_EVENT_MAX} bytes with no end`));
       if (total > ANSWER_BODY_MAX) return fail(new TooLarge(`the answer ran past ${ANSWER_BODY_MAX} bytes`));
     };

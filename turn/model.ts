@@ -272,6 +272,8 @@ class Streamed {
   readonly leftOut = new Map<string, string>();
   responseId: string | undefined;
   finishReason: string | undefined;
+  /** The endpoint said the answer is whole: [DONE]. */
+  ended = false;
   /** Characters of text, thinking and calls so far (MODEL_ANSWER_MAX_CHARS). */
   size = 0;
   /** A call numbered past MODEL_ANSWER_MAX_CALLS, left out: the answer is cut. */
@@ -364,9 +366,16 @@ class Streamed {
     if (this.reasoningContent !== undefined) thinking.reasoning_content = this.reasoningContent;
     if (this.reasoning !== undefined) thinking.reasoning = this.reasoning;
     if (this.reasoningDetails !== undefined) thinking.reasoning_details = this.reasoningDetails;
+    // Each call's answer is matched to it by its id: one the endpoint sent twice, or none, is given one of its own.
+    const ids = new Set<string>();
     const toolCalls = this.calls
       .filter((c) => c && c.name)
-      .map((c, i) => ({ id: c.id || `call_${this.responseId ?? "x"}_${i}`, name: c.name, arguments: c.arguments || "{}" }));
+      .map((c, i) => {
+        let id = c.id;
+        for (let k = 0; !id || ids.has(id); k++) id = `call_${this.responseId ?? "x"}_${i}${k ? `_${k}` : ""}`;
+        ids.add(id);
+        return { id, name: c.name, arguments: c.arguments || "{}" };
+      });
     return {
       text: this.text,
       ...(Object.keys(thinking).length ? { thinking } : {}),
@@ -383,6 +392,16 @@ class Streamed {
   }
 }
 
+/** The most of the endpoint's own id for its answer that is kept. */
+const RESPONSE_ID_MAX = 256;
+
+/** What of an answer the endpoint said in its own words (its id, the counts left out), with no secret in it, its id bounded. */
+function keptClean(answer: ModelAnswer, secrets: Redactor): ModelAnswer {
+  if (answer.responseId !== undefined) answer.responseId = secrets.redact(answer.responseId).slice(0, RESPONSE_ID_MAX);
+  if (answer.leftOut !== undefined) answer.leftOut = answer.leftOut.map((l) => secrets.redact(l));
+  return answer;
+}
+
 /**
  * Asks the model, streaming; text deltas go to onText as they arrive. A request the endpoint refuses
  * for now is asked again, after the wait it asks for when that is within `timeouts.retry_wait`; every
@@ -395,6 +414,7 @@ export async function askModel(req: ModelRequest): Promise<ModelAnswer> {
   const limits = { ...TIMEOUT_DEFAULTS, ...req.settings.timeouts };
   // From here on it is the model's time: the request on its way, the model thinking, its answer coming.
   const started = performance.now();
+  let described = false;
   for (let retry = 0; ; retry++) {
     const into = new Streamed(req.onText);
     let failed: unknown;
@@ -403,19 +423,24 @@ export async function askModel(req: ModelRequest): Promise<ModelAnswer> {
     } catch (e) {
       failed = e;
     }
-    if (failed === undefined || req.signal?.aborted) return into.answer(performance.now() - started, req.signal?.aborted ?? false);
+    const secrets = redactor(settingsSecrets(req.settings), envSecrets(env));
+    if (failed === undefined || req.signal?.aborted) return keptClean(into.answer(performance.now() - started, req.signal?.aborted ?? false), secrets);
     if (failed instanceof Cut) throw new ModelError(failed.reason, `the model's stream was cut: ${failed.message}`);
-    // A description longer than the endpoint takes: asked again at once with each cut to its bound,
-    // which its requests keep from now on (a second refusal is the failure it says).
-    const bound = req.calls.length > 0 ? descriptionBound(failed) : undefined;
+    if (failed instanceof NotAStream) throw new ModelError("model_error", failed.message);
+    // Once the client was sent text, the answer is not asked again: it would be sent twice.
+    const streamed = into.text.length > 0;
+    // A description longer than the endpoint takes: asked again at once, once, with each cut to its
+    // bound, which its requests keep from now on (a second refusal is the failure it says).
+    const bound = req.calls.length > 0 && !streamed && !described ? descriptionBound(failed) : undefined;
     const base = req.settings.model.base_url;
     if (bound !== undefined && bound < (describedUpTo.get(base) ?? Number.POSITIVE_INFINITY) && req.calls.some((call) => call.description.length > bound)) {
+      described = true;
       keepRecent(describedUpTo, base, bound, DESCRIBED_KEPT);
       body = requestBody(req);
       continue;
     }
-    const { error, retry: again, asked } = await classify(failed, redactor(settingsSecrets(req.settings), envSecrets(env)), endpointName(req.settings.model.base_url));
-    if (!again || retry >= MAX_RETRIES) throw error;
+    const { error, retry: again, asked } = await classify(failed, secrets, endpointName(req.settings.model.base_url));
+    if (!again || streamed || retry >= MAX_RETRIES) throw error;
     const cap = limits.retry_wait * 1000;
     if (asked !== undefined && asked > cap) {
       throw new ModelError(
@@ -456,7 +481,7 @@ async function streamOnce(
   try {
     // Sent as encoded: fields the SDK doesn't know (reasoning_content on a message) pass through. The
     // SDK asks and says what a refusal means; its answer's events are read here (turn/http.ts).
-    const response = await c
+    const response: Response = await c
       .post("/chat/completions", {
         body,
         headers: { "content-type": "application/json" },
@@ -468,25 +493,34 @@ async function streamOnce(
       })
       .asResponse();
     const { APIError } = await openaiModule();
+    // An answer that is no stream of events (a page of HTML, a whole JSON answer) is none of this turn's.
+    const type = response.headers.get("content-type");
+    if (type !== null && !/^\s*text\/event-stream\b/i.test(type)) {
+      // Its connection closed, the body unread.
+      own.abort();
+      throw new NotAStream(`the model answered ${response.status} with ${type.split(";")[0]?.trim() || "a body"}, not a stream of events`);
+    }
     let done = false;
     await readAnswerEvents(response, ({ type, data }) => {
       // As the SDK reads a stream: nothing after [DONE]; an event that says an error is thrown as one.
-      if (done) return;
+      if (done) return true;
       if (data.startsWith("[DONE]")) {
         done = true;
-        return;
+        into.ended = true;
+        return true;
       }
       // Only data counts as progress: a comment (`: keepalive`) is no event.
       idle.refresh();
       const raw: unknown = JSON.parse(data);
-      if (type?.startsWith("thread.")) return;
+      if (type?.startsWith("thread.")) return false;
       const error = raw !== null && typeof raw === "object" ? (raw as { error?: unknown }).error : undefined;
       if (error) throw new APIError(undefined, error as object, undefined, response.headers);
       // Cut: what was read ahead of the abort is not taken; the stream ends as the abort reaches it.
-      if (own.signal.aborted) return;
+      if (own.signal.aborted) return false;
       into.add(raw);
       const over = into.over();
       if (over !== undefined) own.abort(new Cut(over, "model_error"));
+      return false;
     });
   } catch (e) {
     if (!(own.signal.reason instanceof Cut)) throw e;
@@ -497,4 +531,9 @@ async function streamOnce(
   }
   // An abort ends the stream without a throw: say which bound it was.
   if (own.signal.reason instanceof Cut && !req.signal?.aborted) throw own.signal.reason;
+  // A body that ended with neither [DONE] nor a finish_reason ended before the answer did.
+  if (!req.signal?.aborted && !into.ended && into.finishReason === undefined) throw new Cut("it ended before the answer did (no [DONE], no finish_reason)");
 }
+
+/** An answer that is not a stream of events: refused, never asked again. */
+class NotAStream extends Error {}
