@@ -2,7 +2,7 @@
 // client and real MCP servers: a call that reports progress forever is still bounded, a stdio tool
 // starts in the agent's files folder, a tool that says a secret has it taken out, and eight rounds
 // leave no listener behind.
-import { mkdirSync, readdirSync, readFileSync, realpathSync } from "node:fs";
+import { mkdirSync, readdirSync, readFileSync, realpathSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import * as acp from "@agentclientprotocol/sdk";
 import type { ContentBlock, SessionNotification, SessionUpdate } from "@agentclientprotocol/sdk";
@@ -10,7 +10,7 @@ import { beforeAll, describe, expect, it } from "vitest";
 import { z } from "zod";
 import { offeredName } from "../daemon/tools/offer.js";
 import { paths, readEventsFrom } from "../store/index.js";
-import { configure, daemonTestHooks, openClient, scriptedSettings, startDaemon, stdioStream, tempDir, type Client, type Daemon, watched } from "./acp-client.js";
+import { configure, daemonTestHooks, openClient, scriptedSettings, startDaemon, stdioStream, tempDir, until, type Client, type Daemon, watched } from "./acp-client.js";
 import type { ModelServer, RecordedRequest } from "./model-server.js";
 import { assertBuilt, BIN, ROOT } from "./fixtures/built.js";
 
@@ -127,7 +127,7 @@ describe("a tool that answers at length", { timeout: 30_000 }, () => {
   it("a 9 MB answer, one line on the pipe, is read whole and kept cut to the bound of a tool's answer", async () => {
     const dir = agent();
     const d = daemon(["--agent", dir]);
-    const own: acp.McpServer = { name: "probe", command: process.execPath, args: [PROBE], env: [] };
+    const own: acp.McpServer = { name: "probe", command: process.execPath, args: [PROBE], env: [{ name: "PROBE_HOSTILE", value: "1" }] };
     const { c, sessionId } = await session(d, [own]);
     server.script({ tool_calls: [{ name: "probe__big", arguments: { bytes: 9_000_000 } }] }, { text: "Read." });
     expect(await prompt(c, sessionId, "read the big one")).toMatchObject({ stopReason: "end_turn" });
@@ -279,5 +279,82 @@ describe("a subagent's narrowed tools", { timeout: 30_000 }, () => {
       offered.push(((server.requests.at(-1)?.body as { tools?: { function: { name: string } }[] }).tools ?? []).map((t) => t.function.name));
     }
     expect(offered).toEqual([["everything__echo"], ["everything__echo"]]);
+  });
+});
+
+describe("a hostile stdio tool", { timeout: 60_000 }, () => {
+  /** Whether a process runs: there, and not a zombie waiting for whoever took it over to reap it. */
+  const alive = (pid: number) => {
+    try {
+      const stat = readFileSync(`/proc/${pid}/stat`, "latin1");
+      return stat.slice(stat.lastIndexOf(")") + 2, stat.lastIndexOf(")") + 3) !== "Z";
+    } catch {
+      return false;
+    }
+  };
+
+  it("a process it starts that outlives it is ended with its session, which waits for none", async () => {
+    const dir = agent();
+    const d = daemon(["--agent", dir]);
+    const own: acp.McpServer = { name: "probe", command: process.execPath, args: [PROBE], env: [{ name: "PROBE_HOSTILE", value: "1" }] };
+    const { c, sessionId } = await session(d, [own]);
+    const file = join(dir, "grandchild.pid");
+    server.script({ tool_calls: [{ name: "probe__spawn", arguments: { file } }] }, { text: "Started." });
+    expect(await prompt(c, sessionId, "start it")).toMatchObject({ stopReason: "end_turn" });
+    const pid = Number(readFileSync(file, "utf8"));
+    cleanup.push(() => {
+      if (alive(pid)) process.kill(pid, "SIGKILL");
+    });
+    // The turn's sessions end with it: the tool, and what it started, are gone by the next turn.
+    server.script({ text: "Again." });
+    expect(await prompt(c, sessionId, "again")).toMatchObject({ stopReason: "end_turn" });
+    // A hang detector only: the first turn's sessions end once its answer is out.
+    await until(() => !alive(pid), "the process the tool started ended", 15_000);
+    expect(await d.stop()).toEqual({ code: 0, signal: null });
+  });
+
+  it("one that reads nothing while it floods its client with requests has its session ended past 1 MiB unread, its call answered as failed", async () => {
+    const dir = agent({ timeouts: { tool_idle: 50, tool_call: 55 } });
+    const d = daemon(["--agent", dir]);
+    const own: acp.McpServer = { name: "probe", command: process.execPath, args: [PROBE], env: [{ name: "PROBE_HOSTILE", value: "1" }] };
+    const { c, sessionId } = await session(d, [own]);
+    server.script({ tool_calls: [{ name: "probe__flood", arguments: {} }] }, { text: "It flooded." });
+    expect(await prompt(c, sessionId, "flood")).toMatchObject({ stopReason: "end_turn" });
+    const [result] = results(dir, sessionId);
+    // Ended by the bound, long before the call's own timeouts.
+    expect(result).toMatchObject({ error: true });
+    expect(JSON.stringify(result)).not.toMatch(/timeouts\.tool_(idle|call)/);
+    expect(await d.stop()).toEqual({ code: 0, signal: null });
+    // The log all JSON: no warning of Node's about the listeners the flood's answers left waiting.
+    expect(logLines(d).length).toBeGreaterThan(0);
+  });
+
+  it("a secret in what it shows, in a call's name or on its stderr as it fails to start is kept from the client, the model, the events and the log", async () => {
+    const token = "tok-0123456789abcdef-SECRET";
+    const key = "sk-settings-0123456789-SECRET";
+    const dir = tempDir("lnk-hardening-tools-");
+    cleanup.push(() => dir.remove());
+    const settings = scriptedSettings(server.url) as { model: Record<string, unknown> };
+    configure(dir.path, { ...settings, model: { ...settings.model, key } });
+    const said = join(dir.path, "said.txt");
+    writeFileSync(said, `auth failed with key ${key}`);
+    const d = daemon(["--agent", dir.path]);
+    const own: acp.McpServer = { name: "probe", command: process.execPath, args: [PROBE], env: [{ name: "PROBE_HOSTILE", value: "1" }, { name: "PROBE_TOKEN", value: token }, { name: "PROBE_NAMED", value: token }] };
+    // One that says the settings' key as it fails to start.
+    const failing: acp.McpServer = { name: "failing", command: process.execPath, args: [PROBE], env: [{ name: "PROBE_SAY_FILE", value: said }] };
+    const { c, sessionId } = await session(d, [own, failing]);
+    server.script({ tool_calls: [{ name: "probe__links", arguments: { name: "PROBE_TOKEN" } }] }, { text: "Shown." });
+    expect(await prompt(c, sessionId, "show me")).toMatchObject({ stopReason: "end_turn" });
+    const offered = JSON.stringify(server.requests.at(-1)?.body.tools ?? []);
+    expect(offered).toContain("probe__links");
+    expect(offered).not.toContain(token);
+    expect(JSON.stringify(c.updates)).toContain("file:///tmp/plain");
+    expect(JSON.stringify(c.updates)).not.toContain(token);
+    expect(await d.stop()).toEqual({ code: 0, signal: null });
+    const folder = paths({ dir: dir.path }).conversation(sessionId).dir;
+    for (const name of readdirSync(folder)) expect(readFileSync(join(folder, name), "utf8")).not.toContain(token);
+    expect(d.stderr()).toMatch(/"tool left out of this turn","tool":"failing".*auth failed with key \[redacted\]/);
+    expect(d.stderr()).not.toContain(token);
+    expect(d.stderr()).not.toContain(key);
   });
 });

@@ -2,7 +2,7 @@
 // Spec: "Does a turn hold anything of its tools? Only memory's session, kept between turns."
 import { TIMEOUT_DEFAULTS } from "../../protocol/index.js";
 import { envSecrets, redactor, sourceSecrets, type Redactor } from "../../turn/redact.js";
-import type { OfferedCall, OpenOptions, ToolAnswer, ToolBox, ToolHost, ToolServer } from "../../turn/tools.js";
+import type { OfferedCall, OpenOptions, ToolAnswer, ToolBox, ToolHost, ToolMedia, ToolServer } from "../../turn/tools.js";
 import { keepRecent, useRecent } from "../../turn/recent.js";
 import { MEMORY_TOOL } from "../../turn/tools.js";
 import { log } from "../log.js";
@@ -103,6 +103,8 @@ export class McpToolHost implements ToolHost {
   private readonly shutdown = new AbortController();
   /** The calls left out already said in the log (each once, not at every turn). */
   private readonly saidLeftOut = new Set<string>();
+  /** The secrets of the agent's settings as its last turn gave them: kept out of what its tools' sessions log too. */
+  private known: readonly string[] = [];
 
   constructor(opts: McpToolHostOptions = {}, env: NodeJS.ProcessEnv = process.env) {
     this.opts = { ...DEFAULTS, ...opts };
@@ -115,6 +117,7 @@ export class McpToolHost implements ToolHost {
 
   async open(servers: readonly ToolServer[], opts: OpenOptions = {}): Promise<ToolBox> {
     if (this.closed) throw new Error("the tool host is closed");
+    if (opts.secrets !== undefined) this.known = opts.secrets;
     const tools = uniqueSorted(servers).map((s) => inWorkspace(s, opts.cwd));
     // Those kept are the most lately used now: a list this turn takes in their place lets go of another's.
     const unlisted = tools.filter((t) => this.listOf(sourceKey(t)) === undefined);
@@ -125,7 +128,8 @@ export class McpToolHost implements ToolHost {
       timeoutMs: opts.timeouts?.tool_idle !== undefined ? opts.timeouts.tool_idle * 1000 : this.opts.callTimeoutMs,
       totalMs: opts.timeouts?.tool_call !== undefined ? opts.timeouts.tool_call * 1000 : this.opts.callTotalMs,
     };
-    const box = new TurnTools(this, this.offer(tools, opts.allowed), bounds, secretsOf(this.env, tools, opts.secrets));
+    const secrets = secretsOf(this.env, tools, opts.secrets);
+    const box = new TurnTools(this, this.offer(tools, opts.allowed, secrets), bounds, secrets);
     this.boxes.add(box);
     return box;
   }
@@ -157,7 +161,7 @@ export class McpToolHost implements ToolHost {
       await within(abortable(job, signal), this.opts.listTimeoutMs);
     } catch (e) {
       // Spec: "A tool that was never listed and doesn't answer is left out of that turn only."
-      log.warn("tool left out of this turn", { tool: server.name, why: secretsOf(this.env, [server]).redact(message(e)) });
+      log.warn("tool left out of this turn", { tool: server.name, why: secretsOf(this.env, [server], this.known).redact(message(e)) });
     }
   }
 
@@ -171,7 +175,7 @@ export class McpToolHost implements ToolHost {
       });
       return;
     }
-    const session = await ToolSession.start(server, this.opts.startTimeoutMs, secretsOf(this.env, [server]), this.shutdown.signal);
+    const session = await ToolSession.start(server, this.opts.startTimeoutMs, secretsOf(this.env, [server], this.known), this.shutdown.signal);
     try {
       this.keepList(key, await session.list(this.opts.listTimeoutMs, this.shutdown.signal));
     } finally {
@@ -189,12 +193,15 @@ export class McpToolHost implements ToolHost {
     return useRecent(this.lists, key);
   }
 
-  private offer(tools: readonly ToolServer[], allowed: readonly string[] | undefined): Entry[] {
+  private offer(tools: readonly ToolServer[], allowed: readonly string[] | undefined, secrets: Redactor): Entry[] {
     const listed: ListedTool<{ server: ToolServer; key: string }>[] = [];
+    // A call whose name or description holds a secret is never offered: its name would reach the
+    // model, the client and the conversation's events.
+    const unfit = (c: ListedCall): ListedCall => (c.unfit === undefined && (secrets.redact(c.call) !== c.call || secrets.redact(c.description) !== c.description) ? { ...c, unfit: "its name or description holds a secret" } : c);
     for (const server of tools) {
       const key = sourceKey(server);
       const calls = this.listOf(key);
-      if (calls !== undefined) listed.push({ name: server.name, calls, with: { server, key } });
+      if (calls !== undefined) listed.push({ name: server.name, calls: calls.map(unfit), with: { server, key } });
     }
     const { offered, leftOut } = offerCalls(listed, allowed, (tool) => tool === MEMORY_TOOL);
     for (const l of leftOut) {
@@ -202,7 +209,7 @@ export class McpToolHost implements ToolHost {
       if (this.saidLeftOut.has(said)) continue;
       if (this.saidLeftOut.size >= SAID_MAX) this.saidLeftOut.clear();
       this.saidLeftOut.add(said);
-      log.warn("a tool's call is not offered", { tool: l.tool, call: l.call.slice(0, 200), why: l.why });
+      log.warn("a tool's call is not offered", { tool: l.tool, call: secrets.redact(l.call).slice(0, 200), why: l.why });
     }
     return offered.map(({ with: w, ...call }) => ({ ...call, server: w.server, key: w.key }));
   }
@@ -212,7 +219,7 @@ export class McpToolHost implements ToolHost {
   /** Starts a session and asks its list again (spec: "asked again whenever a session starts"). */
   startSession<H extends Held>(server: ToolServer, signal: AbortSignal, Kind: new (...a: ConstructorParameters<typeof Held>) => H): H {
     const key = sourceKey(server);
-    return new Kind(ToolSession.start(server, this.opts.startTimeoutMs, secretsOf(this.env, [server]), signal), async (session) => {
+    return new Kind(ToolSession.start(server, this.opts.startTimeoutMs, secretsOf(this.env, [server], this.known), signal), async (session) => {
       const calls = await session.list(this.opts.listTimeoutMs, signal);
       this.keepList(key, calls);
       return calls;
@@ -300,7 +307,14 @@ class TurnTools implements ToolBox {
   /** Every answer, a tool's own or one about it, comes back without a secret the turn knows of. */
   async call(name: string, args: Record<string, unknown>, signal?: AbortSignal): Promise<ToolAnswer> {
     const answer = await this.answer(name, args, signal);
-    return { ...answer, text: this.secrets.redact(answer.text) };
+    const media = answer.media?.filter((m) => this.clean(m));
+    return { ...answer, text: this.secrets.redact(answer.text), ...(media !== undefined ? { media } : {}) };
+  }
+
+  /** Whether what a tool showed is free of every secret the turn knows of (its text fields as they are): one that is not is left out. */
+  private clean(m: ToolMedia): boolean {
+    const fields = m.type === "image" ? [m.mimeType] : [m.uri, m.name, m.mimeType ?? ""];
+    return fields.every((f) => this.secrets.redact(f) === f);
   }
 
   private async answer(name: string, args: Record<string, unknown>, signal?: AbortSignal): Promise<ToolAnswer> {

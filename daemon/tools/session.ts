@@ -6,6 +6,8 @@ import type { StreamableHTTPClientTransport } from "@modelcontextprotocol/sdk/cl
 import type { CallToolResult, Tool } from "@modelcontextprotocol/sdk/types.js";
 import type { Redactor } from "../../turn/redact.js";
 import type { ToolAnswer, ToolMedia, ToolServer } from "../../turn/tools.js";
+import type { ChildProcess } from "node:child_process";
+import { readdirSync, readFileSync } from "node:fs";
 import { isFolder } from "../../store/index.js";
 import { lazy, lazyImport } from "../../turn/load.js";
 import { log } from "../log.js";
@@ -17,6 +19,51 @@ const CLIENT_INFO = { name: "lnk-link-harness", version: "0.1.0" };
 /** Bounds on ending a session: the SDK's own stdio close escalates stdin end → SIGTERM → SIGKILL, 2 s apart. */
 const TERMINATE_MS = 2_000;
 const EXIT_MS = 6_000;
+/**
+ * The most a stdio tool may leave unread of what it was sent (the answers to its own requests, its
+ * pings, say): past it, its session is ended, rather than the process holding whatever it floods.
+ */
+export const TOOL_UNREAD_MAX = 1024 * 1024;
+
+/** A process's children, by /proc (Linux): each task's; none where /proc can't say. */
+function childrenOf(pid: number): number[] {
+  try {
+    return readdirSync(`/proc/${pid}/task`).flatMap((task) =>
+      readFileSync(`/proc/${pid}/task/${task}/children`, "latin1")
+        .split(" ")
+        .filter(Boolean)
+        .map(Number),
+    );
+  } catch {
+    return [];
+  }
+}
+
+/** When a process started, in clock ticks since boot (/proc/PID/stat's 22nd field): a pid used again has another. */
+function startOf(pid: number): string | undefined {
+  try {
+    const stat = readFileSync(`/proc/${pid}/stat`, "latin1");
+    return stat.slice(stat.lastIndexOf(")") + 2).split(" ")[19];
+  } catch {
+    return undefined;
+  }
+}
+
+/** Every process under `pid` (its children, theirs, ...), each with when it started. */
+function descendants(pid: number): [number, string][] {
+  const found: [number, string][] = [];
+  const seen = new Set<number>([pid]);
+  for (let next = childrenOf(pid); next.length > 0; ) {
+    const fresh = next.filter((p) => !seen.has(p));
+    for (const p of fresh) {
+      seen.add(p);
+      const start = startOf(p);
+      if (start !== undefined) found.push([p, start]);
+    }
+    next = fresh.flatMap(childrenOf);
+  }
+  return found;
+}
 const MAX_LIST_PAGES = 100;
 const STDERR_KEPT = 2_000;
 
@@ -57,6 +104,30 @@ export function readLinesWhole(transport: StdioClientTransport, sdk: Pick<Sdk, "
   const inner = transport as unknown as { _readBuffer?: unknown };
   if (inner._readBuffer === undefined) return false;
   inner._readBuffer = new LineReadBuffer(sdk.STDIO_DEFAULT_MAX_BUFFER_SIZE, sdk.deserializeMessage);
+  return true;
+}
+
+/** A stdio tool's process, as the SDK's transport holds it (its own field): undefined for HTTP, or once it is gone. */
+function childOf(transport: StdioClientTransport | StreamableHTTPClientTransport): ChildProcess | undefined {
+  return (transport as unknown as { _process?: ChildProcess })._process;
+}
+
+/**
+ * What a stdio tool is sent waits in its stdin's buffer while it reads none of it; the SDK answers
+ * each of its requests (a ping, say) whatever it reads. Past TOOL_UNREAD_MAX waiting, nothing more
+ * is sent and its session is ended (`end`). Says whether the transport could be bound so.
+ */
+export function boundUnread(transport: StdioClientTransport, end: () => void): boolean {
+  if (typeof transport.send !== "function") return false;
+  const send = transport.send.bind(transport);
+  transport.send = (message) => {
+    const unread = childOf(transport)?.stdin?.writableLength ?? 0;
+    if (unread > TOOL_UNREAD_MAX) {
+      end();
+      return Promise.reject(new Error(`the tool read none of the last ${unread} bytes it was sent: its session is ended`));
+    }
+    return send(message);
+  };
   return true;
 }
 
@@ -134,7 +205,10 @@ export class ToolSession {
             stderr: "pipe",
           })
         : new sdk.StreamableHTTPClientTransport(new URL(source.url), { requestInit: { headers: source.headers ?? {} }, fetch: boundedFetch() });
-    if (source.type === "stdio") readLinesWhole(transport as StdioClientTransport, sdk);
+    if (source.type === "stdio") {
+      readLinesWhole(transport as StdioClientTransport, sdk);
+      boundUnread(transport as StdioClientTransport, () => void session.close());
+    }
     // Set before connect so the Client chains it: for stdio it fires when the child has exited.
     const exited = new Promise<void>((resolve) => {
       transport.onclose = () => resolve();
@@ -246,7 +320,24 @@ export class ToolSession {
       // Ends the server's side of an HTTP session, so it keeps nothing of this one.
       await within(this.transport.terminateSession(), TERMINATE_MS).catch(() => {});
     }
+    // A stdio tool's own children (an npx's node, a server's workers) that outlive it would hold its
+    // pipes open, and the session's end would wait on them: ended with it, once it has exited.
+    const child = childOf(this.transport);
+    const under = child?.pid !== undefined ? descendants(child.pid) : [];
+    const reap = () => {
+      for (const [pid, start] of under) {
+        try {
+          if (startOf(pid) === start) process.kill(pid, "SIGKILL");
+        } catch {
+          // Gone already.
+        }
+      }
+      child?.stdout?.destroy();
+      child?.stderr?.destroy();
+    };
+    if (child !== undefined && child.exitCode === null && child.signalCode === null) child.once("exit", reap);
     await this.client.close().catch(() => {});
+    if (child?.exitCode !== null || child?.signalCode !== null) reap();
     await within(this.exited, EXIT_MS).catch(() => {});
   }
 
