@@ -7,7 +7,8 @@
 // give the same offer, whatever order a tool lists its calls in.
 import fc from "fast-check";
 import { describe, expect, it } from "vitest";
-import { CALL_NAME_MAX, DESCRIPTION_MAX, OFFERED_MAX, PARAMETERS_MAX, listedCall as keptCall, offerCalls, offeredName, type ListedTool } from "../daemon/tools/offer.js";
+import { CALL_NAME_MAX, DESCRIPTION_MAX, OFFERED_MAX, PARAMETERS_MAX, listedCall as keptCall, offerCalls, offeredName, unfitWithSecrets, type ListedTool } from "../daemon/tools/offer.js";
+import { redactor } from "../turn/redact.js";
 import type { ListedCall } from "../daemon/tools/session.js";
 
 const PROVIDER_NAME = /^[A-Za-z0-9_-]{1,64}$/;
@@ -103,6 +104,30 @@ describe("the calls a turn offers, fuzzed", () => {
         if (all.length > 0) expect(narrowed.map((o) => o.name)).toContain(chosen[0]);
       }),
       { numRuns: 100, endOnFailure: true },
+    );
+  });
+
+  it("a call whose name or description holds a secret, anywhere and however long around it, is never offered, and no other is left out for one", () => {
+    const secret = "sk-fuzz-0123456789abcdef";
+    const secrets = redactor([secret]);
+    const around = fc.tuple(fc.string({ maxLength: 30 }), fc.string({ maxLength: 30 }));
+    const holding = fc.oneof(
+      { weight: 2, arbitrary: listedCall },
+      { weight: 1, arbitrary: fc.tuple(listedCall, around).map(([c, [a, b]]) => keptCall(`${a}${secret}${b}`, c.description, c.parameters).listed) },
+      { weight: 1, arbitrary: fc.tuple(listedCall, around).map(([c, [a, b]]) => keptCall(c.call, `${a}${secret}${b}`, c.parameters).listed) },
+    );
+    fc.assert(
+      fc.property(fc.array(holding, { maxLength: 60 }), (calls) => {
+        const marked = unfitWithSecrets(calls, secrets);
+        const { offered } = offerCalls([{ name: "t", calls: marked, with: 0 }], undefined, () => false);
+        for (const o of offered) expect(`${o.name} ${o.call} ${o.description}`).not.toContain(secret);
+        // Each call that holds it is marked, and no other.
+        calls.forEach((c, i) => {
+          const holds = c.call.includes(secret) || c.description.includes(secret);
+          expect(marked[i]?.unfit === "its name or description holds a secret").toBe(holds && c.unfit === undefined);
+        });
+      }),
+      { numRuns: 200 },
     );
   });
 });

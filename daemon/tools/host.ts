@@ -6,7 +6,7 @@ import type { OfferedCall, OpenOptions, ToolAnswer, ToolBox, ToolHost, ToolMedia
 import { keepRecent, useRecent } from "../../turn/recent.js";
 import { MEMORY_TOOL } from "../../turn/tools.js";
 import { log } from "../log.js";
-import { offerCalls, type ListedTool } from "./offer.js";
+import { offerCalls, unfitWithSecrets, type ListedTool } from "./offer.js";
 import { type ListedCall, SessionLost, ToolSession, within } from "./session.js";
 
 export interface McpToolHostOptions {
@@ -195,13 +195,10 @@ export class McpToolHost implements ToolHost {
 
   private offer(tools: readonly ToolServer[], allowed: readonly string[] | undefined, secrets: Redactor): Entry[] {
     const listed: ListedTool<{ server: ToolServer; key: string }>[] = [];
-    // A call whose name or description holds a secret is never offered: its name would reach the
-    // model, the client and the conversation's events.
-    const unfit = (c: ListedCall): ListedCall => (c.unfit === undefined && (secrets.redact(c.call) !== c.call || secrets.redact(c.description) !== c.description) ? { ...c, unfit: "its name or description holds a secret" } : c);
     for (const server of tools) {
       const key = sourceKey(server);
       const calls = this.listOf(key);
-      if (calls !== undefined) listed.push({ name: server.name, calls: calls.map(unfit), with: { server, key } });
+      if (calls !== undefined) listed.push({ name: server.name, calls: unfitWithSecrets(calls, secrets), with: { server, key } });
     }
     const { offered, leftOut } = offerCalls(listed, allowed, (tool) => tool === MEMORY_TOOL);
     for (const l of leftOut) {

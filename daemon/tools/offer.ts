@@ -127,3 +127,11 @@ export function offerCalls<T>(tools: readonly ListedTool<T>[], allowed: readonly
 function compare(a: string, b: string): number {
   return a < b ? -1 : a > b ? 1 : 0;
 }
+
+/**
+ * The calls, each whose name or description holds a secret (one `secrets` takes out) marked unfit:
+ * never offered, since its name would reach the model, the client and the conversation's events.
+ */
+export function unfitWithSecrets(calls: readonly ListedCall[], secrets: { redact(text: string): string }): ListedCall[] {
+  return calls.map((c) => (c.unfit === undefined && (secrets.redact(c.call) !== c.call || secrets.redact(c.description) !== c.description) ? { ...c, unfit: "its name or description holds a secret" } : c));
+}
