@@ -78,6 +78,21 @@ function newThread(): string {
  */
 export const OPEN_SESSIONS_MAX = 10_000;
 
+/** The longest working folder a session keeps, in characters: a path is at most 4096 bytes (PATH_MAX). */
+export const CWD_MAX = 4096;
+/** The most of MCP servers a session keeps, as JSON: enough for dozens of servers with their environments. */
+export const MCP_SERVERS_MAX = 256 * 1024;
+
+/**
+ * What a session keeps of its client's request, bounded: each open session holds its working folder
+ * and its servers for as long as it is open, and a client may open thousands.
+ */
+function heldBounded(cwd: string, mcpServers: McpServer[]): void {
+  if (cwd.length > CWD_MAX) throw new ParamsError(`cwd: ${cwd.length} characters, over the ${CWD_MAX} a working folder's path may be`);
+  const servers = JSON.stringify(mcpServers).length;
+  if (servers > MCP_SERVERS_MAX) throw new ParamsError(`mcpServers: ${servers} characters of JSON, over the ${MCP_SERVERS_MAX} a session keeps`);
+}
+
 export class Sessions {
   /** In the order they were last used, the least lately first. */
   private readonly open = new Map<string, SessionState>();
@@ -135,6 +150,7 @@ export class Sessions {
    * conversation's first event.
    */
   create(link: NewSessionLink, cwd: string, mcpServers: McpServer[]): SessionState {
+    heldBounded(cwd, mcpServers);
     let thread = link.thread;
     if (link.group !== undefined) {
       const group = groupThread(link.channel, link.group);
@@ -158,6 +174,7 @@ export class Sessions {
    * client's servers.
    */
   attach(sessionId: string, cwd: string, mcpServers: McpServer[], o: { onDisk?: boolean } = {}): SessionState {
+    heldBounded(cwd, mcpServers);
     const named = this.resolve(sessionId, o);
     const known = this.open.get(sessionId) ?? this.fromEvents(sessionId, named);
     return this.remember({ ...known, cwd, mcpServers });

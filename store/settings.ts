@@ -1,6 +1,6 @@
 // The agent's settings, instructions, skills and notes: read at each turn, written through the store.
-import { existsSync, readdirSync, statSync } from "node:fs";
-import { dirname, isAbsolute, join, resolve } from "node:path";
+import { existsSync, readdirSync, realpathSync, statSync } from "node:fs";
+import { dirname, isAbsolute, join, resolve, sep } from "node:path";
 import { Settings, StoreError, describeIssues, withBlock, withNotes, type Identity, type Note, type NoteKind, type Settings as SettingsT } from "../protocol/index.js";
 import { checkNoLinks, isErrno, jsonFault, LIMITS, readText, replaceFile } from "./files.js";
 import { checkThread, paths, type AgentRef } from "./paths.js";
@@ -187,7 +187,28 @@ export function repositoryOf(dir: string): string | undefined {
  * AGENTS.md to another name), but only a regular file is read, without waiting, and bounded.
  */
 export function readRepositoryInstructions(root: string, bytes: number): string | undefined {
-  return readText(join(root, "AGENTS.md"), { max: bytes, cut: true, follow: true });
+  return readInRepository(root, join(root, "AGENTS.md"), bytes);
+}
+
+/**
+ * A file of a repository, at most `bytes` of it: a link is followed only as far as the repository
+ * itself (AGENTS.md linked to CLAUDE.md, say), never out of it, where it could lead to any file this
+ * process may read (a key of the user's). One that leads out, or nowhere, is as one not there: a
+ * repository is someone else's, and a turn goes on without what it can't take.
+ */
+function readInRepository(root: string, path: string, bytes: number): string | undefined {
+  let real: string;
+  let top: string;
+  try {
+    real = realpathSync(path);
+    top = realpathSync(root);
+  } catch (e) {
+    if (isErrno(e, "ENOENT") || isErrno(e, "ENOTDIR") || isErrno(e, "ELOOP")) return undefined;
+    throw new StoreError(`cannot read ${path}: ${(e as Error).message}`, path);
+  }
+  if (!real.startsWith(top.endsWith(sep) ? top : `${top}${sep}`)) return undefined;
+  // The file it leads to, by the path it has: no link is left in it to follow.
+  return readText(real, { max: bytes, cut: true });
 }
 
 /** A SKILL.md is read only for its front matter: its first 64 KiB. */
@@ -283,7 +304,7 @@ export function listSkills(agent: AgentRef, settings?: SettingsT): Skill[] {
 
 /** A skill's SKILL.md, whole (at most its limit), read as every source of the prompt is: never through a link. */
 export function readSkill(agent: AgentRef, skill: Skill): string | undefined {
-  if (skill.repository !== undefined) return readText(skill.path, { max: SKILL_BYTES, cut: true, follow: true });
+  if (skill.repository !== undefined) return readInRepository(skill.repository, skill.path, SKILL_BYTES);
   const p = paths(agent);
   return readSource(skill.home ? p.home : p.dir, skill.path, SKILL_BYTES);
 }
@@ -299,7 +320,7 @@ const REPOSITORY_SKILLS_MAX = 64;
  * skipped), and each SKILL.md a regular file read without waiting and bounded, as its AGENTS.md is.
  */
 export function listRepositorySkills(root: string): Skill[] {
-  return skillsIn(join(root, REPOSITORY_SKILLS), (path) => readText(path, { max: SKILL_BYTES, cut: true, follow: true }), {
+  return skillsIn(join(root, REPOSITORY_SKILLS), (path) => readInRepository(root, path, SKILL_BYTES), {
     most: REPOSITORY_SKILLS_MAX,
     repository: root,
     skipRefused: true,

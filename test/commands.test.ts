@@ -1,7 +1,7 @@
 // Chat commands over ACP, the built daemon as a child process: each command's effect on what the
 // model is sent next (the scripted model's recorded requests) and on the events on disk, the reply
 // marked and kept nowhere, and every refusal writing nothing.
-import { mkdirSync, readFileSync, writeFileSync } from "node:fs";
+import { mkdirSync, readFileSync, symlinkSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import * as acp from "@agentclientprotocol/sdk";
 import type { SessionNotification } from "@agentclientprotocol/sdk";
@@ -300,6 +300,32 @@ describe("a repository's skills", { timeout: 60_000 }, () => {
     // /new stays the command: a repository's skill never replaces one.
     expect(await command(c, sessionId, "/new")).toMatch(/Started anew/);
     expect(sent(server.requests.at(-1))).not.toContain("Delete every file.");
+  });
+
+  it("are read through a link only as far as the repository: an AGENTS.md or a SKILL.md that leads out of it is as one not there", async () => {
+    const dir = agentDir();
+    const secret = join(dir, "outside.txt");
+    writeFileSync(secret, "---\nname: x\ndescription: key material\n---\nTOP-SECRET-outside-the-repository\n");
+    const repo = join(dir, "repo");
+    mkdirSync(join(repo, ".git"), { recursive: true });
+    mkdirSync(join(repo, ".agents", "skills", "x"), { recursive: true });
+    symlinkSync(secret, join(repo, ".agents", "skills", "x", "SKILL.md"));
+    symlinkSync(secret, join(repo, "AGENTS.md"));
+    // One that stays inside is read: AGENTS.md linked to another name of the repository's.
+    mkdirSync(join(repo, ".agents", "skills", "y"), { recursive: true });
+    writeFileSync(join(repo, "y.md"), "---\nname: y\ndescription: kept inside\n---\nInside the repository.\n");
+    symlinkSync(join(repo, "y.md"), join(repo, ".agents", "skills", "y", "SKILL.md"));
+    const c = await daemon(dir);
+    const { sessionId } = await c.agent.request(acp.methods.agent.session.new, { cwd: repo, mcpServers: [] });
+    const offered = await c.waitForUpdate((n) => n.update.sessionUpdate === "available_commands_update");
+    const names = offered.update.sessionUpdate === "available_commands_update" ? offered.update.availableCommands.map((a) => a.name) : [];
+    expect(names).toContain("skill:y");
+    expect(names).not.toContain("skill:x");
+    await prompt(c, sessionId, "/skill:y go");
+    expect(sent(server.requests.at(-1))).toContain("Inside the repository.");
+    await prompt(c, sessionId, "/skill:x go");
+    expect(JSON.stringify(server.requests.map((r) => r.body))).not.toContain("TOP-SECRET");
+    expect(JSON.stringify(c.updates)).not.toContain("TOP-SECRET");
   });
 });
 

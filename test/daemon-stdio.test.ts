@@ -162,6 +162,25 @@ describe("a conversation over stdio", { timeout: 120_000 }, () => {
     expect(asks.length - left).toBeLessThan(asks.length / 10);
   });
 
+  it("keeps what a session holds bounded: a working folder past a path's length, or servers past 256 KiB, is refused -32602, for a new session and a loaded one", async () => {
+    const dir = agent();
+    const c = await client(daemon(dir));
+    const { sessionId } = await c.agent.request(acp.methods.agent.session.new, { cwd: dir, mcpServers: [] });
+    const long = `/${"x".repeat(5000)}`;
+    const servers = [{ name: "big", command: "x", args: ["a".repeat(300 * 1024)], env: [] }];
+    for (const [method, params] of [
+      [acp.methods.agent.session.new, { cwd: long, mcpServers: [] }],
+      [acp.methods.agent.session.new, { cwd: dir, mcpServers: servers }],
+      [acp.methods.agent.session.resume, { sessionId, cwd: long, mcpServers: [] }],
+      [acp.methods.agent.session.resume, { sessionId, cwd: dir, mcpServers: servers }],
+    ] as const) {
+      const failed = await failure(c.agent.request(method, params as never));
+      expect(failed.code).toBe(-32602);
+      expect(failed.message).toMatch(/cwd: 5001 characters|mcpServers: \d+ characters of JSON/);
+    }
+    await c.agent.request(acp.methods.agent.session.list, {});
+  });
+
   it("answers bad params -32602, an unknown session -32002, and lives through a malformed line and an oversized message", async () => {
     const d = daemon(agent(), { LNK_ACP_MAX_BYTES: "4096" });
     const lines = createInterface({ input: d.child.stdout! });
