@@ -48,9 +48,12 @@ export function turnKey(dir: string, conversation?: string): string {
 }
 
 interface Running {
-  readonly controller: AbortController;
+  /** Aborted by a cancel; a new one for the turn that answers what came after it. */
+  controller: AbortController;
   /** Messages that arrived while it ran and the turn hasn't taken yet. */
   readonly queue: Waiting[];
+  /** Messages that arrived after it was cancelled, while it ended: a turn of their own, after it. */
+  readonly after: Waiting[];
   readonly subscribers: Set<Subscriber>;
   done?: Promise<void>;
 }
@@ -92,11 +95,11 @@ export class Turns {
     const run = this.running.get(key);
     if (run) {
       run.subscribers.add(subscriber);
-      run.queue.push(waiting);
+      (run.controller.signal.aborted ? run.after : run.queue).push(waiting);
       return answer;
     }
     this.started = true;
-    const fresh: Running = { controller: new AbortController(), queue: [], subscribers: new Set([subscriber]) };
+    const fresh: Running = { controller: new AbortController(), queue: [], after: [], subscribers: new Set([subscriber]) };
     this.running.set(key, fresh);
     fresh.done = this.drive(key, fresh, waiting).catch((e: unknown) => this.onError(key, e));
     return answer;
@@ -153,12 +156,18 @@ export class Turns {
         else if (stopped) w.resolve(cancelled());
         else w.reject(new TurnFailed(outcome, outcome?.failure?.message ?? message(error)));
       }
-      if (run.queue.length === 0) {
-        this.running.delete(key);
-        return;
-      }
       if (stopped) {
+        // What was waiting when it was cancelled is cancelled with it; what came after is not.
         for (const w of run.queue.splice(0)) w.resolve(cancelled());
+        if (run.after.length === 0 || this.stopping) {
+          for (const w of run.after.splice(0)) w.resolve(cancelled());
+          this.running.delete(key);
+          return;
+        }
+        run.controller = new AbortController();
+        run.queue.push(...run.after.splice(0));
+      }
+      if (run.queue.length === 0) {
         this.running.delete(key);
         return;
       }

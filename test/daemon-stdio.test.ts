@@ -289,6 +289,24 @@ describe("turns that fail or stop", { timeout: 120_000 }, () => {
     expect(of(replayed, "tool_call_update")).toMatchObject([{ status: "failed" }]);
   });
 
+  it("a prompt sent right after session/cancel is answered by a turn of its own, not cancelled with the turn it followed", async () => {
+    const dir = agent();
+    const c = await client(daemon(dir));
+    const { sessionId } = await c.agent.request(acp.methods.agent.session.new, { cwd: ROOT, mcpServers: [] });
+    server.script({ text: "Too late.", delayMs: 10_000 }, { text: "The second, answered." });
+    const asked = server.requests.length;
+    const first = c.agent.request(acp.methods.agent.session.prompt, { sessionId, prompt: text("take your time") });
+    await server.waitForRequest(asked + 1);
+    // Both in one go: the second comes while the first is still ending.
+    void c.agent.notify(acp.methods.agent.session.cancel, { sessionId });
+    const second = c.agent.request(acp.methods.agent.session.prompt, { sessionId, prompt: text("and then this") });
+    expect(await first).toMatchObject({ stopReason: "cancelled" });
+    expect(await second).toMatchObject({ stopReason: "end_turn" });
+    expect(answerText(c.updates)).toContain("The second, answered.");
+    const kept = readEventsFrom(paths({ dir }).conversation(sessionId), 1).map((e) => e.event);
+    expect(kept.filter((e) => e.kind === "message" && e.role === "user").map((e) => (e as { text: string }).text)).toEqual(["take your time", "and then this"]);
+  });
+
   it("a second prompt steers the running turn: one turn, one request at a time, both answered", async () => {
     const d = daemon(agent());
     const c = await client(d);
