@@ -4,7 +4,7 @@
 import { createHash, randomBytes } from "node:crypto";
 import { lstatSync, readFileSync, readdirSync, readlinkSync, renameSync, rmdirSync, rmSync } from "node:fs";
 import { hostname } from "node:os";
-import { basename, join } from "node:path";
+import { join } from "node:path";
 import { z } from "zod";
 import {
   AssistantMessage,
@@ -24,7 +24,7 @@ import {
   type Numbered,
 } from "../protocol/index.js";
 import { EXPORTED } from "./export.js";
-import { LIMITS, appendEvent, conversationIn, flushFolderSync, flushMadeAboveSync, forgetEvents, isErrno, listEventNumbers, listThreads, makeNewFolder, paths, processAlive, readEventsFrom, type AgentRef } from "../store/index.js";
+import { LIMITS, appendEvent, conversationIn, flushFolderSync, flushMadeAboveSync, forgetEvents, isErrno, listEventNumbers, listThreads, makeNewFolder, paths, processAlive, readEventsFrom, type AgentRef, type ConversationPaths } from "../store/index.js";
 
 /** The kinds an endpoint's `_asp/export` gives (`state export`'s and sessions), and `_asp/import` takes. */
 export const ENDPOINT_EXPORTED = [...EXPORTED, "sessions"] as const satisfies readonly AspKind[];
@@ -323,15 +323,20 @@ export interface WrittenSessions {
 export async function writeSessions(agent: AgentRef, sessions: readonly SessionForm[]): Promise<WrittenSessions> {
   const p = paths(agent);
   /** Written, not yet in place (a session of no events has no folder). */
-  const staged: { session: SessionForm; dir: string | undefined }[] = [];
+  const staged: { session: SessionForm; conv: ConversationPaths | undefined }[] = [];
   /** In place, with how many events they were given. */
-  const placed: { dir: string; events: number }[] = [];
+  const placed: { as: string; events: number }[] = [];
+  /** The staging folders this call made: never swept by another import of this process meanwhile. */
+  const mine: string[] = [];
   let chatsMade = false;
   const imported: AspImported[] = [];
   const undo = () => {
-    for (const { dir } of staged) if (dir !== undefined) rmSync(dir, { recursive: true, force: true });
+    for (const { conv } of staged) if (conv !== undefined) rmSync(conv.dir, { recursive: true, force: true });
     // One written in since it was put in place is its writer's too now: it is left as it is.
-    for (const { dir, events } of placed) if (listEventNumbers(conversationIn(p.chats, basename(dir))).length === events) rmSync(dir, { recursive: true, force: true });
+    for (const { as, events } of placed) {
+      const conv = p.conversation(as);
+      if (listEventNumbers(conv).length === events) rmSync(conv.dir, { recursive: true, force: true });
+    }
     if (chatsMade) rmEmpty(p.chats);
     // What this process keeps of the removed conversations' events would no longer be true.
     if (staged.length + placed.length > 0) forgetEvents();
@@ -343,30 +348,30 @@ export async function writeSessions(agent: AgentRef, sessions: readonly SessionF
     const host = thisHost();
     for (const session of sessions) {
       if (session.events.length === 0) {
-        staged.push({ session, dir: undefined });
+        staged.push({ session, conv: undefined });
         continue;
       }
       const conv = conversationIn(p.chats, `.import-${host}-${process.pid}-${randomBytes(8).toString("hex")}`);
       // Its name, and chats/'s when chats/ was made too, are flushed with its first event.
       makeNewFolder(conv.dir);
       staging.add(conv.dir);
-      staged.push({ session, dir: conv.dir });
+      mine.push(conv.dir);
+      staged.push({ session, conv });
       for (const event of session.events) await appendEvent(conv, event);
     }
     while (staged.length > 0) {
-      const { session, dir } = staged[0] as (typeof staged)[number];
+      const { session, conv } = staged[0] as (typeof staged)[number];
       // Numbered 1 on in a folder no other writer names: any other numbers mean it was removed
       // meanwhile (taken for one a killed import left), and made again by a write after.
-      if (dir !== undefined) {
-        const numbers = listEventNumbers(conversationIn(p.chats, basename(dir)));
+      if (conv !== undefined) {
+        const numbers = listEventNumbers(conv);
         if (numbers.length !== session.events.length || numbers.at(-1) !== numbers.length) {
-          throw new StoreError(`the folder session ${session.thread} was being written in was removed meanwhile: nothing of it is kept`, dir);
+          throw new StoreError(`the folder session ${session.thread} was being written in was removed meanwhile: nothing of it is kept`, conv.dir);
         }
       }
-      const as = placeThread(p.chats, dir, session.thread);
+      const as = placeThread(p.chats, conv?.dir, session.thread);
       staged.shift();
-      if (dir !== undefined) staging.delete(dir);
-      placed.push({ dir: join(p.chats, as), events: session.events.length });
+      placed.push({ as, events: session.events.length });
       imported.push({ kind: "sessions", thread: session.thread, as, events: session.events.length });
     }
     // Their names in chats/ on disk, and chats/'s own where it was made.
@@ -376,7 +381,7 @@ export async function writeSessions(agent: AgentRef, sessions: readonly SessionF
     undo();
     throw e;
   } finally {
-    for (const { dir } of staged) if (dir !== undefined) staging.delete(dir);
+    for (const dir of mine) staging.delete(dir);
   }
   return { imported, undo };
 }

@@ -683,21 +683,33 @@ describe("a line nested deeper than the daemon reads", () => {
   });
 });
 
-describe("the first lines of a connection, before and around initialize", () => {
-  let socket: string;
-  let served: Daemon;
-  let sockets: string;
-
+/**
+ * A daemon of the fuzzed agent on a socket of its own, with `env`, started before the describe's
+ * tests and stopped after: each connection has its own front. Its socket and the daemon, once started.
+ */
+function onSocket(env: NodeJS.ProcessEnv): { socket: () => string; served: () => Daemon } {
+  let sockets: string | undefined;
+  let served: Daemon | undefined;
   beforeAll(async () => {
-    // A daemon on its socket: each connection has its own front, which reads the first line itself.
     sockets = mkdtempSync(join(tmpdir(), "lnk-fuzz-sock-"));
-    socket = join(sockets, "fz.sock");
-    served = startDaemon(["--agent", agent, "--socket", socket], { LNK_ACP_MAX_BYTES: String(MAX_BYTES) });
+    served = startDaemon(["--agent", agent, "--socket", join(sockets, "fz.sock")], env);
     await served.waitForLog(/"serving ACP"/);
   });
   afterAll(async () => {
     await served?.stop("SIGKILL");
     if (sockets) rmSync(sockets, { recursive: true, force: true });
+  });
+  return { socket: () => join(sockets as string, "fz.sock"), served: () => served as Daemon };
+}
+
+describe("the first lines of a connection, before and around initialize", () => {
+  // Each connection has its own front, which reads the first line itself.
+  const daemonOf = onSocket({ LNK_ACP_MAX_BYTES: String(MAX_BYTES) });
+  let socket: string;
+  let served: Daemon;
+  beforeAll(() => {
+    socket = daemonOf.socket();
+    served = daemonOf.served();
   });
 
   it("a first line nested too deep, initialize too, is answered -32600 under its id, and the connection then serves", async () => {
@@ -801,20 +813,13 @@ describe("after all of it", () => {
 });
 
 describe("clients that read their output slowly, in stretches, or not at all", () => {
-  let sockets: string;
-  let served: Daemon;
-  let socket: string;
   const UNREAD_MS = 1000;
-
-  beforeAll(async () => {
-    sockets = mkdtempSync(join(tmpdir(), "lnk-fuzz-unread-"));
-    socket = join(sockets, "fz.sock");
-    served = startDaemon(["--agent", agent, "--socket", socket], { LNK_ACP_UNREAD_MS: String(UNREAD_MS) });
-    await served.waitForLog(/"serving ACP"/);
-  });
-  afterAll(async () => {
-    await served?.stop("SIGKILL");
-    if (sockets) rmSync(sockets, { recursive: true, force: true });
+  const daemonOf = onSocket({ LNK_ACP_UNREAD_MS: String(UNREAD_MS) });
+  let socket: string;
+  let served: Daemon;
+  beforeAll(() => {
+    socket = daemonOf.socket();
+    served = daemonOf.served();
   });
 
   /** A connection, its requests sent in one write before any answer is read: initialize, then `count` listings padded by `pad` bytes. */

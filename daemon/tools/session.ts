@@ -25,6 +25,9 @@ const EXIT_MS = 6_000;
  */
 export const TOOL_UNREAD_MAX = 1024 * 1024;
 
+const MAX_LIST_PAGES = 100;
+const STDERR_KEPT = 2_000;
+
 /** A process's children, by /proc (Linux): each task's; none where /proc can't say. */
 function childrenOf(pid: number): number[] {
   try {
@@ -64,8 +67,6 @@ function descendants(pid: number): [number, string][] {
   }
   return found;
 }
-const MAX_LIST_PAGES = 100;
-const STDERR_KEPT = 2_000;
 
 // Each module of the SDK is loaded again after a failed load (turn/load.ts), never kept failed.
 const sdkUrl = (path: string) => () => import.meta.resolve(`@modelcontextprotocol/sdk/${path}`);
@@ -115,10 +116,9 @@ function childOf(transport: StdioClientTransport | StreamableHTTPClientTransport
 /**
  * What a stdio tool is sent waits in its stdin's buffer while it reads none of it; the SDK answers
  * each of its requests (a ping, say) whatever it reads. Past TOOL_UNREAD_MAX waiting, nothing more
- * is sent and its session is ended (`end`). Says whether the transport could be bound so.
+ * is sent and its session is ended (`end`).
  */
-export function boundUnread(transport: StdioClientTransport, end: () => void): boolean {
-  if (typeof transport.send !== "function") return false;
+function boundUnread(transport: StdioClientTransport, end: () => void): void {
   const send = transport.send.bind(transport);
   transport.send = (message) => {
     const unread = childOf(transport)?.stdin?.writableLength ?? 0;
@@ -128,7 +128,6 @@ export function boundUnread(transport: StdioClientTransport, end: () => void): b
     }
     return send(message);
   };
-  return true;
 }
 
 /** A call a tool lists, as the MCP server names it. */
@@ -335,9 +334,10 @@ export class ToolSession {
       child?.stdout?.destroy();
       child?.stderr?.destroy();
     };
-    if (child !== undefined && child.exitCode === null && child.signalCode === null) child.once("exit", reap);
+    const running = child !== undefined && child.exitCode === null && child.signalCode === null;
+    if (running) child.once("exit", reap);
     await this.client.close().catch(() => {});
-    if (child?.exitCode !== null || child?.signalCode !== null) reap();
+    if (!running) reap();
     await within(this.exited, EXIT_MS).catch(() => {});
   }
 
