@@ -8,7 +8,7 @@ import { ProveParams, RecoverParams, type ProveResult, type RecoverResult } from
 import type { AgentRef } from "../store/index.js";
 import { recover } from "./delivery.js";
 import type { Logger } from "./deps.js";
-import { INTERNAL_ERROR, invalidParams } from "./errors.js";
+import { invalidParams } from "./errors.js";
 
 export const LINK_METHODS = {
   prove: "_link/prove",
@@ -23,13 +23,35 @@ export const LINK_METHODS = {
  */
 export const CLIENT_PROOF_PREFIX = "lnk-link-harness client proof ";
 
-/** How many challenges (and nonces given) a process remembers to refuse their replay: a bound on its memory. */
-export const REMEMBERED_MAX = 1_000_000;
+/**
+ * How many challenges (and nonces given) a process remembers to refuse their replay: a bound on its
+ * memory (about 12 MB when full). Past it the oldest is forgotten, so a client that sends challenge
+ * after challenge never leaves the process unable to prove itself to Link.
+ */
+export const REMEMBERED_MAX = 200_000;
 
-/** Each challenge answered and each nonce given by this process, as a short digest: none is answered twice. */
+/**
+ * Each challenge answered and each nonce given by this process, as a short digest, oldest first:
+ * none is answered twice while remembered.
+ */
 const seen = new Set<string>();
 
-const digest = (s: string) => createHash("sha256").update(s, "utf8").digest("base64").slice(0, 22);
+/** 128 bits of the SHA-256, as a string of 16 one-byte characters (a copy, holding nothing larger). */
+const digest = (s: string) => createHash("sha256").update(s, "utf8").digest().toString("latin1", 0, 16);
+
+/** Remembers a digest, forgetting the oldest while the process remembers its most. */
+function remember(d: string): void {
+  for (const oldest of seen) {
+    if (seen.size < REMEMBERED_MAX) break;
+    seen.delete(oldest);
+  }
+  seen.add(d);
+}
+
+/** How many challenges and nonces the process remembers now (for tests). */
+export function remembered(): number {
+  return seen.size;
+}
 
 /** Hex HMAC-SHA256 of the text's UTF-8 bytes with the key. */
 export function hmacHex(key: string, text: string): string {
@@ -109,13 +131,12 @@ export function prove(key: string | undefined, conn: LinkConnection, raw: unknow
     if (challenge.startsWith(CLIENT_PROOF_PREFIX)) throw invalidParams(`challenge: may not begin with ${JSON.stringify(CLIENT_PROOF_PREFIX)}, which a client's own proof begins with`);
     const d = digest(challenge);
     if (seen.has(d)) throw invalidParams("challenge: answered already by this process: a challenge is answered once, never replayed");
-    if (seen.size >= REMEMBERED_MAX) throw new acp.RequestError(INTERNAL_ERROR, `This process has answered its most challenges (${REMEMBERED_MAX}): start it again to prove it`);
-    seen.add(d);
+    remember(d);
     result.hmac = hmacHex(key, challenge);
   }
   if (!conn.proved) {
     const nonce = randomBytes(32).toString("hex");
-    seen.add(digest(nonce));
+    remember(digest(nonce));
     conn.nonce = nonce;
     result.nonce = nonce;
   }

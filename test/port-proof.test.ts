@@ -7,7 +7,7 @@ import { connect } from "node:net";
 import { join } from "node:path";
 import * as acp from "@agentclientprotocol/sdk";
 import { describe, expect, it } from "vitest";
-import { CLIENT_PROOF_PREFIX } from "../acp/link.js";
+import { CLIENT_PROOF_PREFIX, LinkConnection, REMEMBERED_MAX, prove as proveHere, remembered } from "../acp/link.js";
 import { answerText, configure, daemonTestHooks, failure, openClient, portStream, scriptedSettings, servedPort, startDaemon, stdioClient, tempDir, watched, type Client } from "./acp-client.js";
 import { BIN } from "./fixtures/built.js";
 import { freePort } from "./fixtures/port.js";
@@ -95,6 +95,20 @@ describe("the proof", () => {
     expect(await failure(prove(c, { challenge: `${CLIENT_PROOF_PREFIX}0123456789abcdef` }))).toMatchObject({ code: -32602 });
     // The key reaches no log line.
     expect(d.stderr()).not.toContain(KEY);
+  });
+
+  it("a client sending challenge after challenge never leaves the process unable to prove itself: past its most, the oldest is forgotten", () => {
+    const conn = new LinkConnection(true);
+    const challenge = (i: number) => `flood-challenge-${String(i).padStart(8, "0")}`;
+    // Each answer also gives the unproved connection a nonce, remembered too: two a request.
+    const sent = REMEMBERED_MAX / 2 + 10;
+    for (let i = 0; i < sent; i++) expect(proveHere(KEY, conn, { challenge: challenge(i) }).hmac).toBe(hmac(KEY, challenge(i)));
+    expect(remembered()).toBe(REMEMBERED_MAX);
+    // Link's challenge, after the flood, is answered; the last ones sent are still refused.
+    expect(proveHere(KEY, conn, { challenge: "challenge-from-link-after-flood" }).hmac).toBe(hmac(KEY, "challenge-from-link-after-flood"));
+    expect(() => proveHere(KEY, conn, { challenge: challenge(sent - 1) })).toThrow(/answered already by this process/);
+    expect(() => proveHere(KEY, conn, { challenge: "challenge-from-link-after-flood" })).toThrow(/answered already by this process/);
+    expect(remembered()).toBe(REMEMBERED_MAX);
   });
 
   it("without a key is a clear error", async () => {
