@@ -2,7 +2,8 @@
 // one character). The quick path for ASCII text must count as the rule does, whatever the text.
 import fc from "fast-check";
 import { describe, expect, it } from "vitest";
-import { roughTokens } from "../turn/window.js";
+import { Event } from "../protocol/index.js";
+import { eventChars, eventTokens, roughTokens } from "../turn/window.js";
 
 const seed = process.env.FC_SEED ? { seed: Number(process.env.FC_SEED) } : {};
 
@@ -34,5 +35,47 @@ describe("the rough count", () => {
     expect(roughTokens("abcde")).toBe(2);
     expect(roughTokens("é")).toBe(1);
     expect(roughTokens("abcdé😀")).toBe(3);
+  });
+});
+
+describe("an event's count and size", () => {
+  const part = fc.oneof(
+    fc.record({ type: fc.constant("image_url"), image_url: fc.record({ url: fc.oneof(fc.string(), fc.nat({ max: 300_000 }).map((n) => `data:image/png;base64,${"Q".repeat(n)}`)) }) }),
+    fc.record({ type: fc.constant("file"), file: fc.record({ file_data: fc.string(), filename: fc.string() }, { requiredKeys: [] }) }),
+    fc.record({ type: fc.constant("text"), text: fc.string() }),
+  );
+  const user = fc.record({ text: fc.string(), header: fc.string(), parts: fc.array(part, { maxLength: 8 }) });
+
+  /** The characters of every string in a value: what a process holds of it at least. */
+  function stringChars(value: unknown): number {
+    if (typeof value === "string") return value.length;
+    if (value !== null && typeof value === "object") return Object.entries(value).reduce((sum, [k, v]) => sum + k.length + stringChars(v), 0);
+    return 0;
+  }
+
+  it("counts each part 1,000 tokens, or one a KiB of its data when that is more, and sizes the event at least by its strings", () => {
+    fc.assert(
+      fc.property(user, ({ text, header, parts }) => {
+        const event = Event.parse({ v: 1, kind: "message", role: "user", time: "2026-12-02T00:00:00Z", text, header, parts });
+        const data = (p: (typeof parts)[number]) => (p.type === "image_url" ? p.image_url.url : p.type === "file" ? (p.file.file_data ?? "") : p.text);
+        const partsTokens = parts.reduce((sum, p) => sum + Math.max(1_000, Math.ceil(data(p).length / 1024)), 0);
+        expect(eventTokens(event)).toBe(roughTokens(header) + 1 + roughTokens(text) + partsTokens);
+        expect(eventChars(event)).toBeGreaterThanOrEqual(stringChars(event));
+        expect(eventChars(event)).toBeLessThanOrEqual(JSON.stringify(event).length * 3 + 400);
+      }),
+      { numRuns: 300, ...seed },
+    );
+  });
+
+  it("sizes a model's thinking of any depth, and any JSON it holds, without running out of stack", () => {
+    fc.assert(
+      fc.property(fc.jsonValue(), fc.nat({ max: 200_000 }), (json, depth) => {
+        let nested: unknown = json;
+        for (let i = 0; i < depth; i++) nested = i % 2 ? [nested] : { d: nested };
+        const event = { v: 1, kind: "message", role: "assistant", time: "2026-12-02T00:00:00Z", text: "", model: "m", provider: "p", latency_ms: 1, stop: "tool_calls", thinking: { reasoning_details: [nested] } } as Event;
+        expect(eventChars(event)).toBeGreaterThanOrEqual(depth * 2);
+      }),
+      { numRuns: 20, ...seed },
+    );
   });
 });

@@ -5,7 +5,8 @@ import { join } from "node:path";
 import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
 import { Event, type Settings } from "../protocol/index.js";
 import { appendEvent, eventName, paths, readEventsFrom, readMark, readStats, writeSettings, type AgentRef } from "../store/index.js";
-import { History } from "../turn/history.js";
+import { History, keptHistoryChars } from "../turn/history.js";
+import { eventTokens, roughTokens } from "../turn/window.js";
 import { forgetProcessState, runTurn } from "../turn/turn.js";
 import { CLIENTS_KEPT, clientsKept } from "../turn/model.js";
 import type { TurnEvent } from "../turn/types.js";
@@ -375,6 +376,47 @@ describe("the window", () => {
     for (const r of reads) expect(r).toBeGreaterThan(10);
     for (const r of reads) expect(r).toBeLessThan(8_000 / 60);
     expect(reads[1]! / reads[0]!).toBeLessThan(2);
+  });
+
+  it("counts an image by its size past 1,000 tokens, so a window holds at most its share in KiB of them", async () => {
+    const agent = agentWith();
+    const conv = paths(agent).conversation("photos");
+    // Eight messages, each with a photo of 3 MiB (4 Mi characters as a data: URL) and its answer.
+    const photo = `data:image/jpeg;base64,${"A".repeat(4 * 1024 * 1024)}`;
+    const time = new Date().toISOString();
+    for (let i = 0; i < 8; i++) {
+      await appendEvent(conv, { v: 1, kind: "message", role: "user", time, text: `photo ${i}`, header: "[h]", parts: [{ type: "image_url", image_url: { url: photo } }] });
+      await appendEvent(conv, { v: 1, kind: "message", role: "assistant", time, text: "a photo", model: "m", provider: "p", latency_ms: 1, stop: "end_turn" });
+    }
+    const small: Event = { v: 1, kind: "message", role: "user", time, text: "a small one", header: "[h]", parts: [{ type: "image_url", image_url: { url: "data:image/png;base64,iVBORw0KGgo=" } }] };
+    expect(eventTokens(small)).toBe(roughTokens("[h]") + 1 + roughTokens("a small one") + 1_000);
+    // A share of 20,000 tokens holds four of them at most, not all eight (8,000 tokens at 1,000 each).
+    const history = await History.load(conv, () => Promise.resolve(20_000));
+    const users = history.window().filter((e) => e.event.kind === "message" && e.event.role === "user");
+    expect(users.length).toBeGreaterThan(0);
+    expect(users.length).toBeLessThanOrEqual(4);
+    const last = users.at(-1)?.event;
+    expect(last?.kind === "message" ? last.text : undefined).toBe("photo 7");
+  });
+
+  it("keeps between turns at most 64 Mi characters of events of all its conversations, the last used kept", async () => {
+    forgetProcessState();
+    const agent = agentWith();
+    const photo = `data:image/jpeg;base64,${"B".repeat(6 * 1024 * 1024)}`;
+    const time = new Date().toISOString();
+    for (let i = 0; i < 14; i++) {
+      const conv = paths(agent).conversation(`big-${i}`);
+      await appendEvent(conv, { v: 1, kind: "message", role: "user", time, text: `photo ${i}`, header: "[h]", parts: [{ type: "image_url", image_url: { url: photo } }] });
+      const history = await History.load(conv, () => Promise.resolve(1_000_000));
+      history.saveMark();
+      const { held, max } = keptHistoryChars();
+      expect(held).toBeLessThanOrEqual(max);
+      // The one just saved is kept: at least its photo's characters.
+      expect(held).toBeGreaterThanOrEqual(photo.length);
+    }
+    // 14 conversations of 6 Mi characters were more than the bound: some were let go.
+    expect(keptHistoryChars().held).toBeLessThan(14 * photo.length);
+    forgetProcessState();
   });
 
   it("starts anew after /new, keeping what came before on disk", async () => {

@@ -4,9 +4,9 @@
 import { StoreError, type Command, type Event, type Numbered, type Verbosity, type WindowMark } from "../protocol/index.js";
 import { lastEventNumber, readEvent, readEventsFrom, readMark, writeMark, type ConversationPaths } from "../store/index.js";
 import { chatMap, conversationEvents, isBegin, isPlain, type ChatMap } from "./chat.js";
-import { keepRecent } from "./recent.js";
+import { SizedRecent } from "./recent.js";
 import { transcriptEnd } from "./transcript.js";
-import { countEvent, countFromMark, emptyCount, isTurnStart, markHolds, markOf, windowEvents, type WindowCount } from "./window.js";
+import { countEvent, countFromMark, eventChars, emptyCount, isTurnStart, markHolds, markOf, windowEvents, type WindowCount } from "./window.js";
 
 /** What a conversation chose by its commands: its model and its chat's verbosity. */
 export interface Chosen {
@@ -118,8 +118,18 @@ interface Kept {
   count: WindowCount;
   begin: Begin;
 }
-const kept = new Map<string, Kept>();
+/**
+ * Held to 256 conversations and to 64 Mi characters of their events (eventChars) together: a
+ * process serving many conversations of long messages or images must not keep them all for good.
+ */
 const KEPT_CONVERSATIONS = 256;
+const KEPT_CHARS = 64 * 1024 * 1024;
+const kept = new SizedRecent<string, Kept>(KEPT_CONVERSATIONS, KEPT_CHARS);
+
+/** The characters of events kept between turns, and the most kept. */
+export function keptHistoryChars(): { held: number; max: number } {
+  return { held: kept.held, max: KEPT_CHARS };
+}
 
 /** Forgets what turns of this process left (for measuring a fresh process). */
 export function forgetHistories(): void {
@@ -328,14 +338,21 @@ export class History {
     if (text !== this.markBefore) writeMark(this.conv, mark);
     const from = Math.min(mark.event, copyEnd !== undefined && copyEnd > 0 ? copyEnd : mark.event);
     const first = this.events.findIndex((e) => e.n >= from);
-    keepRecent(kept, this.conv.dir, {
-      mark: text,
-      budget: this.known,
-      chosen: this.chosen,
-      conversation: this.conversation,
-      events: first <= 0 ? this.events.slice() : this.events.slice(first),
-      count: copyCount(this.count),
-      begin: { countFrom: mark.event, count: countFromMark(mark), chosen: choicesOf(mark) },
-    }, KEPT_CONVERSATIONS);
+    const events = first <= 0 ? this.events.slice() : this.events.slice(first);
+    let chars = 0;
+    for (const e of events) chars += eventChars(e.event);
+    kept.set(
+      this.conv.dir,
+      {
+        mark: text,
+        budget: this.known,
+        chosen: this.chosen,
+        conversation: this.conversation,
+        events,
+        count: copyCount(this.count),
+        begin: { countFrom: mark.event, count: countFromMark(mark), chosen: choicesOf(mark) },
+      },
+      chars,
+    );
   }
 }

@@ -1,6 +1,6 @@
 // The window: how much of a conversation the model sees, found without reading every message.
 // Spec: "How much of a conversation does the model see?" and "How does a turn find the window…" (decisions.txt).
-import type { Event, Numbered, WindowMark } from "../protocol/index.js";
+import type { Event, Numbered, Part, WindowMark } from "../protocol/index.js";
 import { derived } from "./derived.js";
 
 /** Rough tokens: four ASCII characters a token, one for any other character. */
@@ -22,8 +22,20 @@ export function roughTokens(text: string): number {
   return Math.ceil(ascii / 4) + other;
 }
 
-/** What an image or a document costs in the rough count, whatever its size. */
+/** What an image or a document costs in the rough count at least, however small. */
 export const PART_TOKENS = 1_000;
+/**
+ * A part counts a token for each this many characters of its data, when that is more: so a window
+ * holds at most its share in KiB of images and documents, not a thousand of the largest a client
+ * may send, which a turn would read and send whole.
+ */
+export const PART_CHARS_PER_TOKEN = 1024;
+
+/** A part's rough tokens: PART_TOKENS, or more for its data's size. */
+function partTokens(part: Part): number {
+  const data = part.type === "image_url" ? part.image_url?.url : part.type === "file" ? part.file?.file_data : part.text;
+  return Math.max(PART_TOKENS, Math.ceil((typeof data === "string" ? data.length : 0) / PART_CHARS_PER_TOKEN));
+}
 
 /** Each event's count: counted once per process (see derived.ts). */
 const TOKENS = Symbol("tokens");
@@ -38,7 +50,7 @@ function countTokens(event: Event): number {
     case "message":
       if (event.role === "user") {
         const skill = event.skill ? roughTokens(event.skill.text) + roughTokens(event.skill.path) + 8 : 0;
-        return roughTokens(event.header) + 1 + roughTokens(event.text) + skill + (event.parts?.length ?? 0) * PART_TOKENS;
+        return roughTokens(event.header) + 1 + roughTokens(event.text) + skill + (event.parts ?? []).reduce((sum, p) => sum + partTokens(p), 0);
       }
       return (
         roughTokens(event.text) +
@@ -55,6 +67,60 @@ function countTokens(event: Event): number {
       return never;
     }
   }
+}
+
+/** The size of what an event holds beyond its plain fields: counted once per process. */
+const CHARS = Symbol("chars");
+
+/** Room for an event's keys, numbers and short fields (its time, model, fingerprints…). */
+const EVENT_FRAME_CHARS = 400;
+
+/**
+ * An event's size in characters: about its JSON's length, never less than its strings' (what a
+ * process holds it by). Its long fields are read as they are; its parts and a provider's thinking
+ * details, any shape at all, are walked once and the sum kept on the event.
+ */
+export function eventChars(event: Event): number {
+  switch (event.kind) {
+    case "message":
+      if (event.role === "user") {
+        const skill = event.skill ? event.skill.text.length + event.skill.path.length + event.skill.name.length : 0;
+        const more = event.parts || event.from || event.cwd || event.channel ? derived(event, CHARS, () => jsonChars([event.parts, event.from, event.cwd, event.channel])) : 0;
+        return EVENT_FRAME_CHARS + event.text.length + event.header.length + skill + more;
+      }
+      return EVENT_FRAME_CHARS + event.text.length + event.model.length + event.provider.length + (event.tool_calls || event.thinking || event.left_out || event.response_id ? derived(event, CHARS, () => jsonChars([event.tool_calls, event.thinking, event.left_out, event.response_id])) : 0);
+    case "tool_result":
+      return EVENT_FRAME_CHARS + event.text.length + event.tool.length + event.call_id.length;
+    case "command":
+      return EVENT_FRAME_CHARS + derived(event, CHARS, () => jsonChars(event));
+    case "failure":
+      return EVENT_FRAME_CHARS + event.message.length;
+    default: {
+      const never: never = event;
+      return never;
+    }
+  }
+}
+
+/** Counted with a stack of its own, not by recursion: a provider's nested thinking may be any depth. */
+function jsonChars(value: unknown): number {
+  let chars = 0;
+  const stack: unknown[] = [value];
+  while (stack.length > 0) {
+    const v = stack.pop();
+    if (typeof v === "string") chars += v.length + 2;
+    else if (Array.isArray(v)) {
+      chars += 2;
+      for (const item of v) stack.push(item);
+    } else if (v !== null && typeof v === "object") {
+      chars += 2;
+      for (const [k, item] of Object.entries(v)) {
+        chars += k.length + 4;
+        stack.push(item);
+      }
+    } else chars += 5;
+  }
+  return chars;
 }
 
 /** A turn starts at a user message: the window always begins with someone speaking. */
