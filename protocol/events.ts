@@ -26,12 +26,34 @@ export const Usage = z
   .strict();
 export type Usage = z.infer<typeof Usage>;
 
+/**
+ * How deep a provider's thinking details may nest, in arrays and objects, the list itself counted:
+ * real ones nest a few levels. Deeper, they could not be written back as JSON (V8 writes it by
+ * recursion, and runs out of stack some thousands deep).
+ */
+export const THINKING_DEPTH_MAX = 64;
+
+/** Whether `value` nests no deeper than `max` arrays and objects: walked with a stack of its own, not by recursion. */
+export function nestsWithin(value: unknown, max: number): boolean {
+  const stack: [unknown, number][] = [[value, 0]];
+  for (let top = stack.pop(); top !== undefined; top = stack.pop()) {
+    const [v, depth] = top;
+    if (v === null || typeof v !== "object") continue;
+    if (depth >= max) return false;
+    for (const item of Array.isArray(v) ? v : Object.values(v)) stack.push([item, depth + 1]);
+  }
+  return true;
+}
+
 /** A model's thinking, kept as the provider sent it so it can be sent back with its calls. */
 export const Thinking = z
   .object({
     reasoning_content: z.string().optional(),
     reasoning: z.string().optional(),
-    reasoning_details: z.array(z.unknown()).optional(),
+    reasoning_details: z
+      .array(z.unknown())
+      .refine((d) => nestsWithin(d, THINKING_DEPTH_MAX), `nests deeper than ${THINKING_DEPTH_MAX} arrays and objects`)
+      .optional(),
   })
   .strict();
 export type Thinking = z.infer<typeof Thinking>;

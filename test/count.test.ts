@@ -2,7 +2,7 @@
 // one character). The quick path for ASCII text must count as the rule does, whatever the text.
 import fc from "fast-check";
 import { describe, expect, it } from "vitest";
-import { Event } from "../protocol/index.js";
+import { Event, nestsWithin, THINKING_DEPTH_MAX } from "../protocol/index.js";
 import { eventChars, eventTokens, roughTokens } from "../turn/window.js";
 
 const seed = process.env.FC_SEED ? { seed: Number(process.env.FC_SEED) } : {};
@@ -77,5 +77,32 @@ describe("an event's count and size", () => {
       }),
       { numRuns: 20, ...seed },
     );
+  });
+});
+
+describe("how deep a provider's thinking details nest", () => {
+  /** The depth by recursion: arrays and objects, a value inside none 0. */
+  const depthOf = (v: unknown): number => (v !== null && typeof v === "object" ? 1 + Math.max(0, ...(Array.isArray(v) ? v : Object.values(v)).map(depthOf)) : 0);
+
+  it("nestsWithin says what a recursive walk finds, for any JSON and any bound", () => {
+    fc.assert(
+      fc.property(fc.jsonValue({ maxDepth: 8 }), fc.nat({ max: 10 }), (json, max) => {
+        expect(nestsWithin(json, max)).toBe(depthOf(json) <= max);
+      }),
+      { numRuns: 2_000, ...seed },
+    );
+  });
+
+  it("the events' schema takes details 64 deep and refuses 65, by name", () => {
+    const wrap = (depth: number) => {
+      let v: unknown = 1;
+      for (let i = 1; i < depth; i++) v = i % 2 ? { d: v } : [v];
+      return [v];
+    };
+    const answer = (depth: number) => ({ v: 1, kind: "message", role: "assistant", time: "2026-12-02T00:00:00Z", text: "", model: "m", provider: "p", latency_ms: 1, stop: "end_turn", thinking: { reasoning_details: wrap(depth) } });
+    expect(Event.safeParse(answer(THINKING_DEPTH_MAX)).success).toBe(true);
+    const refused = Event.safeParse(answer(THINKING_DEPTH_MAX + 1));
+    expect(refused.success).toBe(false);
+    expect(JSON.stringify(refused.error?.issues)).toContain("nests deeper than 64");
   });
 });

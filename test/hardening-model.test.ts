@@ -2,7 +2,7 @@
 // client: a key echoed back in an error, a provider that asks to wait an hour, a stream that stalls
 // or only keeps itself alive, and usage numbers no count can be. Each turn ends with what a person
 // can act on, promptly, and nothing secret is kept, sent or logged.
-import { readdirSync, readFileSync } from "node:fs";
+import { readdirSync, readFileSync, writeFileSync } from "node:fs";
 import { createServer } from "node:http";
 import type { AddressInfo } from "node:net";
 import { join } from "node:path";
@@ -10,7 +10,7 @@ import * as acp from "@agentclientprotocol/sdk";
 import type { ContentBlock } from "@agentclientprotocol/sdk";
 import { describe, expect, it } from "vitest";
 import { z } from "zod";
-import { paths, readEventsFrom } from "../store/index.js";
+import { eventName, paths, readEventsFrom } from "../store/index.js";
 import { answerText, configure, daemonTestHooks, openClient, scriptedSettings, startDaemon, stdioStream, tempDir, type Client, type Daemon, failure, lockFreed, watched } from "./acp-client.js";
 import type { ModelServer } from "./model-server.js";
 import { BIN, ROOT } from "./fixtures/built.js";
@@ -429,6 +429,38 @@ describe("an answer that is not what it seems", { timeout: 60_000 }, () => {
     expect(failed.message).toMatch(/the model's stream was cut: it ended before the answer did/);
     expect(events(dir, sessionId).map((e) => e.kind)).toEqual(["message", "failure"]);
     expect(c.updates.some((u) => u.update.sessionUpdate === "tool_call")).toBe(false);
+    expect(await d.stop()).toEqual({ code: 0, signal: null });
+  });
+
+  it("thinking details nested thousands deep fail the turn, saying so, and a folder's event that holds them is refused by name", async () => {
+    // Written by hand: JSON.stringify itself runs out of stack on what the endpoint sends.
+    const deep = (depth: number) => `${"[".repeat(depth)}1${"]".repeat(depth)}`;
+    const nested = await endpoint((res) => {
+      sse(res);
+      res.end(
+        `data: {"id":"r1","choices":[{"index":0,"delta":{"role":"assistant","content":"Thought deeply.","reasoning_details":[${deep(20_000)}]},"finish_reason":null}]}\n\n` +
+          sseOf(chunk({ tool_calls: [{ index: 0, id: "call_1", type: "function", function: { name: "everything__echo", arguments: '{"message":"x"}' } }] }, "tool_calls"), "[DONE]"),
+      );
+    });
+    const dir = agent({}, { base_url: nested });
+    const d = daemon(dir, { LNK_TOOL_EVERYTHING: EVERYTHING });
+    const { c, sessionId } = await session(d);
+    const failed = await failure(prompt(c, sessionId, "think"));
+    expect(failed.message).toMatch(/the model's reasoning_details nest deeper than 64 arrays and objects/);
+    expect(events(dir, sessionId).map((e) => e.kind)).toEqual(["message", "failure"]);
+    expect(events(dir, sessionId).at(-1)).toMatchObject({ kind: "failure", reason: "model_error" });
+    expect(c.updates.some((u) => u.update.sessionUpdate === "tool_call")).toBe(false);
+    // An answer on disk with such details (another program's, or a hand's) is named, not a crash.
+    const conv = paths({ dir }).conversation(sessionId);
+    const time = new Date().toISOString();
+    writeFileSync(
+      join(conv.dir, eventName(3)),
+      `{"v":1,"kind":"message","role":"assistant","time":"${time}","text":"old","model":"m","provider":"p","latency_ms":1,"stop":"end_turn","thinking":{"reasoning_details":[${deep(5_000)}]}}`,
+    );
+    const refused = await failure(prompt(c, sessionId, "again"));
+    expect(refused.message).toContain(eventName(3));
+    expect(refused.message).toMatch(/nests deeper than 64/);
+    expect(d.stderr()).not.toMatch(/Maximum call stack|RangeError/);
     expect(await d.stop()).toEqual({ code: 0, signal: null });
   });
 

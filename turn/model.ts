@@ -1,7 +1,7 @@
 // The model call: any OpenAI-compatible chat-completions endpoint, streamed, accumulated here.
 // Unknown delta keys (reasoning_content, reasoning, reasoning_details) are appended, not overwritten.
 import { setTimeout as sleep } from "node:timers/promises";
-import { TIMEOUT_DEFAULTS, type Settings, type Thinking, type TimeoutsSettings, type ToolCall, type Usage } from "../protocol/index.js";
+import { nestsWithin, THINKING_DEPTH_MAX, TIMEOUT_DEFAULTS, type Settings, type Thinking, type TimeoutsSettings, type ToolCall, type Usage } from "../protocol/index.js";
 import { encodeBody } from "./body.js";
 import { readChunk, type ReportedUsage } from "./chunk.js";
 import { lazyImport } from "./load.js";
@@ -278,6 +278,8 @@ class Streamed {
   size = 0;
   /** A call numbered past MODEL_ANSWER_MAX_CALLS, left out: the answer is cut. */
   private pastCalls: number | undefined;
+  /** Thinking details nested past THINKING_DEPTH_MAX: the answer is cut. */
+  private tooDeep = false;
 
   constructor(private readonly onText: ((delta: string) => void) | undefined) {}
 
@@ -300,6 +302,11 @@ class Streamed {
         this.size += d.reasoning.length;
       }
       if (d.reasoning_details) {
+        // Never written as JSON before its depth is known: too deep, V8 runs out of stack doing it.
+        if (!nestsWithin(d.reasoning_details, THINKING_DEPTH_MAX)) {
+          this.tooDeep = true;
+          continue;
+        }
         // Added one by one: copying all kept so far at each chunk made many small chunks cost their square.
         const kept = (this.reasoningDetails ??= []);
         for (const detail of d.reasoning_details) kept.push(detail);
@@ -336,6 +343,7 @@ class Streamed {
   /** Why the answer must be cut here (over a bound of one answer), or undefined. */
   over(): string | undefined {
     if (this.pastCalls !== undefined) return `the model's answer made a call numbered ${this.pastCalls}, where one answer makes at most ${MODEL_ANSWER_MAX_CALLS}`;
+    if (this.tooDeep) return `the model's reasoning_details nest deeper than ${THINKING_DEPTH_MAX} arrays and objects, which no provider's do`;
     if (this.size > MODEL_ANSWER_MAX_CHARS) return `the model's answer ran past ${MODEL_ANSWER_MAX_CHARS} characters, the most one answer holds`;
     return undefined;
   }
