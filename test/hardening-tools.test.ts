@@ -3,12 +3,15 @@
 // starts in the agent's files folder, a tool that says a secret has it taken out, and eight rounds
 // leave no listener behind.
 import { mkdirSync, readdirSync, readFileSync, realpathSync, writeFileSync } from "node:fs";
+import { createServer } from "node:http";
+import type { AddressInfo } from "node:net";
 import { join } from "node:path";
 import * as acp from "@agentclientprotocol/sdk";
 import type { ContentBlock, SessionNotification, SessionUpdate } from "@agentclientprotocol/sdk";
 import { beforeAll, describe, expect, it } from "vitest";
 import { z } from "zod";
 import { offeredName } from "../daemon/tools/offer.js";
+import { TOOL_ANSWERS_WAITING_MAX } from "../daemon/tools/session.js";
 import { paths, readEventsFrom } from "../store/index.js";
 import { configure, daemonTestHooks, openClient, scriptedSettings, startDaemon, stdioStream, tempDir, until, type Client, type Daemon, watched } from "./acp-client.js";
 import type { ModelServer, RecordedRequest } from "./model-server.js";
@@ -356,5 +359,61 @@ describe("a hostile stdio tool", { timeout: 60_000 }, () => {
     expect(d.stderr()).toMatch(/"tool left out of this turn","tool":"failing".*auth failed with key \[redacted\]/);
     expect(d.stderr()).not.toContain(token);
     expect(d.stderr()).not.toContain(key);
+  });
+});
+
+describe("a hostile HTTP tool", { timeout: 90_000 }, () => {
+  /**
+   * An MCP server over Streamable HTTP of the test's own, as little as a client takes: it answers
+   * initialize and tools/list; a call it answers with a stream of pings and nothing else; the answers
+   * to its pings it reads and never replies to, each left waiting on its connection.
+   */
+  async function flooding(pings: number): Promise<{ url: string; answers: () => number; connections: () => number }> {
+    let answers = 0;
+    let connections = 0;
+    const server = createServer((req, res) => {
+      const chunks: Buffer[] = [];
+      req.on("data", (b: Buffer) => chunks.push(b));
+      req.on("end", (): void => {
+        if (req.method === "DELETE") return void res.writeHead(200).end();
+        if (req.method !== "POST") return void res.writeHead(405).end();
+        const msg = JSON.parse(Buffer.concat(chunks).toString("utf8")) as { id?: unknown; method?: string; params?: { protocolVersion?: string } };
+        const json = (result: unknown): void => void res.writeHead(200, { "content-type": "application/json", "mcp-session-id": "s1" }).end(JSON.stringify({ jsonrpc: "2.0", id: msg.id, result }));
+        if (msg.method === "initialize") return json({ protocolVersion: msg.params?.protocolVersion, capabilities: { tools: {} }, serverInfo: { name: "flood", version: "1" } });
+        if (msg.method === "tools/list") return json({ tools: [{ name: "flood", description: "Floods its client with pings.", inputSchema: { type: "object" } }] });
+        if (msg.method === "tools/call") {
+          res.writeHead(200, { "content-type": "text/event-stream", "mcp-session-id": "s1" });
+          for (let i = 0; i < pings; i++) res.write(`event: message\ndata: ${JSON.stringify({ jsonrpc: "2.0", id: `ping-${i}`, method: "ping" })}\n\n`);
+          return;
+        }
+        // An answer to a ping: read, and left waiting.
+        if (msg.method === undefined) answers++;
+        else res.writeHead(202).end();
+      });
+    });
+    server.on("connection", () => connections++);
+    await new Promise<void>((resolve) => server.listen(0, "127.0.0.1", resolve));
+    cleanup.push(() => {
+      server.closeAllConnections();
+      return new Promise<void>((resolve) => server.close(() => resolve()));
+    });
+    return { url: `http://127.0.0.1:${(server.address() as AddressInfo).port}/mcp`, answers: () => answers, connections: () => connections };
+  }
+
+  it("one that leaves the answers to its own pings waiting has its session ended past 64 of them, its call answered as failed", async () => {
+    const tool = await flooding(5_000);
+    const dir = agent({ timeouts: { tool_idle: 60, tool_call: 65 } });
+    const d = daemon(["--agent", dir]);
+    const { c, sessionId } = await session(d, [{ type: "http", name: "flood", url: tool.url, headers: [] }]);
+    server.script({ tool_calls: [{ name: "flood__flood", arguments: {} }] }, { text: "It flooded." });
+    expect(await prompt(c, sessionId, "flood")).toMatchObject({ stopReason: "end_turn" });
+    const [result] = results(dir, sessionId);
+    expect(result).toMatchObject({ error: true });
+    expect(JSON.stringify(result)).not.toMatch(/timeouts\.tool_(idle|call)/);
+    // Of 5,000 pings, at most 64 answers were sent, each on a connection of its own (unbounded: 1,000
+    // answers and connections, until the call's own timeout).
+    expect(tool.answers()).toBeLessThanOrEqual(TOOL_ANSWERS_WAITING_MAX);
+    expect(tool.connections()).toBeLessThan(3 * TOOL_ANSWERS_WAITING_MAX);
+    expect(await d.stop()).toEqual({ code: 0, signal: null });
   });
 });

@@ -24,6 +24,12 @@ const EXIT_MS = 6_000;
  * pings, say): past it, its session is ended, rather than the process holding whatever it floods.
  */
 export const TOOL_UNREAD_MAX = 1024 * 1024;
+/**
+ * The most answers to its own requests (its pings, say) a tool over HTTP may leave unanswered at
+ * once: each is a POST of its own, on a connection of its own while it waits. Past it, its session
+ * is ended, rather than the process opening connections (and files) for whatever it floods.
+ */
+export const TOOL_ANSWERS_WAITING_MAX = 64;
 
 const MAX_LIST_PAGES = 100;
 const STDERR_KEPT = 2_000;
@@ -130,6 +136,29 @@ function boundUnread(transport: StdioClientTransport, end: () => void): void {
   };
 }
 
+/**
+ * What a tool over HTTP is sent in answer to its own requests is a POST that waits for the tool's
+ * reply; past TOOL_ANSWERS_WAITING_MAX waiting at once, nothing more is sent and its session is
+ * ended (`end`). The client's own requests are not counted: a turn may make many calls at once.
+ */
+function boundAnswersWaiting(transport: StreamableHTTPClientTransport, end: () => void): void {
+  const send = transport.send.bind(transport);
+  let waiting = 0;
+  transport.send = async (message, options) => {
+    if (!("result" in message || "error" in message)) return send(message, options);
+    if (waiting >= TOOL_ANSWERS_WAITING_MAX) {
+      end();
+      throw new Error(`the tool left ${waiting} answers to its own requests waiting: its session is ended`);
+    }
+    waiting++;
+    try {
+      return await send(message, options);
+    } finally {
+      waiting--;
+    }
+  };
+}
+
 /** A call a tool lists, as the MCP server names it. */
 export interface ListedCall {
   call: string;
@@ -207,7 +236,7 @@ export class ToolSession {
     if (source.type === "stdio") {
       readLinesWhole(transport as StdioClientTransport, sdk);
       boundUnread(transport as StdioClientTransport, () => void session.close());
-    }
+    } else boundAnswersWaiting(transport as StreamableHTTPClientTransport, () => void session.close());
     // Set before connect so the Client chains it: for stdio it fires when the child has exited.
     const exited = new Promise<void>((resolve) => {
       transport.onclose = () => resolve();
