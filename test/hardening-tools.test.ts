@@ -368,6 +368,8 @@ describe("a hostile HTTP tool", { timeout: 90_000 }, () => {
    * initialize and tools/list; a call it answers with a stream of pings and nothing else; the answers
    * to its pings it reads and never replies to, each left waiting on its connection.
    */
+  const Message = z.object({ id: z.unknown().optional(), method: z.string().optional(), params: z.object({ protocolVersion: z.string().optional() }).loose().optional() }).loose();
+
   async function flooding(pings: number): Promise<{ url: string; answers: () => number; connections: () => number }> {
     let answers = 0;
     let connections = 0;
@@ -377,7 +379,7 @@ describe("a hostile HTTP tool", { timeout: 90_000 }, () => {
       req.on("end", (): void => {
         if (req.method === "DELETE") return void res.writeHead(200).end();
         if (req.method !== "POST") return void res.writeHead(405).end();
-        const msg = JSON.parse(Buffer.concat(chunks).toString("utf8")) as { id?: unknown; method?: string; params?: { protocolVersion?: string } };
+        const msg = Message.parse(JSON.parse(Buffer.concat(chunks).toString("utf8")));
         const json = (result: unknown): void => void res.writeHead(200, { "content-type": "application/json", "mcp-session-id": "s1" }).end(JSON.stringify({ jsonrpc: "2.0", id: msg.id, result }));
         if (msg.method === "initialize") return json({ protocolVersion: msg.params?.protocolVersion, capabilities: { tools: {} }, serverInfo: { name: "flood", version: "1" } });
         if (msg.method === "tools/list") return json({ tools: [{ name: "flood", description: "Floods its client with pings.", inputSchema: { type: "object" } }] });
