@@ -332,16 +332,21 @@ export function createAgentApp(state: AcpState, outbox: Outbox, connection = new
         const untitled = titleNow() === undefined;
         // Owed until this prompt's answer has been written to the client (`_link/recover`).
         const debt = owe(sessions.conversation(session.thread), log);
+        // A prompt no turn answered (it failed, or the process is stopping) owes nothing.
+        let unanswered = false;
         // The request's own signal is not the turn's: a client that goes away leaves its turn to finish and be kept.
         try {
-          return promptResponse(await turns.prompt(key, message, verbosityOf(settings, link.verbosity), startTurn(session, settings), sub));
+          return promptResponse(await turns.prompt(key, message, verbosityOf(settings, link.verbosity), startTurn(session, settings), sub, debt));
+        } catch (e) {
+          unanswered = true;
+          throw e;
         } finally {
           // A conversation's first message gives it its title: the client is told, as session/list would.
           const title = untitled ? titleNow() : undefined;
           if (typeof title === "string") sub.send({ sessionUpdate: "session_info_update", title, updatedAt: new Date().toISOString() });
           // The turn's updates reach the client before its answer does, whatever the answer.
           await outbox.flushed();
-          debt.settle(connection.written(requestId));
+          debt.settle(unanswered ? Promise.resolve(true) : connection.written(requestId));
         }
       }),
     )
@@ -383,5 +388,5 @@ export function createAgentApp(state: AcpState, outbox: Outbox, connection = new
         throw acp.RequestError.invalidRequest(params, `the message nests arrays and objects deeper than this agent's limit of ${params.max}`);
       }),
     );
-  return withLinkMethods(app, { key: deps.key, agent: deps.agent, log }, connection);
+  return withLinkMethods(app, { key: deps.key, agent: deps.agent, served, log }, connection);
 }

@@ -4,59 +4,64 @@
 // live process holds, once, and removes the file once that answer in turn was written.
 import { randomBytes } from "node:crypto";
 import { EVENT_KINDS, type Event, type Numbered, type RecoveredAnswer } from "../protocol/index.js";
-import { lastEventNumber, listOwed, owedName, processAlive, readEventsFrom, removeOwed, writeOwed, type AgentRef, type ConversationPaths, type Owed } from "../store/index.js";
+import { claimOwed, listOwed, owedName, processAlive, readEventsFrom, removeOwed, writeOwed, type AgentRef, type ConversationPaths, type Owed } from "../store/index.js";
 import type { Logger } from "./deps.js";
+import type { Owing } from "./turns.js";
 
 /** Owed files of this process's prompts still being answered: no recovery hands them over. */
 const live = new Set<string>();
 /** Owed files a recovery handed over, until its answer was written (then removed) or not (then owed again). */
 const handed = new Set<string>();
 
-/** A prompt's debt: settled once its answer was written to the client, else left for a recovery. */
-export interface Debt {
+/**
+ * A prompt's debt: marked where its turn wrote it (the owed file made then), and settled once its
+ * answer was written to the client, else left for a recovery.
+ */
+export interface Debt extends Owing {
   /** `written` tells whether the prompt's answer reached the client. */
   settle(written: Promise<boolean>): void;
 }
-
-const nothing: Debt = { settle: () => undefined };
 
 /** Where this process's owed files' ids start: random, so a later process given the same pid names its own apart. */
 let owedIds = randomBytes(8).readBigUInt64BE();
 
 /**
- * Owes the prompt's answer from the conversation's last event now: its owed file is written at the
- * next pass of the event loop, once its turn's request is on its way (making a file costs this disk
- * a quarter of a millisecond, which the request needn't wait for), and long before any answer can
- * come back to be written. A folder that can't take it costs only its recovery.
+ * Owes the prompt's answer. Its owed file is written once the turn that answers it says where it
+ * wrote the message (`mark`: the last event before it, read under the conversation's lock), and
+ * written again should a message that steers the turn come after it: the turn's last answer is
+ * theirs together. A prompt waiting behind another turn owes nothing until its own turn takes it.
+ * Each write is made at the next pass of the event loop, once the turn's request is on its way
+ * (making a file costs this disk a quarter of a millisecond, which the request needn't wait for),
+ * and long before any answer can come back to be written. A folder that can't take it costs only
+ * its recovery.
  */
 export function owe(conv: ConversationPaths, log: Logger): Debt {
   // The next id of the process's own: random bytes drawn for each cost a system call a prompt.
   owedIds = BigInt.asUintN(64, owedIds + 1n);
   const name = owedName(owedIds.toString(16).padStart(16, "0"));
   const path = `${conv.dir}/${name}`;
-  const cannot = (e: unknown) =>
-    log.warn("the prompt's answer can't be recovered should it not reach the client", { thread: conv.thread, error: (e as Error).message });
-  let after: number;
-  try {
-    after = lastEventNumber(conv);
-  } catch (e) {
-    cannot(e);
-    return nothing;
-  }
   live.add(path);
-  const made = new Promise<boolean>((resolve) =>
-    setImmediate(() => {
-      try {
-        writeOwed(conv, name, after);
-        resolve(true);
-      } catch (e) {
-        cannot(e);
-        resolve(false);
-      }
-    }),
-  );
+  /** Whether the file is there: each write resolves it, one that fails as the write before it left it. */
+  let made = Promise.resolve(false);
+  let settled = false;
   return {
+    mark(after) {
+      if (settled) return;
+      const before = made;
+      made = new Promise<boolean>((resolve) =>
+        setImmediate(() => {
+          try {
+            writeOwed(conv, name, after);
+            resolve(true);
+          } catch (e) {
+            log.warn("the prompt's answer can't be recovered should it not reach the client", { thread: conv.thread, error: (e as Error).message });
+            resolve(before);
+          }
+        }),
+      );
+    },
     settle(written) {
+      settled = true;
       void Promise.all([written, made]).then(([ok, owed]) => {
         live.delete(path);
         if (ok && owed) removeOwed(conv, name);
@@ -66,14 +71,22 @@ export function owe(conv: ConversationPaths, log: Logger): Debt {
 }
 
 /**
- * The answer of the turn a prompt began after `after`: its last answer with text, once the turn
- * finished (a final answer, one that calls no tool). A turn that failed, was cancelled or never
- * finished, or a command (answered by the harness, not the model), has none.
+ * The answer of the turn that wrote a prompt's message after event `after`: its last answer with
+ * text, once the turn finished (a final answer, one that calls no tool). A turn that failed, was
+ * cancelled or never finished has none.
  */
 export function answerAfter(conv: ConversationPaths, after: number): Numbered | undefined {
   let last: Numbered | undefined;
+  // A command written before the message by a writer that takes no lock (a model set meanwhile) is
+  // not the turn's; anything else there means the message was never written.
+  let asked = false;
   for (const e of readEventsFrom(conv, after + 1)) {
     const event: Event = e.event;
+    if (!asked) {
+      if (event.kind === EVENT_KINDS.command) continue;
+      if (event.kind !== EVENT_KINDS.message || event.role !== "user") return undefined;
+      asked = true;
+    }
     if (event.kind === EVENT_KINDS.command || event.kind === EVENT_KINDS.failure) return undefined;
     if (event.kind !== EVENT_KINDS.message || event.role !== "assistant") continue;
     if (event.text.trim()) last = e;
@@ -102,11 +115,21 @@ export function recover(agent: AgentRef, written: Promise<boolean>, log: Logger,
   const taken: Owed[] = [];
   let size = 0;
   let more = false;
-  for (const o of owed.sort((a, b) => a.thread.localeCompare(b.thread) || a.after - b.after)) {
-    const path = `${o.conv.dir}/${o.name}`;
-    if (live.has(path) || handed.has(path)) continue;
+  for (const listed of owed.sort((a, b) => a.thread.localeCompare(b.thread) || a.after - b.after)) {
+    const listedPath = `${listed.conv.dir}/${listed.name}`;
+    if (live.has(listedPath) || handed.has(listedPath)) continue;
     // Another live process owes it: its own client may still get it.
-    if (o.pid !== process.pid && processAlive(o.pid)) continue;
+    if (listed.pid !== process.pid && processAlive(listed.pid)) continue;
+    // A gone process's, taken for this one first: another process's recovery may look at it too.
+    let o: Owed | undefined;
+    try {
+      o = claimOwed(listed);
+    } catch (e) {
+      log.warn("an owed answer's file could not be taken", { thread: listed.thread, error: (e as Error).message });
+      continue;
+    }
+    if (o === undefined) continue;
+    const path = `${o.conv.dir}/${o.name}`;
     let found: Numbered | undefined;
     try {
       found = answerAfter(o.conv, o.after);

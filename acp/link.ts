@@ -9,6 +9,7 @@ import type { AgentRef } from "../store/index.js";
 import { recover } from "./delivery.js";
 import type { Logger } from "./deps.js";
 import { invalidParams } from "./errors.js";
+import { ParamsError, SessionLink, parseLink } from "./meta.js";
 
 export const LINK_METHODS = {
   prove: "_link/prove",
@@ -153,14 +154,31 @@ export function unproved(method: unknown): acp.RequestError {
 export interface LinkAgent {
   key: string | undefined;
   agent: AgentRef;
+  /** The names a request may give the agent in `_meta.link.agent`. */
+  served: string | readonly string[];
   log: Logger;
+}
+
+/** Refuses -32602 a request whose `_meta.link` can't be read or names an agent this connection doesn't serve, as every method does. */
+function forThisAgent(params: unknown, served: string | readonly string[]): void {
+  const meta = params !== null && typeof params === "object" ? (params as { _meta?: unknown })._meta : undefined;
+  try {
+    parseLink(SessionLink, meta !== null && typeof meta === "object" ? (meta as Record<string, unknown>) : undefined, served);
+  } catch (e) {
+    if (e instanceof ParamsError) throw invalidParams(e.message);
+    throw e;
+  }
 }
 
 /** Registers Link's methods on a connection's app: the proof, the recovery, and the stand-in refused until the proof is made. */
 export function withLinkMethods(app: acp.AgentApp, a: LinkAgent, conn: LinkConnection): acp.AgentApp {
   return app
-    .onRequest(LINK_METHODS.prove, z.unknown(), ({ params }) => prove(a.key, conn, params))
+    .onRequest(LINK_METHODS.prove, z.unknown(), ({ params }) => {
+      forThisAgent(params, a.served);
+      return prove(a.key, conn, params);
+    })
     .onRequest(LINK_METHODS.recover, z.unknown(), ({ params, requestId }) => {
+      forThisAgent(params, a.served);
       const parsed = RecoverParams.safeParse(params ?? {});
       if (!parsed.success) throw invalidParams("_link/recover takes an object, {}");
       const { answers, more } = recover(a.agent, conn.written(requestId), a.log);

@@ -29,8 +29,15 @@ export class TurnFailed extends Error {
   }
 }
 
+/** What a message's answer is owed by: told where the turn that answers it wrote the message (`_link/recover`). */
+export interface Owing {
+  /** The turn that answers the message writes it, or another it answers too, after event `after`. */
+  mark(after: number): void;
+}
+
 interface Waiting {
   message: IncomingMessage;
+  owing: Owing | undefined;
   verbosity: Verbosity;
   /** How its own session starts a turn: one that arrived too late to steer runs as its own. */
   start: StartTurn;
@@ -86,11 +93,11 @@ export class Turns {
    * Answers the message: a new turn of the conversation `key`, or, while one runs, a message that
    * steers it. Resolves with the outcome of the turn that answered it; rejects with TurnFailed.
    */
-  prompt(key: string, msg: IncomingMessage, verbosity: Verbosity, start: StartTurn, subscriber: Subscriber): Promise<TurnOutcome> {
+  prompt(key: string, msg: IncomingMessage, verbosity: Verbosity, start: StartTurn, subscriber: Subscriber, owing?: Owing): Promise<TurnOutcome> {
     if (this.stopping) return Promise.reject(new StoppingError());
     let waiting!: Waiting;
     const answer = new Promise<TurnOutcome>((resolve, reject) => {
-      waiting = { message: msg, verbosity, start, resolve, reject };
+      waiting = { message: msg, owing, verbosity, start, resolve, reject };
     });
     const run = this.running.get(key);
     if (run) {
@@ -139,7 +146,11 @@ export class Turns {
       let outcome: TurnOutcome | undefined;
       let error: unknown;
       try {
-        outcome = await current.start(current.message, steering, run.controller.signal, (report) => broadcast(updates.map(report)));
+        outcome = await current.start(current.message, steering, run.controller.signal, (report) => {
+          // Each message the turn took is answered by its last answer from the message it writes now on.
+          if (report.type === "asked") for (const w of answered) w.owing?.mark(report.after);
+          else broadcast(updates.map(report));
+        });
       } catch (e) {
         error = e;
       }

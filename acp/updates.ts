@@ -93,6 +93,7 @@ export class TurnUpdates {
         return [usageUpdate(report)];
       case "prompt_changed":
       case "warning":
+      case "asked":
         return [];
       default: {
         // A report this layer doesn't know yet is not shown; it must never break the turn that made it.

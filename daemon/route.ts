@@ -44,8 +44,12 @@ export async function route(agents: readonly Routed[], input: ReadableStream<Uin
   const encoder = new TextEncoder();
   const out = output.getWriter();
   const served = agents.map((a) => a.names[0] ?? "").join(", ");
-  /** Initialize requests sent to every agent: only the first agent's answer goes out. */
-  const initializes = new Set<Id>();
+  /**
+   * Initialize requests sent to every agent: only the first agent's answer goes out. For each other
+   * agent, how many answers of each id are its answers to an initialize, left out once each: a
+   * client may use the id again for any request after, whose answer goes out.
+   */
+  const initializes = agents.map(() => new Map<Id, number>());
   const inputs = agents.map(() => new TransformStream<Uint8Array, Uint8Array>());
   const writers = inputs.map((t) => t.writable.getWriter());
   const connections = agents.map((a, i) =>
@@ -53,9 +57,15 @@ export async function route(agents: readonly Routed[], input: ReadableStream<Uin
       (inputs[i] as TransformStream<Uint8Array, Uint8Array>).readable,
       new WritableStream({
         async write(chunk) {
-          if (i > 0 && initializes.size > 0) {
+          const skip = initializes[i] as Map<Id, number>;
+          if (skip.size > 0) {
             const id = answerId(chunk, decoder);
-            if (id !== undefined && initializes.has(id)) return;
+            const left = id === undefined ? undefined : skip.get(id);
+            if (id !== undefined && left !== undefined) {
+              if (left > 1) skip.set(id, left - 1);
+              else skip.delete(id);
+              return;
+            }
           }
           await out.write(chunk);
         },
@@ -77,7 +87,8 @@ export async function route(agents: readonly Routed[], input: ReadableStream<Uin
       continue;
     }
     if (msg.method === "initialize") {
-      if (isId(msg.id)) initializes.add(msg.id);
+      const id = msg.id;
+      if (isId(id)) initializes.forEach((skip, i) => i > 0 && skip.set(id, (skip.get(id) ?? 0) + 1));
       await Promise.all(writers.map((w) => w.write(line)));
       continue;
     }

@@ -2,8 +2,8 @@
 // served on its own port, as that agent: its own folders, its own tools and key from its `env`, its
 // own sessions, turns and tool host. stdio serves them all, each request routed by the agent its
 // `_meta.link.agent` names. Nothing of one agent's is reachable from another's connection.
-import { readFileSync, statSync } from "node:fs";
-import { isAbsolute, relative, resolve } from "node:path";
+import { readFileSync, realpathSync, statSync } from "node:fs";
+import { basename, dirname, isAbsolute, join, relative, resolve } from "node:path";
 import { SharedAgents, describeIssues, type SharedAgents as SharedAgentsT } from "../protocol/index.js";
 import type { AgentRef } from "../store/paths.js";
 import { checkAgent } from "./check.js";
@@ -20,6 +20,19 @@ export const AGENTS_MAX = 10_000;
 function within(inner: string, outer: string): boolean {
   const r = relative(outer, inner);
   return r === "" || (!r.startsWith("..") && !isAbsolute(r));
+}
+
+/**
+ * Where a path leads, its links followed: the real path of its deepest part that exists, and the
+ * rest as named. Two names of one folder (one through a link) lead to one place.
+ */
+function leadsTo(path: string): string {
+  try {
+    return realpathSync.native(path);
+  } catch {
+    const up = dirname(path);
+    return up === path ? path : join(leadsTo(up), basename(path));
+  }
 }
 
 /** Reads and checks a SharedAgents file: any fault is one line, and nothing is served. */
@@ -68,18 +81,24 @@ export function checkAgents(file: string, agents: SharedAgentsT): SharedAgentsT 
       if (path === undefined) continue;
       if (!isAbsolute(path)) throw say(`agent ${at} (${a.name}): ${what} ${JSON.stringify(path.slice(0, 120))} is not an absolute path`);
     }
-    const own = resolve(a.agent ?? a.files);
+    const own = leadsTo(resolve(a.agent ?? a.files));
     folders.push({ path: own, at, what: "own folder" });
-    if (a.agent !== undefined && resolve(a.files) !== own) folders.push({ path: resolve(a.files), at, what: "files folder" });
+    const files = leadsTo(resolve(a.files));
+    if (a.agent !== undefined && files !== own) folders.push({ path: files, at, what: "files folder" });
   });
-  // One folder named twice (or one inside another's) would let one agent's conversations or tools reach another's.
-  for (const f of folders) {
-    for (const g of folders) {
-      if (g.at <= f.at) continue;
-      if (within(f.path, g.path) || within(g.path, f.path)) {
-        throw say(`agents ${f.at} and ${g.at} share a folder: ${f.what} ${f.path} and ${g.what} ${g.path}; each agent's folders are its own`);
-      }
+  // One folder named twice (or one inside another's, or one through a link) would let one agent's
+  // conversations or tools reach another's. In the order of their paths part by part, a folder inside
+  // another comes after it, with only folders inside it between: each is checked against those it may be in.
+  const key = (path: string) => path.replaceAll("/", "\u0000");
+  const outer: { path: string; at: number; what: string }[] = [];
+  for (const f of folders.slice().sort((x, y) => (key(x.path) < key(y.path) ? -1 : key(x.path) > key(y.path) ? 1 : x.at - y.at))) {
+    while (outer.length > 0 && !within(f.path, (outer.at(-1) as (typeof outer)[number]).path)) outer.pop();
+    const g = outer.find((o) => o.at !== f.at);
+    if (g !== undefined) {
+      const [first, second] = g.at < f.at ? [g, f] : [f, g];
+      throw say(`agents ${first.at} and ${second.at} share a folder: ${first.what} ${first.path} and ${second.what} ${second.path}; each agent's folders are its own`);
     }
+    outer.push(f);
   }
   for (const a of agents) checkAgent(resolve(a.agent ?? a.files));
   return agents;

@@ -52,6 +52,27 @@ export function removeOwed(conv: ConversationPaths, name: string): void {
   removeQuiet(conv, name);
 }
 
+/**
+ * Takes an owed file of a process that is gone for this one: renamed, in the checked folder, to a
+ * name of this process's (the same id), which no other process's recovery hands over while this one
+ * lives. Of two processes that take one file at once, one does; the other gets undefined. A file
+ * this process made is its own already.
+ */
+export function claimOwed(o: Owed): Owed | undefined {
+  if (o.pid === process.pid) return o;
+  const id = OWED_NAME.exec(o.name)?.[2];
+  if (id === undefined) return undefined;
+  const name = owedName(id);
+  try {
+    withFolder(o.conv, (folder) => renameSync(folder.at(o.name), folder.at(name)), { make: false });
+  } catch (e) {
+    // Taken by another process first, or the folder is gone or a link now.
+    if (isErrno(e, "ENOENT") || e instanceof StoreError) return undefined;
+    throw e;
+  }
+  return { ...o, name, pid: process.pid };
+}
+
 /** Every owed file of the agent's conversations, any process's. A file that can't be read is named in `faults`. */
 export function listOwed(agent: AgentRef): { owed: Owed[]; faults: string[] } {
   const owed: Owed[] = [];

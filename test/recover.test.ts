@@ -169,3 +169,136 @@ describe("_link/recover", () => {
     expect(existsSync(paths({ dir }).conversation(sessionId).dir)).toBe(true);
   });
 });
+
+describe("_link/recover hands over the answer of the turn that took the prompt", () => {
+  const answerOf = (dir: string, thread: string, text: string) =>
+    readEventsFrom(paths({ dir }).conversation(thread), 1).find((e) => e.event.kind === "message" && e.event.role === "assistant" && e.event.text === text)?.n;
+
+  it("a prompt that steered a turn, and the one the turn began with, owe the turn's last answer, once", async () => {
+    const { dir, d, c, sessionId } = await onSocket();
+    const release = deferred();
+    server.script(
+      async () => {
+        await release.promise;
+        return { text: "the first answer, to the first prompt alone" };
+      },
+      { text: "the last answer, to both" },
+    );
+    c.send({ id: 3, method: "session/prompt", params: { sessionId, prompt: [{ type: "text", text: "one" }] } });
+    await server.waitForRequest(1);
+    // Read by the daemon while the model answers the first: it steers the turn.
+    c.send({ id: 4, method: "session/prompt", params: { sessionId, prompt: [{ type: "text", text: "two, steering" }] } });
+    await new Promise((r) => setTimeout(r, 300));
+    // The client leaves before the turn ends: neither prompt's answer reaches it.
+    c.conn.destroy();
+    release.resolve();
+    await d.waitForLog(/"turn ended"/);
+    const last = answerOf(dir, sessionId, "the last answer, to both");
+    expect(last).toBeDefined();
+    await d.stop("SIGKILL");
+    const again = watched(startDaemon(["--agent", dir]), cleanup);
+    const client = await stdioClient(again, cleanup);
+    expect((await recover(client)).answers.map((a) => [a.event, a.text])).toEqual([[last, "the last answer, to both"]]);
+    expect(await recover(client)).toEqual({ answers: [] });
+  });
+
+  it("a prompt waiting behind another conversation's turn of its chat owes nothing of that turn's delivered answer, and nothing of its own unfinished one", async () => {
+    const { dir, d, c, sessionId: chat } = await onSocket();
+    server.script({ text: "hello" });
+    await c.ask(3, "session/prompt", { sessionId: chat, prompt: [{ type: "text", text: "first" }] });
+    await c.ask(4, "session/prompt", { sessionId: chat, prompt: [{ type: "text", text: "/chat:create b" }] });
+    const main = `${chat}~main`;
+    const b = `${chat}~b`;
+    await c.ask(5, "session/resume", { sessionId: main, cwd: dir, mcpServers: [] });
+    await c.ask(6, "session/resume", { sessionId: b, cwd: dir, mcpServers: [] });
+    const release = deferred();
+    const never = deferred();
+    server.script(
+      async () => {
+        await release.promise;
+        return { text: "main's answer, delivered" };
+      },
+      async () => {
+        await never.promise;
+        return { text: "b's answer, never" };
+      },
+    );
+    cleanup.push(() => never.resolve());
+    const toMain = c.ask(7, "session/prompt", { sessionId: main, prompt: [{ type: "text", text: "to main" }] });
+    await server.waitForRequest(2);
+    // b's prompt waits for main's turn, which holds the chat's lock.
+    c.send({ id: 8, method: "session/prompt", params: { sessionId: b, prompt: [{ type: "text", text: "to b" }] } });
+    await new Promise((r) => setTimeout(r, 300));
+    release.resolve();
+    expect(await toMain).toMatchObject({ result: { stopReason: "end_turn" } });
+    // b's turn asks the model, and the daemon is killed while it does.
+    await server.waitForRequest(3);
+    await d.stop("SIGKILL");
+    const again = watched(startDaemon(["--agent", dir]), cleanup);
+    expect(await recover(await stdioClient(again, cleanup))).toEqual({ answers: [] });
+  });
+
+  it("of two processes that recover one gone process's answer at once, one hands it over", async () => {
+    const { dir, d, c, sessionId } = await onSocket();
+    const release = deferred();
+    // Far more than a socket holds: a client that reads nothing leaves the answer to its recover unwritten.
+    const big = `${"the one answer ".repeat(200_000)}end`;
+    server.script(async () => {
+      await release.promise;
+      return { text: big };
+    });
+    c.send({ id: 3, method: "session/prompt", params: { sessionId, prompt: [{ type: "text", text: "hi" }] } });
+    await server.waitForRequest(1);
+    c.conn.destroy();
+    release.resolve();
+    await d.waitForLog(/"turn ended"/);
+    await d.stop("SIGKILL");
+    const sockets = [join(dir, "..", "one.sock"), join(dir, "..", "two.sock")];
+    const clients = [];
+    for (const socket of sockets) {
+      const p = watched(startDaemon(["--agent", dir, "--socket", socket]), cleanup);
+      await p.waitForLog(/"serving ACP"/);
+      const k = await rawClient(socket);
+      await k.ask(1, "initialize", { protocolVersion: 1, clientCapabilities: {} });
+      clients.push(k);
+    }
+    const [first, second] = clients as [Awaited<ReturnType<typeof rawClient>>, Awaited<ReturnType<typeof rawClient>>];
+    // The first reads nothing while it is answered; the second asks meanwhile.
+    first.conn.pause();
+    const fromFirst = first.ask(2, "_link/recover", {});
+    await new Promise((r) => setTimeout(r, 500));
+    const fromSecond = (await second.ask(2, "_link/recover", {})) as { result: Recovered };
+    expect(fromSecond.result.answers).toEqual([]);
+    first.conn.resume();
+    const got = (await fromFirst) as { result: Recovered };
+    expect(got.result.answers.map((a) => a.text.length)).toEqual([big.length]);
+  });
+
+  it("refuses -32602, handing over nothing, when _meta.link.agent names an agent the connection doesn't serve", async () => {
+    const { dir, socket } = place();
+    const d = watched(startDaemon(["--agent", dir, "--socket", socket]), cleanup);
+    await d.waitForLog(/"serving ACP"/);
+    const { stream, socket: conn } = await socketStream(socket);
+    const leaving = await openClient(stream);
+    const { sessionId } = await leaving.agent.request(acp.methods.agent.session.new, { cwd: dir, mcpServers: [] });
+    const release = deferred();
+    server.script(async () => {
+      await release.promise;
+      return { text: "the agent's own answer" };
+    });
+    void leaving.agent.request(acp.methods.agent.session.prompt, { sessionId, prompt: [{ type: "text", text: "wait" }] }).catch(() => undefined);
+    await server.waitForRequest(1);
+    conn.destroy();
+    release.resolve();
+    await d.waitForLog(/"turn ended"/);
+    const { stream: s2 } = await socketStream(socket);
+    const other = await openClient(s2);
+    cleanup.push(() => other.close());
+    const refused = await other.agent.request("_link/recover", { _meta: { link: { agent: "someone-else" } } }).then(
+      () => undefined,
+      (e: unknown) => e,
+    );
+    expect(refused).toMatchObject({ code: -32602, message: expect.stringContaining('not "someone-else"') });
+    expect((await recover(other)).answers.map((a) => a.text)).toEqual(["the agent's own answer"]);
+  });
+});

@@ -2,10 +2,12 @@
 // names, each answering from its own folder, instructions and tools, never another's, turns of all
 // three running at once.
 import { createHmac } from "node:crypto";
-import { existsSync, mkdirSync, readFileSync, readdirSync, writeFileSync } from "node:fs";
+import { existsSync, mkdirSync, readFileSync, readdirSync, symlinkSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
+import { createInterface } from "node:readline";
 import * as acp from "@agentclientprotocol/sdk";
 import { describe, expect, it } from "vitest";
+import { z } from "zod";
 import { CLIENT_PROOF_PREFIX } from "../acp/link.js";
 import { paths } from "../store/index.js";
 import { answerText, configure, daemonTestHooks, failure, openClient, portStream, scriptedSettings, servedPort, startDaemon, stdioClient, tempDir, watched, type Client } from "./acp-client.js";
@@ -147,6 +149,8 @@ describe("--agents", () => {
 
   it("refuses a file that is not SharedAgents, names one folder or name twice, or an agent without settings, and a port in use: one line, exit 2, nothing served", async () => {
     const { root, agents } = threeAgents();
+    const linkToAlpha = join(root, "link-to-alpha");
+    symlinkSync(join(agents[0]?.agent as string, ".."), linkToAlpha);
     const busy = await freePort();
     const blocker = watched(startDaemon(["--agent", agents[0]?.agent as string, "--port", String(busy)], linkFreeEnv()), cleanup);
     await servedPort(blocker);
@@ -157,6 +161,10 @@ describe("--agents", () => {
       ["a field unknown", [{ ...agents[0], extra: 1 }], /not a SharedAgents list/],
       ["one folder twice", [agents[0], { ...agents[1], agent: agents[0]?.agent }], /share a folder/],
       ["a folder inside another's", [agents[0], { ...agents[1], files: join(agents[0]?.agent as string, "inside") }], /share a folder/],
+      // beta's folder named through a link to alpha's: one folder, two names.
+      ["one folder through a link", [agents[0], { ...agents[1], agent: join(linkToAlpha, "own") }], /share a folder/],
+      ["a files folder through a link", [agents[0], { ...agents[1], files: join(linkToAlpha, "own", "files-of-beta") }], /share a folder/],
+      ["a folder inside another's, named before it", [{ ...agents[1], files: join(agents[0]?.agent as string, "a-b") }, agents[0]], /agents 0 and 1 share a folder/],
       ["one name twice", [agents[0], { ...agents[1], id: "alpha" }], /both called "alpha"/],
       ["one port twice", [{ ...agents[0], port: 4567 }, { ...agents[1], port: 4567 }], /both on port 4567/],
       ["a relative path", [{ ...agents[0], files: "files" }], /not an absolute path/],
@@ -176,6 +184,28 @@ describe("--agents", () => {
     // Nothing was written for any agent.
     for (const a of agents) expect(existsSync(join(a.agent as string, "chats")), a.name).toBe(false);
   });
+  it("on stdio, answers every agent's request that uses the id its initialize used, once that was answered", async () => {
+    const { file } = threeAgents();
+    const d = watched(startDaemon(["--agents", file], linkFreeEnv()), cleanup);
+    const got: { id?: unknown; result?: unknown; error?: unknown }[] = [];
+    createInterface({ input: d.child.stdout as NodeJS.ReadableStream }).on("line", (line) => {
+      got.push(z.object({ id: z.unknown(), result: z.unknown(), error: z.unknown() }).partial().loose().parse(JSON.parse(line)));
+    });
+    const send = (msg: object) => d.child.stdin?.write(`${JSON.stringify({ jsonrpc: "2.0", ...msg })}\n`);
+    const answered = async (n: number) => {
+      for (let i = 0; i < 400 && got.filter((m) => m.id === 1).length < n; i++) await new Promise((r) => setTimeout(r, 10));
+      return got.filter((m) => m.id === 1);
+    };
+    send({ id: 1, method: "initialize", params: { protocolVersion: 1, clientCapabilities: {} } });
+    expect(await answered(1)).toHaveLength(1);
+    for (const [n, agent] of [[2, "alpha"], [3, "beta"], [4, "gamma"]] as const) {
+      send({ id: 1, method: "session/list", params: { _meta: { link: { agent } } } });
+      const answers = await answered(n);
+      expect(answers, agent).toHaveLength(n);
+      expect(answers.at(-1), agent).toMatchObject({ result: { sessions: [] } });
+    }
+  });
+
   it("keeps memory's session per agent: two agents naming the same memory command each get a session of their own", async () => {
     const tmp = tempDir("lnk-shared-memory-");
     cleanup.push(() => tmp.remove());

@@ -282,6 +282,7 @@ class Turn {
     // The message is flushed while the model is asked; should writing it fail, the ask is cut short.
     const notWritten = new AbortController();
     const opening = this.writeAhead(userEvent(this.input.message, inputs), history);
+    this.listener({ type: "asked", after: (history.events.at(-1)?.n ?? 1) - 1 });
     this.question = opening;
     opening.catch((e: unknown) => notWritten.abort(e));
     const signal = either(this.signal, notWritten.signal);
@@ -294,7 +295,10 @@ class Turn {
       const steering = [...this.pendingSteer.splice(0), ...(this.input.steering?.take() ?? [])];
       // A message more may drop what came before: counted with the budget.
       if (steering.length > 0) await windowKnown();
-      for (const m of steering) await this.write(userEvent(m, inputs), history);
+      for (const m of steering) {
+        const n = await this.write(userEvent(m, inputs), history);
+        this.listener({ type: "asked", after: n - 1 });
+      }
       const callNothing = round >= MAX_ROUNDS;
       const messages: ChatMessage[] = [{ role: "system", content: system }, ...eventsToMessages(history.window(), { tools: calls.length > 0 })];
       let answer: ModelAnswer;

@@ -67,6 +67,11 @@ export type TurnEvent =
   | { type: "prompt_changed"; sections: SectionName[] }
   /** The chat's verbosity as its own /verbosity:set chose it, found once the conversation is read. */
   | { type: "verbosity"; verbosity: Verbosity }
+  /**
+   * The turn's question, or a message that steers it, is written next after event `after`: the
+   * turn's last answer from there on answers it, and every message the turn took before it.
+   */
+  | { type: "asked"; after: number }
   /** Something went wrong that doesn't fail the turn (a derived file not written): for the log. */
   | { type: "warning"; message: string };
 
