@@ -185,9 +185,9 @@ export function createAgentApp(state: AcpState, outbox: Outbox, connection = new
   };
 
   const startTurn =
-    (session: SessionState, settings: Settings | undefined): StartTurn =>
+    (session: SessionState, settings: Settings | undefined, mcpServers = session.mcpServers): StartTurn =>
     async (message, steering, signal, listener) => {
-      const toolServers = deps.discoverTools?.(settings?.tools, session.mcpServers) ?? [];
+      const toolServers = deps.discoverTools?.(settings?.tools, mcpServers) ?? [];
       let tools;
       try {
         if (toolServers.length > 0) tools = await deps.toolHost?.();
@@ -336,7 +336,7 @@ export function createAgentApp(state: AcpState, outbox: Outbox, connection = new
         let unanswered = false;
         // The request's own signal is not the turn's: a client that goes away leaves its turn to finish and be kept.
         try {
-          return promptResponse(await turns.prompt(key, message, verbosityOf(settings, link.verbosity), startTurn(session, settings), sub, debt));
+          return promptResponse(await turns.prompt(key, message, verbosityOf(settings, link.verbosity), startTurn(session, settings, arrived.mcpServers), sub, debt));
         } catch (e) {
           unanswered = true;
           throw e;

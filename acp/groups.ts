@@ -6,9 +6,15 @@ import { isThread } from "../store/index.js";
 import { ParamsError } from "./meta.js";
 import type { Sessions, SessionState } from "./sessions.js";
 
-/** The conversation of a group: `<channel>-<group>`, a thread name like any other. */
+/**
+ * The conversation of a group: `<channel>-<group>`, a thread name like any other. Its channel holds
+ * no `-`, so no two groups share one (`team-a` and `42`, `team` and `a-42`), and neither holds `~`,
+ * which names a conversation of a chat in a session's id (`slack-g~side` is chat `slack-g`'s).
+ */
 export function groupThread(channel: string | undefined, group: string): string {
   if (channel === undefined) throw new ParamsError("_meta.link: group: a group needs its channel");
+  if (channel.includes("-")) throw new ParamsError(`_meta.link: channel: a group's channel holds no "-", which parts it from the group's id in its conversation's name`);
+  if (channel.includes("~") || group.includes("~")) throw new ParamsError(`_meta.link: group: a group's channel and id hold no "~", which names a conversation of a chat`);
   const thread = `${channel}-${group}`;
   if (!isThread(thread)) throw new ParamsError(`_meta.link: group: ${JSON.stringify(thread.slice(0, 80))} is not a usable thread name`);
   return thread;

@@ -345,6 +345,24 @@ describe("/help, /status and unknown commands", { timeout: 60_000 }, () => {
     }
   });
 
+  it("/status names the endpoint without its credentials or its query, which a group would read", async () => {
+    const folder = tempDir("lnk-commands-");
+    cleanup.push(() => folder.remove());
+    const settings = scriptedSettings(server.url) as { model: Record<string, unknown> };
+    const base = new URL(server.url);
+    base.username = "proxyuser";
+    base.password = "sk-PASSWORD-0123456789";
+    base.search = "api_key=sk-QUERY-0123456789";
+    configure(folder.path, { ...settings, model: { ...settings.model, base_url: base.href } });
+    const { c, sessionId } = await session(folder.path);
+    // Asked of the endpoint meanwhile: its runtime's window, no answer.
+    const from = c.updates.length;
+    expect(await prompt(c, sessionId, "/status")).toMatchObject({ stopReason: "end_turn" });
+    const status = replies(c, from).text;
+    expect(status).toContain(`at ${new URL(server.url).href.replace(/\/$/, "")}`);
+    expect(status).not.toMatch(/sk-PASSWORD|sk-QUERY|proxyuser/);
+  });
+
   it("/status tells the model, provider, window and the last turn's tokens", async () => {
     const dir = agentDir();
     const { c, sessionId } = await session(dir);

@@ -7,7 +7,7 @@ import * as acp from "@agentclientprotocol/sdk";
 import { describe, expect, it } from "vitest";
 import { paths, readEventsFrom } from "../store/index.js";
 import { answerText, configure, daemonTestHooks, failure, scriptedSettings, startDaemon, stdioClient, tempDir, watched } from "./acp-client.js";
-import { BIN } from "./fixtures/built.js";
+import { BIN, ROOT } from "./fixtures/built.js";
 import { linkFreeEnv } from "./fixtures/env.js";
 import type { ModelServer } from "./model-server.js";
 
@@ -53,6 +53,42 @@ describe("groups", () => {
     expect(sent).toContain("[2026-11-30 10:00 UTC · telegram · Ann (u1)]\\nhi, it's Ann");
     expect(sent).toContain("[2026-11-30 10:01 UTC · telegram · Bob (u2)]\\nand Bob here");
     expect(sent).toContain("hello Ann");
+  });
+
+  it("a group's message is answered with the tools of the session it arrived on, never those of the session that opened the group", async () => {
+    const dir = agentDir();
+    const d = watched(startDaemon(["--agent", dir], linkFreeEnv()), cleanup);
+    const c = await stdioClient(d, cleanup);
+    const everything: acp.McpServer = { name: "everything", command: process.execPath, args: [join(ROOT, "node_modules/@modelcontextprotocol/server-everything/dist/index.js"), "stdio"], env: [] };
+    const editor = (await c.agent.request(acp.methods.agent.session.new, { cwd: dir, mcpServers: [everything] })).sessionId;
+    const bridge = (await c.agent.request(acp.methods.agent.session.new, { cwd: dir, mcpServers: [] })).sessionId;
+    const group = { group: "public", channel: "slack" };
+    const offered = () => ((server.requests.at(-1)?.body as { tools?: unknown[] }).tools ?? []).length;
+    server.script({ text: "noted" }, { text: "none for you" });
+    await c.agent.request(acp.methods.agent.session.prompt, { sessionId: editor, prompt: text("note this"), _meta: { link: { ...group, from: { id: "me", owner: true } } } });
+    expect(offered()).toBeGreaterThan(0);
+    await c.agent.request(acp.methods.agent.session.prompt, { sessionId: bridge, prompt: text("what tools?"), _meta: { link: { ...group, from: { id: "stranger", owner: false } } } });
+    expect(offered()).toBe(0);
+  });
+
+  it("a group's channel holds no '-' and neither it nor the group's id a '~': two groups never share a conversation, nor take a chat's", async () => {
+    const dir = agentDir();
+    const d = watched(startDaemon(["--agent", dir], linkFreeEnv()), cleanup);
+    const c = await stdioClient(d, cleanup);
+    const sessionId = (await c.agent.request(acp.methods.agent.session.new, { cwd: dir, mcpServers: [] })).sessionId;
+    const from = { id: "u1", owner: false };
+    for (const link of [
+      { channel: "team-a", group: "42" },
+      { channel: "slack", group: "g~side" },
+      { channel: "sl~ack", group: "g" },
+    ]) {
+      expect(await failure(c.agent.request(acp.methods.agent.session.prompt, { sessionId, prompt: text("hi"), _meta: { link: { ...link, from } } })), JSON.stringify(link)).toMatchObject({ code: -32602 });
+    }
+    expect(server.requests).toHaveLength(0);
+    // "team" and "a-42" is a group as any other.
+    server.script({ text: "hello" });
+    await c.agent.request(acp.methods.agent.session.prompt, { sessionId, prompt: text("hi"), _meta: { link: { channel: "team", group: "a-42", from } } });
+    expect(readEventsFrom(paths({ dir }).conversation("team-a-42"), 1)).toHaveLength(2);
   });
 
   it("a message that was only a mention is ignored: an empty end_turn, no event, no model call; elsewhere an empty prompt is still refused", async () => {

@@ -7,6 +7,8 @@ import { History } from "./history.js";
 import { conversationUsage } from "./usage.js";
 import { composeSections, systemPrompt } from "./sections.js";
 import { roughTokens } from "./window.js";
+import { redactor, settingsSecrets } from "./redact.js";
+import { endpointName } from "./runtime.js";
 
 export interface StatusInput {
   agent: AgentRef;
@@ -63,7 +65,7 @@ export async function statusLines(input: StatusInput): Promise<string[]> {
   const last = lastTurnUsage(history.events);
   const lines = [
     `Conversation: ${history.conversation ?? "main"} of chat ${input.thread}`,
-    `Model: ${model} (${whose}), provider ${settings.model.provider}, at ${settings.model.base_url}`,
+    `Model: ${model} (${whose}), provider ${settings.model.provider}, at ${redactor(settingsSecrets(settings)).redact(endpointName(settings.model.base_url))}`,
     `Window: ${human(mw.window)} tokens (from ${mw.source === "yours" ? "your facts file" : mw.source === "link" ? "Link's facts" : mw.source === "runtime" ? "the model's runtime" : mw.source === "settings" ? "the settings" : "nowhere: the unknown default"}); the answer's share ${human(mw.answer)} (${mw.answerSource === "settings" ? "as the settings set it" : "the default"}), the instructions ${human(fixed)}, the conversation's ${human(history.budget)}`,
     `In the window: about ${human(inWindow)} tokens, ${windowEvents.length} events${history.count.start !== undefined ? ` from event ${history.count.start}` : ""}`,
   ];
