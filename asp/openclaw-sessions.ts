@@ -60,6 +60,66 @@ export function threadOf(sessionId: string): string {
   return Thread.safeParse(thread).success ? thread : "openclaw-session";
 }
 
+/**
+ * The most memory a zstd frame may ask for its window: OPENCLAW_EVENT_MAX and room to spare. The
+ * decompressor allocates a frame's window whole, as its header says, and copies it for each block:
+ * a blob of a hundred bytes may ask for two gigabytes.
+ */
+export const OPENCLAW_ZSTD_WINDOW_MAX = 4 * OPENCLAW_EVENT_MAX;
+
+/**
+ * Why a zstd blob's frames can't be unpacked within the bounds, read from their headers alone (RFC
+ * 8878: each frame's window, then its blocks' headers to find the next frame); undefined when they
+ * can, or when a header is cut short (the decompressor says so).
+ */
+export function zstdFault(data: Uint8Array): string | undefined {
+  let at = 0;
+  while (at + 4 <= data.length) {
+    const magic = (data[at] as number) | ((data[at + 1] as number) << 8) | ((data[at + 2] as number) << 16) | ((data[at + 3] as number) << 24);
+    if ((magic & 0xfffffff0) >>> 0 === 0x184d2a50) {
+      // A skippable frame: its size follows.
+      if (at + 8 > data.length) return undefined;
+      const skipped = ((data[at + 4] as number) | ((data[at + 5] as number) << 8) | ((data[at + 6] as number) << 16) | ((data[at + 7] as number) << 24)) >>> 0;
+      at += 8 + skipped;
+      continue;
+    }
+    if (magic >>> 0 !== 0xfd2fb528 || at + 5 > data.length) return undefined;
+    const flags = data[at + 4] as number;
+    const single = (flags >> 5) & 1;
+    const dictBytes = [0, 1, 2, 4][flags & 3] as number;
+    const sizeFlag = flags >> 6;
+    const sizeBytes = sizeFlag === 0 ? single : 1 << sizeFlag;
+    let p = at + 5;
+    let window = 0;
+    if (!single) {
+      const w = data[p] as number | undefined;
+      if (w === undefined) return undefined;
+      const base = 2 ** (10 + (w >> 3));
+      window = base + (base / 8) * (w & 7);
+      p += 1;
+    }
+    p += dictBytes;
+    if (p + sizeBytes > data.length) return undefined;
+    let content = 0;
+    for (let i = sizeBytes - 1; i >= 0; i--) content = content * 256 + (data[p + i] as number);
+    if (sizeFlag === 1) content += 256;
+    p += sizeBytes;
+    if (single) window = content;
+    if (window > OPENCLAW_ZSTD_WINDOW_MAX) return `its zstd copy asks for a window of ${window} bytes, over ${OPENCLAW_ZSTD_WINDOW_MAX}`;
+    if (sizeBytes > 0 && content > OPENCLAW_EVENT_MAX) return `its zstd copy unpacks to over ${OPENCLAW_EVENT_MAX} bytes`;
+    // The blocks: a three-byte header each, then its bytes (one, for a block of one byte repeated).
+    for (;;) {
+      if (p + 3 > data.length) return undefined;
+      const header = (data[p] as number) | ((data[p + 1] as number) << 8) | ((data[p + 2] as number) << 16);
+      const type = (header >> 1) & 3;
+      p += 3 + (type === 1 ? 1 : header >>> 3);
+      if (header & 1) break;
+    }
+    at = p + ((flags >> 2) & 1) * 4;
+  }
+  return undefined;
+}
+
 /** One event's JSON: its text, or its zstd copy decompressed (at most OPENCLAW_EVENT_MAX). */
 async function eventText(row: Row): Promise<string> {
   if (row.event_json !== null) {
@@ -68,6 +128,8 @@ async function eventText(row: Row): Promise<string> {
   }
   if (row.event_zstd === null) throw new OpenClawError("neither event_json nor event_zstd");
   if (row.event_zstd.length > OPENCLAW_EVENT_MAX) throw new OpenClawError(`its zstd copy is over ${OPENCLAW_EVENT_MAX} bytes`);
+  const fault = zstdFault(row.event_zstd);
+  if (fault !== undefined) throw new OpenClawError(fault);
   const { Decompress } = await import("fzstd");
   const chunks: Uint8Array[] = [];
   let size = 0;
@@ -415,6 +477,9 @@ export async function readDatabase(bytes: Uint8Array, name: string, into: Sessio
     const bySession = new Map<string, Row[]>();
     try {
       tables = otherTables(db);
+      // A view may compute rows without end (a recursive one of a few bytes): only a table is read.
+      const kind = db.exec("SELECT type FROM sqlite_master WHERE name = 'transcript_events'")[0]?.values[0]?.[0];
+      if (kind !== "table") throw new Error(kind === undefined ? "there is no such table" : `it is a ${String(kind)}, not a table`);
       const st = db.prepare("SELECT session_id, seq, event_json, event_zstd, created_at FROM transcript_events ORDER BY session_id, seq");
       try {
         let bad = 0;

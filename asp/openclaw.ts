@@ -233,7 +233,10 @@ export async function readOpenClaw(dir: string): Promise<FromOpenClaw> {
     }
   }
   const read = new SessionsRead();
-  const dbKind = kindOf(db);
+  // The database is read in its folder only: through a link in its place, it could be any file of the machine's.
+  const dbDirKind = kindOf(dbDir);
+  if (dbDirKind !== undefined && dbDirKind !== "folder") leave(dbDir, dbDirKind === "link" ? "a symbolic link, not followed" : `${what(dbDirKind)}: no database read`);
+  const dbKind = dbDirKind === "folder" ? kindOf(db) : undefined;
   if (dbKind === "file") {
     let bytes: Buffer;
     try {

@@ -13,6 +13,7 @@ import initSqlJs from "sql.js";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { StoreError } from "../protocol/index.js";
 import { OpenClawError, readOpenClaw } from "../asp/openclaw.js";
+import { zstdFault } from "../asp/openclaw-sessions.js";
 import { ImportError, checkState, planImport } from "../asp/state-import.js";
 import { ROOT } from "./fixtures/built.js";
 import { files } from "./fixtures/files.js";
@@ -260,5 +261,25 @@ describe("States with sessions through state import, fuzzed", { timeout: 120_000
     );
     expect(outcomes.taken).toBeGreaterThan(20);
     expect(outcomes.refused).toBeGreaterThan(20);
+  });
+});
+
+describe("a zstd copy's headers, fuzzed", () => {
+  it("any bytes are judged without a throw; a frame zstd itself made for an event is never refused", () => {
+    fc.assert(
+      fc.property(fc.uint8Array({ maxLength: 64 }), fc.boolean(), (bytes, framed) => {
+        const data = framed ? new Uint8Array([0x28, 0xb5, 0x2f, 0xfd, ...bytes]) : bytes;
+        const fault = zstdFault(data);
+        expect(fault === undefined || typeof fault === "string").toBe(true);
+      }),
+      { numRuns: 5_000, ...seed },
+    );
+    fc.assert(
+      fc.property(fc.string({ maxLength: 2_000 }), fc.constantFrom(1, 3, 19), (text, level) => {
+        const frame = execFileSync("zstd", ["-q", "-c", `-${level}`], { input: JSON.stringify({ type: "message", text }) });
+        expect(zstdFault(new Uint8Array(frame))).toBeUndefined();
+      }),
+      { numRuns: 20, ...seed },
+    );
   });
 });

@@ -6,9 +6,9 @@
 // folder made hostile: not a folder, no database, a database that is not SQLite, bad events, links,
 // a FIFO; each a clear line or a named leave-behind, nothing written outside the agent's folder.
 import { execFileSync } from "node:child_process";
-import { chmodSync, cpSync, existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, symlinkSync, writeFileSync } from "node:fs";
+import { chmodSync, cpSync, existsSync, mkdirSync, mkdtempSync, readFileSync, renameSync, rmSync, symlinkSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
-import { join } from "node:path";
+import { dirname, join } from "node:path";
 import * as acp from "@agentclientprotocol/sdk";
 import initSqlJs from "sql.js";
 import { describe, expect, it } from "vitest";
@@ -280,6 +280,56 @@ describe("state import --from openclaw, the real fixture", { timeout: 180_000 },
     expect(kinds.filter((k) => k === "tool_call" || k === "tool_call_update")).toEqual(["tool_call", "tool_call_update"]);
     c.close();
     await d.stop();
+  });
+});
+
+describe("state import --from openclaw, a hostile database", { timeout: 60_000 }, () => {
+  it("a zstd copy of a hundred bytes that asks for a window of gigabytes is named and left behind at once, the rest read", async () => {
+    const openclaw = copyFixture(temp("lnk-openclaw-src-"));
+    const id = "faf7aa5c-d2a6-486c-8156-0c957356be3b";
+    // A frame whose window is 1.875 GiB, then 32 blocks of one byte repeated 128 KiB: 4 MiB out.
+    const blocks = Array.from({ length: 32 }, (_, i) => {
+      const header = (i === 31 ? 1 : 0) | (1 << 1) | (131072 << 3);
+      return [header & 0xff, (header >> 8) & 0xff, (header >> 16) & 0xff, 0x61];
+    }).flat();
+    const bomb = new Uint8Array([0x28, 0xb5, 0x2f, 0xfd, 0x00, 0xa7, ...blocks]);
+    const ins = "INSERT INTO transcript_events (session_id, seq, event_json, created_at, event_zstd, event_utf8_bytes, navigation_json) VALUES (?, ?, ?, ?, ?, ?, ?)";
+    await alterDb(openclaw, ...[7, 8, 9].map((seq): [string, unknown[]] => [ins, [id, seq, null, Date.parse("2026-11-30T19:00:00Z") + seq, bomb, 10, "{}"]]));
+    const dir = agent();
+    const r = await cli(["state", "import", "--from", "openclaw", "--agent", dir, openclaw]);
+    expect(r.code, r.stderr).toBe(0);
+    for (const seq of [7, 8, 9]) expect(r.stdout).toContain(`left behind: session ${SECOND}: its event seq ${seq}: its zstd copy asks for a window of 2013265920 bytes, over 16777216\n`);
+    expect(r.stdout).toContain(`came: session ${SECOND}: 4 events into chats/${SECOND}/\n`);
+  });
+
+  it("a transcript_events that is a view (one that computes rows without end) is not read: one line, exit 2, nothing written", async () => {
+    const openclaw = copyFixture(temp("lnk-openclaw-src-"));
+    await alterDb(
+      openclaw,
+      ["DROP TABLE transcript_events"],
+      ["CREATE VIEW transcript_events AS WITH RECURSIVE c(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM c) SELECT 's1' AS session_id, i AS seq, NULL AS event_json, NULL AS event_zstd, 0 AS created_at FROM c WHERE i < 0"],
+    );
+    const dir = agent();
+    const r = await cli(["state", "import", "--from", "openclaw", "--agent", dir, openclaw]);
+    expect(r.code).toBe(2);
+    expect(r.stderr.trim().split("\n")).toHaveLength(1);
+    expect(r.stderr).toContain("its transcript_events can't be read: it is a view, not a table");
+    expect(existsSync(join(dir, "chats"))).toBe(false);
+  });
+
+  it("a database folder that is a link out of DIR is named and not followed: no session read from it", async () => {
+    const place = temp("lnk-openclaw-src-");
+    const openclaw = copyFixture(place);
+    const agentFolder = join(openclaw, dirname(DB));
+    const outside = join(place, "outside-secret");
+    renameSync(agentFolder, outside);
+    symlinkSync(outside, agentFolder);
+    const dir = agent();
+    const r = await cli(["state", "import", "--from", "openclaw", "--agent", dir, openclaw]);
+    expect(r.code, r.stderr).toBe(0);
+    expect(r.stdout).toContain(`left behind: ${dirname(DB)}: a symbolic link, not followed\n`);
+    expect(r.stdout).not.toMatch(/came: session /);
+    expect(existsSync(join(dir, "chats"))).toBe(false);
   });
 });
 
