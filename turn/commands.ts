@@ -438,8 +438,11 @@ export async function runCommand(ctx: CommandContext, parsed: Parsed): Promise<C
     if (parsed.kind === "skill") {
       // The agent's own first, then the repository's the session works in.
       const root = repositoryOf(ctx.cwd ?? paths(ctx.agent).files);
-      const skills = [...listSkills(ctx.agent, ctx.settings), ...(root !== undefined ? listRepositorySkills(root) : [])];
-      const skill = ownSkill(skills, parsed.name);
+      const own = listSkills(ctx.agent, ctx.settings);
+      const repository = root !== undefined ? listRepositorySkills(root) : [];
+      const skills = [...own, ...repository];
+      // By its folder's name or its own: one of the agent's before any of the repository's.
+      const skill = ownSkill(own, parsed.name) ?? ownSkill(repository, parsed.name);
       if (!skill) {
         const near = nearest(parsed.name, skills.flatMap((s) => [s.folder, s.name]));
         refuse(
@@ -450,7 +453,13 @@ export async function runCommand(ctx: CommandContext, parsed: Parsed): Promise<C
     }
     const typedName = parsed.kind === "command" ? parsed.name : parsed.name.toLowerCase();
     // One of the agent's own skills may take a command's name (spec: commands.txt).
-    const shadow = ownSkill(listSkills(ctx.agent, ctx.settings), typedName);
+    // A skills folder that can't be read (a SKILL.md that is a link, say) shadows nothing: /stop still stops.
+    let shadow: Skill | undefined;
+    try {
+      shadow = ownSkill(listSkills(ctx.agent, ctx.settings), typedName);
+    } catch {
+      shadow = undefined;
+    }
     if (shadow && (shadow.folder.toLowerCase() === typedName || shadow.name.toLowerCase() === typedName)) return skillMessage(ctx, shadow, parsed.typed);
     if (parsed.kind === "unknown") {
       const near = nearest(typedName, BY_NAME.keys());
