@@ -161,6 +161,26 @@ export function systemPrompt(sections: readonly Section[]): string {
 export function messageHeader(time: Date, channel: string | undefined, from: { id: string; name?: string; owner: boolean } | undefined): string {
   const iso = time.toISOString();
   const when = `${iso.slice(0, 10)} ${iso.slice(11, 16)} UTC`;
-  const who = !from ? "your owner" : from.owner ? `${from.name ?? from.id} (your owner)` : `${from.name ? `${from.name} ` : ""}(${from.id})`;
-  return `[${when} · ${channel ?? "direct"} · ${who}]`;
+  const who = !from
+    ? "your owner"
+    : from.owner
+      ? `${headerWord(from.name ?? from.id, true)} (your owner)`
+      : `${from.name ? `${headerWord(from.name, false)} ` : ""}(${headerWord(from.id, false)})`;
+  return `[${when} · ${headerWord(channel ?? "direct", false)} · ${who}]`;
+}
+
+/** The most of a name, an id or a channel a header holds. */
+const HEADER_WORD_MAX = 64;
+
+/**
+ * A name, id or channel as a header holds it: on one line, without the brackets, parentheses and dots
+ * that part a header, and (but for the owner's own) without "your owner", so no speaker's name reads
+ * as a header of its own or as the owner's.
+ */
+function headerWord(word: string, owner: boolean): string {
+  let w = word.replace(/[\p{Cc}\p{Cf}\p{Zl}\p{Zp}[\]()\u00b7]+/gu, " ");
+  if (!owner) w = w.replace(/your\s*owner/giu, " ");
+  w = w.replace(/\s+/gu, " ").trim();
+  if (w.length > HEADER_WORD_MAX) w = `${w.slice(0, HEADER_WORD_MAX)}…`;
+  return w || "?";
 }
