@@ -2,7 +2,8 @@
 // harness", "What it exports"): its instruction text outside Link's block, the skills it made, and its
 // memory files as notes. What Link wrote in (the identity's block, its skills' copies in the home, the
 // settings' remembered notes) is left out, so nothing comes back as the harness's own.
-import { AspState, IDENTITY_HEADINGS, outsideBlock, splitNotes, type AspKind } from "../protocol/index.js";
+import { relative } from "node:path";
+import { AspState, describeIssues, IDENTITY_HEADINGS, Note, outsideBlock, splitNotes, type AspKind } from "../protocol/index.js";
 import { listOwnSkills, paths, readStanding, readTree, type AgentRef } from "../store/index.js";
 
 /** The kinds `state export` gives (sessions are not given yet). */
@@ -36,7 +37,8 @@ export function exportState(agent: AgentRef, kinds: readonly AspKind[] = EXPORTE
     if (text !== undefined) state.instructions = text;
   }
   if (kinds.includes("skills")) {
-    state.skills = listOwnSkills(agent).map((skill) => {
+    const skills = listOwnSkills(agent, (path, why) => left.push({ path: relative(p.dir, path), why: `${why.replace(`${path} `, "")}: its skill not carried` }));
+    state.skills = skills.map((skill) => {
       const tree = readTree(p.dir, `${p.skills}/${skill.folder}`);
       left.push(...tree.left);
       return { name: skill.folder, files: tree.files };
@@ -51,7 +53,13 @@ export function exportState(agent: AgentRef, kinds: readonly AspKind[] = EXPORTE
       if (own.trim()) tree.files["notes.md"] = own;
       else delete tree.files["notes.md"];
     }
-    state.memory = Object.entries(tree.files).map(([path, text]) => ({ path: `memory/${path}`, text, source: "link" }));
+    // A file no note can be (a name with a space, a text holding Link's own markers) is named, not carried: the others are.
+    state.memory = [];
+    for (const [path, text] of Object.entries(tree.files)) {
+      const note = Note.safeParse({ path: `memory/${path}`, text, source: "link" });
+      if (note.success) state.memory.push(note.data);
+      else left.push({ path: `memory/${path}`, why: `not a note ASP carries: ${describeIssues(note.error)}` });
+    }
   }
   // Checked as any reader of it will: what is given is valid ASP.
   return { state: AspState.parse(state), left };

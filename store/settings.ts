@@ -231,7 +231,11 @@ export interface Skill {
  * with a SKILL.md that `read` gives (Agent Skills format); `read` may refuse one by throwing when
  * `skipRefused`, and the others are still read.
  */
-function skillsIn(dir: string, read: (path: string) => string | undefined, o: { most?: number; repository?: string; skipRefused?: boolean } = {}): Skill[] {
+function skillsIn(
+  dir: string,
+  read: (path: string) => string | undefined,
+  o: { most?: number; repository?: string; skipRefused?: boolean; onRefused?: (path: string, why: string) => void } = {},
+): Skill[] {
   let names: string[];
   try {
     names = readdirSync(dir, { withFileTypes: true })
@@ -256,7 +260,8 @@ function skillsIn(dir: string, read: (path: string) => string | undefined, o: { 
       text = read(path);
     } catch (e) {
       // One skill of a repository that can't be read (a FIFO, say) leaves the others.
-      if (!o.skipRefused) throw e;
+      if (o.onRefused !== undefined) o.onRefused(path, (e as Error).message);
+      else if (!o.skipRefused) throw e;
       continue;
     }
     if (text === undefined) continue;
@@ -271,12 +276,16 @@ function skillsIn(dir: string, read: (path: string) => string | undefined, o: { 
   return skills;
 }
 
-/** The skills the agent made: each folder of skills/ with a SKILL.md (Agent Skills format). */
-export function listOwnSkills(agent: AgentRef): Skill[] {
+/**
+ * The skills the agent made: each folder of skills/ with a SKILL.md (Agent Skills format). A SKILL.md
+ * that can't be read (a link, a FIFO) fails the list, unless `onRefused` is given: then it is told
+ * of it, and the others are listed.
+ */
+export function listOwnSkills(agent: AgentRef, onRefused?: (path: string, why: string) => void): Skill[] {
   const p = paths(agent);
   // skills/ itself is checked too: a link there would reach SKILL.md files anywhere.
   checkNoLinks(p.dir, `${p.skills}/x`);
-  return skillsIn(p.skills, (path) => readSource(p.dir, path, SKILL_BYTES));
+  return skillsIn(p.skills, (path) => readSource(p.dir, path, SKILL_BYTES), onRefused ? { onRefused } : {});
 }
 
 /**

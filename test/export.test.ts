@@ -1,6 +1,7 @@
 // `state export` over the built command line: the agent's own instruction text, skills and memory
 // in ASP's portable forms, and nothing Link wrote in (its block, its skills' copies, the settings'
 // remembered notes, the key); what it can't carry named on stderr; a hostile folder, fuzzed.
+import { execFileSync } from "node:child_process";
 import { mkdirSync, symlinkSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import fc from "fast-check";
@@ -89,6 +90,27 @@ describe("state export", { timeout: 60_000 }, () => {
     expect(r.code).toBe(1);
     expect(r.stdout).toBe("");
     expect(r.stderr).toMatch(/^lnk-link-harness: refused: [^\n]*skills is a symbolic link\n$/);
+  });
+
+  it("a memory file no note can be, and a SKILL.md that is a link or a FIFO, are each left out, saying so; the rest is exported", async () => {
+    const dir = folder();
+    write(join(dir, "memory", "my notes.md"), "a name with a space\n");
+    write(join(dir, "memory", "kept.md"), "kept\n");
+    write(join(dir, "skills", "good", "SKILL.md"), "---\nname: good\n---\nGood.\n");
+    mkdirSync(join(dir, "skills", "linked"), { recursive: true });
+    symlinkSync("/etc/hostname", join(dir, "skills", "linked", "SKILL.md"));
+    mkdirSync(join(dir, "skills", "piped"), { recursive: true });
+    execFileSync("mkfifo", [join(dir, "skills", "piped", "SKILL.md")]);
+    const r = await cli(["state", "export", "--agent", dir]);
+    expect(r.code, r.stderr).toBe(0);
+    const state = AspState.parse(JSON.parse(r.stdout));
+    expect(state.skills?.map((sk) => sk.name)).toEqual(["good"]);
+    expect(state.memory).toEqual([{ path: "memory/kept.md", text: "kept\n", source: "link" }]);
+    const lines = r.stderr.trimEnd().split("\n");
+    expect(lines).toHaveLength(3);
+    expect(lines.some((l) => l.startsWith("lnk-link-harness: left out of the export: memory/my notes.md: not a note ASP carries: "))).toBe(true);
+    expect(lines.some((l) => l.startsWith("lnk-link-harness: left out of the export: skills/linked/SKILL.md: "))).toBe(true);
+    expect(lines.some((l) => l.startsWith("lnk-link-harness: left out of the export: skills/piped/SKILL.md: "))).toBe(true);
   });
 
   it("state export takes no other argument", async () => {
