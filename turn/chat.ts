@@ -68,14 +68,26 @@ export function chatMap(events: readonly Numbered[]): ChatMap {
  * read back the same way) then its own. Sources are followed only to conversations that began before.
  */
 export function conversationEvents(map: ChatMap, name: string): Numbered[] {
-  const conv = map.conversations.get(name);
-  if (!conv) return [];
-  const own = map.own.get(name) ?? [];
-  if (conv.source === undefined || conv.at === undefined) return own.slice();
-  const source = map.conversations.get(conv.source);
-  if (!source || source.begin >= conv.begin) return own.slice();
-  const at = Math.min(conv.at, conv.begin);
-  return [...conversationEvents(map, conv.source).filter((e) => e.n <= at), ...own];
+  if (!map.conversations.has(name)) return [];
+  // The chain of forks, from this one back to the first (each source began before the fork): walked
+  // in a loop, as a chat may hold thousands of forks of forks.
+  const chain: { name: string; at: number | undefined }[] = [];
+  for (let current: string | undefined = name; current !== undefined; ) {
+    const conv = map.conversations.get(current);
+    if (!conv) break;
+    const source = conv.source === undefined || conv.at === undefined ? undefined : map.conversations.get(conv.source);
+    const follows = source !== undefined && source.begin < conv.begin;
+    chain.push({ name: current, at: follows ? Math.min(conv.at as number, conv.begin) : undefined });
+    current = follows ? conv.source : undefined;
+  }
+  // From the first on: what a fork shares of its source (events up to its fork point, in order), then its own.
+  const events: Numbered[] = [];
+  for (let i = chain.length - 1; i >= 0; i--) {
+    const { name: forked, at } = chain[i] as (typeof chain)[number];
+    if (at !== undefined) while (events.length > 0 && (events.at(-1) as Numbered).n > at) events.pop();
+    for (const e of map.own.get(forked) ?? []) events.push(e);
+  }
+  return events;
 }
 
 /** A session's id for one conversation of a chat: `<chat>~<conversation>`. */
