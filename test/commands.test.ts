@@ -115,6 +115,26 @@ describe("/new", { timeout: 60_000 }, () => {
 });
 
 describe("/model:set", { timeout: 90_000 }, () => {
+  it("and /verbosity:set, sent on <thread>~<name>, are that conversation's, whichever of its chat is current", async () => {
+    const dir = agentDir();
+    const { c, sessionId } = await session(dir);
+    await prompt(c, sessionId, "hello main");
+    await command(c, sessionId, "/chat:create side");
+    await prompt(c, sessionId, "hello side");
+    const main = `${sessionId}~main`;
+    const side = `${sessionId}~side`;
+    for (const id of [main, side]) await c.agent.request(acp.methods.agent.session.resume, { sessionId: id, cwd: dir, mcpServers: [] });
+    // side is current: these are main's all the same.
+    expect(await command(c, main, "/model:set other-model")).toMatch(/now runs on other-model/);
+    expect(await command(c, main, "/verbosity:set verbose")).toMatch(/now verbose/);
+    expect(await command(c, side, "/verbosity:set")).toMatch(/verbosity is new/);
+    expect(await command(c, main, "/verbosity:set")).toMatch(/verbosity is verbose/);
+    await prompt(c, side, "which model, side?");
+    expect(server.requests.at(-1)?.body.model).toBe("scripted-model");
+    await prompt(c, main, "which model, main?");
+    expect(server.requests.at(-1)?.body.model).toBe("other-model");
+  });
+
   it("is this conversation's, read back at each turn and after a load in a new process; another conversation keeps the agent's", async () => {
     const dir = agentDir();
     const { c, sessionId } = await session(dir);

@@ -5,7 +5,7 @@
 import { ConversationName, nearest, type Command, type From, type Settings, type Verbosity, VERBOSITIES } from "../protocol/index.js";
 import { appendEvent, lastEventNumber, listRepositorySkills, listSkills, paths, repositoryOf, readEventsFrom, readMark, readSkill, withConversationLock, writeMark, type AgentRef, type ConversationPaths, type Skill } from "../store/index.js";
 import { chatMap, conversationEvents, FIRST, sessionIdOf, splitSessionId, type ChatMap } from "./chat.js";
-import { conversationChoices, resumeEvent } from "./history.js";
+import { applyChoice, conversationChoices, resumeEvent, type Chosen } from "./history.js";
 import type { IncomingMessage } from "./types.js";
 
 /** Who may run a command: the owner alone (`_meta.link.from` left out, or `owner: true`). */
@@ -185,18 +185,36 @@ export async function setConversationModel(ctx: CommandContext, model: string | 
   }
 }
 
+/**
+ * Writes a choice of the conversation's (its model, its chat's verbosity). A session that names a
+ * conversation of its chat (`<thread>~<name>`) chooses for that one: when another is the chat's
+ * current one, its own is made current first, under the lock, as a prompt of it would. Else the
+ * choice is written at once, with no lock: it never waits for a running turn.
+ */
+async function writeChoice(ctx: CommandContext, event: Command): Promise<void> {
+  const conv = conversationOf(ctx);
+  if (ctx.conversation !== undefined && readChat(conv).map.current !== ctx.conversation) await writeBegin(ctx, () => event);
+  else await appendEvent(conv, event);
+}
+
+/** The choices of the session's conversation: the one it names, else the chat's current one. */
+function sessionChoices(ctx: CommandContext): Chosen {
+  const conv = conversationOf(ctx);
+  if (ctx.conversation === undefined) return conversationChoices(conv);
+  return conversationEvents(readChat(conv).map, ctx.conversation).reduce<Chosen>((c, e) => applyChoice(e.event, c), {});
+}
+
 async function writeModel(ctx: CommandContext, model: string | undefined, typed: string): Promise<CommandOutcome> {
   const settings = ctx.settings;
-  const conv = conversationOf(ctx);
   if (model === undefined) {
-    await appendEvent(conv, commandEvent(ctx, "/model:set", typed));
+    await writeChoice(ctx, commandEvent(ctx, "/model:set", typed));
     const agents = ctx.agentModel.get() ?? settings?.model.name;
     return { reply: `This conversation runs on the agent's model again${agents ? ` (${agents})` : ""}.` };
   }
   checkModelName(model);
   const name = settings ? modelWithinProvider(settings.model.provider, model) : model;
   if (name.length === 0) refuse("/model:set: the model's name is empty (nothing was done).");
-  await appendEvent(conv, commandEvent(ctx, "/model:set", typed, { model: name }));
+  await writeChoice(ctx, commandEvent(ctx, "/model:set", typed, { model: name }));
   return { reply: `This conversation now runs on ${name}${settings ? ` (${settings.model.provider})` : ""}; the agent's other conversations keep theirs.` };
 }
 
@@ -232,14 +250,13 @@ function verbosityOf(word: string): Verbosity | undefined {
 const VERBOSITY_HELP = "off, new, all (or on) or verbose, as Link's [connections] activity names them";
 
 async function verbositySet(ctx: CommandContext, args: string, typed: string): Promise<CommandOutcome> {
-  const conv = conversationOf(ctx);
   if (args.length === 0) {
-    const now = conversationChoices(conv).verbosity ?? ctx.settings?.verbosity ?? "new";
+    const now = sessionChoices(ctx).verbosity ?? ctx.settings?.verbosity ?? "new";
     return { reply: `This chat's verbosity is ${now}. Set it with /verbosity:set followed by one of: ${VERBOSITY_HELP}.` };
   }
   const verbosity = verbosityOf(args.trim());
   if (!verbosity) refuse(`/verbosity:set: ${JSON.stringify(args.slice(0, 40))} is not a verbosity; one of: ${VERBOSITY_HELP} (nothing was done).`);
-  await appendEvent(conv, commandEvent(ctx, "/verbosity:set", typed, { verbosity }));
+  await writeChoice(ctx, commandEvent(ctx, "/verbosity:set", typed, { verbosity }));
   return { reply: `This chat's verbosity is now ${verbosity}: every tool call it is shown says so.` };
 }
 
