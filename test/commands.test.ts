@@ -114,6 +114,33 @@ describe("/new", { timeout: 60_000 }, () => {
   });
 });
 
+describe("/chat:create and /chat:fork, named by the chat's next event", { timeout: 90_000 }, () => {
+  it("take a name the chat has not, when one named by hand has the one they would take", async () => {
+    const dir = agentDir();
+    const { c, sessionId } = await session(dir);
+    await prompt(c, sessionId, "the gate code is 4711");
+    // The fork below would be named by the event it is written at: the fifth.
+    const next = eventsOf(dir, sessionId).length + 3;
+    await command(c, sessionId, `/chat:create fork-${next}`);
+    await command(c, sessionId, "/chat:resume main");
+    expect(await command(c, sessionId, "/chat:fork")).toContain(`as the conversation fork-${next}-2 (session ${sessionId}~fork-${next}-2)`);
+    await c.agent.request(acp.methods.agent.session.resume, { sessionId: `${sessionId}~fork-${next}-2`, cwd: dir, mcpServers: [] });
+    await prompt(c, `${sessionId}~fork-${next}-2`, "what is the gate code?");
+    expect(sent(server.requests.at(-1))).toContain("4711");
+  });
+
+  it("refused on <thread>~<name> while another conversation is current, write nothing, not even the resume", async () => {
+    const dir = agentDir();
+    const { c, sessionId } = await session(dir);
+    await prompt(c, sessionId, "hello");
+    await command(c, sessionId, "/chat:create side");
+    await c.agent.request(acp.methods.agent.session.resume, { sessionId: `${sessionId}~main`, cwd: dir, mcpServers: [] });
+    const before = eventsOf(dir, sessionId).length;
+    expect(await command(c, `${sessionId}~main`, "/chat:create side")).toMatch(/has a conversation side already/);
+    expect(eventsOf(dir, sessionId)).toHaveLength(before);
+  });
+});
+
 describe("/model:set", { timeout: 90_000 }, () => {
   it("and /verbosity:set, sent on <thread>~<name>, are that conversation's, whichever of its chat is current", async () => {
     const dir = agentDir();

@@ -92,6 +92,8 @@ async function writeBegin(ctx: CommandContext, make: (map: ChatMap, last: number
     let { map, last } = readChat(conv);
     const resume = ctx.conversation !== undefined ? resumeEvent(conv, ctx.conversation, map, ctx.time) : undefined;
     if (resume) {
+      // Checked first as it will be once its conversation is current: a command refused writes nothing, not even that.
+      make({ ...map, current: ctx.conversation as string }, last + 1);
       last = await appendEvent(conv, resume);
       ({ map } = readChat(conv));
     }
@@ -102,6 +104,13 @@ async function writeBegin(ctx: CommandContext, make: (map: ChatMap, last: number
     if (event.conversation !== undefined && mark && mark.conversation !== event.conversation) writeMark(conv, { ...mark, conversation: event.conversation });
     return { n, event };
   });
+}
+
+/** `name`, or, when the chat has a conversation of that name already (one named so by hand), `name-2`, `name-3`…: one it has not. */
+function freeName(map: ChatMap, name: string): string {
+  let free = name;
+  for (let k = 2; map.conversations.has(free); k++) free = `${name}-${k}`;
+  return free;
 }
 
 /** A conversation named in an argument: a name of this chat, or a session id of it (`<thread>~<name>`). */
@@ -271,7 +280,7 @@ async function chatCreate(ctx: CommandContext, args: string, typed: string): Pro
     refuse(`/chat:create: ${JSON.stringify(args.slice(0, 80))} is not a conversation name: letters, digits, '.', '_' or '-', at most 64 (nothing was done).`);
   }
   const { event } = await writeBegin(ctx, (map, last) => {
-    const name = args || `chat-${last + 1}`;
+    const name = args || freeName(map, `chat-${last + 1}`);
     if (map.conversations.has(name)) refuse(`This chat has a conversation ${name} already: /chat:resume ${name} goes back to it (nothing was done).`);
     return commandEvent(ctx, "/chat:create", typed, { conversation: name });
   });
@@ -296,7 +305,7 @@ async function chatFork(ctx: CommandContext, args: string, typed: string): Promi
     if (point === undefined) refuse(`The conversation ${source} has no event yet to fork at (nothing was done).`);
     if (point > last) refuse(`/chat:fork: the chat's log ends at event ${last}; ${point} is past it (nothing was done).`);
     if (!events.some((e) => e.n <= point)) refuse(`The conversation ${source} has no event at or before ${point} (nothing was done).`);
-    return commandEvent(ctx, "/chat:fork", typed, { conversation: `fork-${last + 1}`, thread: source, event: point });
+    return commandEvent(ctx, "/chat:fork", typed, { conversation: freeName(map, `fork-${last + 1}`), thread: source, event: point });
   });
   const name = event.conversation ?? `fork-${n}`;
   return {
