@@ -27,8 +27,8 @@ export const Usage = z
 export type Usage = z.infer<typeof Usage>;
 
 /**
- * How deep a provider's thinking details may nest, in arrays and objects, the list itself counted:
- * real ones nest a few levels. Deeper, they could not be written back as JSON (V8 writes it by
+ * How deep a provider's thinking details, or a message's parts, may nest, in arrays and objects, the
+ * list itself counted: real ones nest a few levels. Deeper, they could not be written back as JSON (V8 writes it by
  * recursion, and runs out of stack some thousands deep).
  */
 export const THINKING_DEPTH_MAX = 64;
@@ -88,7 +88,11 @@ export const UserMessage = z
     kind: z.literal(EVENT_KINDS.message),
     role: z.literal("user"),
     text: z.string(),
-    parts: z.array(Part).optional(),
+    // Loose, as a client's parts may carry more: never nested past what can be written back as JSON.
+    parts: z
+      .array(Part)
+      .refine((p) => nestsWithin(p, THINKING_DEPTH_MAX), `nest deeper than ${THINKING_DEPTH_MAX} arrays and objects`)
+      .optional(),
     from: From.optional(),
     channel: z.string().optional(),
     /** The working folder of the session it came in (an editor's repository), as the client named it. */

@@ -105,4 +105,16 @@ describe("how deep a provider's thinking details nest", () => {
     expect(refused.success).toBe(false);
     expect(JSON.stringify(refused.error?.issues)).toContain("nests deeper than 64");
   });
+
+  it("the events' schema takes a message's parts 64 deep and refuses 65: a client's part may carry more, never without end", () => {
+    const message = (depth: number) => {
+      let v: unknown = 1;
+      for (let i = 2; i < depth; i++) v = [v];
+      return { v: 1, kind: "message", role: "user", time: "2026-12-02T00:00:00Z", text: "", header: "[h]", parts: [{ type: "text", text: "x", extra: v }] };
+    };
+    expect(Event.safeParse(message(THINKING_DEPTH_MAX)).success).toBe(true);
+    const refused = Event.safeParse(message(THINKING_DEPTH_MAX + 1));
+    expect(refused.success).toBe(false);
+    expect(JSON.stringify(refused.error?.issues)).toContain("nest deeper than 64");
+  });
 });
