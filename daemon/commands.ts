@@ -3,6 +3,7 @@ import { readFileSync, statSync } from "node:fs";
 import { StoreError } from "../protocol/index.js";
 import { SettingsError, parseSettings, paths, planIdentity, planNotes, writeSettings, type AgentRef } from "../store/index.js";
 import { UsageError, agentRef, type AgentOptions } from "./cli.js";
+import { oneLine } from "./output.js";
 
 /** The most of settings read: what config.json may hold, and some room for the way it is written. */
 const INPUT_MAX = 4 * 1024 * 1024;
@@ -86,6 +87,6 @@ export async function printState(o: AgentOptions, asp: boolean): Promise<void> {
   }
   const { exportState } = await import("../asp/export.js");
   const { state, left } = exportState(agentRef(o));
-  for (const l of left) process.stderr.write(`lnk-link-harness: left out of the export: ${l.path}: ${l.why}\n`);
+  for (const l of left) process.stderr.write(`lnk-link-harness: left out of the export: ${oneLine(l.path)}: ${oneLine(l.why)}\n`);
   process.stdout.write(`${JSON.stringify(state, null, 2)}\n`);
 }

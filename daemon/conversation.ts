@@ -8,7 +8,7 @@ import { readSession } from "../asp/sessions.js";
 import { readEventsFrom, type AgentRef } from "../store/index.js";
 import { chatMap, conversationEvents, isBegin } from "../turn/chat.js";
 import { UsageError, agentRef, type AgentOptions } from "./cli.js";
-import { stdoutChunks, type Output } from "./output.js";
+import { oneLine, safe, stdoutChunks, type Output } from "./output.js";
 import { namedSession } from "./thread-arg.js";
 
 /** A conversation as read for the command: its session form and its events by their numbers. */
@@ -68,20 +68,6 @@ export async function writeSessionJson(out: Output, session: SessionForm, pad = 
     await out.write(`${pad}    ${indent(JSON.stringify(event, null, 2), `${pad}    `)}${i < last ? "," : ""}\n`);
   }
   await out.write(`${pad}  ]\n${pad}}`);
-}
-
-/** Characters that would act on a terminal, or make text read other than it is, shown as escapes. */
-const UNSAFE = /[\p{Cc}\p{Cs}\u202A-\u202E\u2066-\u2069\u200E\u200F\u061C]/gu;
-const escape = (c: string) => `\\u{${(c.codePointAt(0) ?? 0).toString(16)}}`;
-
-/** Text as a terminal shows it safely: lines and tabs kept, every other control character escaped. */
-function safe(text: string): string {
-  return text.replace(UNSAFE, (c) => (c === "\n" || c === "\t" ? c : escape(c)));
-}
-
-/** Text on one line: a line break too is escaped. */
-function oneLine(text: string): string {
-  return text.replace(UNSAFE, (c) => (c === "\n" ? "\\n" : c === "\t" ? "\\t" : escape(c)));
 }
 
 /** At most `max` characters and `lines` lines of a text, saying how much more there was. */

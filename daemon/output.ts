@@ -38,3 +38,17 @@ export function stdoutChunks(stream: NodeJS.WriteStream = process.stdout): Outpu
     end: flush,
   };
 }
+
+/** Characters that would act on a terminal, or make text read other than it is, shown as escapes. */
+const UNSAFE = /[\p{Cc}\p{Cs}\u202A-\u202E\u2066-\u2069\u200E\u200F\u061C]/gu;
+const escape = (c: string) => `\\u{${(c.codePointAt(0) ?? 0).toString(16)}}`;
+
+/** Text as a terminal shows it safely: lines and tabs kept, every other control character escaped. */
+export function safe(text: string): string {
+  return text.replace(UNSAFE, (c) => (c === "\n" || c === "\t" ? c : escape(c)));
+}
+
+/** Text on one line: a line break too is escaped. */
+export function oneLine(text: string): string {
+  return text.replace(UNSAFE, (c) => (c === "\n" ? "\\n" : c === "\t" ? "\\t" : escape(c)));
+}

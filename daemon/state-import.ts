@@ -6,6 +6,7 @@ import { ImportError, checkState, planImport } from "../asp/state-import.js";
 import { jsonFault } from "../store/index.js";
 import { UsageError, agentRef, type AgentOptions } from "./cli.js";
 import { readInput } from "./commands.js";
+import { oneLine } from "./output.js";
 
 /** The most of a State read: a few skills' trees at their most, and the notes. */
 const STATE_MAX = 64 * 1024 * 1024;
@@ -59,7 +60,8 @@ export async function importState(o: AgentOptions, source: StateSource): Promise
   } catch (e) {
     throw new Error(`cannot import, and nothing of it was kept: ${(e as Error).message}`, { cause: e });
   }
-  const lines = [...plan.came.map((c) => `came: ${c}`), ...sessions.map((s) => `came: ${s}`), ...[...left, ...plan.left].map((l) => `left behind: ${l}`)];
+  // Names from the folder read (a file's, a table's) may hold anything: never a control character on the terminal.
+  const lines = [...plan.came.map((c) => `came: ${oneLine(c)}`), ...sessions.map((s) => `came: ${oneLine(s)}`), ...[...left, ...plan.left].map((l) => `left behind: ${oneLine(l)}`)];
   if (lines.length === 0) lines.push("nothing came: the State is empty");
   process.stdout.write(`${lines.join("\n")}\n`);
 }

@@ -317,6 +317,17 @@ describe("state import --from openclaw, a hostile database", { timeout: 60_000 }
     expect(existsSync(join(dir, "chats"))).toBe(false);
   });
 
+  it("a name that would act on a terminal is printed escaped, on its own line", async () => {
+    const openclaw = copyFixture(temp("lnk-openclaw-src-"));
+    writeFileSync(join(openclaw, "workspace", "x\u001b]0;pwned\u0007\u001b[2J\rcame: instructions"), "odd\n");
+    const dir = agent();
+    const r = await cli(["state", "import", "--from", "openclaw", "--agent", dir, openclaw]);
+    expect(r.code, r.stderr).toBe(0);
+    // eslint-disable-next-line no-control-regex
+    expect(r.stdout).not.toMatch(/[\u0000-\u0008\u000b-\u001f\u007f]/);
+    expect(r.stdout).toContain("left behind: workspace/x\\u{1b}]0;pwned\\u{7}\\u{1b}[2J\\u{d}came: instructions");
+  });
+
   it("a database folder that is a link out of DIR is named and not followed: no session read from it", async () => {
     const place = temp("lnk-openclaw-src-");
     const openclaw = copyFixture(place);
