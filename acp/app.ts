@@ -121,6 +121,8 @@ export function createAgentApp(state: AcpState, outbox: Outbox, connection = new
 
   /** The key of the turns of the conversation a session names (a chat's current one, or `<thread>~<name>`). */
   const turnOf = (named: { thread: string; conversation?: string }): string => turnKey(sessions.conversation(named.thread).dir, named.conversation);
+  /** Stops the turn a session runs: its conversation's, the chat's current one's for a session of the chat. */
+  const stopTurn = (named: { thread: string; conversation?: string }): boolean => turns.cancelIn(sessions.conversation(named.thread).dir, turnOf(named));
 
   /** The names of the tools a session's conversation reaches, as a turn would find them. */
   const toolNames = (session: SessionState, settings: Settings | undefined): string[] =>
@@ -134,7 +136,7 @@ export function createAgentApp(state: AcpState, outbox: Outbox, connection = new
     ...(from ? { from } : {}),
     time,
     ...(session.cwd !== undefined ? { cwd: session.cwd } : {}),
-    stop: () => turns.cancel(turnOf(session)),
+    stop: () => stopTurn(session),
     agentModel: {
       get: () => state.agentModel,
       set: (model) => {
@@ -272,7 +274,7 @@ export function createAgentApp(state: AcpState, outbox: Outbox, connection = new
         const named = sessions.resolve(params.sessionId);
         sessions.close(params.sessionId);
         // Closing a session ends its work: its running turn is stopped, as /stop would.
-        turns.cancel(turnOf(named));
+        stopTurn(named);
         return {};
       }),
     )
@@ -372,7 +374,7 @@ export function createAgentApp(state: AcpState, outbox: Outbox, connection = new
         return;
       }
       const named = sessions.named(params.sessionId);
-      if (named) turns.cancel(turnOf(named));
+      if (named) stopTurn(named);
     })
     .onRequest(
       OVERSIZED_METHOD,

@@ -112,6 +112,20 @@ export class Turns {
     return answer;
   }
 
+  /**
+   * Aborts the turn of a session: its conversation's (`key`), or, for a session of a chat's current
+   * conversation (`key` is the chat's `dir`) when none runs under that key, the chat's turns that
+   * sessions naming its conversations (`<thread>~<name>`) started: the current one is theirs then.
+   * False when none runs.
+   */
+  cancelIn(dir: string, key: string): boolean {
+    if (this.cancel(key)) return true;
+    if (key !== dir) return false;
+    let any = false;
+    for (const k of this.running.keys()) if (k.startsWith(`${dir}~`)) any = this.cancel(k) || any;
+    return any;
+  }
+
   /** /stop: aborts the conversation's running turn; false when none runs. */
   cancel(key: string): boolean {
     const run = this.running.get(key);

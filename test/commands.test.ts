@@ -239,6 +239,21 @@ describe("/stop", { timeout: 90_000 }, () => {
     expect(await command(c, sessionId, "/stop")).toMatch(/Nothing is running/);
   });
 
+  it("sent on <thread>, ends the turn a session of <thread>~main runs, the chat's current conversation's", async () => {
+    const dir = agentDir();
+    const { c, sessionId } = await session(dir);
+    await prompt(c, sessionId, "hello");
+    await command(c, sessionId, "/chat:create side");
+    await command(c, sessionId, "/chat:resume main");
+    const main = `${sessionId}~main`;
+    await c.agent.request(acp.methods.agent.session.resume, { sessionId: main, cwd: dir, mcpServers: [] });
+    server.script({ text: "A long answer that takes its time", chunks: 40, chunkDelayMs: 300 });
+    const turn = prompt(c, main, "tell me a long story");
+    await c.waitForUpdate((n) => n.sessionId === main && n.update.sessionUpdate === "agent_message_chunk");
+    expect(await command(c, sessionId, "/stop")).toMatch(/Stopped the running turn/);
+    expect(await turn).toMatchObject({ stopReason: "cancelled" });
+  });
+
   it("stops a turn, and every other command runs, while a SKILL.md of the agent's can't be read", async () => {
     const dir = agentDir();
     const { c, sessionId } = await session(dir);
