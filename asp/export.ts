@@ -27,21 +27,41 @@ function instructions(agent: AgentRef): string | undefined {
   return HEADED.test(own) ? `${own}\n` : `## Standing instructions\n${own}\n`;
 }
 
+/**
+ * The most bytes one export's State is, as JSON: what `state import` takes of one, less room for the
+ * State's frame. Past it, a skill or a note is left out, named, and the rest still goes.
+ */
+export const EXPORT_STATE_BYTES = 64 * 1024 * 1024 - 64 * 1024;
+
+/** The bytes a text takes in the State's JSON: quoted, escaped, in UTF-8, and a few for its key. */
+const jsonBytes = (text: string): number => Buffer.byteLength(JSON.stringify(text), "utf8") + 16;
+
 /** Exports the kinds asked (all it gives, by default). */
-export function exportState(agent: AgentRef, kinds: readonly AspKind[] = EXPORTED): Exported {
+export function exportState(agent: AgentRef, kinds: readonly AspKind[] = EXPORTED, max = EXPORT_STATE_BYTES): Exported {
   const p = paths(agent);
   const state: AspState = {};
   const left: Exported["left"] = [];
+  let size = 0;
+  /** Whether `bytes` more fit in the export; when they don't, `path` is named as left out. */
+  const fits = (path: string, bytes: number): boolean => {
+    if (size + bytes > max) {
+      left.push({ path, why: `past the ${max} bytes one export carries` });
+      return false;
+    }
+    size += bytes;
+    return true;
+  };
   if (kinds.includes("instructions")) {
     const text = instructions(agent);
-    if (text !== undefined) state.instructions = text;
+    if (text !== undefined && fits("instructions/instruction.md", jsonBytes(text))) state.instructions = text;
   }
   if (kinds.includes("skills")) {
     const skills = listOwnSkills(agent, (path, why) => left.push({ path: relative(p.dir, path), why: `${why.replace(`${path} `, "")}: its skill not carried` }));
-    state.skills = skills.map((skill) => {
+    state.skills = skills.flatMap((skill) => {
       const tree = readTree(p.dir, `${p.skills}/${skill.folder}`);
       left.push(...tree.left);
-      return { name: skill.folder, files: tree.files };
+      const bytes = Object.entries(tree.files).reduce((sum, [path, text]) => sum + jsonBytes(path) + jsonBytes(text), jsonBytes(skill.folder));
+      return fits(`skills/${skill.folder}`, bytes) ? [{ name: skill.folder, files: tree.files }] : [];
     });
   }
   if (kinds.includes("memory")) {
@@ -57,7 +77,9 @@ export function exportState(agent: AgentRef, kinds: readonly AspKind[] = EXPORTE
     state.memory = [];
     for (const [path, text] of Object.entries(tree.files)) {
       const note = Note.safeParse({ path: `memory/${path}`, text, source: "link" });
-      if (note.success) state.memory.push(note.data);
+      if (note.success) {
+        if (fits(note.data.path, jsonBytes(note.data.path) + jsonBytes(note.data.text))) state.memory.push(note.data);
+      }
       else left.push({ path: `memory/${path}`, why: `not a note ASP carries: ${describeIssues(note.error)}` });
     }
   }

@@ -98,7 +98,13 @@ export function exportSessions(agent: AgentRef, max = EXPORT_SESSIONS_BYTES): Ex
   for (const read of readSessions(agent)) {
     if (read.left) left.push(read.left);
     if (!read.session) continue;
-    const size = JSON.stringify(read.session).length;
+    let size: number;
+    try {
+      size = JSON.stringify(read.session).length;
+    } catch {
+      // Longer than a string can be (some 512 MiB): no export could carry it.
+      size = Number.POSITIVE_INFINITY;
+    }
     if (bytes + size > max) {
       left.push({ path: `chats/${read.session.thread}`, why: `past the export's limit of ${max} bytes of sessions` });
       continue;

@@ -113,6 +113,25 @@ describe("state export", { timeout: 60_000 }, () => {
     expect(lines.some((l) => l.startsWith("lnk-link-harness: left out of the export: skills/piped/SKILL.md: "))).toBe(true);
   });
 
+  it("carries at most what state import takes (64 MiB less room for its frame): past them a note is left out, named, and what is printed imports", async () => {
+    const dir = folder();
+    const mib = "m".repeat(1024 * 1024 - 64);
+    for (let i = 0; i < 70; i++) write(join(dir, "memory", `n${String(i).padStart(2, "0")}.md`), mib);
+    const r = await cli(["state", "export", "--agent", dir]);
+    expect(r.code, r.stderr).toBe(0);
+    const state = AspState.parse(JSON.parse(r.stdout));
+    const kept = state.memory?.length ?? 0;
+    expect(kept).toBeGreaterThan(60);
+    expect(kept).toBeLessThan(70);
+    const lines = r.stderr.trimEnd().split("\n");
+    expect(lines).toHaveLength(70 - kept);
+    for (const line of lines) expect(line).toMatch(/^lnk-link-harness: left out of the export: memory\/n\d\d\.md: past the 67043328 bytes one export carries$/);
+    const file = join(folder(), "state.json");
+    writeFileSync(file, r.stdout);
+    const back = await cli(["state", "import", "--agent", join(folder(), "back"), file]);
+    expect(back.code, back.stderr).toBe(0);
+  });
+
   it("state export takes no other argument", async () => {
     const r = await cli(["state", "export", "more", "--agent", folder()]);
     expect(r.code).toBe(2);
