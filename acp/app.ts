@@ -273,8 +273,8 @@ export function createAgentApp(state: AcpState, outbox: Outbox, connection = new
         parseLink(SessionLink, params._meta, served);
         const named = sessions.resolve(params.sessionId);
         sessions.close(params.sessionId);
-        // Closing a session ends its work: its running turn is stopped, as /stop would.
-        stopTurn(named);
+        // Closing a session ends its work: its own running turn is stopped (never another session's).
+        turns.cancel(turnOf(named));
         return {};
       }),
     )

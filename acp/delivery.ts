@@ -87,6 +87,8 @@ export function answerAfter(conv: ConversationPaths, after: number): Numbered | 
       if (event.kind !== EVENT_KINDS.message || event.role !== "user") return undefined;
       asked = true;
     }
+    // A choice written without the lock (another session's /model:set) is no end of the turn.
+    if (event.kind === EVENT_KINDS.command && (event.name === "/model:set" || event.name === "/verbosity:set")) continue;
     if (event.kind === EVENT_KINDS.command || event.kind === EVENT_KINDS.failure) return undefined;
     if (event.kind !== EVENT_KINDS.message || event.role !== "assistant") continue;
     if (event.text.trim()) last = e;

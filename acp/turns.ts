@@ -51,8 +51,11 @@ interface Waiting {
  * same key; turns of two keys of one chat run one after the other, as its lock has them.
  */
 export function turnKey(dir: string, conversation?: string): string {
-  return conversation === undefined ? dir : `${dir}~${conversation}`;
+  return conversation === undefined ? dir : `${dir}${KEY_SEPARATOR}${conversation}`;
 }
+
+/** Between a chat's folder and a conversation's name in a key: no path holds it (a chat's name may hold `~`). */
+const KEY_SEPARATOR = "\u0000";
 
 interface Running {
   /** Aborted by a cancel; a new one for the turn that answers what came after it. */
@@ -63,6 +66,8 @@ interface Running {
   readonly after: Waiting[];
   readonly subscribers: Set<Subscriber>;
   done?: Promise<void>;
+  /** Its turn holds the chat's lock and writes: it said where it writes its message. */
+  writing: boolean;
 }
 
 /** The answer to a message that no turn took because the conversation was stopped. */
@@ -78,7 +83,7 @@ export class Turns {
 
   /** Whether a turn of any conversation of the chat in `dir` runs now. */
   isRunningIn(dir: string): boolean {
-    for (const key of this.running.keys()) if (key === dir || key.startsWith(`${dir}~`)) return true;
+    for (const key of this.running.keys()) if (key === dir || key.startsWith(`${dir}${KEY_SEPARATOR}`)) return true;
     return false;
   }
 
@@ -106,7 +111,7 @@ export class Turns {
       return answer;
     }
     this.started = true;
-    const fresh: Running = { controller: new AbortController(), queue: [], after: [], subscribers: new Set([subscriber]) };
+    const fresh: Running = { controller: new AbortController(), queue: [], after: [], subscribers: new Set([subscriber]), writing: false };
     this.running.set(key, fresh);
     fresh.done = this.drive(key, fresh, waiting).catch((e: unknown) => this.onError(key, e));
     return answer;
@@ -114,16 +119,15 @@ export class Turns {
 
   /**
    * Aborts the turn of a session: its conversation's (`key`), or, for a session of a chat's current
-   * conversation (`key` is the chat's `dir`) when none runs under that key, the chat's turns that
-   * sessions naming its conversations (`<thread>~<name>`) started: the current one is theirs then.
-   * False when none runs.
+   * conversation (`key` is the chat's `dir`) when none runs under that key, the turn a session naming
+   * one of its conversations (`<thread>~<name>`) runs now, holding the chat's lock: that conversation
+   * is the current one then. One waiting for the lock is left. False when none runs.
    */
   cancelIn(dir: string, key: string): boolean {
     if (this.cancel(key)) return true;
     if (key !== dir) return false;
-    let any = false;
-    for (const k of this.running.keys()) if (k.startsWith(`${dir}~`)) any = this.cancel(k) || any;
-    return any;
+    for (const [k, run] of this.running) if (run.writing && k.startsWith(`${dir}${KEY_SEPARATOR}`)) return this.cancel(k);
+    return false;
   }
 
   /** /stop: aborts the conversation's running turn; false when none runs. */
@@ -162,8 +166,10 @@ export class Turns {
       try {
         outcome = await current.start(current.message, steering, run.controller.signal, (report) => {
           // Each message the turn took is answered by its last answer from the message it writes now on.
-          if (report.type === "asked") for (const w of answered) w.owing?.mark(report.after);
-          else broadcast(updates.map(report));
+          if (report.type === "asked") {
+            run.writing = true;
+            for (const w of answered) w.owing?.mark(report.after);
+          } else broadcast(updates.map(report));
         });
       } catch (e) {
         error = e;
@@ -174,6 +180,7 @@ export class Turns {
         : error !== undefined
           ? message(error)
           : (outcome?.failure?.message ?? "the turn ended before this call was answered");
+      run.writing = false;
       broadcast(updates.finish(why));
 
       for (const w of answered) {

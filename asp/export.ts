@@ -33,8 +33,11 @@ function instructions(agent: AgentRef): string | undefined {
  */
 export const EXPORT_STATE_BYTES = 64 * 1024 * 1024 - 64 * 1024;
 
-/** The bytes a text takes in the State's JSON: quoted, escaped, in UTF-8, and a few for its key. */
-const jsonBytes = (text: string): number => Buffer.byteLength(JSON.stringify(text), "utf8") + 16;
+/**
+ * The bytes a text takes in the State's JSON: quoted, escaped, in UTF-8, and room for its key and
+ * the indenting `state export` prints it with.
+ */
+const jsonBytes = (text: string): number => Buffer.byteLength(JSON.stringify(text), "utf8") + 48;
 
 /** Exports the kinds asked (all it gives, by default). */
 export function exportState(agent: AgentRef, kinds: readonly AspKind[] = EXPORTED, max = EXPORT_STATE_BYTES): Exported {

@@ -70,9 +70,11 @@ export const OPENCLAW_ZSTD_WINDOW_MAX = 4 * OPENCLAW_EVENT_MAX;
 /**
  * Why a zstd blob's frames can't be unpacked within the bounds, read from their headers alone (RFC
  * 8878: each frame's window, then its blocks' headers to find the next frame); undefined when they
- * can, or when a header is cut short (the decompressor says so).
+ * can. A frame header cut short is a fault too: the decompressor reads its missing bytes as 0 and
+ * holds the window it asks for before it finds the end.
  */
 export function zstdFault(data: Uint8Array): string | undefined {
+  const cut = "its zstd copy is not a zstd frame that can be read";
   let at = 0;
   while (at + 4 <= data.length) {
     const magic = (data[at] as number) | ((data[at + 1] as number) << 8) | ((data[at + 2] as number) << 16) | ((data[at + 3] as number) << 24);
@@ -83,7 +85,8 @@ export function zstdFault(data: Uint8Array): string | undefined {
       at += 8 + skipped;
       continue;
     }
-    if (magic >>> 0 !== 0xfd2fb528 || at + 5 > data.length) return undefined;
+    if (magic >>> 0 !== 0xfd2fb528) return undefined;
+    if (at + 5 > data.length) return cut;
     const flags = data[at + 4] as number;
     const single = (flags >> 5) & 1;
     const dictBytes = [0, 1, 2, 4][flags & 3] as number;
@@ -93,13 +96,14 @@ export function zstdFault(data: Uint8Array): string | undefined {
     let window = 0;
     if (!single) {
       const w = data[p] as number | undefined;
-      if (w === undefined) return undefined;
+      if (w === undefined) return cut;
       const base = 2 ** (10 + (w >> 3));
       window = base + (base / 8) * (w & 7);
+      if (window > OPENCLAW_ZSTD_WINDOW_MAX) return `its zstd copy asks for a window of ${window} bytes, over ${OPENCLAW_ZSTD_WINDOW_MAX}`;
       p += 1;
     }
     p += dictBytes;
-    if (p + sizeBytes > data.length) return undefined;
+    if (p + sizeBytes > data.length) return cut;
     let content = 0;
     for (let i = sizeBytes - 1; i >= 0; i--) content = content * 256 + (data[p + i] as number);
     if (sizeFlag === 1) content += 256;
@@ -109,7 +113,7 @@ export function zstdFault(data: Uint8Array): string | undefined {
     if (sizeBytes > 0 && content > OPENCLAW_EVENT_MAX) return `its zstd copy unpacks to over ${OPENCLAW_EVENT_MAX} bytes`;
     // The blocks: a three-byte header each, then its bytes (one, for a block of one byte repeated).
     for (;;) {
-      if (p + 3 > data.length) return undefined;
+      if (p + 3 > data.length) return cut;
       const header = (data[p] as number) | ((data[p + 1] as number) << 8) | ((data[p + 2] as number) << 16);
       const type = (header >> 1) & 3;
       p += 3 + (type === 1 ? 1 : header >>> 3);

@@ -129,6 +129,18 @@ describe("/chat:create and /chat:fork, named by the chat's next event", { timeou
     expect(sent(server.requests.at(-1))).toContain("4711");
   });
 
+  it("/chat:resume <name> sent on <thread>~<name> while another is current makes it current, as it says", async () => {
+    const dir = agentDir();
+    const { c, sessionId } = await session(dir);
+    await prompt(c, sessionId, "hello main");
+    await command(c, sessionId, "/chat:create side");
+    await c.agent.request(acp.methods.agent.session.resume, { sessionId: `${sessionId}~main`, cwd: dir, mcpServers: [] });
+    await command(c, `${sessionId}~main`, "/chat:resume main");
+    // The chat's own session now speaks in main.
+    await prompt(c, sessionId, "where am I?");
+    expect(sent(server.requests.at(-1))).toContain("hello main");
+  });
+
   it("refused on <thread>~<name> while another conversation is current, write nothing, not even the resume", async () => {
     const dir = agentDir();
     const { c, sessionId } = await session(dir);
@@ -252,6 +264,24 @@ describe("/stop", { timeout: 90_000 }, () => {
     await c.waitForUpdate((n) => n.sessionId === main && n.update.sessionUpdate === "agent_message_chunk");
     expect(await command(c, sessionId, "/stop")).toMatch(/Stopped the running turn/);
     expect(await turn).toMatchObject({ stopReason: "cancelled" });
+  });
+
+  it("never ends another session's turn when a chat's session is closed, nor one waiting for the chat's lock", async () => {
+    const dir = agentDir();
+    const { c, sessionId } = await session(dir);
+    await prompt(c, sessionId, "hello");
+    await command(c, sessionId, "/chat:create side");
+    const side = `${sessionId}~side`;
+    const main = `${sessionId}~main`;
+    for (const id of [side, main]) await c.agent.request(acp.methods.agent.session.resume, { sessionId: id, cwd: dir, mcpServers: [] });
+    server.script({ text: "A long answer that takes its time", chunks: 10, chunkDelayMs: 100 }, { text: "main's answer" });
+    const sideTurn = prompt(c, side, "tell me a long story");
+    await c.waitForUpdate((n) => n.sessionId === side && n.update.sessionUpdate === "agent_message_chunk");
+    // main's turn waits for the chat's lock, which side's holds.
+    const mainTurn = prompt(c, main, "and you?");
+    await c.agent.request(acp.methods.agent.session.close, { sessionId });
+    expect(await sideTurn).toMatchObject({ stopReason: "end_turn" });
+    expect(await mainTurn).toMatchObject({ stopReason: "end_turn" });
   });
 
   it("stops a turn, and every other command runs, while a SKILL.md of the agent's can't be read", async () => {

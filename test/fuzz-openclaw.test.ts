@@ -264,6 +264,19 @@ describe("States with sessions through state import, fuzzed", { timeout: 120_000
   });
 });
 
+describe("a zstd copy's headers", () => {
+  it("a header cut short, or a window past the bound before its content size is read, is a fault", () => {
+    const magic = [0x28, 0xb5, 0x2f, 0xfd];
+    // Not single-segment, an 8-byte content size said and none of it there: the window is judged first.
+    expect(zstdFault(new Uint8Array([...magic, 0xc0, 0xa7]))).toMatch(/asks for a window of 2013265920 bytes/);
+    expect(zstdFault(new Uint8Array([...magic, 0xc0, 0x80]))).toMatch(/asks for a window of 67108864 bytes/);
+    // A window within the bound, the rest cut short: not a frame that can be read, before anything is held.
+    expect(zstdFault(new Uint8Array([...magic, 0xc0, 0x50]))).toBe("its zstd copy is not a zstd frame that can be read");
+    expect(zstdFault(new Uint8Array([...magic, 0xe0]))).toBe("its zstd copy is not a zstd frame that can be read");
+    expect(zstdFault(new Uint8Array([...magic]))).toBe("its zstd copy is not a zstd frame that can be read");
+  });
+});
+
 describe("a zstd copy's headers, fuzzed", () => {
   it("any bytes are judged without a throw; a frame zstd itself made for an event is never refused", () => {
     fc.assert(

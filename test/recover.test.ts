@@ -274,6 +274,32 @@ describe("_link/recover hands over the answer of the turn that took the prompt",
     expect(got.result.answers.map((a) => a.text.length)).toEqual([big.length]);
   });
 
+  it("a model chosen by another session while the turn ran is no end of it: its answer is still owed", async () => {
+    const { dir, socket } = place();
+    const d = watched(startDaemon(["--agent", dir, "--socket", socket]), cleanup);
+    await d.waitForLog(/"serving ACP"/);
+    const { stream, socket: conn } = await socketStream(socket);
+    const leaving = await openClient(stream);
+    const { sessionId } = await leaving.agent.request(acp.methods.agent.session.new, { cwd: dir, mcpServers: [] });
+    const release = deferred();
+    server.script(async () => {
+      await release.promise;
+      return { text: "answered after the model was chosen" };
+    });
+    void leaving.agent.request(acp.methods.agent.session.prompt, { sessionId, prompt: [{ type: "text", text: "wait" }] }).catch(() => undefined);
+    await server.waitForRequest(1);
+    const { stream: s2 } = await socketStream(socket);
+    const other = await openClient(s2);
+    cleanup.push(() => other.close());
+    await other.agent.request(acp.methods.agent.session.resume, { sessionId, cwd: dir, mcpServers: [] });
+    // Written at once, without the lock, while the turn runs.
+    await other.agent.request(acp.methods.agent.session.prompt, { sessionId, prompt: [{ type: "text", text: "/model:set another-model" }] });
+    conn.destroy();
+    release.resolve();
+    await d.waitForLog(/"turn ended"/);
+    expect((await recover(other)).answers.map((a) => a.text)).toEqual(["answered after the model was chosen"]);
+  });
+
   it("refuses -32602, handing over nothing, when _meta.link.agent names an agent the connection doesn't serve", async () => {
     const { dir, socket } = place();
     const d = watched(startDaemon(["--agent", dir, "--socket", socket]), cleanup);

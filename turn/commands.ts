@@ -86,14 +86,14 @@ function readChat(conv: ConversationPaths): { map: ChatMap; last: number } {
  * conversation's lock, so it lands between turns, never inside one; the session's own conversation
  * is made current first, as a prompt of that session would.
  */
-async function writeBegin(ctx: CommandContext, make: (map: ChatMap, last: number) => Command): Promise<{ n: number; event: Command }> {
+async function writeBegin(ctx: CommandContext, make: (map: ChatMap, last: number) => Command, o: { checkFirst?: boolean } = {}): Promise<{ n: number; event: Command }> {
   const conv = conversationOf(ctx);
   return withConversationLock(conv, async () => {
     let { map, last } = readChat(conv);
     const resume = ctx.conversation !== undefined ? resumeEvent(conv, ctx.conversation, map, ctx.time) : undefined;
     if (resume) {
       // Checked first as it will be once its conversation is current: a command refused writes nothing, not even that.
-      make({ ...map, current: ctx.conversation as string }, last + 1);
+      if (o.checkFirst !== false) make({ ...map, current: ctx.conversation as string }, last + 1);
       last = await appendEvent(conv, resume);
       ({ map } = readChat(conv));
     }
@@ -319,14 +319,21 @@ async function chatResume(ctx: CommandContext, args: string, typed: string): Pro
   if (/\s/.test(args)) refuse("/chat:resume takes one conversation's name (nothing was done).");
   const name = conversationName(ctx, args);
   let already = false;
-  await writeBegin(ctx, (map) => {
-    known(map, name);
-    if (map.current === name) {
-      already = true;
-      refuse("");
-    }
-    return commandEvent(ctx, "/chat:resume", typed, { conversation: name });
-  }).catch((e: unknown) => {
+  // Refused before anything is written, the session's own resume too, when the chat has no such conversation.
+  known(readChat(conversationOf(ctx)).map, name);
+  // Not checked as if the session's conversation were current: it is, once its resume is written, and the resume asked for may be that.
+  await writeBegin(
+    ctx,
+    (map) => {
+      known(map, name);
+      if (map.current === name) {
+        already = true;
+        refuse("");
+      }
+      return commandEvent(ctx, "/chat:resume", typed, { conversation: name });
+    },
+    { checkFirst: false },
+  ).catch((e: unknown) => {
     if (!(already && e instanceof CommandRefused)) throw e;
   });
   if (already) return { reply: `The conversation ${name} is the current one already.` };

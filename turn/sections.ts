@@ -179,7 +179,8 @@ const HEADER_WORD_MAX = 64;
  */
 function headerWord(word: string, owner: boolean): string {
   let w = word.replace(/[\p{Cc}\p{Cf}\p{Zl}\p{Zp}[\]()\u00b7]+/gu, " ");
-  if (!owner) w = w.replace(/your\s*owner/giu, " ");
+  // Until none is left: taking one out may join the letters around it into another.
+  if (!owner) for (let was = ""; was !== w; ) [was, w] = [w, w.replace(/your\s*owner/giu, "")];
   w = w.replace(/\s+/gu, " ").trim();
   if (w.length > HEADER_WORD_MAX) w = `${w.slice(0, HEADER_WORD_MAX)}…`;
   return w || "?";
