@@ -71,6 +71,35 @@ async function onSocket() {
   return { dir, d, c, sessionId };
 }
 
+/**
+ * A daemon on its socket whose client leaves mid-turn: its prompt's model answer (`answer`) is held
+ * until `meanwhile` has run with another client of the socket, then the client's connection ends,
+ * and the turn finishes with no one to hand its answer to. The other client is given back.
+ */
+async function leftMidTurn(answer: string, meanwhile: (other: Client, sessionId: string, dir: string) => Promise<unknown> = async () => undefined) {
+  const { dir, socket } = place();
+  const d = watched(startDaemon(["--agent", dir, "--socket", socket]), cleanup);
+  await d.waitForLog(/"serving ACP"/);
+  const { stream, socket: conn } = await socketStream(socket);
+  const leaving = await openClient(stream);
+  const { sessionId } = await leaving.agent.request(acp.methods.agent.session.new, { cwd: dir, mcpServers: [] });
+  const release = deferred();
+  server.script(async () => {
+    await release.promise;
+    return { text: answer };
+  });
+  void leaving.agent.request(acp.methods.agent.session.prompt, { sessionId, prompt: [{ type: "text", text: "wait for it" }] }).catch(() => undefined);
+  await server.waitForRequest(1);
+  const { stream: s2 } = await socketStream(socket);
+  const other = await openClient(s2);
+  cleanup.push(() => other.close());
+  await meanwhile(other, sessionId, dir);
+  conn.destroy();
+  release.resolve();
+  await d.waitForLog(/"turn ended"/);
+  return { dir, sessionId, other };
+}
+
 describe("_link/recover", () => {
   it("hands over, exactly once after a restart, an answer written before the daemon was killed and before its answer reached the client", async () => {
     const { dir, d, c, sessionId } = await onSocket();
@@ -138,26 +167,7 @@ describe("_link/recover", () => {
   });
 
   it("hands over the answer of a client that left before its turn ended, on another connection of the same process; a failed turn owes none", async () => {
-    const { dir, socket } = place();
-    const d = watched(startDaemon(["--agent", dir, "--socket", socket]), cleanup);
-    await d.waitForLog(/"serving ACP"/);
-    const { stream, socket: conn } = await socketStream(socket);
-    const leaving = await openClient(stream);
-    const { sessionId } = await leaving.agent.request(acp.methods.agent.session.new, { cwd: dir, mcpServers: [] });
-    const release = deferred();
-    server.script(async () => {
-      await release.promise;
-      return { text: "answered after you left" };
-    });
-    void leaving.agent.request(acp.methods.agent.session.prompt, { sessionId, prompt: [{ type: "text", text: "wait for it" }] }).catch(() => undefined);
-    await server.waitForRequest(1);
-    conn.destroy();
-    release.resolve();
-    await d.waitForLog(/"turn ended"/);
-
-    const { stream: s2 } = await socketStream(socket);
-    const other = await openClient(s2);
-    cleanup.push(() => other.close());
+    const { dir, sessionId, other } = await leftMidTurn("answered after you left");
     const got = await recover(other);
     expect(got.answers.map((a) => [a.sessionId, a.text])).toEqual([[sessionId, "answered after you left"]]);
     expect(await recover(other)).toEqual({ answers: [] });
@@ -275,51 +285,16 @@ describe("_link/recover hands over the answer of the turn that took the prompt",
   });
 
   it("a model chosen by another session while the turn ran is no end of it: its answer is still owed", async () => {
-    const { dir, socket } = place();
-    const d = watched(startDaemon(["--agent", dir, "--socket", socket]), cleanup);
-    await d.waitForLog(/"serving ACP"/);
-    const { stream, socket: conn } = await socketStream(socket);
-    const leaving = await openClient(stream);
-    const { sessionId } = await leaving.agent.request(acp.methods.agent.session.new, { cwd: dir, mcpServers: [] });
-    const release = deferred();
-    server.script(async () => {
-      await release.promise;
-      return { text: "answered after the model was chosen" };
+    const { other } = await leftMidTurn("answered after the model was chosen", async (other, sessionId, dir) => {
+      await other.agent.request(acp.methods.agent.session.resume, { sessionId, cwd: dir, mcpServers: [] });
+      // Written at once, without the lock, while the turn runs.
+      await other.agent.request(acp.methods.agent.session.prompt, { sessionId, prompt: [{ type: "text", text: "/model:set another-model" }] });
     });
-    void leaving.agent.request(acp.methods.agent.session.prompt, { sessionId, prompt: [{ type: "text", text: "wait" }] }).catch(() => undefined);
-    await server.waitForRequest(1);
-    const { stream: s2 } = await socketStream(socket);
-    const other = await openClient(s2);
-    cleanup.push(() => other.close());
-    await other.agent.request(acp.methods.agent.session.resume, { sessionId, cwd: dir, mcpServers: [] });
-    // Written at once, without the lock, while the turn runs.
-    await other.agent.request(acp.methods.agent.session.prompt, { sessionId, prompt: [{ type: "text", text: "/model:set another-model" }] });
-    conn.destroy();
-    release.resolve();
-    await d.waitForLog(/"turn ended"/);
     expect((await recover(other)).answers.map((a) => a.text)).toEqual(["answered after the model was chosen"]);
   });
 
   it("refuses -32602, handing over nothing, when _meta.link.agent names an agent the connection doesn't serve", async () => {
-    const { dir, socket } = place();
-    const d = watched(startDaemon(["--agent", dir, "--socket", socket]), cleanup);
-    await d.waitForLog(/"serving ACP"/);
-    const { stream, socket: conn } = await socketStream(socket);
-    const leaving = await openClient(stream);
-    const { sessionId } = await leaving.agent.request(acp.methods.agent.session.new, { cwd: dir, mcpServers: [] });
-    const release = deferred();
-    server.script(async () => {
-      await release.promise;
-      return { text: "the agent's own answer" };
-    });
-    void leaving.agent.request(acp.methods.agent.session.prompt, { sessionId, prompt: [{ type: "text", text: "wait" }] }).catch(() => undefined);
-    await server.waitForRequest(1);
-    conn.destroy();
-    release.resolve();
-    await d.waitForLog(/"turn ended"/);
-    const { stream: s2 } = await socketStream(socket);
-    const other = await openClient(s2);
-    cleanup.push(() => other.close());
+    const { other } = await leftMidTurn("the agent's own answer");
     const refused = await other.agent.request("_link/recover", { _meta: { link: { agent: "someone-else" } } }).then(
       () => undefined,
       (e: unknown) => e,
