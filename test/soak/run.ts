@@ -13,6 +13,7 @@ import { forgetEvents, paths, readEventsFrom } from "../../store/index.js";
 import { configure, scriptedSettings } from "../acp-client.js";
 import { startModelServer } from "../model-server.js";
 import { checkAcks, checkCalls, checkTranscript, readConversation } from "./check.js";
+import { checkRecovery } from "./recovery.js";
 import { linkFreeEnv } from "../fixtures/env.js";
 import { Generation, Supervisor } from "./daemon.js";
 import { SoakModel } from "./model.js";
@@ -45,6 +46,8 @@ interface Summary {
   seconds: number;
   prompts: number;
   acknowledged: number;
+  /** Answers `_link/recover` handed over at the end: what the kills left owed. */
+  recovered: number;
   refused: number;
   events: number;
   calls: number;
@@ -144,6 +147,7 @@ async function soak(o: Options & { dir: string }): Promise<Summary> {
   const byMoment: Summary["byMoment"] = {};
   let kills = 0;
   let fifos = 0;
+  let recovered: number;
   try {
     mkdirSync(o.dir, { recursive: true });
     const agent = join(o.dir, "agent");
@@ -194,6 +198,8 @@ async function soak(o: Options & { dir: string }): Promise<Summary> {
       violations.push(`the last daemon did not serve: ${(e as Error).message.slice(0, 2000)}`);
     }
     sup.finish();
+    // Every prompt was answered at last: what the kills left owed is handed over, once, and nothing is left.
+    recovered = await checkRecovery(agent, socket, threads, violations);
     const stopped = await within(last.kill("SIGTERM"), 20_000);
     if (stopped === late || stopped.code !== 0) violations.push(`the last daemon did not stop cleanly on SIGTERM: ${stopped === late ? "still running" : JSON.stringify(stopped)}`);
     await last.kill("SIGKILL");
@@ -231,6 +237,7 @@ async function soak(o: Options & { dir: string }): Promise<Summary> {
       seconds: Math.round((Date.now() - began) / 1000),
       prompts: [...record.sent.values()].reduce((s, l) => s + l.length, 0),
       acknowledged: record.acks.length,
+      recovered,
       refused: record.errors.length,
       ...totals,
       fifos,
@@ -247,7 +254,7 @@ function print(s: Summary): void {
   const moments = Object.entries(s.byMoment).map(([k, v]) => `${k} ${v}`).join(", ");
   say(`seed ${s.seed}, ${s.conversations} conversations, tool over ${s.tool}, ${s.kills} kills${s.kills < s.killsAsked ? ` of ${s.killsAsked} asked (stopped by the time limit)` : ""} in ${s.seconds} s`);
   say(`kills by moment: ${moments || "none"}`);
-  say(`${s.prompts} prompts sent, ${s.acknowledged} turns acknowledged, ${s.refused} answered with an error`);
+  say(`${s.prompts} prompts sent, ${s.acknowledged} turns acknowledged, ${s.refused} answered with an error, ${s.recovered} answers recovered at the end`);
   say(`${s.events} events; ${s.calls} tool calls: ${s.answered} answered, ${s.unanswered} answered as unanswered at the next turn; ${s.temps} temp files left by kills`);
   say(`notes.md 1.5 GB sparse; ${s.fifos} FIFOs planted where a derived file was; a hard-linked copy of the conversations read back`);
   for (const v of s.violations.slice(0, 40)) say(`violation: ${v}`);
