@@ -69,7 +69,7 @@ function countTokens(event: Event): number {
   }
 }
 
-/** The size of what an event holds beyond its plain fields: counted once per process. */
+/** The size of a message's parts, or of a provider's thinking details: walked once per process. */
 const CHARS = Symbol("chars");
 
 /** Room for an event's keys, numbers and short fields (its time, model, fingerprints…). */
@@ -77,22 +77,34 @@ const EVENT_FRAME_CHARS = 400;
 
 /**
  * An event's size in characters: about its JSON's length, never less than its strings' (what a
- * process holds it by). Its long fields are read as they are; its parts and a provider's thinking
- * details, any shape at all, are walked once and the sum kept on the event.
+ * process holds it by). Its fields are read as they are, with nothing added to the event (a property
+ * added to some events and not others would slow every reader of them); only a message's parts and a
+ * provider's thinking details, any shape at all, are walked, once, the sum kept on the event.
  */
 export function eventChars(event: Event): number {
   switch (event.kind) {
-    case "message":
+    case "message": {
+      let chars = EVENT_FRAME_CHARS + event.text.length;
       if (event.role === "user") {
-        const skill = event.skill ? event.skill.text.length + event.skill.path.length + event.skill.name.length : 0;
-        const more = event.parts || event.from || event.cwd || event.channel ? derived(event, CHARS, () => jsonChars([event.parts, event.from, event.cwd, event.channel])) : 0;
-        return EVENT_FRAME_CHARS + event.text.length + event.header.length + skill + more;
+        chars += event.header.length + (event.cwd?.length ?? 0) + (event.channel?.length ?? 0);
+        if (event.from) chars += event.from.id.length + (event.from.name?.length ?? 0);
+        if (event.skill) chars += event.skill.text.length + event.skill.path.length + event.skill.name.length;
+        if (event.parts) chars += derived(event, CHARS, () => jsonChars(event.parts));
+        return chars;
       }
-      return EVENT_FRAME_CHARS + event.text.length + event.model.length + event.provider.length + (event.tool_calls || event.thinking || event.left_out || event.response_id ? derived(event, CHARS, () => jsonChars([event.tool_calls, event.thinking, event.left_out, event.response_id])) : 0);
+      chars += event.model.length + event.provider.length + (event.response_id?.length ?? 0);
+      for (const l of event.left_out ?? []) chars += l.length + 4;
+      for (const c of event.tool_calls ?? []) chars += c.id.length + c.name.length + c.arguments.length + 40;
+      if (event.thinking) {
+        chars += (event.thinking.reasoning_content?.length ?? 0) + (event.thinking.reasoning?.length ?? 0);
+        if (event.thinking.reasoning_details) chars += derived(event, CHARS, () => jsonChars(event.thinking?.reasoning_details));
+      }
+      return chars;
+    }
     case "tool_result":
       return EVENT_FRAME_CHARS + event.text.length + event.tool.length + event.call_id.length;
     case "command":
-      return EVENT_FRAME_CHARS + derived(event, CHARS, () => jsonChars(event));
+      return EVENT_FRAME_CHARS + (event.text?.length ?? 0) + (event.model?.length ?? 0) + (event.thread?.length ?? 0) + (event.conversation?.length ?? 0) + (event.from ? event.from.id.length + (event.from.name?.length ?? 0) : 0);
     case "failure":
       return EVENT_FRAME_CHARS + event.message.length;
     default: {
