@@ -122,7 +122,7 @@ export function createAgentApp(state: AcpState, outbox: Outbox, connection = new
   /** The key of the turns of the conversation a session names (a chat's current one, or `<thread>~<name>`). */
   const turnOf = (named: { thread: string; conversation?: string }): string => turnKey(sessions.conversation(named.thread).dir, named.conversation);
   /** Stops the turn a session runs: its conversation's, the chat's current one's for a session of the chat. */
-  const stopTurn = (named: { thread: string; conversation?: string }): boolean => turns.cancelIn(sessions.conversation(named.thread).dir, turnOf(named));
+  const stopTurn = (named: { thread: string; conversation?: string }): boolean => turns.cancelIn(sessions.conversation(named.thread).dir, named.conversation);
 
   /** The names of the tools a session's conversation reaches, as a turn would find them. */
   const toolNames = (session: SessionState, settings: Settings | undefined): string[] =>

@@ -118,14 +118,14 @@ export class Turns {
   }
 
   /**
-   * Aborts the turn of a session: its conversation's (`key`), or, for a session of a chat's current
-   * conversation (`key` is the chat's `dir`) when none runs under that key, the turn a session naming
-   * one of its conversations (`<thread>~<name>`) runs now, holding the chat's lock: that conversation
-   * is the current one then. One waiting for the lock is left. False when none runs.
+   * Aborts the turn of a session of the chat in `dir`: its conversation's, or, for a session of the
+   * chat's current conversation (`conversation` left out) when none runs under that key, the turn a
+   * session naming one of its conversations (`<thread>~<name>`) runs now, holding the chat's lock:
+   * that conversation is the current one then. One waiting for the lock is left. False when none runs.
    */
-  cancelIn(dir: string, key: string): boolean {
-    if (this.cancel(key)) return true;
-    if (key !== dir) return false;
+  cancelIn(dir: string, conversation: string | undefined): boolean {
+    if (this.cancel(turnKey(dir, conversation))) return true;
+    if (conversation !== undefined) return false;
     for (const [k, run] of this.running) if (run.writing && k.startsWith(`${dir}${KEY_SEPARATOR}`)) return this.cancel(k);
     return false;
   }

@@ -228,13 +228,13 @@ export interface Skill {
 
 /**
  * The skills of a skills folder: each real folder (never a link) of a usable name, at most `most`,
- * with a SKILL.md that `read` gives (Agent Skills format); `read` may refuse one by throwing when
- * `skipRefused`, and the others are still read.
+ * with a SKILL.md that `read` gives (Agent Skills format); `read` may refuse one by throwing, which
+ * fails the list, unless `onRefused` is given: then it is told, and the others are still read.
  */
 function skillsIn(
   dir: string,
   read: (path: string) => string | undefined,
-  o: { most?: number; repository?: string; skipRefused?: boolean; onRefused?: (path: string, why: string) => void } = {},
+  o: { most?: number; repository?: string; onRefused?: (path: string, why: string) => void } = {},
 ): Skill[] {
   let names: string[];
   try {
@@ -260,8 +260,8 @@ function skillsIn(
       text = read(path);
     } catch (e) {
       // One skill of a repository that can't be read (a FIFO, say) leaves the others.
-      if (o.onRefused !== undefined) o.onRefused(path, (e as Error).message);
-      else if (!o.skipRefused) throw e;
+      if (o.onRefused === undefined) throw e;
+      o.onRefused(path, (e as Error).message);
       continue;
     }
     if (text === undefined) continue;
@@ -332,7 +332,7 @@ export function listRepositorySkills(root: string): Skill[] {
   return skillsIn(join(root, REPOSITORY_SKILLS), (path) => readInRepository(root, path, SKILL_BYTES), {
     most: REPOSITORY_SKILLS_MAX,
     repository: root,
-    skipRefused: true,
+    onRefused: () => undefined,
   });
 }
 

@@ -86,14 +86,19 @@ function readChat(conv: ConversationPaths): { map: ChatMap; last: number } {
  * conversation's lock, so it lands between turns, never inside one; the session's own conversation
  * is made current first, as a prompt of that session would.
  */
-async function writeBegin(ctx: CommandContext, make: (map: ChatMap, last: number) => Command, o: { checkFirst?: boolean } = {}): Promise<{ n: number; event: Command }> {
+async function writeBegin(
+  ctx: CommandContext,
+  make: (map: ChatMap, last: number) => Command,
+  /** What refuses the command before the session's resume is written: `make` itself, as the chat will be once it is. */
+  check: (map: ChatMap, last: number) => unknown = make,
+): Promise<{ n: number; event: Command }> {
   const conv = conversationOf(ctx);
   return withConversationLock(conv, async () => {
     let { map, last } = readChat(conv);
     const resume = ctx.conversation !== undefined ? resumeEvent(conv, ctx.conversation, map, ctx.time) : undefined;
     if (resume) {
       // Checked first as it will be once its conversation is current: a command refused writes nothing, not even that.
-      if (o.checkFirst !== false) make({ ...map, current: ctx.conversation as string }, last + 1);
+      check({ ...map, current: ctx.conversation as string }, last + 1);
       last = await appendEvent(conv, resume);
       ({ map } = readChat(conv));
     }
@@ -319,9 +324,6 @@ async function chatResume(ctx: CommandContext, args: string, typed: string): Pro
   if (/\s/.test(args)) refuse("/chat:resume takes one conversation's name (nothing was done).");
   const name = conversationName(ctx, args);
   let already = false;
-  // Refused before anything is written, the session's own resume too, when the chat has no such conversation.
-  known(readChat(conversationOf(ctx)).map, name);
-  // Not checked as if the session's conversation were current: it is, once its resume is written, and the resume asked for may be that.
   await writeBegin(
     ctx,
     (map) => {
@@ -332,7 +334,8 @@ async function chatResume(ctx: CommandContext, args: string, typed: string): Pro
       }
       return commandEvent(ctx, "/chat:resume", typed, { conversation: name });
     },
-    { checkFirst: false },
+    // Before the session's own resume, only that the chat has the conversation: the one asked for may be the session's.
+    (map) => known(map, name),
   ).catch((e: unknown) => {
     if (!(already && e instanceof CommandRefused)) throw e;
   });
