@@ -106,6 +106,14 @@ describe("a streamed answer's chunk", () => {
     expect(refused).toBeGreaterThan(100);
   });
 
+  it("with an own __proto__ anywhere (JSON.parse makes one) is left to the schema, which reads it without", () => {
+    for (const text of ['{"__proto__":[],"choices":[]}', '{"id":"a","choices":[{"__proto__":[],"delta":{"content":"x"}}]}', '{"choices":[{"delta":{"__proto__":{},"content":"x"}}]}']) {
+      const raw: unknown = JSON.parse(text);
+      expect(plainChunk(raw), text).toBeUndefined();
+      expect(readChunk(raw), text).toEqual(Chunk.parse(raw));
+    }
+  });
+
   it("of each kind an endpoint sends is taken by the plain check", () => {
     const sent = [
       { id: "c1", object: "chat.completion.chunk", choices: [{ index: 0, delta: { role: "assistant", content: "" }, finish_reason: null }] },

@@ -51,7 +51,8 @@ export const Chunk = z
 export type ChunkData = z.infer<typeof Chunk>;
 export type ReportedUsage = z.infer<typeof Reported>;
 
-const isRecord = (v: unknown): v is Record<string, unknown> => typeof v === "object" && v !== null && !Array.isArray(v);
+/** An object, not an array, and without an own `__proto__` (JSON.parse makes one; the schema's copy leaves it out, so only the schema may read it). */
+const isRecord = (v: unknown): v is Record<string, unknown> => typeof v === "object" && v !== null && !Array.isArray(v) && !Object.hasOwn(v, "__proto__");
 const nothing = (v: unknown): boolean => v === undefined || v === null;
 const textOrNothing = (v: unknown): boolean => v === undefined || v === null || typeof v === "string";
 
