@@ -239,6 +239,18 @@ export interface BeginOptions {
  * request is on its way); checked, and in its place among the writes, from now.
  */
 export function beginEvent(conv: ConversationPaths, event: Event, into?: PreparedEvent, o: BeginOptions = {}): BegunEvent {
+  const { written, chars } = begin(conv, event, into, o);
+  return {
+    link: async () => (await linkBegun(conv, event, written, chars)) as number,
+    abandon: async () => {
+      const name = await written.catch(() => undefined);
+      if (name !== undefined) removeQuiet(conv, name);
+    },
+  };
+}
+
+/** Checks an event and begins its file's write and flush: its name in the folder once flushed, and its size as read back. */
+function begin(conv: ConversationPaths, event: Event, into: PreparedEvent | undefined, o: BeginOptions): { written: Promise<string>; chars: number } {
   // The plainest messages as quickEventText makes them (the same bytes), the rest through the schema.
   let line = quickEventText(event);
   if (line === undefined) {
@@ -259,38 +271,47 @@ export function beginEvent(conv: ConversationPaths, event: Event, into?: Prepare
     return basename(await writeTempAsync(folder.base, text, undefined, into?.made, o.waited === true && folder.alone));
   });
   written.catch(() => undefined);
-  return {
-    link: () =>
-      withFolder(conv, async (folder) => {
-        const tmp = folder.at(await written);
+  return { written, chars: text.length };
+}
+
+/** What an event may be linked after (appendEventAfter): the last number its writer read, and which events written since it may follow. */
+interface LinkedAfter {
+  seen: number;
+  passes: (event: Event) => boolean;
+}
+
+/** Links a begun event's flushed file to the next free number; undefined when `after` refuses an event written since. */
+function linkBegun(conv: ConversationPaths, event: Event, written: Promise<string>, chars: number, after?: LinkedAfter): Promise<number | undefined> {
+  return withFolder(conv, async (folder) => {
+    const tmp = folder.at(await written);
+    try {
+      folder.check();
+      let n = after ? after.seen + 1 : lastEventNumber(conv) + 1;
+      for (;;) {
         try {
-          folder.check();
-          let n = lastEventNumber(conv) + 1;
-          for (;;) {
-            try {
-              linkSync(tmp, folder.at(eventName(n)));
-              break;
-            } catch (e) {
-              if (!isErrno(e, "EEXIST")) throw e;
-              n++;
-            }
+          linkSync(tmp, folder.at(eventName(n)));
+          break;
+        } catch (e) {
+          if (!isErrno(e, "EEXIST")) throw e;
+          // Taken by another writer: whole, as every event is once linked.
+          if (after) {
+            const taken = readEvent(conv, n);
+            if (taken && !after.passes(taken)) return undefined;
           }
-          folder.linked();
-          // Outside a lock, the name is flushed now; under one, once, when the lock's work is done.
-          if (!folder.held) await folder.flush();
-          // The caller's own object, checked: what it holds (a turn's history) and what is read back by
-          // number are one object, so what is made from it once (its message, its count) is made once.
-          cache.add(conv.dir, n, event, text.length);
-          return n;
-        } finally {
-          unlinkQuiet(tmp);
+          n++;
         }
-      }),
-    abandon: async () => {
-      const name = await written.catch(() => undefined);
-      if (name !== undefined) removeQuiet(conv, name);
-    },
-  };
+      }
+      folder.linked();
+      // Outside a lock, the name is flushed now; under one, once, when the lock's work is done.
+      if (!folder.held) await folder.flush();
+      // The caller's own object, checked: what it holds (a turn's history) and what is read back by
+      // number are one object, so what is made from it once (its message, its count) is made once.
+      cache.add(conv.dir, n, event, chars);
+      return n;
+    } finally {
+      unlinkQuiet(tmp);
+    }
+  });
 }
 
 /**
@@ -299,6 +320,16 @@ export function beginEvent(conv: ConversationPaths, event: Event, into?: Prepare
  */
 export async function appendEvent(conv: ConversationPaths, event: Event): Promise<number> {
   return beginEvent(conv, event).link();
+}
+
+/**
+ * Appends an event with no lock, right after event `seen` (the last its writer read) or after
+ * events written since that `passes` lets it follow; undefined, and nothing written, when one of
+ * them does not: what the writer read no longer holds, and it must read again (under a lock).
+ */
+export async function appendEventAfter(conv: ConversationPaths, event: Event, seen: number, passes: (event: Event) => boolean): Promise<number | undefined> {
+  const { written, chars } = begin(conv, event, undefined, {});
+  return linkBegun(conv, event, written, chars, { seen, passes });
 }
 
 /** The conversations (threads) of an agent's chats folder. */

@@ -8,6 +8,7 @@ import type { SessionNotification } from "@agentclientprotocol/sdk";
 import { describe, expect, it } from "vitest";
 import type { Event } from "../protocol/index.js";
 import { paths, readEventsFrom } from "../store/index.js";
+import { chatMap } from "../turn/chat.js";
 import { configure, daemonTestHooks, lockFreed, scriptedSettings, startDaemon, stdioClient, tempDir, watched, type Client } from "./acp-client.js";
 import { spawnSync } from "node:child_process";
 import { z } from "zod";
@@ -172,6 +173,27 @@ describe("/model:set", { timeout: 90_000 }, () => {
     expect(server.requests.at(-1)?.body.model).toBe("scripted-model");
     await prompt(c, main, "which model, main?");
     expect(server.requests.at(-1)?.body.model).toBe("other-model");
+  });
+
+  it("sent at once on two conversations' sessions, each lands in its own, though the other's makes it current meanwhile", async () => {
+    const dir = agentDir();
+    const { c, sessionId } = await session(dir);
+    await prompt(c, sessionId, "hello main");
+    await command(c, sessionId, "/chat:create side");
+    const main = `${sessionId}~main`;
+    const side = `${sessionId}~side`;
+    for (const id of [main, side]) await c.agent.request(acp.methods.agent.session.resume, { sessionId: id, cwd: dir, mcpServers: [] });
+    // Each choice of one reads the chat, then writes; the other's, meanwhile, makes its own current.
+    for (let round = 0; round < 15; round++) {
+      await Promise.all([command(c, main, `/model:set main-${round}`), command(c, side, `/model:set side-${round}`)]);
+    }
+    const events = readEventsFrom(paths({ dir }).conversation(sessionId), 1);
+    const map = chatMap(events);
+    for (const [name, own] of map.own) {
+      const chosen = own.flatMap((e) => (e.event.kind === "command" && e.event.name === "/model:set" && e.event.model ? [e.event.model] : []));
+      expect(chosen.length, name).toBe(name === "main" || name === "side" ? 15 : 0);
+      for (const model of chosen) expect(model.startsWith(`${name}-`), `${model} in ${name}`).toBe(true);
+    }
   });
 
   it("is this conversation's, read back at each turn and after a load in a new process; another conversation keeps the agent's", async () => {

@@ -11,6 +11,7 @@ import {
   InvalidNameError,
   listSkills,
   appendEvent,
+  appendEventAfter,
   appendTranscript,
   cachedEventBytes,
   ensureConversation,
@@ -298,6 +299,31 @@ describe("thread names", () => {
     for (let i = 0; i < 10_000; i++) expect(isThread(`thread-${i}`)).toBe(true);
     for (const name of refused) expect(isThread(name)).toBe(false);
     expect(isThread("thread-0")).toBe(true);
+  });
+});
+
+describe("an event appended right after what its writer read (appendEventAfter)", () => {
+  const other = (e: Event): boolean => !(e.kind === "message" && e.text === "stop");
+  it("lands right after it, or after events written since that it may follow", async () => {
+    const conv = paths({ dir: tempDir() }).conversation("t");
+    await appendEvent(conv, userMessage("one"));
+    expect(await appendEventAfter(conv, userMessage("two"), 1, other)).toBe(2);
+    // Read at 2; two more written since, both of which it may follow.
+    await appendEvent(conv, userMessage("three"));
+    await appendEvent(conv, userMessage("four"));
+    expect(await appendEventAfter(conv, userMessage("five"), 2, other)).toBe(5);
+    expect(readEventsFrom(conv, 1).map((e) => (e.event.kind === "message" ? e.event.text : ""))).toEqual(["one", "two", "three", "four", "five"]);
+  });
+
+  it("writes nothing, and leaves no file, when an event written since is one it may not follow", async () => {
+    const conv = paths({ dir: tempDir() }).conversation("t");
+    await appendEvent(conv, userMessage("one"));
+    await appendEvent(conv, userMessage("stop"));
+    await appendEvent(conv, userMessage("after"));
+    const files = readdirSync(conv.dir).sort();
+    expect(await appendEventAfter(conv, userMessage("late"), 1, other)).toBeUndefined();
+    expect(readdirSync(conv.dir).sort()).toEqual(files);
+    expect(lastEventNumber(conv)).toBe(3);
   });
 });
 

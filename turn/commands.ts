@@ -2,9 +2,9 @@
 // arguments, who may run it, its handler, its help and the aliases that resolve to it. A command that
 // changes what the conversation remembers or does next is kept as a command event; its reply goes to
 // the chat only and is stored nowhere.
-import { ConversationName, nearest, type Command, type From, type Settings, type Verbosity, VERBOSITIES } from "../protocol/index.js";
-import { appendEvent, lastEventNumber, listRepositorySkills, listSkills, paths, repositoryOf, readEventsFrom, readMark, readSkill, withConversationLock, writeMark, type AgentRef, type ConversationPaths, type Skill } from "../store/index.js";
-import { chatMap, conversationEvents, FIRST, sessionIdOf, splitSessionId, type ChatMap } from "./chat.js";
+import { ConversationName, nearest, type Command, type Event, type From, type Settings, type Verbosity, VERBOSITIES } from "../protocol/index.js";
+import { appendEvent, appendEventAfter, lastEventNumber, listRepositorySkills, listSkills, paths, repositoryOf, readEventsFrom, readMark, readSkill, withConversationLock, writeMark, type AgentRef, type ConversationPaths, type Skill } from "../store/index.js";
+import { chatMap, conversationEvents, FIRST, isBegin, sessionIdOf, splitSessionId, type ChatMap } from "./chat.js";
 import { applyChoice, conversationChoices, resumeEvent, type Chosen } from "./history.js";
 import type { IncomingMessage } from "./types.js";
 
@@ -201,14 +201,23 @@ export async function setConversationModel(ctx: CommandContext, model: string | 
 
 /**
  * Writes a choice of the conversation's (its model, its chat's verbosity). A session that names a
- * conversation of its chat (`<thread>~<name>`) chooses for that one: when another is the chat's
- * current one, its own is made current first, under the lock, as a prompt of it would. Else the
- * choice is written at once, with no lock: it never waits for a running turn.
+ * conversation of its chat (`<thread>~<name>`) chooses for that one: when it is the chat's current
+ * one, the choice is written at once, right after what was read or after events written since
+ * that begin no other conversation; when another is current, or became so meanwhile (a turn of
+ * another session resumed it), its own is made current first, under the lock, as a prompt of it
+ * would. Else the choice is written at once, with no lock: it never waits for a running turn.
  */
 async function writeChoice(ctx: CommandContext, event: Command): Promise<void> {
   const conv = conversationOf(ctx);
-  if (ctx.conversation !== undefined && readChat(conv).map.current !== ctx.conversation) await writeBegin(ctx, () => event);
-  else await appendEvent(conv, event);
+  const own = ctx.conversation;
+  if (own === undefined) {
+    await appendEvent(conv, event);
+    return;
+  }
+  const { map, last } = readChat(conv);
+  const keepsOwn = (e: Event): boolean => !isBegin(e) || e.conversation === own;
+  if (map.current === own && (await appendEventAfter(conv, event, last, keepsOwn)) !== undefined) return;
+  await writeBegin(ctx, () => event);
 }
 
 /** The choices of the session's conversation: the one it names, else the chat's current one. */
