@@ -327,68 +327,96 @@ function convert(message: Obj, time: string, leave: Leaving): Event[] | string {
   return `a message of role ${role}: OpenClaw's own, which Link Harness has no event for`;
 }
 
-/** One session's rows, in order of seq, as a session; what it leaves behind named. */
-async function convertSession(sessionId: string, rows: readonly Row[], parts: Leaving, at: (row: Row) => string): Promise<{ session: SessionForm; left: string[] }> {
-  const thread = threadOf(sessionId);
-  const leave = new Leaving();
-  const events: Event[] = [];
-  let lastId: unknown = null;
-  let branched = false;
-  for (const row of rows) {
+/**
+ * One session's rows, fed in order of seq, as a session; what it leaves behind named. Its events'
+ * size is counted as they are made (as the session form holds them, in characters of JSON), and
+ * `keep: false` counts without keeping them: a database's sessions are measured first, then only
+ * those within the import's limit are made again and kept.
+ */
+class SessionConverter {
+  readonly thread: string;
+  readonly events: Event[] = [];
+  /** The characters of JSON its events take in the session form. */
+  chars = 0;
+  private readonly leave = new Leaving();
+  private lastId: unknown = null;
+  private branched = false;
+
+  constructor(
+    sessionId: string,
+    private readonly parts: Leaving,
+    private readonly at: (row: Row) => string,
+    private readonly keep = true,
+  ) {
+    this.thread = threadOf(sessionId);
+  }
+
+  async row(row: Row): Promise<void> {
+    const { leave, at } = this;
     let entry: unknown;
     try {
       entry = JSON.parse(await eventText(row));
     } catch (e) {
       leave.add(`${at(row)}: ${e instanceof OpenClawError ? e.message : "its JSON can't be read"}`);
-      continue;
+      return;
     }
     if (!isObj(entry) || typeof entry.type !== "string") {
       leave.add(`${at(row)}: not an object with a type`);
-      continue;
+      return;
     }
     if (entry.type !== "session") {
-      if (entry.parentId !== undefined && entry.parentId !== lastId) branched = true;
-      lastId = entry.id;
+      if (entry.parentId !== undefined && entry.parentId !== this.lastId) this.branched = true;
+      this.lastId = entry.id;
     }
     if (entry.type === "session") {
       const cwd = typeof entry.cwd === "string" ? `, ${JSON.stringify(entry.cwd.slice(0, 200))}` : "";
       leave.add(`its header's working folder${cwd}: a folder of the machine OpenClaw ran on`);
-      continue;
+      return;
     }
     if (entry.type !== "message") {
       const type = entry.type.slice(0, 40);
       const why = EVENT_WHY[type] ?? "an event of a type this import does not know";
       const sub = type === "custom" && typeof entry.customType === "string" ? ` ${JSON.stringify(entry.customType.slice(0, 40))}` : "";
       leave.add(`its ${JSON.stringify(type)}${sub} event: ${why}`);
-      continue;
+      return;
     }
     if (!isObj(entry.message)) {
       leave.add(`${at(row)}: a message event without its message`);
-      continue;
+      return;
     }
     const time = isoOf(entry.message.timestamp) ?? isoOf(entry.timestamp) ?? isoOf(row.created_at);
     if (time === undefined) {
       leave.add(`${at(row)}: a message without a time`);
-      continue;
+      return;
     }
     let made: Event[] | string;
     try {
-      made = convert(entry.message, time, parts);
+      made = convert(entry.message, time, this.parts);
     } catch {
       made = "a message not of the shape OpenClaw writes";
     }
-    if (typeof made === "string") leave.add(`${at(row)}: ${made}`);
-    else {
-      for (const e of made) {
-        const ok = Event.safeParse(e);
-        if (ok.success) events.push(ok.data);
-        else leave.add(`${at(row)}: a message not of the shape OpenClaw writes`);
+    if (typeof made === "string") {
+      leave.add(`${at(row)}: ${made}`);
+      return;
+    }
+    for (const e of made) {
+      const ok = Event.safeParse(e);
+      if (!ok.success) {
+        leave.add(`${at(row)}: a message not of the shape OpenClaw writes`);
+        continue;
       }
+      // Each one at most a few of OPENCLAW_EVENT_MAX: its JSON and the comma after it.
+      this.chars += JSON.stringify(ok.data).length + 1;
+      if (this.keep) this.events.push(ok.data);
     }
   }
-  const left = leave.lines(`session ${thread}`);
-  if (branched) left.push(`session ${thread}: its branches (OpenClaw's rewinds) are carried one after another, in the order they were written`);
-  return { session: { thread, events }, left };
+
+  /** What it left behind, said once each. */
+  left(): string[] {
+    const left = this.leave.lines(`session ${this.thread}`);
+    if (this.branched) left.push(`session ${this.thread}: its branches (OpenClaw's rewinds) are carried one after another, in the order they were written`);
+    return left;
+  }
 }
 
 interface Database {
@@ -437,29 +465,38 @@ export class SessionsRead implements ReadSessions {
   readonly left: string[] = [];
   private size = 0;
   private readonly threads = new Set<string>();
-  private readonly parts = new Leaving();
+  readonly parts = new Leaving();
 
   /** Whether a session of this id was read already. */
   has(sessionId: string): boolean {
     return this.threads.has(threadOf(sessionId));
   }
 
+  /**
+   * Takes a session of `chars` characters of events, or says why not: a second session whose id
+   * makes the same folder's name, or one past the import's limit. Its thread is taken either way.
+   */
+  admit(sessionId: string, chars: number): boolean {
+    const thread = threadOf(sessionId);
+    if (this.threads.has(thread)) {
+      this.left.push(`session ${thread}: a second session whose id makes the same folder's name`);
+      return false;
+    }
+    this.threads.add(thread);
+    if (this.size + chars > OPENCLAW_SESSIONS_MAX) {
+      this.left.push(`session ${thread}: past the import's limit of ${OPENCLAW_SESSIONS_MAX} bytes of sessions`);
+      return false;
+    }
+    this.size += chars;
+    return true;
+  }
+
   /** One session's rows, in order of seq. */
   async add(sessionId: string, rows: readonly Row[], at: (row: Row) => string = (row) => `its event seq ${row.seq}`): Promise<void> {
-    const { session, left } = await convertSession(sessionId, rows, this.parts, at);
-    this.left.push(...left);
-    if (this.threads.has(session.thread)) {
-      this.left.push(`session ${session.thread}: a second session whose id makes the same folder's name`);
-      return;
-    }
-    this.threads.add(session.thread);
-    const bytes = JSON.stringify(session).length;
-    if (this.size + bytes > OPENCLAW_SESSIONS_MAX) {
-      this.left.push(`session ${session.thread}: past the import's limit of ${OPENCLAW_SESSIONS_MAX} bytes of sessions`);
-      return;
-    }
-    this.size += bytes;
-    this.sessions.push(session);
+    const made = new SessionConverter(sessionId, this.parts, at);
+    for (const row of rows) await made.row(row);
+    this.left.push(...made.left());
+    if (this.admit(sessionId, made.chars)) this.sessions.push({ thread: made.thread, events: made.events });
   }
 
   /** What every session's messages left of their fields and parts, once all are read. */
@@ -468,48 +505,82 @@ export class SessionsRead implements ReadSessions {
   }
 }
 
+/** Every row of transcript_events in order of session and seq, one at a time; `bad` counts rows not of OpenClaw's columns' types. */
+async function eachRow(db: Database, each: (row: Row) => Promise<void>): Promise<number> {
+  const st = db.prepare("SELECT session_id, seq, event_json, event_zstd, created_at FROM transcript_events ORDER BY session_id, seq");
+  let bad = 0;
+  try {
+    while (st.step()) {
+      const row = Row.safeParse(st.getAsObject());
+      if (row.success) await each(row.data);
+      else bad++;
+    }
+  } finally {
+    st.free();
+  }
+  return bad;
+}
+
 /**
  * Reads the sessions of an OpenClaw agent database (its bytes; `name` says where it is, for a person)
  * into `into`, each ordered by seq, the sessions in the order they began. The database's other tables
  * are named as left behind. A file that is not SQLite, or a database whose transcript_events can't be
- * read, is an OpenClawError.
+ * read, is an OpenClawError. The rows are read one at a time, twice: first to measure each session,
+ * then to make those within the import's limit (taken in the order they began): what is held at
+ * once is those sessions and one row, whatever the database's size.
  */
 export async function readDatabase(bytes: Uint8Array, name: string, into: SessionsRead): Promise<void> {
   const db = await openDatabase(bytes, name);
   try {
     let tables: [string, number][];
-    const bySession = new Map<string, Row[]>();
+    const measured = new Map<string, { chars: number; began: number }>();
     try {
       tables = otherTables(db);
       // A view may compute rows without end (a recursive one of a few bytes): only a table is read.
       const kind = db.exec("SELECT type FROM sqlite_master WHERE name = 'transcript_events'")[0]?.values[0]?.[0];
       if (kind !== "table") throw new Error(kind === undefined ? "there is no such table" : `it is a ${String(kind)}, not a table`);
-      const st = db.prepare("SELECT session_id, seq, event_json, event_zstd, created_at FROM transcript_events ORDER BY session_id, seq");
-      try {
-        let bad = 0;
-        while (st.step()) {
-          const row = Row.safeParse(st.getAsObject());
-          if (!row.success) {
-            bad++;
-            continue;
-          }
-          const rows = bySession.get(row.data.session_id) ?? [];
-          rows.push(row.data);
-          bySession.set(row.data.session_id, rows);
+      let made: SessionConverter | undefined;
+      let id = "";
+      const measure = (): void => {
+        const m = measured.get(id);
+        if (made && m) m.chars = made.chars;
+      };
+      const bad = await eachRow(db, async (row) => {
+        if (!made || row.session_id !== id) {
+          measure();
+          id = row.session_id;
+          made = new SessionConverter(id, new Leaving(), () => "", false);
+          measured.set(id, { chars: 0, began: Infinity });
         }
-        if (bad > 0) into.left.push(`${name}: ${bad} row${bad === 1 ? "" : "s"} of transcript_events not of OpenClaw's columns' types`);
-      } finally {
-        st.free();
-      }
+        await made.row(row);
+        const m = measured.get(id) as { chars: number; began: number };
+        m.began = Math.min(m.began, row.created_at ?? Infinity);
+      });
+      measure();
+      if (bad > 0) into.left.push(`${name}: ${bad} row${bad === 1 ? "" : "s"} of transcript_events not of OpenClaw's columns' types`);
     } catch (e) {
       throw new OpenClawError(`${name}: its transcript_events can't be read: ${(e as Error).message}`);
     }
-    // The sessions in the order they began, then by id.
-    const began = (rows: readonly Row[]) => rows.reduce((t, r) => Math.min(t, r.created_at ?? Infinity), Infinity);
-    const order = [...bySession]
-      .map(([id, rows]) => ({ id, rows, at: began(rows) }))
-      .sort((a, b) => (a.at !== b.at ? (a.at < b.at ? -1 : 1) : a.id < b.id ? -1 : a.id > b.id ? 1 : 0));
-    for (const { id, rows } of order) await into.add(id, rows);
+    // The sessions in the order they began, then by id; those within the limit made again, and kept.
+    const order = [...measured].sort(([a, x], [b, y]) => (x.began !== y.began ? (x.began < y.began ? -1 : 1) : a < b ? -1 : a > b ? 1 : 0));
+    const taken = new Set(order.filter(([id, m]) => into.admit(id, m.chars)).map(([id]) => id));
+    const made = new Map<string, SessionConverter>();
+    try {
+      await eachRow(db, async (row) => {
+        if (!taken.has(row.session_id)) return;
+        let session = made.get(row.session_id);
+        if (!session) made.set(row.session_id, (session = new SessionConverter(row.session_id, into.parts, (r) => `its event seq ${r.seq}`)));
+        await session.row(row);
+      });
+    } catch (e) {
+      throw new OpenClawError(`${name}: its transcript_events can't be read: ${(e as Error).message}`);
+    }
+    for (const [id] of order) {
+      const session = made.get(id);
+      if (!session) continue;
+      into.left.push(...session.left());
+      into.sessions.push({ thread: session.thread, events: session.events });
+    }
     if (tables.length > 0) {
       const named = tables.map(([table, n]) => `${table} (${Number.isNaN(n) ? "rows not counted" : `${n} row${n === 1 ? "" : "s"}`})`);
       into.left.push(`${name}: its other tables, OpenClaw's own records, not carried: ${named.join(", ")}`);

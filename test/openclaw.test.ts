@@ -302,6 +302,41 @@ describe("state import --from openclaw, a hostile database", { timeout: 60_000 }
     expect(r.stdout).toContain(`came: session ${SECOND}: 4 events into chats/${SECOND}/\n`);
   });
 
+  it("a session that unpacks to more than the import takes: measured a row at a time, named, the sessions before and after it carried", async () => {
+    const openclaw = copyFixture(temp("lnk-openclaw-src-"));
+    // One message of 4 MiB of JSON from a frame of 300 bytes: raw blocks around 31 blocks of "a" repeated 128 KiB.
+    const frame = (at: number): Uint8Array => {
+      const [head, tail] = JSON.stringify({ type: "message", id: `e${at}`, message: { role: "user", content: "\u0000", timestamp: at } }).split("\\u0000");
+      const raw = (text: string, last: boolean) => {
+        const size = Buffer.byteLength(text);
+        const header = (last ? 1 : 0) | (size << 3);
+        return [header & 0xff, (header >> 8) & 0xff, (header >> 16) & 0xff, ...Buffer.from(text)];
+      };
+      const rle = Array.from({ length: 31 }, () => {
+        const header = (1 << 1) | (131072 << 3);
+        return [header & 0xff, (header >> 8) & 0xff, (header >> 16) & 0xff, 0x61];
+      }).flat();
+      const content = Buffer.byteLength(head as string) + 31 * 131072 + Buffer.byteLength(tail as string);
+      const size = Array.from({ length: 4 }, (_, i) => (content >> (8 * i)) & 0xff);
+      // Single segment, its size in four bytes.
+      return new Uint8Array([0x28, 0xb5, 0x2f, 0xfd, 0xa0, ...size, ...raw(head as string, false), ...rle, ...raw(tail as string, true)]);
+    };
+    const ins = "INSERT INTO transcript_events (session_id, seq, event_json, created_at, event_zstd, event_utf8_bytes, navigation_json) VALUES (?, ?, ?, ?, ?, ?, ?)";
+    const start = Date.parse("2026-12-01T08:00:00Z");
+    const small = (id: string, at: number): [string, unknown[]] => [ins, [id, 1, JSON.stringify({ type: "message", id: "e1", message: { role: "user", content: `hello from ${id}`, timestamp: at } }), at, null, null, null]];
+    // 280 MiB of messages in one session, begun between two small ones: over the import's limit, and
+    // over the heap the import is given below, were they held at once.
+    const big = Array.from({ length: 70 }, (_, i): [string, unknown[]] => [ins, ["big", i + 1, null, start + 1000 + i, frame(start + 1000 + i), 4194304, "{}"]]);
+    await alterDb(openclaw, ["DELETE FROM transcript_events"], small("early", start), ...big, small("late", start + 5000));
+    const dir = agent();
+    const r = await run(process.execPath, ["--max-old-space-size=200", MAIN, "state", "import", "--from", "openclaw", "--agent", dir, openclaw], { ms: 120_000 });
+    expect(r.code, r.stderr).toBe(0);
+    expect(r.stdout).toContain("came: session openclaw-early: 1 event into chats/openclaw-early/\n");
+    expect(r.stdout).toContain("came: session openclaw-late: 1 event into chats/openclaw-late/\n");
+    expect(r.stdout).toContain(`left behind: session openclaw-big: past the import's limit of ${256 * 1024 * 1024} bytes of sessions\n`);
+    expect(existsSync(paths({ dir }).conversation("openclaw-big").dir)).toBe(false);
+  }, 180_000);
+
   it("a transcript_events that is a view (one that computes rows without end) is not read: one line, exit 2, nothing written", async () => {
     const openclaw = copyFixture(temp("lnk-openclaw-src-"));
     await alterDb(
