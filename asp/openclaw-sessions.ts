@@ -12,6 +12,8 @@ import { AssistantMessage, Event, Part, Thread, ToolResult, UserMessage, type Se
 export const OPENCLAW_EVENT_MAX = 4 * 1024 * 1024;
 /** The most of all sessions' events taken: past it, the sessions after are left behind, named. */
 export const OPENCLAW_SESSIONS_MAX = 256 * 1024 * 1024;
+/** The most sessions of a database measured: past it (by id), the rest are left behind, counted. */
+export const OPENCLAW_SESSIONS_COUNT_MAX = 100_000;
 /** A tool's answer is kept up to 32 KiB, as a turn keeps one. */
 const TOOL_TEXT_MAX = 32 * 1024;
 
@@ -529,7 +531,7 @@ async function eachRow(db: Database, each: (row: Row) => Promise<void>): Promise
  * then to make those within the import's limit (taken in the order they began): what is held at
  * once is those sessions and one row, whatever the database's size.
  */
-export async function readDatabase(bytes: Uint8Array, name: string, into: SessionsRead): Promise<void> {
+export async function readDatabase(bytes: Uint8Array, name: string, into: SessionsRead, sessionsMax = OPENCLAW_SESSIONS_COUNT_MAX): Promise<void> {
   const db = await openDatabase(bytes, name);
   try {
     let tables: [string, number][];
@@ -540,23 +542,32 @@ export async function readDatabase(bytes: Uint8Array, name: string, into: Sessio
       const kind = db.exec("SELECT type FROM sqlite_master WHERE name = 'transcript_events'")[0]?.values[0]?.[0];
       if (kind !== "table") throw new Error(kind === undefined ? "there is no such table" : `it is a ${String(kind)}, not a table`);
       let made: SessionConverter | undefined;
-      let id = "";
+      let id: string | undefined;
       const measure = (): void => {
-        const m = measured.get(id);
+        const m = id === undefined ? undefined : measured.get(id);
         if (made && m) m.chars = made.chars;
       };
+      let past = 0;
       const bad = await eachRow(db, async (row) => {
-        if (!made || row.session_id !== id) {
+        if (row.session_id !== id) {
           measure();
           id = row.session_id;
+          if (measured.size >= sessionsMax) {
+            // Each a few entries of a map: a database of millions of one-row sessions must not fill the heap.
+            past++;
+            made = undefined;
+            return;
+          }
           made = new SessionConverter(id, new Leaving(), () => "", false);
           measured.set(id, { chars: 0, began: Infinity });
         }
+        if (!made) return;
         await made.row(row);
-        const m = measured.get(id) as { chars: number; began: number };
+        const m = measured.get(row.session_id) as { chars: number; began: number };
         m.began = Math.min(m.began, row.created_at ?? Infinity);
       });
       measure();
+      if (past > 0) into.left.push(`${name}: ${past} session${past === 1 ? "" : "s"} past the import's ${sessionsMax} (the first by id are read)`);
       if (bad > 0) into.left.push(`${name}: ${bad} row${bad === 1 ? "" : "s"} of transcript_events not of OpenClaw's columns' types`);
     } catch (e) {
       throw new OpenClawError(`${name}: its transcript_events can't be read: ${(e as Error).message}`);

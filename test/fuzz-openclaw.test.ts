@@ -13,7 +13,7 @@ import initSqlJs from "sql.js";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { StoreError } from "../protocol/index.js";
 import { OpenClawError, readOpenClaw } from "../asp/openclaw.js";
-import { zstdFault } from "../asp/openclaw-sessions.js";
+import { readDatabase, SessionsRead, zstdFault } from "../asp/openclaw-sessions.js";
 import { ImportError, checkState, planImport } from "../asp/state-import.js";
 import { ROOT } from "./fixtures/built.js";
 import { files } from "./fixtures/files.js";
@@ -294,5 +294,30 @@ describe("a zstd copy's headers, fuzzed", () => {
       }),
       { numRuns: 20, ...seed },
     );
+  });
+});
+
+describe("a database of many sessions", () => {
+  it("measures the first by id up to the bound and counts the rest as left behind; those it read come in the order they began", async () => {
+    const SQL = await initSqlJs();
+    const db = new SQL.Database();
+    db.run("CREATE TABLE transcript_events (session_id TEXT NOT NULL, seq INTEGER NOT NULL, event_json TEXT, created_at INTEGER NOT NULL, event_zstd BLOB, PRIMARY KEY (session_id, seq))");
+    const at = Date.parse("2026-12-01T08:00:00Z");
+    // s0 to s4 by id, begun in the other order; s3 and s4 past a bound of 3, each of two rows.
+    for (let i = 0; i < 5; i++) {
+      for (const seq of [1, 2]) {
+        const time = at + (5 - i) * 1000 + seq;
+        db.run("INSERT INTO transcript_events VALUES (?, ?, ?, ?, NULL)", [`s${i}`, seq, JSON.stringify({ type: "message", id: `e${seq}`, message: { role: "user", content: `s${i} ${seq}`, timestamp: time } }), time]);
+      }
+    }
+    const into = new SessionsRead();
+    await readDatabase(db.export(), "agent.sqlite", into, 3);
+    db.close();
+    expect(into.sessions.map((s) => [s.thread, s.events.length])).toEqual([
+      ["openclaw-s2", 2],
+      ["openclaw-s1", 2],
+      ["openclaw-s0", 2],
+    ]);
+    expect(into.left).toContain("agent.sqlite: 2 sessions past the import's 3 (the first by id are read)");
   });
 });
