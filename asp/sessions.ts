@@ -21,10 +21,11 @@ import {
   describeIssues,
   type AspImported,
   type AspKind,
+  type Event,
   type Numbered,
 } from "../protocol/index.js";
 import { EXPORTED } from "./export.js";
-import { LIMITS, appendEvent, conversationIn, flushFolderSync, flushMadeAboveSync, forgetEvents, isErrno, listEventNumbers, listThreads, makeNewFolder, paths, processAlive, readEventsFrom, type AgentRef, type ConversationPaths } from "../store/index.js";
+import { LIMITS, appendEvent, conversationIn, eachEventFrom, flushFolderSync, flushMadeAboveSync, forgetEvents, isErrno, listEventNumbers, listThreads, makeNewFolder, paths, processAlive, protoKey, readEventsFrom, withoutProtoKeys, type AgentRef, type ConversationPaths } from "../store/index.js";
 
 /** The kinds an endpoint's `_asp/export` gives (`state export`'s and sessions), and `_asp/import` takes. */
 export const ENDPOINT_EXPORTED = [...EXPORTED, "sessions"] as const satisfies readonly AspKind[];
@@ -47,69 +48,79 @@ export interface LeftOut {
 
 /** One conversation read for a session (left out: none of it could be read), and what of it was not carried. */
 export interface ReadSession {
+  /** Its thread, as named in chats/. */
+  thread: string;
   session?: SessionForm;
   left?: LeftOut;
+  /** The characters of JSON its session takes (JSON.stringify's), once read whole. */
+  chars?: number;
+  /** Left out: it takes more than the room it was given, and was read no further. */
+  over?: boolean;
 }
 
 /**
- * A conversation of the agent in the portable form: its events read whole through the store (never
+ * A conversation of the agent in the portable form: its events read through the store (never
  * through a link), from the first until the first number missing, since a fork's `event` is its
- * position in the list. A thread that can't be read, or read whole, is left, with why.
+ * position in the list. A thread that can't be read, or read whole, is left, with why. One whose
+ * session takes more than `room` characters of JSON is left too, read no further than that.
  */
-export function readSession(agent: AgentRef, thread: string): ReadSession {
+export function readSession(agent: AgentRef, thread: string, room = Number.POSITIVE_INFINITY): ReadSession {
   const path = `chats/${thread}`;
-  if (!Thread.safeParse(thread).success) return { left: { path, why: "not a thread's name" } };
+  if (!Thread.safeParse(thread).success) return { thread, left: { path, why: "not a thread's name" } };
   const conv = paths(agent).conversation(thread);
-  let events: Numbered[];
   try {
-    events = readEventsFrom(conv, 1);
+    const events: Event[] = [];
+    // As JSON.stringify gives the session: its frame, then each event and a comma.
+    let chars = JSON.stringify({ thread, events: [] }).length;
+    let proto = 0;
+    for (const { event } of eachEventFrom(conv)) {
+      const carried = protoKey(event) === undefined ? event : withoutProtoKeys(event);
+      if (carried !== event) proto++;
+      chars += JSON.stringify(carried).length + 1;
+      if (chars > room) return { thread, over: true };
+      events.push(carried);
+    }
     const last = listEventNumbers(conv).at(-1) ?? 0;
-    const session = { thread, events: events.map((e) => e.event) };
+    const session = { thread, events };
+    const lefts: string[] = [];
     // What comes after a missing number is left out, and named.
-    if (last > events.length) return { session, left: { path, why: `its events after number ${events.length + 1}, which is missing` } };
-    return { session };
+    if (last > events.length) lefts.push(`its events after number ${events.length + 1}, which is missing`);
+    if (proto > 0) lefts.push(`the key "__proto__" of ${proto} event${proto === 1 ? "" : "s"}, which no State may hold`);
+    return { thread, session, chars, ...(lefts.length > 0 ? { left: { path, why: lefts.join("; ") } } : {}) };
   } catch (e) {
     if (!(e instanceof StoreError)) throw e;
-    return { left: { path, why: e.message } };
+    return { thread, left: { path, why: e.message } };
   }
 }
 
 /** Every conversation of the agent, one at a time in the order of their threads' names, or why one can't be read. */
-export function* readSessions(agent: AgentRef): Generator<ReadSession> {
+export function* readSessions(agent: AgentRef, room?: () => number): Generator<ReadSession> {
   let threads: string[];
+  const links: string[] = [];
   try {
-    threads = listThreads(paths(agent).chats);
+    threads = listThreads(paths(agent).chats, (name) => links.push(name));
   } catch (e) {
     if (!(e instanceof StoreError)) throw e;
-    yield { left: { path: "chats", why: e.message } };
+    yield { thread: "", left: { path: "chats", why: e.message } };
     return;
   }
-  for (const thread of threads) yield readSession(agent, thread);
+  for (const name of links) yield { thread: name, left: { path: `chats/${name}`, why: "a symbolic link, not followed" } };
+  for (const thread of threads) yield readSession(agent, thread, room?.());
 }
 
 /**
  * Every conversation of the agent (readSessions), at most EXPORT_SESSIONS_BYTES of them. What can't
- * be read is left out and named.
+ * be read is left out and named; so is one past the limit, read no further than it.
  */
 export function exportSessions(agent: AgentRef, max = EXPORT_SESSIONS_BYTES): ExportedSessions {
   const sessions: SessionForm[] = [];
   const left: ExportedSessions["left"] = [];
   let bytes = 0;
-  for (const read of readSessions(agent)) {
+  for (const read of readSessions(agent, () => max - bytes)) {
+    if (read.over) left.push({ path: `chats/${read.thread}`, why: `past the export's limit of ${max} bytes of sessions` });
     if (read.left) left.push(read.left);
     if (!read.session) continue;
-    let size: number;
-    try {
-      size = JSON.stringify(read.session).length;
-    } catch {
-      // Longer than a string can be (some 512 MiB): no export could carry it.
-      size = Number.POSITIVE_INFINITY;
-    }
-    if (bytes + size > max) {
-      left.push({ path: `chats/${read.session.thread}`, why: `past the export's limit of ${max} bytes of sessions` });
-      continue;
-    }
-    bytes += size;
+    bytes += read.chars ?? 0;
     sessions.push(read.session);
   }
   return { sessions, left };

@@ -3,71 +3,128 @@
 // never shown, parts named), or in the portable session form, as `_asp/export` gives it. Loaded only
 // for this command.
 import { existsSync } from "node:fs";
-import { StoreError, type Event, type Numbered, type SessionForm } from "../protocol/index.js";
-import { readSession } from "../asp/sessions.js";
-import { readEventsFrom, type AgentRef } from "../store/index.js";
+import { StoreError, type Event, type Numbered } from "../protocol/index.js";
+import { eachEventFrom, listEventNumbers, protoKey, readEvent, withoutProtoKeys, type AgentRef, type ConversationPaths } from "../store/index.js";
 import { chatMap, conversationEvents, isBegin } from "../turn/chat.js";
 import { UsageError, agentRef, type AgentOptions } from "./cli.js";
 import { oneLine, safe, stdoutChunks, type Output } from "./output.js";
 import { namedSession } from "./thread-arg.js";
 
-/** A conversation as read for the command: its session form and its events by their numbers. */
+/**
+ * A conversation as read for the command: every event checked, and kept by its number only, to be
+ * read again as it is printed: a conversation of gigabytes is never held whole.
+ */
 export interface ReadNamed {
-  session: SessionForm;
-  /** What a person is shown: its events by their numbers in the chat's log. */
-  events: Numbered[];
+  conv: ConversationPaths;
+  /** The session's thread: the chat's, or `<thread>~<name>`. */
+  thread: string;
+  /** What a person is shown: its events' numbers in the chat's log. */
+  shown: number[];
+  /** What its session gives: the commands that began a chat's conversations left out of one conversation's. */
+  given: number[];
   /** A chat of several conversations: their names, in the order they began. */
   conversations?: string[];
-  /** What of it could not be read (a missing number), said on stderr. */
+  /** What of it could not be read (a missing number), or was not given (a key `__proto__`), said on stderr. */
   left?: string;
+  /** Its session's bytes as printed (writeSessionJson), when asked. */
+  bytes?: number;
 }
 
+/** What a chat's log is read as for its map: every event checked, only those that begin a conversation kept. */
+const PASSED: Event = { v: 1, kind: "message", role: "user", text: "", time: "", header: "" };
+
 /**
- * The conversation THREAD names, read whole. A chat's folder gives its session as `_asp/export` does
- * (the same code); `<thread>~<name>` gives that conversation of the chat as a session of its own,
+ * The conversation THREAD names, every event read and checked. A chat's folder gives its session as
+ * `_asp/export` does; `<thread>~<name>` gives that conversation of the chat as a session of its own,
  * thread `<thread>~<name>`: its events as the chat reads them back (a fork's shared start, then its
- * own), without the commands that began the chat's conversations, which name events of the chat's log.
+ * own), without the commands that began the chat's conversations, which name events of the chat's
+ * log. `pad`: its session's bytes as printed with it are counted too.
  */
-export function readNamed(agent: AgentRef, arg: string): ReadNamed {
+export function readNamed(agent: AgentRef, arg: string, pad?: string): ReadNamed {
   if (!existsSync(agent.dir)) throw new UsageError(`no agent folder at ${agent.dir}`);
   const named = namedSession(agent, arg);
+  const log: Numbered[] = [];
+  let proto = 0;
+  // A chat's own session gives every event: measured as it is read, rather than read once more.
+  const whole = named.conversation === undefined && pad !== undefined;
+  let bytes = 0;
+  try {
+    for (const e of eachEventFrom(named.conv)) {
+      log.push(isBegin(e.event) ? e : { n: e.n, event: PASSED });
+      if (protoKey(e.event) !== undefined) proto++;
+      if (whole) bytes += Buffer.byteLength(eventJson(e.event, pad, log.length === 1));
+    }
+  } catch (e) {
+    if (e instanceof StoreError) throw new StoreError(`cannot read conversation ${named.thread}: ${e.message}`, e.path);
+    throw e;
+  }
+  const map = chatMap(log);
+  let read: ReadNamed;
   if (named.conversation === undefined) {
-    const read = readSession(agent, named.thread);
-    if (!read.session) throw new StoreError(`cannot read conversation ${named.thread}: ${read.left?.why ?? "unreadable"}`, named.conv.dir);
-    const events = read.session.events.map((event, i) => ({ n: i + 1, event }));
-    const names = [...chatMap(events).conversations.keys()];
-    return {
-      session: read.session,
-      events,
+    const last = listEventNumbers(named.conv).at(-1) ?? 0;
+    const all = log.map((e) => e.n);
+    const names = [...map.conversations.keys()];
+    read = {
+      conv: named.conv,
+      thread: named.thread,
+      shown: all,
+      given: all,
       ...(names.length > 1 ? { conversations: names } : {}),
-      ...(read.left ? { left: read.left.why } : {}),
+      ...(last > log.length ? { left: `its events after number ${log.length + 1}, which is missing` } : {}),
     };
+    if (proto > 0) read.left = [read.left, protoLeft(proto)].filter(Boolean).join("; ");
+  } else {
+    if (!map.conversations.has(named.conversation)) {
+      throw new UsageError(`chat ${named.thread} has no conversation ${JSON.stringify(named.conversation)} (it has: ${[...map.conversations.keys()].join(", ")})`);
+    }
+    // A person reads the commands that began it as they were typed; the session leaves them out.
+    const events = conversationEvents(map, named.conversation);
+    read = { conv: named.conv, thread: arg, shown: events.map((e) => e.n), given: events.filter((e) => !isBegin(e.event)).map((e) => e.n) };
+    if (proto > 0) read.left = protoLeft(proto);
   }
-  const map = chatMap(readEventsFrom(named.conv, 1));
-  if (!map.conversations.has(named.conversation)) {
-    throw new UsageError(`chat ${named.thread} has no conversation ${JSON.stringify(named.conversation)} (it has: ${[...map.conversations.keys()].join(", ")})`);
+  if (whole) read.bytes = bytes + Buffer.byteLength(sessionJsonHead(read.thread, pad)) + Buffer.byteLength(sessionJsonTail(log.length > 0, pad));
+  else if (pad !== undefined) {
+    read.bytes = 0;
+    for (const chunk of sessionJsonChunks(read, pad)) read.bytes += Buffer.byteLength(chunk);
   }
-  // A person reads the commands that began it as they were typed; the session leaves them out.
-  const events = conversationEvents(map, named.conversation);
-  return { session: { thread: arg, events: events.filter((e) => !isBegin(e.event)).map((e) => e.event) }, events };
+  return read;
 }
 
-/**
- * The session as `JSON.stringify(session, null, 2)` writes it, each line after `pad`, made an event
- * at a time so a long conversation is never one string.
- */
-export async function writeSessionJson(out: Output, session: SessionForm, pad = ""): Promise<void> {
-  const indent = (text: string, by: string) => text.replace(/\n/g, `\n${by}`);
-  if (session.events.length === 0) {
-    await out.write(pad + indent(JSON.stringify(session, null, 2), pad));
-    return;
+/** What a session gives without: a key no State may hold (JSON.parse made it an own key; an import refuses it). */
+const protoLeft = (n: number) => `the key "__proto__" of ${n} event${n === 1 ? "" : "s"} of the chat, which no State may hold`;
+
+/** The events of `numbers`, read again one at a time (each was checked once already). */
+function* eventsAt(conv: ConversationPaths, numbers: readonly number[]): Generator<Numbered> {
+  for (const n of numbers) {
+    const event = readEvent(conv, n, false);
+    if (event === undefined) throw new StoreError(`event ${n} of ${conv.dir} is gone`, conv.event(n));
+    yield { n, event };
   }
-  await out.write(`${pad}{\n${pad}  "thread": ${JSON.stringify(session.thread)},\n${pad}  "events": [\n`);
-  const last = session.events.length - 1;
-  for (const [i, event] of session.events.entries()) {
-    await out.write(`${pad}    ${indent(JSON.stringify(event, null, 2), `${pad}    `)}${i < last ? "," : ""}\n`);
+}
+
+/** The session as `JSON.stringify(session, null, 2)` writes it, each line after `pad`, an event at a time. */
+function* sessionJsonChunks(read: ReadNamed, pad: string): Generator<string> {
+  yield sessionJsonHead(read.thread, pad);
+  let first = true;
+  for (const e of eventsAt(read.conv, read.given)) {
+    yield eventJson(e.event, pad, first);
+    first = false;
   }
-  await out.write(`${pad}  ]\n${pad}}`);
+  yield sessionJsonTail(!first, pad);
+}
+
+const sessionJsonHead = (thread: string, pad: string) => `${pad}{\n${pad}  "thread": ${JSON.stringify(thread)},\n${pad}  "events": [`;
+const sessionJsonTail = (any: boolean, pad: string) => (any ? `\n${pad}  ]\n${pad}}` : `]\n${pad}}`);
+
+/** One event of a session's list, as JSON.stringify(session, null, 2) writes it (without a key `__proto__`). */
+function eventJson(event: Event, pad: string, first: boolean): string {
+  const carried = protoKey(event) === undefined ? event : withoutProtoKeys(event);
+  return `${first ? "\n" : ",\n"}${pad}    ${JSON.stringify(carried, null, 2).replace(/\n/g, `\n${pad}    `)}`;
+}
+
+/** Writes the session (sessionJsonChunks), never as one string. */
+export async function writeSessionJson(out: Output, read: ReadNamed, pad = ""): Promise<void> {
+  for (const chunk of sessionJsonChunks(read, pad)) await out.write(chunk);
 }
 
 /** At most `max` characters and `lines` lines of a text, saying how much more there was. */
@@ -186,10 +243,11 @@ export function eventText({ n, event: e }: Numbered): string {
 
 /** The first line: which conversation, how many events, from when to when. */
 function heading(arg: string, read: ReadNamed): string {
-  const first = read.events[0]?.event.time;
-  const last = read.events.at(-1)?.event.time;
+  const at = (n: number | undefined) => (n === undefined ? undefined : readEvent(read.conv, n, false)?.time);
+  const first = at(read.shown[0]);
+  const last = at(read.shown.at(-1));
   const span = first !== undefined && last !== undefined ? `, ${when(first)} to ${when(last)}` : "";
-  const count = `${read.events.length} event${read.events.length === 1 ? "" : "s"}`;
+  const count = `${read.shown.length} event${read.shown.length === 1 ? "" : "s"}`;
   const chat = read.conversations ? ` (a chat of ${read.conversations.length} conversations: ${read.conversations.map(oneLine).join(", ")}; name one as ${oneLine(arg)}~NAME)` : "";
   return `Conversation ${oneLine(arg)}: ${count}${span}${chat}`;
 }
@@ -200,11 +258,11 @@ export async function printConversation(o: AgentOptions, thread: string, json: b
   if (read.left !== undefined) process.stderr.write(`lnk-link-harness: left out: ${read.left}\n`);
   const out = stdoutChunks();
   if (json) {
-    await writeSessionJson(out, read.session);
+    await writeSessionJson(out, read);
     await out.write("\n");
   } else {
     await out.write(`${heading(thread, read)}\n`);
-    for (const e of read.events) await out.write(`\n${eventText(e)}\n`);
+    for (const e of eventsAt(read.conv, read.shown)) await out.write(`\n${eventText(e)}\n`);
   }
   await out.end();
 }

@@ -7,41 +7,78 @@
 // is kept until its copy is in, so a failed move loses nothing (man lnk-link-harness(1)).
 import { existsSync, mkdirSync } from "node:fs";
 import { z } from "zod";
-import { ASP_KINDS, AspState, describeIssues, type AspImportResult, type AspLeftBehind, type SessionForm } from "../protocol/index.js";
-import { EXPORT_SESSIONS_BYTES, InvalidSessions, checkSessions, importSessions, readSessions } from "../asp/sessions.js";
-import { jsonFault } from "../store/index.js";
+import { ASP_KINDS, AspState, StoreError, Thread, describeIssues, type AspImportResult, type AspLeftBehind } from "../protocol/index.js";
+import { EXPORT_SESSIONS_BYTES, InvalidSessions, checkSessions, importSessions } from "../asp/sessions.js";
+import { jsonFault, listThreads, paths } from "../store/index.js";
 import { UsageError, agentRef, type AgentOptions } from "./cli.js";
 import { readInput } from "./commands.js";
-import { readNamed, writeSessionJson } from "./conversation.js";
-import { stdoutChunks } from "./output.js";
+import { readNamed, writeSessionJson, type ReadNamed } from "./conversation.js";
+import { oneLine, stdoutChunks } from "./output.js";
+
+/** The most a printed State of sessions is: what `conversations move in` reads, less room for its frame. */
+const MOVED_BYTES = EXPORT_SESSIONS_BYTES - 64;
+/** How each session is indented in the State printed. */
+const PAD = "    ";
 
 /**
  * Prints `{"sessions": [...]}`: the conversations THREADs name (each a chat's folder, or one
  * conversation of a chat as `<thread>~<name>`), else every one, a session at a time. Named ones are
- * read whole before anything is printed, so one that can't be read prints nothing; of every one,
- * those that can't be read are left out and named on stderr.
+ * read whole before anything is printed, so one that can't be read prints nothing, nor do named ones
+ * over what `conversations move in` takes; of every one, those that can't be read, and those past
+ * what `move in` takes, are left out and named on stderr. No conversation is held whole: each is
+ * read once to check and measure it, then again as it is printed.
  */
 export async function moveOut(o: AgentOptions, threads: readonly string[]): Promise<void> {
   const agent = agentRef(o);
   if (!existsSync(agent.dir)) throw new UsageError(`no agent folder at ${agent.dir}`);
-  const named = threads.map((t) => readNamed(agent, t));
+  const named = threads.map((t) => readNamed(agent, t, PAD));
+  const total = named.reduce((sum, read) => sum + (read.bytes ?? 0) + 2, 0);
+  if (total > MOVED_BYTES) {
+    throw new UsageError(`the conversations named print ${total} bytes, over the ${MOVED_BYTES} conversations move in takes: move them out a few at a time`);
+  }
   const out = stdoutChunks();
   await out.write('{\n  "sessions": [');
   let first = true;
-  const put = async (session: SessionForm) => {
+  const put = async (read: ReadNamed) => {
+    if (read.left !== undefined) process.stderr.write(`lnk-link-harness: left out of ${oneLine(read.thread)}: ${oneLine(read.left)}\n`);
     await out.write(first ? "\n" : ",\n");
     first = false;
-    await writeSessionJson(out, session, "    ");
+    await writeSessionJson(out, read, PAD);
   };
+  const leftOut = (path: string, why: string) => process.stderr.write(`lnk-link-harness: left out: ${oneLine(path)}: ${oneLine(why)}\n`);
   if (threads.length > 0) {
-    for (const read of named) {
-      if (read.left !== undefined) process.stderr.write(`lnk-link-harness: left out of ${read.session.thread}: ${read.left}\n`);
-      await put(read.session);
-    }
+    for (const read of named) await put(read);
   } else {
-    for (const read of readSessions(agent)) {
-      if (read.left) process.stderr.write(`lnk-link-harness: left out: ${read.left.path}: ${read.left.why}\n`);
-      if (read.session) await put(read.session);
+    let bytes = 0;
+    const chats = paths(agent).chats;
+    let every: string[];
+    try {
+      every = listThreads(chats, (name) => leftOut(`chats/${name}`, "a symbolic link, not followed"));
+    } catch (e) {
+      if (!(e instanceof StoreError)) throw e;
+      leftOut("chats", e.message);
+      every = [];
+    }
+    for (const thread of every) {
+      if (!Thread.safeParse(thread).success) {
+        leftOut(`chats/${thread}`, "not a thread's name");
+        continue;
+      }
+      let read: ReadNamed;
+      try {
+        read = readNamed(agent, thread, PAD);
+      } catch (e) {
+        if (!(e instanceof StoreError)) throw e;
+        leftOut(`chats/${thread}`, e.message);
+        continue;
+      }
+      const size = (read.bytes ?? 0) + 2;
+      if (bytes + size > MOVED_BYTES) {
+        leftOut(`chats/${thread}`, `past the ${MOVED_BYTES} bytes conversations move in takes: move it out by its name`);
+        continue;
+      }
+      bytes += size;
+      await put(read);
     }
   }
   await out.write(first ? "]\n}\n" : "\n  ]\n}\n");

@@ -105,16 +105,16 @@ function parseEvent(path: string, text: string): Event {
   return raw as Event;
 }
 
-/** The event numbered n, or undefined when there is none yet. */
-export function readEvent(conv: ConversationPaths, n: number): Event | undefined {
+/** The event numbered n, or undefined when there is none yet. `keep: false`: read once, for a reader of a whole conversation, and not kept. */
+export function readEvent(conv: ConversationPaths, n: number, keep = true): Event | undefined {
   const events = cache.of(conv.dir);
   const known = events.get(n);
   if (known) return known;
   checkConversationLinks(conv);
-  return readCached(conv, events, n);
+  return readCached(conv, events, n, keep);
 }
 
-function readCached(conv: ConversationPaths, events: Map<number, Event>, n: number): Event | undefined {
+function readCached(conv: ConversationPaths, events: Map<number, Event>, n: number, keep = true): Event | undefined {
   const known = events.get(n);
   if (known) return known;
   const path = conv.event(n);
@@ -129,7 +129,7 @@ function readCached(conv: ConversationPaths, events: Map<number, Event>, n: numb
   }
   readStats.files += 1;
   const event = parseEvent(path, text);
-  cache.add(conv.dir, n, event, text.length);
+  if (keep) cache.add(conv.dir, n, event, text.length);
   return event;
 }
 
@@ -151,6 +151,22 @@ export function readEventsFrom(conv: ConversationPaths, from: number): Numbered[
     const event = readCached(conv, events, n);
     if (!event) return out;
     out.push({ n, event });
+  }
+}
+
+/**
+ * Events from number `from` on, one at a time, until the first number not yet written: what a
+ * caller does not keep is not held here either. Those not kept already are read and not kept, so a
+ * reader of every conversation (an export) neither holds them nor makes the process forget the
+ * events of the conversations its turns read.
+ */
+export function* eachEventFrom(conv: ConversationPaths, from = 1): Generator<Numbered> {
+  checkConversationLinks(conv);
+  const events = cache.of(conv.dir);
+  for (let n = Math.max(1, from); ; n++) {
+    const event = readCached(conv, events, n, false);
+    if (!event) return;
+    yield { n, event };
   }
 }
 
@@ -333,11 +349,13 @@ export async function appendEventAfter(conv: ConversationPaths, event: Event, se
 }
 
 /** The conversations (threads) of an agent's chats folder. */
-export function listThreads(chats: string): string[] {
+export function listThreads(chats: string, onLink?: (name: string) => void): string[] {
   try {
     if (lstatSync(chats).isSymbolicLink()) throw new StoreError(`refused: ${chats} is a symbolic link`, chats);
-    return readdirSync(chats, { withFileTypes: true })
-      .filter((d) => d.isDirectory() && !d.name.startsWith("."))
+    const entries = readdirSync(chats, { withFileTypes: true }).filter((d) => !d.name.startsWith("."));
+    if (onLink) for (const d of entries) if (d.isSymbolicLink()) onLink(d.name);
+    return entries
+      .filter((d) => d.isDirectory())
       .map((d) => d.name)
       .sort();
   } catch (e) {

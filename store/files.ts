@@ -99,9 +99,13 @@ function refusal(path: string, st: Stats, o: ReadOptions): string | undefined {
 export function readNoFollow(path: string, o: ReadOptions = { max: LIMITS.event }): string {
   const fd = openSync(path, o.follow ? NOFOLLOW & ~constants.O_NOFOLLOW : NOFOLLOW);
   let checked = false;
+  /** The file's size as looked at: what a buffer grows to at once, rather than by doubling. */
+  let size = 0;
   const check = () => {
     checked = true;
-    const why = refusal(path, fstatSync(fd), o);
+    const st = fstatSync(fd);
+    size = st.size;
+    const why = refusal(path, st, o);
     if (why) throw new StoreError(why, path);
   };
   try {
@@ -127,8 +131,8 @@ export function readNoFollow(path: string, o: ReadOptions = { max: LIMITS.event 
         throw new StoreError(`refused: ${path} is over the limit of ${describeSize(o.max)}`, path);
       }
       if (ended) return buffer.toString("utf8", 0, length);
-      // Filled: the file holds more.
-      const grown = Buffer.allocUnsafe(Math.min(buffer.length * 2, o.max + 1));
+      // Filled: the file holds more (one read past its size says whether it grew meanwhile).
+      const grown = Buffer.allocUnsafe(Math.min(Math.max(buffer.length * 2, size + 1), o.max + 1));
       buffer.copy(grown, 0, 0, length);
       buffer = grown;
     }

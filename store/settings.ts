@@ -28,6 +28,19 @@ export function protoKey(raw: unknown): string | undefined {
   return undefined;
 }
 
+/**
+ * A copy of JSON without any key named `__proto__` (JSON.parse makes them own keys), anywhere in it.
+ * Recursive: for values a schema held to a depth (an event's).
+ */
+export function withoutProtoKeys<T>(value: T): T {
+  const copy = (v: unknown): unknown => {
+    if (Array.isArray(v)) return v.map(copy);
+    if (typeof v !== "object" || v === null) return v;
+    return Object.fromEntries(Object.entries(v).flatMap(([k, x]) => (k === "__proto__" ? [] : [[k, copy(x)]])));
+  };
+  return copy(value) as T;
+}
+
 /** Parses settings from JSON text; the error names each wrong key, never a value. */
 export function parseSettings(text: string): SettingsT {
   let raw: unknown;

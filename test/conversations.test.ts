@@ -3,7 +3,7 @@
 // form (the session `_asp/export` gives); conversations moved out and into a fresh agent folder, the
 // same sessions again, replaying over session/load; a chat's conversation named `<thread>~<name>`;
 // and bad input refused in one line with nothing written.
-import { mkdirSync, readdirSync, readFileSync, rmSync, symlinkSync, writeFileSync } from "node:fs";
+import { mkdirSync, readdirSync, readFileSync, rmSync, statSync, symlinkSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import * as acp from "@agentclientprotocol/sdk";
 import type { ContentBlock } from "@agentclientprotocol/sdk";
@@ -276,6 +276,54 @@ describe("conversation and conversations move", { timeout: 240_000 }, () => {
       expect(r.stderr).toMatch(message);
       expect(listing(dir)).toEqual(before);
     }
+  });
+
+  it("conversations of hundreds of MiB are shown and moved out an event at a time; past what move in takes, left out and named", async () => {
+    const dir = folder(false);
+    // Events of 8 MiB each (a photo as a data: URL): 144 MiB in chat a, 120 in chat b.
+    const photo = `data:image/png;base64,${"A".repeat(8 * 1024 * 1024)}`;
+    const said = (i: number) => `${JSON.stringify({ v: 1, time: new Date(Date.UTC(2026, 0, 2, 3, 4, i)).toISOString(), kind: "message", role: "user", text: `photo ${i}`, header: "[h]", parts: [{ type: "image_url", image_url: { url: photo } }] })}\n`;
+    for (const [chat, count] of [["a", 18], ["b", 15]] as const) {
+      mkdirSync(join(dir, "chats", chat), { recursive: true });
+      for (let i = 1; i <= count; i++) writeFileSync(join(dir, "chats", chat, `${String(i).padStart(12, "0")}.json`), said(i));
+    }
+    // A heap smaller than either chat: held whole, each would run it out. What is printed goes to a file.
+    const printed = join(dir, "printed.json");
+    const small = (args: string[]) => run("/bin/sh", ["-c", `exec "$0" --max-old-space-size=96 "$@" > "${printed}"`, process.execPath, MAIN, ...args], { ms: 120_000 });
+    const shown = await small(["conversation", "--agent", dir, "a"]);
+    expect(shown.code, shown.stderr).toBe(0);
+    expect(readFileSync(printed, "utf8").split("\n")[0]).toBe("Conversation a: 18 events, 2026-01-02 03:04:01 UTC to 2026-01-02 03:04:18 UTC");
+    // Every one: a is printed, b would take the State past the 256 MiB move in reads, and is named.
+    const all = await small(["conversations", "move", "out", "--agent", dir]);
+    expect(all.code, all.stderr).toBe(0);
+    expect(all.stderr).toMatch(/^lnk-link-harness: left out: chats\/b: past the \d+ bytes conversations move in takes: move it out by its name\n$/);
+    const state = readFileSync(printed);
+    expect(state.length).toBeGreaterThan(144 * 1024 * 1024);
+    expect(state.length).toBeLessThan(256 * 1024 * 1024);
+    expect(state.subarray(0, 60).toString()).toContain('"thread": "a"');
+    expect(state.indexOf('"thread": "b"')).toBe(-1);
+    expect(state.subarray(-12).toString()).toBe("    }\n  ]\n}\n");
+    // Named, both at once, are refused whole: nothing printed.
+    const named = await small(["conversations", "move", "out", "--agent", dir, "a", "b"]);
+    expect(named.code).toBe(2);
+    expect(statSync(printed).size).toBe(0);
+    expect(named.stderr).toMatch(/^lnk-link-harness: the conversations named print \d+ bytes, over the \d+ conversations move in takes: move them out a few at a time\n$/);
+  }, 240_000);
+
+  it("an event holding a key __proto__ is given without it, and said so: what is given, any import takes", async () => {
+    const dir = folder(false);
+    const chat = join(dir, "chats", "proto");
+    mkdirSync(chat, { recursive: true });
+    // A part's own fields are loose: JSON.parse makes "__proto__" an own key there.
+    writeFileSync(join(chat, "000000000001.json"), '{"v":1,"time":"2026-01-02T03:04:05.000Z","kind":"message","role":"user","text":"hi","header":"[h]","parts":[{"type":"image_url","image_url":{"url":"data:image/png;base64,AAAA","__proto__":{"x":1}}}]}\n');
+    const out = await cli(["conversations", "move", "out", "--agent", dir]);
+    expect(out.code, out.stderr).toBe(0);
+    expect(out.stderr).toBe('lnk-link-harness: left out of proto: the key "__proto__" of 1 event of the chat, which no State may hold\n');
+    expect(out.stdout).not.toContain("__proto__");
+    const target = folder(false);
+    const taken = await cli(["state", "import", "--agent", target], out.stdout);
+    expect(taken.code, taken.stderr).toBe(0);
+    expect(readFileSync(join(target, "chats", "proto", "000000000001.json"), "utf8")).toContain("data:image/png;base64,AAAA");
   });
 
   it("a conversation folder with hostile content: the bad event or the link named, never a crash", async () => {
