@@ -230,3 +230,23 @@ describe("_asp/export over ACP", { timeout: 60_000 }, () => {
     }
   });
 });
+
+describe("the sessions an export gives, held to a limit", () => {
+  it("takes conversations in the order of their names while they fit, names the one past it, and goes on with those after", async () => {
+    const { exportSessions } = await import("../asp/sessions.js");
+    const dir = folder();
+    const said = (text: string) => `${JSON.stringify({ v: 1, time: "2026-01-02T03:04:05.000Z", kind: "message", role: "user", text, header: "[h]" })}\n`;
+    for (const [thread, size] of [["a", 100], ["b", 5_000], ["c", 100]] as const) {
+      mkdirSync(join(dir, "chats", thread), { recursive: true });
+      for (let i = 1; i <= 3; i++) write(join(dir, "chats", thread, `${String(i).padStart(12, "0")}.json`), said("x".repeat(size)));
+    }
+    const got = exportSessions({ dir }, 2_000);
+    expect(got.sessions.map((s) => [s.thread, s.events.length])).toEqual([
+      ["a", 3],
+      ["c", 3],
+    ]);
+    expect(got.left).toEqual([{ path: "chats/b", why: "past the export's limit of 2000 bytes of sessions" }]);
+    // What a session takes is what its JSON is.
+    expect(got.sessions.reduce((sum, s) => sum + JSON.stringify(s).length, 0)).toBeLessThanOrEqual(2_000);
+  });
+});
