@@ -1,5 +1,6 @@
 // How a tool call looks to an ACP client: its title, its kind, its result as content.
 import type { ToolCallContent, ToolCallLocation, ToolKind } from "@agentclientprotocol/sdk";
+import { parsedArguments } from "../protocol/index.js";
 import { TOOL_SEPARATOR, type ToolMedia } from "../turn/tools.js";
 
 /** `<tool>__<call>` → "tool: call", as a person reads it. */
@@ -31,15 +32,9 @@ export function toolKind(name: string): ToolKind {
   return "other";
 }
 
-/** The arguments as the model sent them: parsed when they are JSON, else the text itself. */
+/** The arguments as the model sent them: parsed when they are JSON of a depth JSON can be written back at, else the text itself. */
 export function rawInput(args: unknown): unknown {
-  if (typeof args !== "string") return args;
-  try {
-    const parsed: unknown = JSON.parse(args);
-    return parsed;
-  } catch {
-    return args;
-  }
+  return typeof args === "string" ? parsedArguments(args) : args;
 }
 
 export function textContent(text: string): ToolCallContent[] {

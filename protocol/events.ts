@@ -45,6 +45,21 @@ export function nestsWithin(value: unknown, max: number): boolean {
   return true;
 }
 
+/**
+ * A tool call's arguments as the model sent them (a JSON text): parsed when they are JSON that nests
+ * no deeper than THINKING_DEPTH_MAX, else the text itself. Deeper, what is made of them (an ACP
+ * update, a tool's request) could not be written as JSON: shown, and refused, as text.
+ */
+export function parsedArguments(text: string): unknown {
+  let parsed: unknown;
+  try {
+    parsed = JSON.parse(text);
+  } catch {
+    return text;
+  }
+  return nestsWithin(parsed, THINKING_DEPTH_MAX) ? parsed : text;
+}
+
 /** A model's thinking, kept as the provider sent it so it can be sent back with its calls. */
 export const Thinking = z
   .object({

@@ -7,10 +7,11 @@ import { createServer, type Server } from "node:http";
 import type { AddressInfo } from "node:net";
 import fc from "fast-check";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { Settings } from "../protocol/index.js";
+import { nestsWithin, parsedArguments, Settings, THINKING_DEPTH_MAX } from "../protocol/index.js";
 import { askModel, ModelError, MODEL_ANSWER_MAX_CALLS, MODEL_ANSWER_MAX_CHARS } from "../turn/model.js";
 import { ANSWER_EVENT_MAX } from "../turn/http.js";
 import { scriptedSettings } from "./acp-client.js";
+const seed = process.env.FC_SEED ? { seed: Number(process.env.FC_SEED) } : {};
 
 /** What the endpoint sends for the request being fuzzed: each entry one SSE data line, as it is. */
 let lines: string[] = [];
@@ -227,6 +228,27 @@ describe("the model's streamed answer, fuzzed", { timeout: 120_000 }, () => {
         expect((failed as ModelError).message).toContain(`made a call numbered ${past}`);
       }),
       { numRuns: 40 },
+    );
+  });
+});
+
+describe("a call's arguments as the model sent them, fuzzed", () => {
+  it("are parsed only when JSON within the depth JSON is written back at; whatever is given can be written as JSON", () => {
+    const nested = fc.tuple(fc.nat({ max: 3000 }), fc.constantFrom("[", '{"a":')).map(([depth, open]) => `${open.repeat(depth)}1${(open === "[" ? "]" : "}").repeat(depth)}`);
+    fc.assert(
+      fc.property(fc.oneof(fc.json(), fc.string(), nested), (text) => {
+        const given = parsedArguments(text);
+        expect(() => JSON.stringify(given)).not.toThrow();
+        if (typeof given !== "string" || given !== text) expect(nestsWithin(given, THINKING_DEPTH_MAX)).toBe(true);
+        let json = true;
+        try {
+          JSON.parse(text);
+        } catch {
+          json = false;
+        }
+        if (!json) expect(given).toBe(text);
+      }),
+      { numRuns: 2_000, ...seed },
     );
   });
 });

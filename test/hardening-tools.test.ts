@@ -126,6 +126,30 @@ describe("a tool that says a secret", { timeout: 30_000 }, () => {
   });
 });
 
+describe("a call whose arguments nest thousands deep", { timeout: 60_000 }, () => {
+  it("is answered as failed, shown as text, and its conversation loads again: the client's connection stays", async () => {
+    const dir = agent();
+    const d = daemon(["--agent", dir]);
+    const own: acp.McpServer = { name: "probe", command: process.execPath, args: [PROBE], env: [] };
+    const { c, sessionId } = await session(d, [own]);
+    const deep = `{"deep":${"[".repeat(5000)}${"]".repeat(5000)}}`;
+    server.script({ tool_calls: [{ id: "deep", name: "probe__cwd", arguments: deep }] }, { text: "Too deep." });
+    expect(await prompt(c, sessionId, "go deep")).toMatchObject({ stopReason: "end_turn" });
+    // Shown to the client as the model sent it, as text.
+    expect(of(c.updates, "tool_call").map((u) => u.rawInput)).toEqual([deep]);
+    expect(results(dir, sessionId)).toEqual([expect.objectContaining({ error: true, text: expect.stringContaining("nest deeper than 64 arrays and objects") })]);
+    c.close();
+    expect(await d.stop()).toEqual({ code: 0, signal: null });
+    // Replayed by a process of its own: the same call, as text.
+    const again = daemon(["--agent", dir]);
+    const r = await openClient(stdioStream(again.child));
+    await r.agent.request(acp.methods.agent.session.load, { sessionId, cwd: ROOT, mcpServers: [] });
+    expect(of(r.updates, "tool_call").map((u) => u.rawInput)).toEqual([deep]);
+    r.close();
+    expect(await again.stop()).toEqual({ code: 0, signal: null });
+  });
+});
+
 describe("a tool that answers at length", { timeout: 30_000 }, () => {
   it("a 9 MB answer, one line on the pipe, is read whole and kept cut to the bound of a tool's answer", async () => {
     const dir = agent();

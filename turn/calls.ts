@@ -1,5 +1,5 @@
 // Running one round of tool calls: all at once, each answer kept up to 32 KiB and written as it comes.
-import type { ToolCall, ToolResult } from "../protocol/index.js";
+import { nestsWithin, THINKING_DEPTH_MAX, type ToolCall, type ToolResult } from "../protocol/index.js";
 import type { ToolBox, ToolMedia } from "./tools.js";
 
 export const ANSWER_MAX_BYTES = 32 * 1024;
@@ -16,13 +16,15 @@ export function cutAnswer(text: string): { text: string; truncated: boolean } {
 }
 
 function parseArguments(raw: string): Record<string, unknown> | string {
+  let value: unknown;
   try {
-    const value: unknown = JSON.parse(raw || "{}");
-    if (value && typeof value === "object" && !Array.isArray(value)) return value as Record<string, unknown>;
-    return "the call's arguments must be a JSON object";
+    value = JSON.parse(raw || "{}");
   } catch (e) {
     return `the call's arguments are not valid JSON: ${(e as Error).message}`;
   }
+  if (!value || typeof value !== "object" || Array.isArray(value)) return "the call's arguments must be a JSON object";
+  if (!nestsWithin(value, THINKING_DEPTH_MAX)) return `the call's arguments nest deeper than ${THINKING_DEPTH_MAX} arrays and objects`;
+  return value as Record<string, unknown>;
 }
 
 export interface CallAnswer {

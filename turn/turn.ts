@@ -1,6 +1,6 @@
 // One turn, stateless: reads what it needs through the store, asks the model, runs tools in rounds,
 // and writes every event as it happens. It reports through a callback of plain events, never ACP.
-import type { AssistantMessage, Event, Failure, ModelInput, PromptPrints, Settings, StopReason, ToolCall, Usage, UserMessage } from "../protocol/index.js";
+import { parsedArguments, type AssistantMessage, type Event, type Failure, type ModelInput, type PromptPrints, type Settings, type StopReason, type ToolCall, type Usage, type UserMessage } from "../protocol/index.js";
 import { beginEvent, dropEvent, flushHeld, prepareEvent, type BeginOptions, type BegunEvent, type PreparedEvent, forgetEvents, forgetSettings, LockLostError, paths, readSettings, readToolsList, withConversationLock, type ConversationPaths } from "../store/index.js";
 import { forgetBodies } from "./body.js";
 import { runCalls } from "./calls.js";
@@ -380,15 +380,7 @@ class Turn {
       }
       lastText = answer.text;
       if (toolCalls.length) {
-        for (const c of toolCalls) {
-          let args: unknown = c.arguments;
-          try {
-            args = JSON.parse(c.arguments);
-          } catch {
-            // Shown as the model sent it.
-          }
-          this.listener({ type: "tool_call", id: c.id, name: c.name, arguments: args });
-        }
+        for (const c of toolCalls) this.listener({ type: "tool_call", id: c.id, name: c.name, arguments: parsedArguments(c.arguments) });
         await runCalls(toolCalls, box, this.signal, async ({ call, result, media }) => {
           await this.write(result, history);
           this.listener({ type: "tool_result", id: call.id, name: call.name, status: result.error ? "failed" : "completed", text: result.text, ...(media ? { media } : {}) });
