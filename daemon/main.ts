@@ -1,11 +1,13 @@
 #!/usr/bin/env node
 // lnk-link-harness: the process. Loads only what the command needs, when it needs it.
 import { USAGE, UsageError, parseCommandLine, type Command } from "./cli.js";
+import { oneLine } from "./output.js";
 import { version } from "./version.js";
 
 /** Prints one line on stderr and exits non-zero: bad input never writes anything. */
 function fail(message: string, code: number): never {
-  process.stderr.write(`lnk-link-harness: ${message.replace(/\s*\n\s*/g, " ")}\n`);
+  // One line, which nothing read from a folder (a key, a name) can make act on the terminal.
+  process.stderr.write(`lnk-link-harness: ${oneLine(message.replace(/\s*\n\s*/g, " "))}\n`);
   process.exit(code);
 }
 

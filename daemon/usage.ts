@@ -4,6 +4,7 @@ import { existsSync } from "node:fs";
 import type { AgentUsage, Fall, UsageFigures } from "../protocol/index.js";
 import { agentUsage } from "../turn/usage.js";
 import { UsageError, agentRef, type AgentOptions } from "./cli.js";
+import { oneLine } from "./output.js";
 import { namedConversation } from "./thread-arg.js";
 
 /** A count as a person reads it: 950, 12.3k, 4.56M. */
@@ -69,13 +70,13 @@ export function renderUsage(u: AgentUsage): string {
     out.push(
       ...columns(
         [many ? "conversation" : "turn", ...(many ? ["turn"] : []), "time", "requests", "model time"],
-        t.slowest.map((s) => [...(many ? [s.thread] : []), `#${s.turn}`, s.time.slice(0, 19).replace("T", " "), String(s.requests), seconds(s.model_ms)]),
+        t.slowest.map((s) => [...(many ? [s.thread] : []), `#${s.turn}`, oneLine(s.time.slice(0, 19).replace("T", " ")), String(s.requests), seconds(s.model_ms)]),
       ).map((l) => `  ${l}`),
     );
   }
   out.push("", t.falls.length === 0 ? "The cached share fell in no turn." : "Turns whose cached share fell:");
   for (const f of t.falls) {
-    out.push(`  ${u.conversations.length > 1 ? `${f.thread} ` : ""}#${f.turn} ${f.time.slice(0, 19).replace("T", " ")}: ${percent(f.previous)} -> ${percent(f.share)}: ${causeText(f)}`);
+    out.push(`  ${u.conversations.length > 1 ? `${f.thread} ` : ""}#${f.turn} ${oneLine(f.time.slice(0, 19).replace("T", " "))}: ${percent(f.previous)} -> ${percent(f.share)}: ${causeText(f)}`);
   }
   return out.join("\n");
 }
@@ -85,6 +86,7 @@ export function printUsage(o: AgentOptions, thread: string | undefined, since: D
   const agent = agentRef(o);
   if (!existsSync(o.agent)) throw new UsageError(`no agent folder at ${o.agent}`);
   if (thread !== undefined) namedConversation(agent, thread);
-  const u = agentUsage(agent, { ...(thread !== undefined ? { thread } : {}), ...(since ? { since } : {}) });
+  const warn = (line: string) => process.stderr.write(`lnk-link-harness: ${oneLine(line)}\n`);
+  const u = agentUsage(agent, { ...(thread !== undefined ? { thread } : {}), ...(since ? { since } : {}), warn });
   process.stdout.write(`${json ? JSON.stringify(u, null, 2) : renderUsage(u)}\n`);
 }

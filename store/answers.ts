@@ -16,7 +16,7 @@ export type Scanned =
 /** Enough of a file to hold its head, and most events whole. */
 const HEAD_BYTES = 4096;
 /** The head an event is written with; anything else is read whole and checked by its schema. */
-const HEAD = /^\{"v":1,"time":"([^"\\]{1,64})","kind":"(message|tool_result|command|failure)"(?:,"role":"(user|assistant)")?/;
+const HEAD = /^\{"v":1,"time":"(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d{1,9})?(?:Z|[+-]\d\d:\d\d))","kind":"(message|tool_result|command|failure)"(?:,"role":"(user|assistant)")?/;
 
 /** An event whose head isn't the usual one, read whole and checked by its schema. */
 function classify(n: number, path: string, text: string, answer: boolean): Scanned {

@@ -72,11 +72,15 @@ export function appendTranscript(conv: ConversationPaths, text: string): void {
 }
 
 /** Replaces a file of the conversation whole, through its checked folder (flushed: and the folders made on the way to it). */
-function replaceInFolder(conv: ConversationPaths, name: string, text: string, flush: boolean): void {
-  withFolder(conv, (folder) => {
-    folder.check();
-    replaceFile(folder.at(name), text, FILE_MODE, flush);
-  });
+function replaceInFolder(conv: ConversationPaths, name: string, text: string, flush: boolean, make = true): void {
+  withFolder(
+    conv,
+    (folder) => {
+      folder.check();
+      replaceFile(folder.at(name), text, FILE_MODE, flush);
+    },
+    { make },
+  );
   if (flush) flushMadeAboveSync(conv.dir);
 }
 
@@ -125,7 +129,8 @@ export function writeUsageMark(conv: ConversationPaths, mark: UsageMark): void {
   const text = `${JSON.stringify(UsageMark.parse(mark))}\n`;
   // One too large to be read back is not written: the next count starts from the first event.
   if (text.length > LIMITS.usage) return;
-  replaceInFolder(conv, "usage.json", text, false);
+  // Never made for it: a conversation moved away while it was counted stays gone.
+  replaceInFolder(conv, "usage.json", text, false, false);
 }
 
 /** A subagent's tool list, or undefined when the conversation has all its agent's tools. */

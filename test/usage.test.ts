@@ -284,3 +284,63 @@ describe("usage, bad input", { timeout: 60_000 }, () => {
     }
   });
 });
+
+describe("usage over a folder changed by hand", () => {
+  const event = (i: number, role: "user" | "assistant") =>
+    `${JSON.stringify(
+      role === "user"
+        ? { v: 1, time: `2026-01-02T03:04:${String(i).padStart(2, "0")}.000Z`, kind: "message", role, text: `q${i}`, header: "[h]" }
+        : { v: 1, time: `2026-01-02T03:04:${String(i).padStart(2, "0")}.000Z`, kind: "message", role, text: `a${i}`, model: "m", provider: "p", usage: { in: 10, out: 2, cached: 0 }, latency_ms: 5, stop: "end_turn" },
+    )}\n`;
+  function chat(dir: string, thread: string, turns: number): string {
+    const folder = join(dir, "chats", thread);
+    mkdirSync(folder, { recursive: true });
+    for (let i = 1; i <= turns * 2; i++) writeFileSync(join(folder, `${String(i).padStart(12, "0")}.json`), event(i, i % 2 === 1 ? "user" : "assistant"));
+    return folder;
+  }
+
+  it("a folder of chats/ whose name is no thread's is named and passed over; the rest is counted", () => {
+    const dir = agent();
+    chat(dir, "t1", 2);
+    mkdirSync(join(dir, "chats", "t1..old"));
+    const r = usage(["--agent", dir, "--json"]);
+    expect(r.code, r.stderr).toBe(0);
+    expect(r.stderr).toBe("lnk-link-harness: left out: chats/t1..old: not a thread's name\n");
+    expect(AgentUsage.parse(JSON.parse(r.stdout)).total).toMatchObject({ turns: 2, requests: 2 });
+  });
+
+  it("events that skip a number: counted up to it, and said so", () => {
+    const dir = agent();
+    const folder = chat(dir, "t1", 3);
+    rmSync(join(folder, "000000000003.json"));
+    const r = usage(["--agent", dir, "--json"]);
+    expect(r.code, r.stderr).toBe(0);
+    expect(r.stderr).toBe("lnk-link-harness: left out of t1: its events after number 3, which is missing\n");
+    expect(AgentUsage.parse(JSON.parse(r.stdout)).total).toMatchObject({ turns: 1, requests: 1 });
+  });
+
+  it("a time that would act on a terminal is no event's: the file is read whole, and named as no JSON, on one line", () => {
+    const dir = agent();
+    const folder = chat(dir, "t1", 1);
+    writeFileSync(join(folder, "000000000003.json"), '{"v":1,"time":"\u001b]0;owned\u0007\u001b[2J","kind":"message","role":"user"}\n');
+    const r = usage(["--agent", dir]);
+    expect(r.code).toBe(1);
+    expect(r.stderr).toMatch(/^lnk-link-harness: [^\n]*000000000003\.json is not JSON[^\n]*\n$/);
+    for (const c of ["\u0007", "\u001b"]) expect(r.stdout + r.stderr).not.toContain(c);
+    // An answer with a key of that name, escaped in the JSON: its schema names it, and the line shows it escaped.
+    writeFileSync(join(folder, "000000000003.json"), `${JSON.stringify({ ...JSON.parse(event(3, "assistant")), "\u001b]0;owned\u0007": 1 })}\n`);
+    const keyed = usage(["--agent", dir]);
+    expect(keyed.code).toBe(1);
+    expect(keyed.stderr).toMatch(/^lnk-link-harness: [^\n]*000000000003\.json fails its schema[^\n]*\\u\{1b\}\]0;owned[^\n]*\n$/);
+    for (const c of ["\u0007", "\u001b"]) expect(keyed.stderr).not.toContain(c);
+  });
+
+  it("a conversation's folder gone when its count is kept: not made again for it", async () => {
+    const { writeUsageMark } = await import("../store/index.js");
+    const dir = agent();
+    const conv = paths({ dir }).conversation("gone");
+    mkdirSync(join(dir, "chats"), { recursive: true });
+    expect(() => writeUsageMark(conv, { v: 1, through: 1, time: "2026-01-02T03:04:05.000Z", count: { turns: 0, requests: 0, tokens: { in: 0, out: 0, cached: 0 }, turns_without_cost: 0, requests_without_cost: 0, model_ms: 0, slowest: [], falls: [] } as never })).toThrow();
+    expect(existsSync(conv.dir)).toBe(false);
+  });
+});

@@ -2,8 +2,9 @@
 // provider's own counts, the cost only where it reported one, and why each fall of the cached share
 // happened (the fingerprints each answer keeps of what its prompt began with). `usage` and /status
 // both read it from here, so they agree on every figure.
-import type { AgentUsage, AssistantMessage, ConversationUsage, FallCause, Numbered, PromptPrints, SectionName, SlowTurn, Tokens, UsageCountState, UsageFigures } from "../protocol/index.js";
-import { firstSince, listThreads, paths, readUsageMark, scanEvent, scanEvents, writeUsageMark, type AgentRef, type ConversationPaths, type Scanned } from "../store/index.js";
+import { existsSync } from "node:fs";
+import { StoreError, type AgentUsage, type AssistantMessage, ConversationUsage, FallCause, Numbered, PromptPrints, SectionName, SlowTurn, Tokens, UsageCountState, UsageFigures } from "../protocol/index.js";
+import { firstSince, isThread, listThreads, paths, readUsageMark, scanEvent, scanEvents, writeUsageMark, type AgentRef, type ConversationPaths, type Scanned } from "../store/index.js";
 import { changedSections } from "./fingerprint.js";
 import type { ModelAnswer } from "./model.js";
 import type { ChatMessage } from "./prompt.js";
@@ -154,7 +155,27 @@ const timeOf = (e: Scanned): string => (e.kind === "answer" ? e.answer.time : e.
  * goes on from where the last one got (usage.json, derived, kept when the event it names is still
  * there with its time), and is kept there again: only the events written since are read.
  */
-export function conversationUsage(conv: ConversationPaths, o: { since?: Date } = {}): ConversationUsage {
+export function conversationUsage(conv: ConversationPaths, o: { since?: Date; warn?: (line: string) => void } = {}): ConversationUsage {
+  const figures = countUsage(conv, o.since);
+  const end = figures.end;
+  // A folder moved away as it was counted: its figures would be some of its turns.
+  if (!existsSync(conv.dir)) throw new StoreError(`conversation ${conv.thread} was moved or removed while it was counted`, conv.dir);
+  if (end !== undefined && gapAfter(conv, end)) o.warn?.(`left out of ${conv.thread}: its events after number ${end}, which is missing`);
+  return figures.usage;
+}
+
+/**
+ * Whether events are written past `missing`, the first number not there (a gap in the numbers,
+ * made by hand): a few lookups at rising distances, never a listing.
+ */
+function gapAfter(conv: ConversationPaths, missing: number): boolean {
+  for (let step = 1; step <= 1 << 24; step *= 2) if (existsSync(conv.event(missing + step))) return true;
+  return false;
+}
+
+/** The figures, and the number the count stopped at (the first not written). */
+function countUsage(conv: ConversationPaths, since: Date | undefined): { usage: ConversationUsage; end: number | undefined } {
+  const o = { since };
   if (o.since) {
     const from = firstSince(conv, o.since);
     let before: AssistantMessage | undefined;
@@ -163,8 +184,12 @@ export function conversationUsage(conv: ConversationPaths, o: { since?: Date } =
       if (e?.kind === "answer" && e.answer.usage) before = e.answer;
     }
     const count = UsageCount.after(conv.thread, before);
-    for (const e of scanEvents(conv, from)) count.add(e);
-    return count.figures();
+    let end = from;
+    for (const e of scanEvents(conv, from)) {
+      count.add(e);
+      end = e.n + 1;
+    }
+    return { usage: count.figures(), end };
   }
   const mark = readUsageMark(conv);
   const at = mark ? scanEvent(conv, mark.through) : undefined;
@@ -182,7 +207,7 @@ export function conversationUsage(conv: ConversationPaths, o: { since?: Date } =
       // Derived: the figures stand without it, and the next count starts again from the first event.
     }
   }
-  return count.figures();
+  return { usage: count.figures(), end: last ? last.n + 1 : holds ? mark.through + 1 : 1 };
 }
 
 /** The figures of many conversations, summed. */
@@ -216,10 +241,18 @@ export function totalUsage(conversations: readonly ConversationUsage[]): UsageFi
 }
 
 /** An agent's figures: each conversation's (or the one named) and their total. */
-export function agentUsage(agent: AgentRef, o: { thread?: string; since?: Date } = {}): AgentUsage {
+export function agentUsage(agent: AgentRef, o: { thread?: string; since?: Date; warn?: (line: string) => void } = {}): AgentUsage {
   const p = paths(agent);
-  const threads = o.thread !== undefined ? [o.thread] : listThreads(p.chats);
-  const conversations = threads.map((t) => conversationUsage(p.conversation(t), o.since ? { since: o.since } : {}));
+  let threads = o.thread !== undefined ? [o.thread] : listThreads(p.chats);
+  // A folder of chats/ whose name is not a thread's (one made by hand) holds no conversation: named, and passed over.
+  if (o.thread === undefined) {
+    threads = threads.filter((t) => {
+      if (isThread(t)) return true;
+      o.warn?.(`left out: chats/${t}: not a thread's name`);
+      return false;
+    });
+  }
+  const conversations = threads.map((t) => conversationUsage(p.conversation(t), { ...(o.since ? { since: o.since } : {}), ...(o.warn ? { warn: o.warn } : {}) }));
   return { conversations, total: totalUsage(conversations) };
 }
 
