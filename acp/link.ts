@@ -61,18 +61,40 @@ export function hmacHex(key: string, text: string): string {
 
 type Id = string | number;
 
+/**
+ * A port endpoint's connection as its endpoint sees it: whether it proved itself yet (or needs not:
+ * no key), for the bounds it is held to until then (daemon/serve.ts).
+ */
+export interface Gate {
+  proved: boolean;
+}
+
 /** What one connection keeps for Link's methods: whether it proved itself, its nonce, the answers it wrote. */
 export class LinkConnection {
-  /** Whether the connection proved itself (always, where no proof is asked). */
-  proved: boolean;
+  private provedNow: boolean;
   /** The nonce this connection was last given to answer, once. */
   nonce: string | undefined;
   /** Who waits for the answer to each id, in the order they asked: a client may use one id twice. */
   private readonly waiting = new Map<Id, ((written: boolean) => void)[]>();
   private closed = false;
 
-  constructor(readonly gated: boolean) {
-    this.proved = !gated;
+  constructor(
+    readonly gated: boolean,
+    /** Its endpoint's view of it, told once it has proved itself. */
+    private readonly gate?: Gate,
+  ) {
+    this.provedNow = !gated;
+    if (gate && !gated) gate.proved = true;
+  }
+
+  /** Whether the connection proved itself (always, where no proof is asked). */
+  get proved(): boolean {
+    return this.provedNow;
+  }
+
+  set proved(now: boolean) {
+    this.provedNow = now;
+    if (now && this.gate) this.gate.proved = true;
   }
 
   /** Whether the answer to the request `id` was written to the client: true once it is, false once the connection ended first. */

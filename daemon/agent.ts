@@ -5,7 +5,7 @@
 import * as acp from "@agentclientprotocol/sdk";
 import type { AnyMessage } from "@agentclientprotocol/sdk";
 import { AcpState, createAgentApp } from "../acp/app.js";
-import { LinkConnection } from "../acp/link.js";
+import { LinkConnection, type Gate } from "../acp/link.js";
 import { Outbox } from "../acp/outbox.js";
 import type { Settings } from "../protocol/index.js";
 import type { AgentRef } from "../store/paths.js";
@@ -40,8 +40,8 @@ export interface AgentOptions {
 }
 
 export interface ConnectOptions {
-  /** Whether only `initialize` and `_link/prove` are served until the connection proved itself (a port endpoint). */
-  gated?: boolean;
+  /** A port endpoint's: only `initialize` and `_link/prove` are served until the connection proved itself, and it is told then. */
+  gate?: Gate;
   /** Takes what the SDK sends as whole messages (the front's); left out, it is encoded onto the output. */
   send?: MessageSink;
 }
@@ -157,7 +157,7 @@ export function startAgent(o: AgentOptions): RunningAgent {
   return {
     connect(input, output, c = {}) {
       const outbox = new Outbox();
-      const conn = new LinkConnection(c.gated === true && key !== undefined);
+      const conn = new LinkConnection(c.gate !== undefined && key !== undefined, c.gate);
       const lines = conn.gated ? input.pipeThrough(gateLines(conn)) : input;
       // The lines were bounded already; the SDK's own bound only has to let those through.
       const encoded = acp.ndJsonStream(tapAnswers(output, conn), lines, { maxMessageBytes: o.max + 4096 });

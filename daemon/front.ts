@@ -6,7 +6,8 @@
 // function) is then left out.
 import type { Readable, Writable } from "node:stream";
 import { initializeResult } from "../acp/initialize.js";
-import { MAX_DEPTH, concat, limitLines, nestsDeeper } from "./lines.js";
+import type { Gate } from "../acp/link.js";
+import { MAX_DEPTH, UNPROVED_LINE_MAX, concat, limitLines, nestsDeeper } from "./lines.js";
 import { log } from "./log.js";
 
 const NEWLINE = 0x0a;
@@ -112,7 +113,7 @@ function readFirstLine(input: Readable, limit: number): Promise<{ chunks: Uint8A
  * when the SDK first reads or writes. What the SDK writes goes to the same output, but for its own
  * answer to the initialize answered ahead.
  */
-export function front(input: Readable, output: Writable, web: WebStreams, version: string, max: number, unreadMs = DEFAULT_UNREAD_MS): Connection {
+export function front(input: Readable, output: Writable, web: WebStreams, version: string, max: number, unreadMs = DEFAULT_UNREAD_MS, gate?: Gate): Connection {
   let streams: ReturnType<WebStreams> | undefined;
   const webStreams = () => (streams ??= web());
   const decoder = new TextDecoder();
@@ -206,7 +207,7 @@ export function front(input: Readable, output: Writable, web: WebStreams, versio
     const read = await readFirstLine(input, FIRST_LINE_MAX);
     ahead = read.chunks;
     // A line over the bounds goes on to be refused as oversized or too deep, not answered here.
-    if (read.nl >= 0 && read.nl <= max) {
+    if (read.nl >= 0 && read.nl <= (gate && !gate.proved ? Math.min(max, UNPROVED_LINE_MAX) : max)) {
       const head = read.chunks.length === 1 ? read.chunks[0]! : concat(read.chunks);
       const line = head.subarray(0, read.nl);
       const id = nestsDeeper(line, MAX_DEPTH) ? undefined : initializeId(decoder.decode(line));
@@ -235,7 +236,8 @@ export function front(input: Readable, output: Writable, web: WebStreams, versio
     cancel: (reason) => (rest ? rest.cancel(reason) : void input.destroy()),
   });
 
-  const lines = raw.pipeThrough(limitLines(max)).getReader();
+  // Until a port's connection has proved itself, its lines are those of a handshake and a proof.
+  const lines = raw.pipeThrough(limitLines(max, gate ? () => (gate.proved ? max : Math.min(max, UNPROVED_LINE_MAX)) : undefined)).getReader();
   const readable = new ReadableStream<Uint8Array>({
     async pull(controller) {
       const full = room();

@@ -109,14 +109,22 @@ function checked(line: Uint8Array, decoder: TextDecoder, encoder: TextEncoder): 
   return nestsDeeper(line, MAX_DEPTH) ? encoder.encode(tooDeepLine(decoder.decode(line), MAX_DEPTH)) : line;
 }
 
-/** Passes newline-delimited messages through, each at most `max` bytes and nested at most MAX_DEPTH deep. */
-export function limitLines(max: number): TransformStream<Uint8Array, Uint8Array> {
+/** The most bytes of a line of a port's connection that has not proved itself: an initialize, a proof. */
+export const UNPROVED_LINE_MAX = 64 * 1024;
+
+/**
+ * Passes newline-delimited messages through, each at most `max` bytes (or, when given, what `bound`
+ * says when the line begins) and nested at most MAX_DEPTH deep.
+ */
+export function limitLines(most: number, bound?: () => number): TransformStream<Uint8Array, Uint8Array> {
   const encoder = new TextEncoder();
   const decoder = new TextDecoder();
   let parts: Uint8Array[] = [];
   let length = 0;
   /** Set while the rest of an oversized line is dropped. */
-  let dropping: { head: string; bytes: number } | undefined;
+  let dropping: { head: string; bytes: number; max: number } | undefined;
+  /** The bound of the line being read, as it was when it began. */
+  let max = bound ? bound() : most;
 
   return new TransformStream({
     transform(chunk, controller) {
@@ -128,7 +136,7 @@ export function limitLines(max: number): TransformStream<Uint8Array, Uint8Array>
           dropping.bytes += piece.length;
         } else if (length + piece.length > max) {
           const head = concat([...parts, piece.subarray(0, HEAD)], length + Math.min(piece.length, HEAD)).subarray(0, HEAD);
-          dropping = { head: decoder.decode(head), bytes: length + piece.length };
+          dropping = { head: decoder.decode(head), bytes: length + piece.length, max };
           parts = [];
           length = 0;
         } else {
@@ -137,7 +145,7 @@ export function limitLines(max: number): TransformStream<Uint8Array, Uint8Array>
         }
         if (nl < 0) break;
         if (dropping) {
-          controller.enqueue(encoder.encode(oversizedLine(dropping.head, dropping.bytes, max)));
+          controller.enqueue(encoder.encode(oversizedLine(dropping.head, dropping.bytes, dropping.max)));
           dropping = undefined;
         } else {
           parts.push(Uint8Array.of(NEWLINE));
@@ -146,10 +154,11 @@ export function limitLines(max: number): TransformStream<Uint8Array, Uint8Array>
         parts = [];
         length = 0;
         start = nl + 1;
+        if (bound) max = bound();
       }
     },
     flush(controller) {
-      if (dropping) controller.enqueue(encoder.encode(oversizedLine(dropping.head, dropping.bytes, max)));
+      if (dropping) controller.enqueue(encoder.encode(oversizedLine(dropping.head, dropping.bytes, dropping.max)));
       else if (length > 0) controller.enqueue(checked(concat(parts, length), decoder, encoder));
     },
   });

@@ -7,6 +7,7 @@ import { Duplex, Readable, Writable } from "node:stream";
 import { lazy } from "../turn/load.js";
 import type { Settings } from "../protocol/settings.js";
 import type { AgentRef } from "../store/paths.js";
+import type { Gate } from "../acp/link.js";
 import type { RunningAgent } from "./agent.js";
 import { agentCode } from "./bundle.js";
 import { UsageError, agentRef, type Command } from "./cli.js";
@@ -21,6 +22,9 @@ import { version } from "./version.js";
 export const DEFAULT_MAX_BYTES = 32 * 1024 * 1024;
 /** How long the agent waits to load when no request comes first. */
 const LOAD_AFTER_MS = 100;
+/** The most port connections that have not proved themselves at once, and how long one has to. */
+export const UNPROVED_MAX = 64;
+export const PROOF_MS = 10_000;
 /** How long a connection waits before each new attempt to load the agent: a moment of EMFILE passes. */
 const LOAD_AGAIN_MS = [100, 500, 2_000];
 
@@ -43,14 +47,22 @@ function wholeFrom(env: NodeJS.ProcessEnv, name: string, fallback: number, least
   return n;
 }
 
-/** What a connection is held to: the largest message read (LNK_ACP_MAX_BYTES), and how long its output may go unread (LNK_ACP_UNREAD_MS). */
+/**
+ * What a connection is held to: the largest message read (LNK_ACP_MAX_BYTES), how long its output may
+ * go unread (LNK_ACP_UNREAD_MS), and how long a port's connection has to prove itself (LNK_ACP_PROOF_MS).
+ */
 export interface Bounds {
   max: number;
   unreadMs: number;
+  proofMs?: number;
 }
 
 function boundsFrom(env: NodeJS.ProcessEnv): Bounds {
-  return { max: wholeFrom(env, "LNK_ACP_MAX_BYTES", DEFAULT_MAX_BYTES, 1024, "bytes"), unreadMs: wholeFrom(env, "LNK_ACP_UNREAD_MS", DEFAULT_UNREAD_MS, 1000, "milliseconds") };
+  return {
+    max: wholeFrom(env, "LNK_ACP_MAX_BYTES", DEFAULT_MAX_BYTES, 1024, "bytes"),
+    unreadMs: wholeFrom(env, "LNK_ACP_UNREAD_MS", DEFAULT_UNREAD_MS, 1000, "milliseconds"),
+    proofMs: wholeFrom(env, "LNK_ACP_PROOF_MS", PROOF_MS, 1000, "milliseconds"),
+  };
 }
 
 export interface AgentSpec {
@@ -118,21 +130,21 @@ const webOf =
  * Serves one connection: its front answers its first line (an initialize, at once), then the
  * target takes the rest through `web`; `first` runs once that line is read.
  */
-function serveConnection(input: Readable, output: Writable, web: WebStreams, target: Target, o: { version: string; bounds: Bounds; gated: boolean; first?: () => void }): Promise<void> {
-  const c = front(input, output, web, o.version, o.bounds.max, o.bounds.unreadMs);
+function serveConnection(input: Readable, output: Writable, web: WebStreams, target: Target, o: { version: string; bounds: Bounds; gate?: Gate; first?: () => void }): Promise<void> {
+  const c = front(input, output, web, o.version, o.bounds.max, o.bounds.unreadMs, o.gate);
   return c.first.then(() => {
     o.first?.();
-    return target(c.input, c.output, o.gated, c.send);
+    return target(c.input, c.output, o.gate, c.send);
   });
 }
 
 /** Serves one connection over a pair of Node streams as stdio is served: its front, Node's web streams over them, the target. */
 export function serveStreams(input: Readable, output: Writable, target: Target, version: string, bounds: Bounds): Promise<void> {
-  return serveConnection(input, output, webOf(input, output), target, { version, bounds, gated: false });
+  return serveConnection(input, output, webOf(input, output), target, { version, bounds });
 }
 
 /** Serves a connection, its first request answered by its front: gated on a port endpoint. */
-export type Target = (input: ReadableStream<Uint8Array>, output: WritableStream<Uint8Array>, gated: boolean, send?: MessageSink) => Promise<void>;
+export type Target = (input: ReadableStream<Uint8Array>, output: WritableStream<Uint8Array>, gate: Gate | undefined, send?: MessageSink) => Promise<void>;
 
 /** What a serving process holds: its agents, its endpoints and its connections, and how it stops. */
 export class Process {
@@ -144,6 +156,9 @@ export class Process {
   private readonly sockets: ControlSocket[] = [];
   private readonly timers: NodeJS.Timeout[] = [];
   private stopping: Promise<void> | undefined;
+  /** Port connections that have not proved themselves yet (unproved). */
+  private unprovedNow = 0;
+  private unprovedWarned = false;
   exitCode = 0;
   private stopped!: () => void;
   readonly done = new Promise<void>((resolve) => (this.stopped = resolve));
@@ -190,7 +205,7 @@ export class Process {
 
   /** The target of a connection to one agent. */
   oneAgent(served: Served): Target {
-    return async (input, output, gated, send) => (await served.loadFor()).connect(input, output, { gated, ...(send ? { send } : {}) });
+    return async (input, output, gate, send) => (await served.loadFor()).connect(input, output, { ...(gate ? { gate } : {}), ...(send ? { send } : {}) });
   }
 
   /** Takes back an agent added but never served (a Bind whose endpoint could not be made). */
@@ -220,12 +235,12 @@ export class Process {
     })());
   }
 
-  private serveFront(input: Readable, output: Writable, web: WebStreams, target: Target, gated: boolean): Promise<void> {
+  private serveFront(input: Readable, output: Writable, web: WebStreams, target: Target, gate: Gate | undefined): Promise<void> {
     // A client came: its connection loads the agent it asks for, so the loads planned a moment from now are let go.
     const first = () => {
       for (const t of this.timers) clearTimeout(t);
     };
-    return serveConnection(input, output, web, target, { version: this.version, bounds: this.bounds, gated, first });
+    return serveConnection(input, output, web, target, { version: this.version, bounds: this.bounds, ...(gate ? { gate } : {}), first });
   }
 
   /**
@@ -240,13 +255,58 @@ export class Process {
 
   private onSocket(target: Target, gated: boolean) {
     return (socket: Socket) => {
+      const gate = gated ? this.unproved(socket) : undefined;
+      if (gated && !gate) return;
       this.connections.add(socket);
       socket.on("error", (e) => log.warn("connection error", { error: e.message }));
       socket.on("close", () => this.connections.delete(socket));
       const web = () => Duplex.toWeb(socket) as ReturnType<WebStreams>;
-      void this.serveFront(socket, socket, web, target, gated)
+      void this.serveFront(socket, socket, web, target, gate)
         .catch((e: unknown) => log[e instanceof AgentUnavailable ? "error" : "warn"]("connection ended", { error: (e as Error).message }))
         .finally(() => socket.destroy());
+    };
+  }
+
+  /**
+   * A port connection's gate, until it has proved itself (or its agent holds no key to prove): at most
+   * UNPROVED_MAX such connections at once (a new one past it is closed at once), each closed
+   * unless proved within PROOF_MS (LNK_ACP_PROOF_MS), and its lines held to UNPROVED_LINE_MAX bytes meanwhile (the
+   * front's). Anyone on the machine reaches the port: without these, idle or endless connections
+   * held the process's memory and descriptors, and the owner's own socket failed for want of them.
+   */
+  private unproved(socket: Socket): Gate | undefined {
+    if (this.unprovedNow >= UNPROVED_MAX) {
+      if (!this.unprovedWarned) log.warn("connection refused: too many connections to the port have not proved themselves", { most: UNPROVED_MAX });
+      this.unprovedWarned = true;
+      socket.destroy();
+      return undefined;
+    }
+    this.unprovedNow++;
+    let counted = true;
+    let proved = false;
+    const done = () => {
+      if (!counted) return;
+      counted = false;
+      this.unprovedNow--;
+      this.unprovedWarned = false;
+      clearTimeout(deadline);
+    };
+    const ms = this.bounds.proofMs ?? PROOF_MS;
+    const deadline = setTimeout(() => {
+      log.warn("connection closed: it did not prove itself in time", { ms });
+      socket.destroy();
+    }, ms);
+    deadline.unref();
+    socket.on("close", done);
+    // Told by the connection once it has proved itself: it counts no more, whatever it does next.
+    return {
+      get proved() {
+        return proved;
+      },
+      set proved(now: boolean) {
+        proved = now;
+        if (now) done();
+      },
     };
   }
 
@@ -302,7 +362,7 @@ export class Process {
     process.stdout.on("error", (e) => log.warn("stdout closed", { error: e.message }));
     log.info("serving ACP", { stdio: true, ...fields });
     this.loadAhead();
-    void this.serveFront(process.stdin, process.stdout, webOf(process.stdin, process.stdout), target, false)
+    void this.serveFront(process.stdin, process.stdout, webOf(process.stdin, process.stdout), target, undefined)
       .catch((e: unknown) => {
         // Its one connection can't be served: the daemon ends, and says so by its exit status.
         if (e instanceof AgentUnavailable && last) this.exitCode = 1;

@@ -130,7 +130,7 @@ export async function serveShared(p: Process, file: string): Promise<void> {
   p.serveStdio(
     (input, output) =>
       route(
-        served.map(({ a, s }) => ({ names: [a.name, a.id], connect: async (i, o) => (await s.loadFor()).connect(i, o, { gated: false }) })),
+        served.map(({ a, s }) => ({ names: [a.name, a.id], connect: async (i, o) => (await s.loadFor()).connect(i, o) })),
         input,
         output,
       ),

@@ -122,7 +122,7 @@ function connectScratch(agent: RunningAgent, serve: ServeStreams | undefined): {
   if (serve) {
     const toAgent = new PassThrough();
     const toClient = new PassThrough();
-    const served = serve(toAgent, toClient, (input, output, gated, send) => agent.connect(input, output, { gated, ...(send ? { send } : {}) }));
+    const served = serve(toAgent, toClient, (input, output, gate, send) => agent.connect(input, output, { ...(gate ? { gate } : {}), ...(send ? { send } : {}) }));
     const stream = acp.ndJsonStream(Writable.toWeb(toAgent), Readable.toWeb(toClient) as ReadableStream<Uint8Array>);
     return { served, stream, end: () => toAgent.end() };
   }

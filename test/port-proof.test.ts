@@ -144,3 +144,64 @@ describe("the proof", () => {
     expect(d.stderr()).not.toContain(KEY);
   });
 });
+
+describe("a port's connections that have not proved themselves", { timeout: 60_000 }, () => {
+  /** A raw connection to the port: whether it was closed, and what it was sent. */
+  function raw(port: number): Promise<{ socket: import("node:net").Socket; closed: Promise<string>; got: () => string }> {
+    return new Promise((resolve, reject) => {
+      const socket = connect({ port, host: "127.0.0.1" });
+      let got = "";
+      socket.on("data", (d) => (got += d.toString()));
+      socket.on("error", () => undefined);
+      const closed = new Promise<string>((done) => socket.on("close", () => done(got)));
+      socket.once("connect", () => resolve({ socket, closed, got: () => got }));
+      socket.once("error", reject);
+      cleanup.push(() => socket.destroy());
+    });
+  }
+
+  it("are closed unless proved in LNK_ACP_PROOF_MS; one that proved stays", async () => {
+    const dir = agentDir();
+    const d = watched(startDaemon(["--agent", dir, "--port", "0"], { LNK_KEY: KEY, LNK_ACP_PROOF_MS: "1000" }), cleanup);
+    const port = await servedPort(d);
+    const idle = await raw(port);
+    const c = await portClient(port);
+    const first = await prove(c, { challenge: "challenge-from-link-0101" });
+    expect(await prove(c, { answer: hmac(KEY, `${CLIENT_PROOF_PREFIX}${first.nonce}`) })).toEqual({ proved: true });
+    await idle.closed;
+    await new Promise((resolve) => setTimeout(resolve, 1500));
+    expect((await c.agent.request(acp.methods.agent.session.new, { cwd: dir, mcpServers: [] })).sessionId).toBeTruthy();
+    await d.waitForLog(/did not prove itself in time/);
+  });
+
+  it("read lines of 64 KiB at most until proved: a longer one is refused under its id and nothing of it held", async () => {
+    const dir = agentDir();
+    const d = watched(startDaemon(["--agent", dir, "--port", "0"], { LNK_KEY: KEY }), cleanup);
+    const c = await raw(await servedPort(d));
+    c.socket.write(`{"jsonrpc":"2.0","id":7,"method":"initialize","params":{"protocolVersion":1,"pad":"${"x".repeat(100_000)}"}}\n`);
+    await new Promise<void>((resolve) => {
+      const check = setInterval(() => {
+        if (c.got().includes("\n")) {
+          clearInterval(check);
+          resolve();
+        }
+      }, 20);
+    });
+    expect(JSON.parse(c.got().split("\n")[0] as string)).toMatchObject({ id: 7, error: { code: -32600 } });
+  });
+
+  it("are served 64 at once: one more is closed as it comes, and taken again once one of them ends", async () => {
+    const dir = agentDir();
+    const d = watched(startDaemon(["--agent", dir, "--port", "0"], { LNK_KEY: KEY }), cleanup);
+    const port = await servedPort(d);
+    const held = [];
+    for (let i = 0; i < 64; i++) held.push(await raw(port));
+    const over = await raw(port);
+    expect(await over.closed).toBe("");
+    await d.waitForLog(/too many connections to the port have not proved themselves/);
+    (held[0] as { socket: import("node:net").Socket }).socket.destroy();
+    await new Promise((resolve) => setTimeout(resolve, 200));
+    const c = await portClient(port);
+    expect(await prove(c, { challenge: "challenge-from-link-0102" })).toMatchObject({ proved: false });
+  });
+});
