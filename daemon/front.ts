@@ -267,6 +267,8 @@ export function front(input: Readable, output: Writable, web: WebStreams, versio
   const writable = new WritableStream<Uint8Array>({
     async write(chunk) {
       await first;
+      // A line of the SDK's own (its refusal of a line it can't read) never lands between the pieces of a long message.
+      while (long) await long;
       if (pending.size > 0) {
         const id = answerId(chunk, decoder);
         if (id !== undefined && id === initializing?.id) {

@@ -189,6 +189,25 @@ describe("the front", () => {
       expect(told).toEqual([2]);
     });
 
+    it("writes a line of the SDK's own, sent while a long message goes out in pieces, after it, never between its pieces", async () => {
+      const { output, writes } = slowClient(64 * 1024, 1);
+      const c = opened(output);
+      await c.first;
+      await c.send.write({ jsonrpc: "2.0", id: 1, result: initializeResult(version()) });
+      const long = { jsonrpc: "2.0", method: "session/update", params: { sessionId: "s", text: "x".repeat(3 * 1024 * 1024) } };
+      const refusal = line({ jsonrpc: "2.0", id: null, error: { code: -32700, message: "Parse error" } });
+      const writer = c.output.getWriter();
+      const sent = c.send.write(long);
+      // The SDK's refusals of lines it can't read go by the byte path, as the long message is under way.
+      await Promise.all([sent, ...Array.from({ length: 5 }, () => writer.write(new TextEncoder().encode(refusal)))]);
+      await writer.close();
+      await new Promise((resolve) => setTimeout(resolve, 50));
+      const got = answers(writes.join(""));
+      expect(got).toHaveLength(7);
+      expect(got[1]).toEqual(long);
+      for (const e of got.slice(2)) expect(e).toMatchObject({ error: { code: -32700 } });
+    });
+
     it("sends the messages of one pass of the event loop in one write", async () => {
       const { output, writes } = slowClient(1024 * 1024, 0);
       const c = opened(output);
