@@ -14,7 +14,20 @@ export interface PromptContent {
   parts: Part[];
 }
 
-const dataUrl = (mimeType: string, base64: string) => `data:${mimeType};base64,${base64}`;
+/** A media type as a data: URL carries it: a type and a subtype, no parameters. */
+const MEDIA_TYPE = /^[a-z0-9][a-z0-9!#$&^_.+-]{0,126}\/[a-z0-9][a-z0-9!#$&^_.+-]{0,126}$/i;
+/** Base64 as providers decode it: its own alphabet, padded to a multiple of four. */
+const BASE64 = /^[A-Za-z0-9+/]*={0,2}$/;
+
+/**
+ * A data: URL of a block's media, checked first: a part is written into the conversation and sent
+ * again at every turn after, so one a provider refuses would make every later turn fail.
+ */
+function dataUrl(what: string, mimeType: string, base64: string): string {
+  if (!MEDIA_TYPE.test(mimeType)) throw new ContentError(`${what}'s mimeType ${JSON.stringify(mimeType.slice(0, 80))} is not a media type (type/subtype, no parameters)`);
+  if (base64.length % 4 !== 0 || !BASE64.test(base64)) throw new ContentError(`${what}'s data is not base64 (A-Z, a-z, 0-9, + and /, padded with = to a multiple of four characters)`);
+  return `data:${mimeType};base64,${base64}`;
+}
 
 function fileName(uri: string): string {
   const last = uri.split(/[\\/]/).filter(Boolean).at(-1);
@@ -40,16 +53,16 @@ export function promptContent(blocks: readonly ContentBlock[]): PromptContent {
         break;
       case "image":
         if (!block.data) throw new ContentError("an image block needs its data (a URI alone is not fetched)");
-        parts.push({ type: "image_url", image_url: { url: dataUrl(block.mimeType, block.data) } });
+        parts.push({ type: "image_url", image_url: { url: dataUrl("an image block", block.mimeType, block.data) } });
         break;
       case "resource": {
         const r = block.resource;
         if ("text" in r) {
           attached.push(`${r.uri}\n\`\`\`\n${r.text}\n\`\`\``);
         } else if (r.mimeType?.startsWith("image/")) {
-          parts.push({ type: "image_url", image_url: { url: dataUrl(r.mimeType, r.blob) } });
+          parts.push({ type: "image_url", image_url: { url: dataUrl("a resource block", r.mimeType, r.blob) } });
         } else {
-          parts.push({ type: "file", file: { file_data: dataUrl(r.mimeType ?? "application/octet-stream", r.blob), filename: fileName(r.uri) } });
+          parts.push({ type: "file", file: { file_data: dataUrl("a resource block", r.mimeType ?? "application/octet-stream", r.blob), filename: fileName(r.uri) } });
         }
         break;
       }

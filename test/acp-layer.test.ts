@@ -5,11 +5,12 @@ import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import * as acp from "@agentclientprotocol/sdk";
-import type { SessionNotification } from "@agentclientprotocol/sdk";
+import type { ContentBlock, SessionNotification } from "@agentclientprotocol/sdk";
+import fc from "fast-check";
 import { afterEach, describe, expect, it } from "vitest";
 import { AcpState, createAgentApp } from "../acp/app.js";
 import { Outbox } from "../acp/outbox.js";
-import { promptContent } from "../acp/content.js";
+import { ContentError, promptContent } from "../acp/content.js";
 import type { AcpDeps } from "../acp/deps.js";
 import { replay } from "../acp/replay.js";
 import { limitLines, topLevelId } from "../daemon/lines.js";
@@ -361,6 +362,39 @@ describe("prompt content", () => {
     expect(got.text).toBe("look at\nfile:///b.md\n\nfile:///a.txt\n```\ncontents\n```");
     expect(got.parts).toEqual([{ type: "image_url", image_url: { url: "data:image/png;base64,AAAA" } }]);
     expect(() => promptContent([{ type: "audio", mimeType: "audio/wav", data: "AA" }])).toThrow(/audio/);
+  });
+
+  it("refuses media whose data is not base64 or whose type is not one, which a provider would refuse at every later turn", () => {
+    for (const [block, said] of [
+      [{ type: "image", mimeType: "image/png", data: "not base64!" }, /an image block's data is not base64/],
+      [{ type: "image", mimeType: "image/png", data: "AAA" }, /not base64/],
+      [{ type: "image", mimeType: "image/png", data: "AA-_" }, /not base64/],
+      [{ type: "image", mimeType: "image/png;x=1", data: "AAAA" }, /mimeType "image\/png;x=1" is not a media type/],
+      [{ type: "image", mimeType: "png", data: "AAAA" }, /not a media type/],
+      [{ type: "resource", resource: { uri: "file:///a.pdf", mimeType: "application/pdf", blob: "%PDF" } }, /a resource block's data is not base64/],
+    ] as const) {
+      expect(() => promptContent([block as ContentBlock]), JSON.stringify(block)).toThrow(said);
+    }
+  });
+
+  it("makes every medium a data: URL of a media type and base64, or refuses it, whatever the block holds", () => {
+    fc.assert(
+      fc.property(fc.string({ maxLength: 40 }), fc.oneof(fc.string({ maxLength: 40 }), fc.base64String({ maxLength: 40 })), fc.boolean(), (mimeType, data, image) => {
+        const block = (image ? { type: "image", mimeType, data } : { type: "resource", resource: { uri: "file:///x", mimeType, blob: data } }) as ContentBlock;
+        let got;
+        try {
+          got = promptContent([block]);
+        } catch (e) {
+          expect(e).toBeInstanceOf(ContentError);
+          return;
+        }
+        for (const part of got.parts) {
+          const url = part.type === "image_url" ? part.image_url.url : part.type === "file" ? (part.file.file_data ?? "") : "";
+          expect(url).toMatch(/^data:[a-z0-9][a-z0-9!#$&^_.+-]*\/[a-z0-9][a-z0-9!#$&^_.+-]*;base64,([A-Za-z0-9+/]{4})*([A-Za-z0-9+/]{2}==|[A-Za-z0-9+/]{3}=)?$/i);
+        }
+      }),
+      { numRuns: 2_000 },
+    );
   });
 });
 
