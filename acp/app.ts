@@ -124,6 +124,26 @@ export function createAgentApp(state: AcpState, outbox: Outbox, connection = new
   /** Stops the turn a session runs: its conversation's, the chat's current one's for a session of the chat. */
   const stopTurn = (named: { thread: string; conversation?: string }): boolean => turns.cancelIn(sessions.conversation(named.thread).dir, named.conversation);
 
+  /**
+   * The group turns each session's prompts wait on (a group's message runs in its group's
+   * conversation, not its session's): a cancel or a close of the session stops them too.
+   */
+  const groupTurns = new Map<string, Map<string, number>>();
+  const waitOn = (sessionId: string, key: string): (() => void) => {
+    const keys = groupTurns.get(sessionId) ?? new Map<string, number>();
+    groupTurns.set(sessionId, keys);
+    keys.set(key, (keys.get(key) ?? 0) + 1);
+    return () => {
+      const n = (keys.get(key) ?? 1) - 1;
+      if (n > 0) keys.set(key, n);
+      else keys.delete(key);
+      if (keys.size === 0 && groupTurns.get(sessionId) === keys) groupTurns.delete(sessionId);
+    };
+  };
+  const stopGroupTurns = (sessionId: string): void => {
+    for (const key of groupTurns.get(sessionId)?.keys() ?? []) turns.cancel(key);
+  };
+
   /** The names of the tools a session's conversation reaches, as a turn would find them. */
   const toolNames = (session: SessionState, settings: Settings | undefined): string[] =>
     (deps.discoverTools?.(settings?.tools, session.mcpServers) ?? []).map((t) => t.name);
@@ -273,8 +293,10 @@ export function createAgentApp(state: AcpState, outbox: Outbox, connection = new
         parseLink(SessionLink, params._meta, served);
         const named = sessions.resolve(params.sessionId);
         sessions.close(params.sessionId);
-        // Closing a session ends its work: its own running turn is stopped (never another session's).
+        // Closing a session ends its work: its own running turn is stopped (never another session's),
+        // and a group's turn its prompts wait on.
         turns.cancel(turnOf(named));
+        stopGroupTurns(params.sessionId);
         return {};
       }),
     )
@@ -337,12 +359,14 @@ export function createAgentApp(state: AcpState, outbox: Outbox, connection = new
         // A prompt no turn answered (it failed, or the process is stopping) owes nothing.
         let unanswered = false;
         // The request's own signal is not the turn's: a client that goes away leaves its turn to finish and be kept.
+        const waited = session === arrived ? undefined : waitOn(arrived.id, key);
         try {
           return promptResponse(await turns.prompt(key, message, verbosityOf(settings, link.verbosity), startTurn(session, settings, arrived.mcpServers), sub, debt));
         } catch (e) {
           unanswered = true;
           throw e;
         } finally {
+          waited?.();
           // A conversation's first message gives it its title: the client is told, as session/list would.
           const title = untitled ? titleNow() : undefined;
           if (typeof title === "string") sub.send({ sessionUpdate: "session_info_update", title, updatedAt: new Date().toISOString() });
@@ -375,6 +399,7 @@ export function createAgentApp(state: AcpState, outbox: Outbox, connection = new
       }
       const named = sessions.named(params.sessionId);
       if (named) stopTurn(named);
+      stopGroupTurns(params.sessionId);
     })
     .onRequest(
       OVERSIZED_METHOD,

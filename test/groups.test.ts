@@ -57,6 +57,23 @@ describe("groups", () => {
     expect(sent).toContain("hello Ann");
   });
 
+  it("session/cancel and session/close of the session a group's message arrived on stop the group's turn it waits on", async () => {
+    const dir = agentDir();
+    const d = watched(startDaemon(["--agent", dir], linkFreeEnv()), cleanup);
+    const c = await stdioClient(d, cleanup);
+    const s1 = (await c.agent.request(acp.methods.agent.session.new, { cwd: dir, mcpServers: [] })).sessionId;
+    const group = { group: "g7", channel: "telegram", from: { id: "u1", name: "Ann", owner: false } };
+    for (const stop of ["cancel", "close"] as const) {
+      server.script({ text: "a slow answer", delayMs: 30_000 });
+      const asked = server.waitForRequest();
+      const answer = c.agent.request(acp.methods.agent.session.prompt, { sessionId: s1, prompt: text(`wait (${stop})`), _meta: { link: group } });
+      await asked;
+      if (stop === "cancel") await c.agent.notify(acp.methods.agent.session.cancel, { sessionId: s1 });
+      else await c.agent.request(acp.methods.agent.session.close, { sessionId: s1 });
+      expect(await answer, stop).toMatchObject({ stopReason: "cancelled" });
+    }
+  });
+
   it("a group's message is answered with the tools of the session it arrived on, never those of the session that opened the group", async () => {
     const dir = agentDir();
     const d = watched(startDaemon(["--agent", dir], linkFreeEnv()), cleanup);
