@@ -107,7 +107,7 @@ describe("the calls a turn offers, fuzzed", () => {
     );
   });
 
-  it("a call whose name or description holds a secret, anywhere and however long around it, is never offered, and no other is left out for one", () => {
+  it("a call whose name, description or schema holds a secret, anywhere and however long around it, is never offered, and no other is left out for one", () => {
     const secret = "sk-fuzz-0123456789abcdef";
     const secrets = redactor([secret]);
     const around = fc.tuple(fc.string({ maxLength: 30 }), fc.string({ maxLength: 30 }));
@@ -115,16 +115,20 @@ describe("the calls a turn offers, fuzzed", () => {
       { weight: 2, arbitrary: listedCall },
       { weight: 1, arbitrary: fc.tuple(listedCall, around).map(([c, [a, b]]) => keptCall(`${a}${secret}${b}`, c.description, c.parameters).listed) },
       { weight: 1, arbitrary: fc.tuple(listedCall, around).map(([c, [a, b]]) => keptCall(c.call, `${a}${secret}${b}`, c.parameters).listed) },
+      {
+        weight: 1,
+        arbitrary: fc.tuple(listedCall, around).map(([c, [a, b]]) => keptCall(c.call, c.description, { type: "object", properties: { key: { type: "string", description: `${a}${secret}${b}`, default: secret } } }).listed),
+      },
     );
     fc.assert(
       fc.property(fc.array(holding, { maxLength: 60 }), (calls) => {
         const marked = unfitWithSecrets(calls, secrets);
         const { offered } = offerCalls([{ name: "t", calls: marked, with: 0 }], undefined, () => false);
-        for (const o of offered) expect(`${o.name} ${o.call} ${o.description}`).not.toContain(secret);
+        for (const o of offered) expect(`${o.name} ${o.call} ${o.description} ${JSON.stringify(o.parameters)}`).not.toContain(secret);
         // Each call that holds it is marked, and no other.
         calls.forEach((c, i) => {
-          const holds = c.call.includes(secret) || c.description.includes(secret);
-          expect(marked[i]?.unfit === "its name or description holds a secret").toBe(holds && c.unfit === undefined);
+          const holds = c.call.includes(secret) || c.description.includes(secret) || JSON.stringify(c.parameters).includes(secret);
+          expect(marked[i]?.unfit === "its name, description or schema holds a secret").toBe(holds && c.unfit === undefined);
         });
       }),
       { numRuns: 200 },

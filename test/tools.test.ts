@@ -189,6 +189,16 @@ describe("discoverTools", () => {
     );
   });
 
+  it("says why a URL can't be used without its user, its password or its query", () => {
+    discoverTools(
+      { LNK_TOOL_X: "https://user:hunter2-SECRET-pass@exa mple.com/mcp?key=SECRET-q" },
+      { acp: [{ type: "http", name: "bob", url: "https://bob:pw-SECRET@host:99999/mcp#SECRET-f", headers: [] }] },
+    );
+    const said = saidOf("tool left out", "why");
+    expect(said).toEqual(expect.arrayContaining(['"https://exa mple.com/mcp" is not a valid URL', '"https://host:99999/mcp" is not an http(s) URL']));
+    expect(JSON.stringify(said)).not.toContain("SECRET");
+  });
+
   it("splits words as a POSIX shell does, without running one", () => {
     expect(splitCommandLine(`a 'b "c"' "d \\"e\\" \\$f \\n" g\\ h '' $HOME`)).toEqual(["a", 'b "c"', 'd "e" $f \\n', "g h", "", "$HOME"]);
     expect(typeof splitCommandLine("a 'b")).toBe("string");

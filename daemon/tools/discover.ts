@@ -55,6 +55,15 @@ export function discoverTools(env: NodeJS.ProcessEnv, extra: DiscoverExtra = {})
   return [...found.values()].sort((a, b) => (a.name < b.name ? -1 : a.name > b.name ? 1 : 0));
 }
 
+/**
+ * A URL that doesn't parse, as a log line may show it: its scheme, host and path, never what stands
+ * before an `@` (a user and a password) or after a `?` or `#` (a key in a query).
+ */
+function shownUrl(text: string): string {
+  const m = /^([a-z][a-z0-9+.-]*:\/\/)(?:[^/?#]*@)?([^/?#@]*)([^?#@]*)/i.exec(text.trim());
+  return m ? `${m[1]}${m[2]}${m[3]}`.slice(0, 200) : "(a URL not shown)";
+}
+
 function skip(origin: string, why: string): void {
   log.warn("tool left out", { origin, why });
 }
@@ -74,7 +83,7 @@ export function parseSource(text: string): ToolSource | string {
   const trimmed = text.trim();
   if (trimmed === "") return "its value is empty";
   if (/^https?:\/\//i.test(trimmed)) {
-    if (!URL.canParse(trimmed)) return `"${trimmed}" is not a valid URL`;
+    if (!URL.canParse(trimmed)) return `"${shownUrl(trimmed)}" is not a valid URL`;
     return { type: "http", url: trimmed };
   }
   const words = splitCommandLine(trimmed);
@@ -147,7 +156,7 @@ function acpSource(server: AcpMcpServer): ToolSource | string {
     return { type: "stdio", command: server.command, args: [...(server.args ?? [])], env: pairs(server.env) };
   }
   if (server.type === "http") {
-    if (!/^https?:\/\//i.test(server.url) || !URL.canParse(server.url)) return `"${server.url}" is not an http(s) URL`;
+    if (!/^https?:\/\//i.test(server.url) || !URL.canParse(server.url)) return `"${shownUrl(server.url)}" is not an http(s) URL`;
     return { type: "http", url: server.url, headers: pairs(server.headers) };
   }
   // Link Harness advertises MCP over HTTP, not the older SSE transport.

@@ -129,9 +129,11 @@ function compare(a: string, b: string): number {
 }
 
 /**
- * The calls, each whose name or description holds a secret (one `secrets` takes out) marked unfit:
- * never offered, since its name would reach the model, the client and the conversation's events.
+ * The calls, each whose name, description or schema holds a secret (one `secrets` takes out) marked
+ * unfit: never offered, since what is offered reaches the model, and from its answers the client and
+ * the conversation's events.
  */
 export function unfitWithSecrets(calls: readonly ListedCall[], secrets: { redact(text: string): string }): ListedCall[] {
-  return calls.map((c) => (c.unfit === undefined && (secrets.redact(c.call) !== c.call || secrets.redact(c.description) !== c.description) ? { ...c, unfit: "its name or description holds a secret" } : c));
+  const holds = (text: string) => secrets.redact(text) !== text;
+  return calls.map((c) => (c.unfit === undefined && (holds(c.call) || holds(c.description) || holds(JSON.stringify(c.parameters))) ? { ...c, unfit: "its name, description or schema holds a secret" } : c));
 }
