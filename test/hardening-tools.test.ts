@@ -126,6 +126,32 @@ describe("a tool that says a secret", { timeout: 30_000 }, () => {
   });
 });
 
+describe("a tool slow to exit once its turn is over", { timeout: 60_000 }, () => {
+  it("is not waited for by the turn's answer: it is still running when the answer comes, and ended after", async () => {
+    const dir = agent();
+    const d = daemon(["--agent", dir]);
+    const pidFile = join(dir, "linger.pid");
+    const own: acp.McpServer = { name: "probe", command: process.execPath, args: [PROBE], env: [{ name: "PROBE_LINGER_FILE", value: pidFile }] };
+    const { c, sessionId } = await session(d, [own]);
+    server.script({ tool_calls: [{ name: "probe__cwd", arguments: {} }] }, { text: "Done." });
+    expect(await prompt(c, sessionId, "where are you?")).toMatchObject({ stopReason: "end_turn" });
+    const pid = Number(readFileSync(pidFile, "utf8"));
+    const alive = () => {
+      try {
+        process.kill(pid, 0);
+        return true;
+      } catch {
+        return false;
+      }
+    };
+    // Its session was ended with the turn; it takes seconds to go (its input's end, then a SIGTERM it ignores, then a SIGKILL).
+    expect(alive()).toBe(true);
+    await until(() => !alive(), "the tool slow to exit ended", 15_000);
+    c.close();
+    expect(await d.stop()).toEqual({ code: 0, signal: null });
+  });
+});
+
 describe("a call whose arguments nest thousands deep", { timeout: 60_000 }, () => {
   it("is answered as failed, shown as text, and its conversation loads again: the client's connection stays", async () => {
     const dir = agent();

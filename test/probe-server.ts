@@ -4,7 +4,8 @@
 // with as many bytes as asked; or (PROBE_WIDE) lists calls past the bounds of what is offered. A
 // hostile one too (PROBE_HOSTILE): it starts a process of its own that outlives it, floods its client with pings
 // while it reads nothing, shows links named with a variable of its environment, lists a call named
-// with one (PROBE_NAMED), or says what a file holds on stderr and exits as it starts (PROBE_SAY_FILE).
+// with one (PROBE_NAMED), or says what a file holds on stderr and exits as it starts (PROBE_SAY_FILE);
+// or is slow to exit (PROBE_LINGER_FILE).
 // Usage: node dist/test/probe-server.js
 import { spawn } from "node:child_process";
 import { readFileSync, writeFileSync } from "node:fs";
@@ -16,6 +17,13 @@ import { meeting } from "./fixtures/meeting.js";
 if (process.env.PROBE_SAY_FILE) {
   process.stderr.write(`cannot start: ${readFileSync(process.env.PROBE_SAY_FILE, "utf8")}\n`, () => process.exit(4));
   await new Promise<never>(() => {});
+}
+
+// PROBE_LINGER_FILE: its pid written there; it stays once its input ends, and through a SIGTERM (a tool slow to exit).
+if (process.env.PROBE_LINGER_FILE) {
+  writeFileSync(process.env.PROBE_LINGER_FILE, String(process.pid));
+  process.on("SIGTERM", () => undefined);
+  setInterval(() => {}, 1000);
 }
 
 const server = new McpServer({ name: "probe", version: "1.0.0" });

@@ -233,7 +233,10 @@ class Turn {
         await this.dropPrepared();
         // No write of the turn is under way once it ends: its files are named through the folder its lock holds.
         await this.writes.catch(() => undefined);
-        await box?.close().catch(() => undefined);
+        // Its tools' sessions end now; their processes are waited for by the tool host (when it
+        // closes, as the process stops), never by the turn's answer or its lock: a tool slow to
+        // exit held both for seconds.
+        void box?.close().catch(() => undefined);
       }
     } catch (e) {
       // Once the lock is lost, nothing more is written, not even why.
