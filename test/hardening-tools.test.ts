@@ -2,7 +2,7 @@
 // client and real MCP servers: a call that reports progress forever is still bounded, a stdio tool
 // starts in the agent's files folder, a tool that says a secret has it taken out, and eight rounds
 // leave no listener behind.
-import { mkdirSync, readdirSync, readFileSync, realpathSync, writeFileSync } from "node:fs";
+import { existsSync, mkdirSync, readdirSync, readFileSync, realpathSync, writeFileSync } from "node:fs";
 import { createServer } from "node:http";
 import type { AddressInfo } from "node:net";
 import { join } from "node:path";
@@ -363,6 +363,27 @@ describe("a hostile stdio tool", { timeout: 60_000 }, () => {
     expect(await prompt(c, sessionId, "again")).toMatchObject({ stopReason: "end_turn" });
     // A hang detector only: the first turn's sessions end once its answer is out.
     await until(() => !alive(pid), "the process the tool started ended", 15_000);
+    expect(await d.stop()).toEqual({ code: 0, signal: null });
+  });
+
+  it("one that exits mid-call, leaving a process it started on its pipes: the call fails at once, and that process is ended", async () => {
+    // Its idle bound far off: the call must fail because the tool is gone, not because it waited.
+    const dir = agent({ timeouts: { tool_idle: 300, tool_call: 600 } });
+    const d = daemon(["--agent", dir]);
+    const own: acp.McpServer = { name: "probe", command: process.execPath, args: [PROBE], env: [{ name: "PROBE_HOSTILE", value: "1" }] };
+    const { c, sessionId } = await session(d, [own]);
+    const file = join(dir, "left.pid");
+    server.script({ tool_calls: [{ name: "probe__spawn_exit", arguments: { file } }] }, { text: "It went away." });
+    const answered = prompt(c, sessionId, "start it and go");
+    await until(() => existsSync(file) && readFileSync(file, "utf8").length > 0, "the tool started its process", 15_000);
+    const pid = Number(readFileSync(file, "utf8"));
+    cleanup.push(() => {
+      if (alive(pid)) process.kill(pid, "SIGKILL");
+    });
+    expect(await answered).toMatchObject({ stopReason: "end_turn" });
+    expect(results(dir, sessionId)).toEqual([expect.objectContaining({ error: true })]);
+    await until(() => !alive(pid), "the process the tool left ended", 15_000);
+    c.close();
     expect(await d.stop()).toEqual({ code: 0, signal: null });
   });
 

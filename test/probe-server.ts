@@ -41,6 +41,16 @@ if (process.env.PROBE_HOSTILE) {
     },
   );
 
+  server.registerTool(
+    "spawn_exit",
+    { description: "Starts a process that shares this one's stdio, writes its pid to `file`, then exits without answering.", inputSchema: { file: z.string() } },
+    ({ file }) => {
+      const child = spawn(process.execPath, ["-e", "setInterval(() => {}, 1000)"], { stdio: "inherit" });
+      writeFileSync(file, String(child.pid));
+      process.exit(3);
+    },
+  );
+
   server.registerTool("flood", { description: "Reads nothing more, and pings its client without end; never answers." }, () => {
     process.stdin.pause();
     const more = (): void => {

@@ -8,6 +8,7 @@ import type { Redactor } from "../../turn/redact.js";
 import type { ToolAnswer, ToolMedia, ToolServer } from "../../turn/tools.js";
 import type { ChildProcess } from "node:child_process";
 import { readdirSync, readFileSync } from "node:fs";
+import { randomBytes } from "node:crypto";
 import { isFolder } from "../../store/index.js";
 import { lazy, lazyImport } from "../../turn/load.js";
 import { log } from "../log.js";
@@ -55,6 +56,48 @@ function startOf(pid: number): string | undefined {
     return stat.slice(stat.lastIndexOf(")") + 2).split(" ")[19];
   } catch {
     return undefined;
+  }
+}
+
+/**
+ * The variable each stdio tool is started with, its value the session's own: what the tool starts
+ * inherits it, so those left once the tool has exited (their parent gone, they are no longer under
+ * it) are still found. Not LNK_TOOL_*, which names a tool to a daemon the tool might start.
+ */
+const RUN_VAR = "LINK_HARNESS_TOOL_RUN";
+
+/** Every process of this user started with RUN_VAR=`mark`, each with when it started: none where /proc can't say. */
+function marked(mark: string): [number, string][] {
+  const needle = `${RUN_VAR}=${mark}\0`;
+  const found: [number, string][] = [];
+  let names: string[];
+  try {
+    names = readdirSync("/proc");
+  } catch {
+    return found;
+  }
+  for (const name of names) {
+    if (!/^\d+$/.test(name)) continue;
+    try {
+      if (!readFileSync(`/proc/${name}/environ`, "latin1").includes(needle)) continue;
+    } catch {
+      // Another user's, or gone.
+      continue;
+    }
+    const start = startOf(Number(name));
+    if (start !== undefined) found.push([Number(name), start]);
+  }
+  return found;
+}
+
+/** Ends each process of `pids` that is still the one it was (its start the same), at once. */
+function killAll(pids: readonly [number, string][]): void {
+  for (const [pid, start] of pids) {
+    try {
+      if (startOf(pid) === start) process.kill(pid, "SIGKILL");
+    } catch {
+      // Gone already.
+    }
   }
 }
 
@@ -210,6 +253,8 @@ export class ToolSession {
     private readonly transport: StdioClientTransport | StreamableHTTPClientTransport,
     private readonly exited: Promise<void>,
     private readonly secrets: Redactor,
+    /** A stdio tool's RUN_VAR value, which what it starts inherits. */
+    private readonly mark?: string,
   ) {}
 
   /**
@@ -223,12 +268,13 @@ export class ToolSession {
     if (source.type === "stdio" && source.cwd !== undefined && !isFolder(source.cwd)) {
       throw new Error(`it can't start in ${source.cwd}: there is no such folder`);
     }
+    const mark = source.type === "stdio" ? randomBytes(12).toString("hex") : undefined;
     const transport =
       source.type === "stdio"
         ? new sdk.StdioClientTransport({
             command: source.command,
             args: source.args,
-            env: { ...sdk.getDefaultEnvironment(), ...source.env },
+            env: { ...sdk.getDefaultEnvironment(), ...source.env, [RUN_VAR]: mark as string },
             ...(source.cwd !== undefined ? { cwd: source.cwd } : {}),
             stderr: "pipe",
           })
@@ -242,7 +288,7 @@ export class ToolSession {
       transport.onclose = () => resolve();
     });
     const client = new sdk.Client(CLIENT_INFO, { capabilities: {} });
-    const session = new ToolSession(server.name, sdk, client, transport, exited, secrets);
+    const session = new ToolSession(server.name, sdk, client, transport, exited, secrets, mark);
     if ("stderr" in transport) {
       // Drained always: an unread pipe would stall a chatty child.
       transport.stderr?.on("data", (chunk: Buffer) => session.keepStderr(chunk.toString("utf8")));
@@ -260,6 +306,15 @@ export class ToolSession {
     } finally {
       own.done();
     }
+    // A tool that exits on its own mid-session: what it started and left would hold its pipes open,
+    // and a call under way would wait for an answer until its timeout. They are ended now, so the
+    // session is seen to be lost at once, and its call fails saying so.
+    childOf(transport)?.once("exit", () => {
+      if (session.ending !== undefined) return;
+      if (mark !== undefined) killAll(marked(mark));
+      session.lost = true;
+      void session.close();
+    });
     return session;
   }
 
@@ -351,19 +406,14 @@ export class ToolSession {
     // A stdio tool's own children (an npx's node, a server's workers) that outlive it would hold its
     // pipes open, and the session's end would wait on them: ended with it, once it has exited.
     const child = childOf(this.transport);
-    const under = child?.pid !== undefined ? descendants(child.pid) : [];
+    const running = child !== undefined && child.exitCode === null && child.signalCode === null;
+    // Under it while it runs; once it has exited (or the SDK let it go), found by the variable they inherited.
+    const under = running && child.pid !== undefined ? descendants(child.pid) : this.mark !== undefined ? marked(this.mark) : [];
     const reap = () => {
-      for (const [pid, start] of under) {
-        try {
-          if (startOf(pid) === start) process.kill(pid, "SIGKILL");
-        } catch {
-          // Gone already.
-        }
-      }
+      killAll(under);
       child?.stdout?.destroy();
       child?.stderr?.destroy();
     };
-    const running = child !== undefined && child.exitCode === null && child.signalCode === null;
     if (running) child.once("exit", reap);
     await this.client.close().catch(() => {});
     if (!running) reap();
