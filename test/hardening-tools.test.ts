@@ -126,6 +126,26 @@ describe("a tool that says a secret", { timeout: 30_000 }, () => {
   });
 });
 
+describe("a round whose calls show large images", { timeout: 60_000 }, () => {
+  it("shows the client its images up to 32 MiB of them in all; the rest are left out, their answers' text kept", async () => {
+    const dir = agent();
+    const d = daemon(["--agent", dir]);
+    const own: acp.McpServer = { name: "probe", command: process.execPath, args: [PROBE], env: [] };
+    const { c, sessionId } = await session(d, [own]);
+    // Six images of 6 MiB (8 Mi characters of base64 each): four make 32 MiB.
+    const calls = Array.from({ length: 6 }, (_, i) => ({ id: `img${i}`, name: "probe__image", arguments: { bytes: 6 * 1024 * 1024 } }));
+    server.script({ tool_calls: calls }, { text: "Seen." });
+    expect(await prompt(c, sessionId, "show me")).toMatchObject({ stopReason: "end_turn" });
+    const done = of(c.updates, "tool_call_update").filter((u) => u.status === "completed");
+    expect(done).toHaveLength(6);
+    const images = done.flatMap((u) => (u.content ?? []).filter((x) => x.type === "content" && x.content.type === "image"));
+    expect(images).toHaveLength(4);
+    for (const u of done) expect(JSON.stringify(u.content)).toContain(`an image of ${6 * 1024 * 1024} bytes`);
+    c.close();
+    expect(await d.stop()).toEqual({ code: 0, signal: null });
+  });
+});
+
 describe("a tool slow to exit once its turn is over", { timeout: 60_000 }, () => {
   it("is not waited for by the turn's answer: it is still running when the answer comes, and ended after", async () => {
     const dir = agent();
@@ -149,6 +169,35 @@ describe("a tool slow to exit once its turn is over", { timeout: 60_000 }, () =>
     await until(() => !alive(), "the tool slow to exit ended", 15_000);
     c.close();
     expect(await d.stop()).toEqual({ code: 0, signal: null });
+  });
+
+  it("is ended by a process that stops at once, at a second signal, mid-call: nothing of it left running", async () => {
+    const dir = agent({ timeouts: { tool_idle: 300, tool_call: 600 } });
+    const d = daemon(["--agent", dir]);
+    const pidFile = join(dir, "linger.pid");
+    const own: acp.McpServer = { name: "probe", command: process.execPath, args: [PROBE], env: [{ name: "PROBE_LINGER_FILE", value: pidFile }] };
+    const { c, sessionId } = await session(d, [own]);
+    // A call that waits for another that never comes: under way when the signals come.
+    server.script({ tool_calls: [{ name: "probe__meet", arguments: { count: 2 } }] }, { text: "Met." });
+    void prompt(c, sessionId, "wait for it").catch(() => undefined);
+    await until(() => existsSync(pidFile) && readFileSync(pidFile, "utf8").length > 0, "the tool started", 15_000);
+    const pid = Number(readFileSync(pidFile, "utf8"));
+    const alive = () => {
+      try {
+        process.kill(pid, 0);
+        return true;
+      } catch {
+        return false;
+      }
+    };
+    cleanup.push(() => {
+      if (alive()) process.kill(pid, "SIGKILL");
+    });
+    await new Promise((resolve) => setTimeout(resolve, 300));
+    d.child.kill("SIGTERM");
+    await d.waitForLog(/"stopping"/);
+    expect(await d.stop("SIGTERM")).toEqual({ code: 1, signal: null });
+    await until(() => !alive(), "the tool was ended", 5_000);
   });
 });
 

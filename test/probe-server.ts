@@ -97,6 +97,13 @@ server.registerTool("big", { description: "Answers with `bytes` bytes of text: o
   content: [{ type: "text", text: "z".repeat(bytes) }],
 }));
 
+server.registerTool("image", { description: "Shows an image of `bytes` bytes, saying so in text.", inputSchema: { bytes: z.number().int().min(1) } }, ({ bytes }) => ({
+  content: [
+    { type: "text", text: `an image of ${bytes} bytes` },
+    { type: "image", data: Buffer.alloc(bytes, 7).toString("base64"), mimeType: "image/png" },
+  ],
+}));
+
 const meet = meeting(15_000);
 server.registerTool(
   "meet",

@@ -3,6 +3,15 @@ import { nestsWithin, THINKING_DEPTH_MAX, type ToolCall, type ToolResult } from 
 import type { ToolBox, ToolMedia } from "./tools.js";
 
 export const ANSWER_MAX_BYTES = 32 * 1024;
+/**
+ * The most characters of images the answers of one round show the client (each is at most 10 MiB):
+ * past it, an answer's images are left out of what the client is shown (its text says they were
+ * there). A round of a hundred calls each showing a large image held and sent a gigabyte.
+ */
+export const ROUND_MEDIA_MAX = 32 * 1024 * 1024;
+
+/** The characters of an answer's images. */
+const mediaChars = (media: readonly ToolMedia[]): number => media.reduce((sum, m) => sum + (m.type === "image" ? m.data.length : 0), 0);
 
 /** Cuts an answer to 32 KiB of UTF-8, saying so where it's cut. */
 export function cutAnswer(text: string): { text: string; truncated: boolean } {
@@ -44,6 +53,7 @@ export async function runCalls(
   signal: AbortSignal | undefined,
   onAnswer: (answer: CallAnswer) => Promise<void> | void,
 ): Promise<void> {
+  let shown = 0;
   await Promise.all(
     calls.map(async (call) => {
       const args = parseArguments(call.arguments);
@@ -61,6 +71,11 @@ export async function runCalls(
         }
       }
       if (signal?.aborted) [text, error, media] = ["cancelled: the turn was stopped before the tool answered", true, undefined];
+      if (media?.length) {
+        const chars = mediaChars(media);
+        if (shown + chars > ROUND_MEDIA_MAX) media = media.filter((m) => m.type !== "image");
+        else shown += chars;
+      }
       const cut = cutAnswer(text);
       await onAnswer({
         call,

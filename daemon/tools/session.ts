@@ -101,6 +101,23 @@ function killAll(pids: readonly [number, string][]): void {
   }
 }
 
+/**
+ * The stdio tools running, by their session's mark: a process that exits at once (a second signal
+ * while it stops) ends each, and what each started, rather than leave them running.
+ */
+const liveTools = new Map<string, ChildProcess>();
+process.on("exit", () => {
+  for (const [mark, child] of liveTools) {
+    const pid = child.pid;
+    killAll([...(pid !== undefined ? descendants(pid) : []), ...marked(mark)]);
+    try {
+      child.kill("SIGKILL");
+    } catch {
+      // Gone already.
+    }
+  }
+});
+
 /** Every process under `pid` (its children, theirs, ...), each with when it started. */
 function descendants(pid: number): [number, string][] {
   const found: [number, string][] = [];
@@ -309,7 +326,12 @@ export class ToolSession {
     // A tool that exits on its own mid-session: what it started and left would hold its pipes open,
     // and a call under way would wait for an answer until its timeout. They are ended now, so the
     // session is seen to be lost at once, and its call fails saying so.
-    childOf(transport)?.once("exit", () => {
+    const child = childOf(transport);
+    if (mark !== undefined && child) {
+      liveTools.set(mark, child);
+      child.once("exit", () => liveTools.delete(mark));
+    }
+    child?.once("exit", () => {
       if (session.ending !== undefined) return;
       if (mark !== undefined) killAll(marked(mark));
       session.lost = true;
