@@ -57,6 +57,9 @@ export function usageUpdate(report: Extract<TurnEvent, { type: "usage" }>): Sess
  */
 export class TurnUpdates {
   private readonly open = new Map<string, string>();
+  /** Each call id shown this turn, and the one a call's id is shown as now: a model that uses an id in two rounds has the second shown as `<id>#2`, as a replay shows it. */
+  private readonly used = new Set<string>();
+  private readonly shownAs = new Map<string, string>();
   /** Whether text was streamed since the last answer was written. */
   private streamed = false;
 
@@ -68,14 +71,20 @@ export class TurnUpdates {
         if (report.delta.length === 0) return [];
         this.streamed = true;
         return [textUpdate(report.delta)];
-      case "tool_call":
-        this.open.set(report.id, report.name);
-        return [toolCallUpdate(report.id, report.name, report.arguments, this.verbosity)];
+      case "tool_call": {
+        let id = report.id;
+        for (let i = 2; this.used.has(id); i++) id = `${report.id}#${i}`;
+        this.used.add(id);
+        this.shownAs.set(report.id, id);
+        this.open.set(id, report.name);
+        return [toolCallUpdate(id, report.name, report.arguments, this.verbosity)];
+      }
       case "tool_result": {
-        const opened = this.open.delete(report.id);
-        const result = toolResultUpdate(report.id, report.status, report.text, this.verbosity, report.media);
+        const id = this.shownAs.get(report.id) ?? report.id;
+        const opened = this.open.delete(id);
+        const result = toolResultUpdate(id, report.status, report.text, this.verbosity, report.media);
         // A result for a call never announced still shows as a call, then its result.
-        return opened ? [result] : [toolCallUpdate(report.id, report.name, undefined, this.verbosity), result];
+        return opened ? [result] : [toolCallUpdate(id, report.name, undefined, this.verbosity), result];
       }
       case "event": {
         const e = report.event;

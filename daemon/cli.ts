@@ -95,7 +95,10 @@ const DATE = /^\d{4}-\d{2}-\d{2}(?:[T ]\d{2}:\d{2}(?::\d{2}(?:\.\d{1,9})?)?(?:Z|
 
 function parseSince(value: string): Date {
   const at = DATE.test(value) ? new Date(value.length === 10 ? `${value}T00:00:00Z` : value.replace(" ", "T")) : undefined;
-  if (!at || Number.isNaN(at.getTime())) {
+  // A day the month has: Date takes 2026-02-30 as 2 March.
+  const [y, m, d] = value.slice(0, 10).split("-").map(Number) as [number, number, number];
+  const day = new Date(Date.UTC(y, m - 1, d));
+  if (!at || Number.isNaN(at.getTime()) || day.getUTCMonth() !== m - 1 || day.getUTCDate() !== d) {
     throw new UsageError(`--since ${JSON.stringify(value.slice(0, 40))}: not a date; write one as 2026-11-30 (UTC) or 2026-11-30T21:00Z`);
   }
   return at;

@@ -10,9 +10,17 @@ import { namedConversation } from "./thread-arg.js";
 /** A count as a person reads it: 950, 12.3k, 4.56M. */
 export function human(n: number): string {
   if (n < 1_000) return String(n);
-  const [div, unit] = n < 1_000_000 ? [1_000, "k"] : n < 1_000_000_000 ? [1_000_000, "M"] : [1_000_000_000, "G"];
-  const x = n / div;
-  return `${x >= 100 ? x.toFixed(0) : x >= 10 ? x.toFixed(1) : x.toFixed(2)}${unit}`;
+  const units = [
+    [1_000, "k"],
+    [1_000_000, "M"],
+    [1_000_000_000, "G"],
+  ] as const;
+  for (const [i, [div, unit]] of units.entries()) {
+    // Three figures, rounded first: 9,999 is 10.0k, and 999,999 is 1.00M, not 1000k.
+    const x = Number((n / div).toPrecision(3));
+    if (x < 1_000 || i === units.length - 1) return `${x >= 100 ? x.toFixed(0) : x >= 10 ? x.toFixed(1) : x.toFixed(2)}${unit}`;
+  }
+  return String(n);
 }
 
 const percent = (share: number | null): string => (share === null ? "-" : `${(share * 100).toFixed(1)}%`);

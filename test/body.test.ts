@@ -91,3 +91,43 @@ describe("the request's body", () => {
     }
   });
 });
+
+describe("calls that use one id in two rounds", () => {
+  const time = "2026-12-02T00:00:00.000Z";
+  const events: Event[] = [
+    { v: 1, time, kind: "message", role: "user", text: "go", header: "[h]" },
+    { v: 1, time, kind: "message", role: "assistant", text: "", model: "m", provider: "p", latency_ms: 1, stop: "tool_calls", tool_calls: [{ id: "call_0", name: "t__a", arguments: "{}" }] },
+    { v: 1, time, kind: "tool_result", call_id: "call_0", tool: "t__a", text: "first answer", error: false },
+    { v: 1, time, kind: "message", role: "assistant", text: "", model: "m", provider: "p", latency_ms: 1, stop: "tool_calls", tool_calls: [{ id: "call_0", name: "t__b", arguments: "{}" }] },
+    { v: 1, time, kind: "tool_result", call_id: "call_0", tool: "t__b", text: "second answer", error: false },
+    { v: 1, time, kind: "message", role: "assistant", text: "done", model: "m", provider: "p", latency_ms: 1, stop: "end_turn" },
+  ];
+  const numbered = events.map((event, i) => ({ n: i + 1, event }));
+
+  it("each go to the model with their own answer, as messages and as text", () => {
+    const asText = eventsToMessages(numbered, { tools: false }).filter((m) => m.role === "assistant").map((m) => String(m.content));
+    expect(asText[0]).toContain("first answer");
+    expect(asText[0]).not.toContain("second answer");
+    expect(asText[1]).toContain("second answer");
+    const withTools = eventsToMessages(numbered, { tools: true }).filter((m) => m.role === "tool");
+    expect(withTools.map((m) => m.content)).toEqual(["first answer", "second answer"]);
+  });
+
+  it("are shown to the client as two calls, the second as <id>#2, each with its own result", async () => {
+    const { TurnUpdates } = await import("../acp/updates.js");
+    const u = new TurnUpdates("all");
+    const shown = [
+      ...u.map({ type: "tool_call", id: "call_0", name: "t__a", arguments: {} }),
+      ...u.map({ type: "tool_result", id: "call_0", name: "t__a", status: "completed", text: "first answer" }),
+      ...u.map({ type: "tool_call", id: "call_0", name: "t__b", arguments: {} }),
+      ...u.map({ type: "tool_result", id: "call_0", name: "t__b", status: "completed", text: "second answer" }),
+    ];
+    expect(shown.map((s) => [s.sessionUpdate, "toolCallId" in s ? s.toolCallId : undefined])).toEqual([
+      ["tool_call", "call_0"],
+      ["tool_call_update", "call_0"],
+      ["tool_call", "call_0#2"],
+      ["tool_call_update", "call_0#2"],
+    ]);
+    expect(u.finish("ended")).toEqual([]);
+  });
+});

@@ -271,6 +271,8 @@ describe("usage, bad input", { timeout: 60_000 }, () => {
     for (const [args, said] of [
       [["--agent", dir, "--since", "yesterday"], /--since "yesterday": not a date/],
       [["--agent", dir, "--since", "2026-13-45"], /not a date/],
+      [["--agent", dir, "--since", "2026-02-30"], /not a date/],
+      [["--agent", dir, "--since", "2026-04-31T10:00Z"], /not a date/],
       [["--agent", dir, "../escape"], /invalid thread name/],
       [["--agent", dir, "nobody"], /no conversation "nobody"/],
       [["--agent", dir, "a", "b"], /at most one THREAD/],
@@ -342,5 +344,23 @@ describe("usage over a folder changed by hand", () => {
     mkdirSync(join(dir, "chats"), { recursive: true });
     expect(() => writeUsageMark(conv, { v: 1, through: 1, time: "2026-01-02T03:04:05.000Z", count: { turns: 0, requests: 0, tokens: { in: 0, out: 0, cached: 0 }, turns_without_cost: 0, requests_without_cost: 0, model_ms: 0, slowest: [], falls: [] } as never })).toThrow();
     expect(existsSync(conv.dir)).toBe(false);
+  });
+});
+
+describe("figures as a person reads them", () => {
+  it("three figures, rounded before the unit is chosen", async () => {
+    const { human } = await import("../daemon/usage.js");
+    expect([999, 1_000, 9_999, 12_345, 99_999, 999_499, 999_999, 4_560_000, 999_999_999, 12_300_000_000].map(human)).toEqual([
+      "999",
+      "1.00k",
+      "10.0k",
+      "12.3k",
+      "100k",
+      "999k",
+      "1.00M",
+      "4.56M",
+      "1.00G",
+      "12.3G",
+    ]);
   });
 });

@@ -67,9 +67,18 @@ export interface PromptOptions {
 /** The window's events as chat messages (after the system prompt). */
 export function eventsToMessages(events: readonly Numbered[], opts: PromptOptions): ChatMessage[] {
   const out: ChatMessage[] = [];
-  // Each call's answer, so calls without one can be answered as unanswered in place.
-  const answers = new Map<string, string>();
-  for (const { event } of events) if (event.kind === "tool_result") answers.set(event.call_id, event.text);
+  // Without tools, each answer with its calls' answers, as text: those written after it, before the
+  // next message (a model may use one id in two rounds, each its own answer).
+  const answersOf = new Map<AssistantMessage, Map<string, string>>();
+  if (!opts.tools) {
+    let last: Map<string, string> | undefined;
+    for (const { event } of events) {
+      if (event.kind === "message") {
+        last = event.role === "assistant" && event.tool_calls?.length ? new Map() : undefined;
+        if (last && event.role === "assistant") answersOf.set(event, last);
+      } else if (event.kind === "tool_result" && last && !last.has(event.call_id)) last.set(event.call_id, event.text);
+    }
+  }
 
   let pending: string[] = [];
   const closeCalls = () => {
@@ -81,7 +90,7 @@ export function eventsToMessages(events: readonly Numbered[], opts: PromptOption
       case "message":
         closeCalls();
         if (event.role === "user") out.push(once(event, () => userContent(event)));
-        else if (!opts.tools && event.tool_calls?.length) out.push({ role: "assistant", content: callsAsText(event, answers) });
+        else if (!opts.tools && event.tool_calls?.length) out.push({ role: "assistant", content: callsAsText(event, answersOf.get(event) ?? new Map()) });
         else {
           out.push(once(event, () => assistantMessage(event)));
           pending = event.tool_calls?.map((c) => c.id) ?? [];
