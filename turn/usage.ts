@@ -156,10 +156,11 @@ const timeOf = (e: Scanned): string => (e.kind === "answer" ? e.answer.time : e.
  * there with its time), and is kept there again: only the events written since are read.
  */
 export function conversationUsage(conv: ConversationPaths, o: { since?: Date; warn?: (line: string) => void } = {}): ConversationUsage {
+  const there = existsSync(conv.dir);
   const figures = countUsage(conv, o.since);
   const end = figures.end;
-  // A folder moved away as it was counted: its figures would be some of its turns.
-  if (!existsSync(conv.dir)) throw new StoreError(`conversation ${conv.thread} was moved or removed while it was counted`, conv.dir);
+  // A folder moved away as it was counted: its figures would be some of its turns. (One not made yet has none.)
+  if (there && !existsSync(conv.dir)) throw new StoreError(`conversation ${conv.thread} was moved or removed while it was counted`, conv.dir);
   if (end !== undefined && gapAfter(conv, end)) o.warn?.(`left out of ${conv.thread}: its events after number ${end}, which is missing`);
   return figures.usage;
 }
