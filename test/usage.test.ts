@@ -2,7 +2,7 @@
 // with the scripted model, which reports as cached the tokens of the longest start a request shares
 // with the last ones (a provider's prompt cache), so every share here is real.
 import { spawnSync } from "node:child_process";
-import { existsSync, mkdirSync, rmSync, writeFileSync } from "node:fs";
+import { existsSync, mkdirSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import * as acp from "@agentclientprotocol/sdk";
@@ -335,6 +335,19 @@ describe("usage over a folder changed by hand", () => {
     expect(keyed.code).toBe(1);
     expect(keyed.stderr).toMatch(/^lnk-link-harness: [^\n]*000000000003\.json fails its schema[^\n]*\\u\{1b\}\]0;owned[^\n]*\n$/);
     for (const c of ["\u0007", "\u001b"]) expect(keyed.stderr).not.toContain(c);
+  });
+
+  it("a usage.json that claims more than its events could hold is counted again from the first event", () => {
+    const dir = agent();
+    const folder = chat(dir, "t1", 2);
+    const first = usage(["--agent", dir, "--json"]);
+    expect(first.code, first.stderr).toBe(0);
+    const truth = AgentUsage.parse(JSON.parse(first.stdout)).total;
+    const kept = z.object({ count: z.record(z.string(), z.unknown()) }).loose().parse(JSON.parse(readFileSync(join(folder, "usage.json"), "utf8")));
+    writeFileSync(join(folder, "usage.json"), JSON.stringify({ ...kept, count: { ...kept.count, requests: 5_000_000, cost: 123456.78 } }));
+    const again = usage(["--agent", dir, "--json"]);
+    expect(again.code, again.stderr).toBe(0);
+    expect(AgentUsage.parse(JSON.parse(again.stdout)).total).toEqual(truth);
   });
 
   it("a conversation's folder gone when its count is kept: not made again for it", async () => {

@@ -3,7 +3,7 @@
 // happened (the fingerprints each answer keeps of what its prompt began with). `usage` and /status
 // both read it from here, so they agree on every figure.
 import { existsSync } from "node:fs";
-import { StoreError, type AgentUsage, type AssistantMessage, ConversationUsage, FallCause, Numbered, PromptPrints, SectionName, SlowTurn, Tokens, UsageCountState, UsageFigures } from "../protocol/index.js";
+import { StoreError, type AgentUsage, type AssistantMessage, type UsageMark, ConversationUsage, FallCause, Numbered, PromptPrints, SectionName, SlowTurn, Tokens, UsageCountState, UsageFigures } from "../protocol/index.js";
 import { firstSince, isThread, listThreads, paths, readUsageMark, scanEvent, scanEvents, writeUsageMark, type AgentRef, type ConversationPaths, type Scanned } from "../store/index.js";
 import { changedSections } from "./fingerprint.js";
 import type { ModelAnswer } from "./model.js";
@@ -146,6 +146,17 @@ function slowest(turns: readonly SlowTurn[]): SlowTurn[] {
 /** How far back the last answer before `since` is looked for, so the first request's share has one to compare with. */
 const LOOK_BACK = 64;
 
+/**
+ * Whether a count kept in usage.json could be this conversation's up to the event it names: no more
+ * turns or requests than events, each turn it names at or before that event and of this thread.
+ * A file written by hand that claims more is counted again from the first event.
+ */
+function plausible(mark: UsageMark, thread: string): boolean {
+  const c = mark.count;
+  const within = (t: { thread: string; turn: number }) => t.thread === thread && t.turn <= mark.through;
+  return c.turns <= mark.through && c.requests <= mark.through && c.slowest.every(within) && c.falls.every(within) && (c.open === undefined || c.open.n <= mark.through);
+}
+
 /** The time of a scanned event. */
 const timeOf = (e: Scanned): string => (e.kind === "answer" ? e.answer.time : e.time);
 
@@ -194,7 +205,7 @@ function countUsage(conv: ConversationPaths, since: Date | undefined): { usage: 
   }
   const mark = readUsageMark(conv);
   const at = mark ? scanEvent(conv, mark.through) : undefined;
-  const holds = mark !== undefined && at !== undefined && timeOf(at) === mark.time;
+  const holds = mark !== undefined && at !== undefined && timeOf(at) === mark.time && plausible(mark, conv.thread);
   const count = new UsageCount(conv.thread, holds ? mark.count : undefined);
   let last: Scanned | undefined;
   for (const e of scanEvents(conv, holds ? mark.through + 1 : 1)) {
