@@ -13,6 +13,8 @@ import { log } from "./log.js";
 const NEWLINE = 0x0a;
 /** An initialize request is small: a first line longer than this isn't answered ahead. */
 const FIRST_LINE_MAX = 64 * 1024;
+/** The most requests of one connection read and not yet answered: past it, its input is read no further until one is. */
+export const PENDING_MAX = 256;
 /**
  * How long a client may leave its output unread, none of what waits for it taken, before its
  * connection is closed (LNK_ACP_UNREAD_MS): a client that reads slowly takes some of it well within.
@@ -132,11 +134,24 @@ export function front(input: Readable, output: Writable, web: WebStreams, versio
   // its requests are answered, so none is pending exactly when the map is empty.
   const pending = new Map<Id, number>();
   let drained: (() => void) | undefined;
-  const asked = (id: Id) => pending.set(id, (pending.get(id) ?? 0) + 1);
+  // Requests in flight, of every id: past PENDING_MAX, nothing more is read until one is answered.
+  // Each holds what its answer will be (a turn's updates, waiting for a client that may read none),
+  // so a burst of prompts read at once, before any output was there to fill, held them all.
+  let inFlight = 0;
+  let roomFor: (() => void) | undefined;
+  const asked = (id: Id) => {
+    inFlight++;
+    pending.set(id, (pending.get(id) ?? 0) + 1);
+  };
   /** An answer to `id` went out: one request of that id is answered. */
   const settled = (id: Id) => {
     const n = pending.get(id);
     if (n === undefined) return;
+    inFlight--;
+    if (inFlight < PENDING_MAX && roomFor) {
+      roomFor();
+      roomFor = undefined;
+    }
     if (n > 1) pending.set(id, n - 1);
     else if (pending.delete(id) && pending.size === 0) drained?.();
   };
@@ -178,6 +193,7 @@ export function front(input: Readable, output: Writable, web: WebStreams, versio
         log.warn("the client read none of its output: its connection is closed", { ms: unreadMs, bytes: output.writableLength });
         cutOff(new Error(`the connection is closed: its client read none of its output for ${unreadMs} ms`));
         drained?.();
+        roomFor?.();
         output.destroy();
         input.destroy();
         done();
@@ -242,6 +258,7 @@ export function front(input: Readable, output: Writable, web: WebStreams, versio
     async pull(controller) {
       const full = room();
       if (full) await full;
+      while (inFlight >= PENDING_MAX && !unread) await new Promise<void>((resolve) => (roomFor = resolve));
       const read = await lines.read();
       if (read.done) {
         if (pending.size > 0 && !unread) await new Promise<void>((resolve) => (drained = resolve));

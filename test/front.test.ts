@@ -208,6 +208,35 @@ describe("the front", () => {
       for (const e of got.slice(2)) expect(e).toMatchObject({ error: { code: -32700 } });
     });
 
+    it("reads no more than 256 requests ahead of their answers: one more once one is answered", async () => {
+      const input = new PassThrough();
+      const output = new PassThrough();
+      output.resume();
+      const c = front(input, output, () => ({ readable: Readable.toWeb(input) as ReadableStream<Uint8Array>, writable: Writable.toWeb(output) }), version(), 1024 * 1024);
+      input.write(init(1));
+      for (let i = 0; i < 300; i++) input.write(line({ jsonrpc: "2.0", id: 100 + i, method: "session/list", params: {} }));
+      await c.first;
+      const reader = c.input.getReader();
+      /** A read under way, which a wait that went idle leaves to the next. */
+      let reading: ReturnType<typeof reader.read> | undefined;
+      /** Lines read until none comes for a while. */
+      const readAll = async (): Promise<number> => {
+        for (let n = 0; ; n++) {
+          reading ??= reader.read();
+          const got = await Promise.race([reading, new Promise<"idle">((resolve) => setTimeout(() => resolve("idle"), 300))]);
+          if (got === "idle") return n;
+          reading = undefined;
+          if (got.done) return n;
+        }
+      };
+      expect(await readAll()).toBe(1);
+      await c.send.write({ jsonrpc: "2.0", id: 1, result: initializeResult(version()) });
+      expect(await readAll()).toBe(256);
+      await c.send.write({ jsonrpc: "2.0", id: 100, result: { sessions: [] } });
+      expect(await readAll()).toBe(1);
+      input.destroy();
+    });
+
     it("sends the messages of one pass of the event loop in one write", async () => {
       const { output, writes } = slowClient(1024 * 1024, 0);
       const c = opened(output);
