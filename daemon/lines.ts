@@ -65,9 +65,88 @@ export function topLevelId(text: string): string | number | undefined {
   return undefined;
 }
 
+/**
+ * Finds the `id` of a JSON-RPC message in its bytes as they stream by, holding none of them but the
+ * id's own: for a line over the limit, whose id may come after its params (JSON keys have no
+ * order). Only a key of the top-level object counts; UTF-8 never uses `"`, `\\`, brackets or `:`
+ * inside a longer character, so the bytes are scanned as they are.
+ */
+export class IdScanner {
+  private depth = 0;
+  private inString = false;
+  private escaped = false;
+  /** The text of a string of the top-level object, while it is read (up to a few bytes: a key's). */
+  private text: number[] | undefined;
+  /** A string of the top-level object just ended, awaiting what follows: a `:` makes it a key. */
+  private ended: string | undefined;
+  /** The value of the top-level `id`, as it is read. */
+  private value: number[] | undefined;
+  private found: string | number | undefined;
+  private done = false;
+
+  feed(bytes: Uint8Array): void {
+    for (let i = 0; i < bytes.length && !this.done; i++) this.byte(bytes[i] as number);
+  }
+
+  private byte(c: number): void {
+    if (this.value) {
+      // The id's value: up to the end of the top-level member (a `,` or `}` outside a string).
+      if (!this.inString && (c === 0x2c || c === CLOSE_OBJECT)) return this.settle();
+      if (this.value.length > 300) return this.settle();
+      this.value.push(c);
+      if (this.inString) {
+        if (this.escaped) this.escaped = false;
+        else if (c === BACKSLASH) this.escaped = true;
+        else if (c === QUOTE) this.inString = false;
+      } else if (c === QUOTE) this.inString = true;
+      return;
+    }
+    if (this.inString) {
+      if (this.escaped) this.escaped = false;
+      else if (c === BACKSLASH) this.escaped = true;
+      else if (c === QUOTE) {
+        this.inString = false;
+        if (this.text) this.ended = String.fromCharCode(...this.text);
+        this.text = undefined;
+        return;
+      }
+      if (this.text) {
+        if (this.text.length < 8) this.text.push(c);
+        else this.text = undefined;
+      }
+      return;
+    }
+    if (c === 0x20 || c === 0x09 || c === 0x0d || c === NEWLINE) return;
+    const key = this.ended;
+    this.ended = undefined;
+    if (c === 0x3a && key === "id" && this.depth === 1) {
+      this.value = [];
+      return;
+    }
+    if (c === QUOTE) {
+      this.inString = true;
+      this.text = this.depth === 1 ? [] : undefined;
+    } else if (c === OPEN_ARRAY || c === OPEN_OBJECT) this.depth++;
+    else if (c === CLOSE_ARRAY || c === CLOSE_OBJECT) this.depth--;
+  }
+
+  /** The id's value read: kept when it is a JSON string or number, as topLevelId takes one. */
+  private settle(): void {
+    this.done = true;
+    const text = Buffer.from(this.value ?? []).toString("utf8");
+    this.value = undefined;
+    this.found = topLevelId(`{"id":${text}}`);
+  }
+
+  /** The top-level id, once read (after the bytes that end it), or undefined. */
+  get id(): string | number | undefined {
+    return this.found;
+  }
+}
+
 /** The line that stands in for one over the limit: a request the agent refuses, or (no id found) not a request at all. */
-export function oversizedLine(head: string, bytes: number, max: number): string {
-  const id = topLevelId(head);
+export function oversizedLine(head: string, bytes: number, max: number, found?: string | number): string {
+  const id = found ?? topLevelId(head);
   const params = { bytes, max };
   const stand = id !== undefined ? { jsonrpc: "2.0", id, method: OVERSIZED_METHOD, params } : `message of ${bytes} bytes is over the limit of ${max}`;
   return `${JSON.stringify(stand)}\n`;
@@ -122,7 +201,7 @@ export function limitLines(most: number, bound?: () => number): TransformStream<
   let parts: Uint8Array[] = [];
   let length = 0;
   /** Set while the rest of an oversized line is dropped. */
-  let dropping: { head: string; bytes: number; max: number } | undefined;
+  let dropping: { head: string; bytes: number; max: number; ids: IdScanner } | undefined;
   /** The bound of the line being read, as it was when it began. */
   let max = bound ? bound() : most;
 
@@ -134,9 +213,14 @@ export function limitLines(most: number, bound?: () => number): TransformStream<
         const piece = chunk.slice(start, end);
         if (dropping) {
           dropping.bytes += piece.length;
+          dropping.ids.feed(piece);
         } else if (length + piece.length > max) {
           const head = concat([...parts, piece.subarray(0, HEAD)], length + Math.min(piece.length, HEAD)).subarray(0, HEAD);
-          dropping = { head: decoder.decode(head), bytes: length + piece.length, max };
+          // Its id may come after what is kept of it: looked for in every byte as it goes by.
+          const ids = new IdScanner();
+          for (const part of parts) ids.feed(part);
+          ids.feed(piece);
+          dropping = { head: decoder.decode(head), bytes: length + piece.length, max, ids };
           parts = [];
           length = 0;
         } else {
@@ -145,7 +229,7 @@ export function limitLines(most: number, bound?: () => number): TransformStream<
         }
         if (nl < 0) break;
         if (dropping) {
-          controller.enqueue(encoder.encode(oversizedLine(dropping.head, dropping.bytes, dropping.max)));
+          controller.enqueue(encoder.encode(oversizedLine(dropping.head, dropping.bytes, dropping.max, dropping.ids.id)));
           dropping = undefined;
         } else {
           parts.push(Uint8Array.of(NEWLINE));
@@ -158,7 +242,7 @@ export function limitLines(most: number, bound?: () => number): TransformStream<
       }
     },
     flush(controller) {
-      if (dropping) controller.enqueue(encoder.encode(oversizedLine(dropping.head, dropping.bytes, dropping.max)));
+      if (dropping) controller.enqueue(encoder.encode(oversizedLine(dropping.head, dropping.bytes, dropping.max, dropping.ids.id)));
       else if (length > 0) controller.enqueue(checked(concat(parts, length), decoder, encoder));
     },
   });

@@ -425,4 +425,35 @@ describe("oversized lines", () => {
     expect(JSON.parse(lines[1] ?? "")).toEqual({ jsonrpc: "2.0", id: 5, method: "_link/oversized", params: { bytes: 249, max: 100 } });
     expect(lines[2]).toBe('{"b":2}');
   });
+
+  it("answers one over the limit under its id wherever the id stands in it, however it comes in pieces", async () => {
+    const id = fc.oneof(fc.integer(), fc.string({ maxLength: 20 }), fc.double({ noNaN: true, noDefaultInfinity: true }));
+    const member = fc.tuple(fc.string({ maxLength: 6 }).filter((k) => k !== "id"), fc.jsonValue({ maxDepth: 3 }));
+    fc.assert(
+      await fc.asyncProperty(id, fc.array(member, { maxLength: 4 }), fc.nat({ max: 5 }), fc.nat({ max: 9000 }), fc.array(fc.nat({ max: 400 }), { maxLength: 8 }), async (idValue, members, at, pad, cuts) => {
+        const entries: [string, unknown][] = [...members, ["params", { pad: "p".repeat(pad), nested: { id: "not this one" } }]];
+        entries.splice(at % (entries.length + 1), 0, ["id", idValue]);
+        const text = `{${entries.map(([k, v]) => `${JSON.stringify(k)}:${JSON.stringify(v)}`).join(",")}}`;
+        const expected: unknown = JSON.parse(text).id;
+        const bytes = new TextEncoder().encode(`${text}\n`);
+        const max = 64;
+        fc.pre(bytes.length > max + 1);
+        // The line in pieces cut where the fuzzer says.
+        const stops = [...new Set(cuts.map((c) => c % bytes.length))].sort((a, b) => a - b);
+        const pieces = [0, ...stops, bytes.length].slice(1).map((end, i, all) => bytes.slice(i === 0 ? 0 : (all[i - 1] as number), end));
+        const stream = new ReadableStream<Uint8Array>({
+          start(c) {
+            for (const p of pieces) if (p.length) c.enqueue(p);
+            c.close();
+          },
+        }).pipeThrough(limitLines(max));
+        let out = "";
+        const reader = stream.getReader();
+        for (let r = await reader.read(); !r.done; r = await reader.read()) out += new TextDecoder().decode(r.value);
+        const stand: unknown = JSON.parse(out.trim());
+        expect(stand).toMatchObject({ id: expected, method: "_link/oversized" });
+      }),
+      { numRuns: 300 },
+    );
+  });
 });
