@@ -193,7 +193,7 @@ export const UNPROVED_LINE_MAX = 64 * 1024;
 
 /**
  * Passes newline-delimited messages through, each at most `max` bytes (or, when given, what `bound`
- * says when the line begins) and nested at most MAX_DEPTH deep.
+ * says when the line's first byte comes) and nested at most MAX_DEPTH deep.
  */
 export function limitLines(most: number, bound?: () => number): TransformStream<Uint8Array, Uint8Array> {
   const encoder = new TextEncoder();
@@ -208,6 +208,8 @@ export function limitLines(most: number, bound?: () => number): TransformStream<
   return new TransformStream({
     transform(chunk, controller) {
       for (let start = 0; start < chunk.length; ) {
+        // A line's bound is the one when its first byte comes (a connection proved by then reads a longer one).
+        if (bound && length === 0 && !dropping) max = bound();
         const nl = chunk.indexOf(NEWLINE, start);
         const end = nl < 0 ? chunk.length : nl;
         const piece = chunk.slice(start, end);
@@ -238,7 +240,6 @@ export function limitLines(most: number, bound?: () => number): TransformStream<
         parts = [];
         length = 0;
         start = nl + 1;
-        if (bound) max = bound();
       }
     },
     flush(controller) {

@@ -36,13 +36,16 @@ class AgentUnavailable extends Error {
   }
 }
 
-/** A whole number the environment sets, at least `least`; `fallback` when it is unset or empty. */
-function wholeFrom(env: NodeJS.ProcessEnv, name: string, fallback: number, least: number, unit: string): number {
+/** The longest a timer can wait: Node takes a longer one as 1 ms. */
+const TIMER_MAX_MS = 2_147_483_647;
+
+/** A whole number the environment sets, at least `least` and at most `most`; `fallback` when it is unset or empty. */
+function wholeFrom(env: NodeJS.ProcessEnv, name: string, fallback: number, least: number, unit: string, most = Number.MAX_SAFE_INTEGER): number {
   const raw = env[name];
   if (raw === undefined || raw === "") return fallback;
   const n = Number(raw.trim());
-  if (!/^\d+$/.test(raw.trim()) || !Number.isSafeInteger(n) || n < least) {
-    throw new UsageError(`${name} must be a whole number of ${unit}, at least ${least}`);
+  if (!/^\d+$/.test(raw.trim()) || !Number.isSafeInteger(n) || n < least || n > most) {
+    throw new UsageError(`${name} must be a whole number of ${unit}, at least ${least}${most < Number.MAX_SAFE_INTEGER ? ` and at most ${most}` : ""}`);
   }
   return n;
 }
@@ -60,8 +63,8 @@ export interface Bounds {
 function boundsFrom(env: NodeJS.ProcessEnv): Bounds {
   return {
     max: wholeFrom(env, "LNK_ACP_MAX_BYTES", DEFAULT_MAX_BYTES, 1024, "bytes"),
-    unreadMs: wholeFrom(env, "LNK_ACP_UNREAD_MS", DEFAULT_UNREAD_MS, 1000, "milliseconds"),
-    proofMs: wholeFrom(env, "LNK_ACP_PROOF_MS", PROOF_MS, 1000, "milliseconds"),
+    unreadMs: wholeFrom(env, "LNK_ACP_UNREAD_MS", DEFAULT_UNREAD_MS, 1000, "milliseconds", TIMER_MAX_MS),
+    proofMs: wholeFrom(env, "LNK_ACP_PROOF_MS", PROOF_MS, 1000, "milliseconds", TIMER_MAX_MS),
   };
 }
 

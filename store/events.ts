@@ -311,7 +311,13 @@ function linkBegun(conv: ConversationPaths, event: Event, written: Promise<strin
           if (!isErrno(e, "EEXIST")) throw e;
           // Taken by another writer: whole, as every event is once linked.
           if (after) {
-            const taken = readEvent(conv, n);
+            let taken: Event | undefined;
+            try {
+              taken = readEvent(conv, n);
+            } catch {
+              // One that can't be read can't be passed: its writer reads again, as it would.
+              return undefined;
+            }
             if (taken && !after.passes(taken)) return undefined;
           }
           n++;

@@ -1,7 +1,7 @@
 // Chat commands over ACP, the built daemon as a child process: each command's effect on what the
 // model is sent next (the scripted model's recorded requests) and on the events on disk, the reply
 // marked and kept nowhere, and every refusal writing nothing.
-import { mkdirSync, readFileSync, symlinkSync, writeFileSync } from "node:fs";
+import { existsSync, mkdirSync, readFileSync, rmSync, symlinkSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import * as acp from "@agentclientprotocol/sdk";
 import type { SessionNotification } from "@agentclientprotocol/sdk";
@@ -194,6 +194,21 @@ describe("/model:set", { timeout: 90_000 }, () => {
       expect(chosen.length, name).toBe(name === "main" || name === "side" ? 15 : 0);
       for (const model of chosen) expect(model.startsWith(`${name}-`), `${model} in ${name}`).toBe(true);
     }
+  });
+
+  it("sent on <thread>~<name> to a chat whose events skip a number, never fills the hole: what readers leave out stays out", async () => {
+    const dir = agentDir();
+    const { c, sessionId } = await session(dir);
+    await prompt(c, sessionId, "one");
+    await prompt(c, sessionId, "two");
+    const conv = paths({ dir }).conversation(sessionId);
+    // Removed by hand: the events after it are no longer read.
+    rmSync(conv.event(2));
+    const main = `${sessionId}~main`;
+    await c.agent.request(acp.methods.agent.session.resume, { sessionId: main, cwd: dir, mcpServers: [] });
+    expect(await command(c, main, "/model:set other-model")).toMatch(/now runs on other-model/);
+    expect(existsSync(conv.event(2))).toBe(false);
+    expect(readEventsFrom(conv, 1)).toHaveLength(1);
   });
 
   it("is this conversation's, read back at each turn and after a load in a new process; another conversation keeps the agent's", async () => {

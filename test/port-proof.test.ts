@@ -135,7 +135,8 @@ describe("the proof", () => {
     expect(await failure(prove(c, { challenge: second.nonce }))).toMatchObject({ code: -32602 });
     const third = await prove(c, { challenge: "challenge-from-link-0003" });
     expect(await prove(c, { answer: hmac(KEY, `${CLIENT_PROOF_PREFIX}${third.nonce}`) })).toEqual({ proved: true });
-    const { sessionId } = await c.agent.request(acp.methods.agent.session.new, { cwd: dir, mcpServers: [] });
+    // Proved, its first request may be longer than the 64 KiB of an unproved connection's lines.
+    const { sessionId } = await c.agent.request(acp.methods.agent.session.new, { cwd: dir, mcpServers: [], _meta: { pad: "x".repeat(100_000) } });
     await c.agent.request(acp.methods.agent.session.prompt, { sessionId, prompt: [{ type: "text", text: "proved" }] });
     expect(answerText(c.updates, sessionId)).toBe("echo: proved");
     // Another connection has proved nothing yet.

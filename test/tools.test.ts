@@ -191,7 +191,12 @@ describe("discoverTools", () => {
 
   it("says why a URL can't be used without its user, its password or its query", () => {
     discoverTools(
-      { LNK_TOOL_X: "https://user:hunter2-SECRET-pass@exa mple.com/mcp?key=SECRET-q" },
+      {
+        LNK_TOOL_X: "https://user:hunter2-SECRET-pass@exa mple.com/mcp?key=SECRET-q",
+        LNK_TOOL_SLASH: "https://alice:s3cr/et-SECRET@host.example/mcp",
+        LNK_TOOL_HASH: "https://alice:pw#SECRET@host/mcp x",
+        LNK_TOOL_ASK: "https://alice:pw?SECRET@host/mcp x",
+      },
       { acp: [{ type: "http", name: "bob", url: "https://bob:pw-SECRET@host:99999/mcp#SECRET-f", headers: [] }] },
     );
     const said = saidOf("tool left out", "why");

@@ -216,7 +216,10 @@ async function writeChoice(ctx: CommandContext, event: Command): Promise<void> {
   }
   const { map, last } = readChat(conv);
   const keepsOwn = (e: Event): boolean => !isBegin(e) || e.conversation === own;
-  if (map.current === own && (await appendEventAfter(conv, event, last, keepsOwn)) !== undefined) return;
+  // Written after the events read only when they are all there are: one after a number missing
+  // (removed by hand) would fill the hole and bring back what readers leave out, and events written
+  // since are read under the lock.
+  if (map.current === own && lastEventNumber(conv) === last && (await appendEventAfter(conv, event, last, keepsOwn)) !== undefined) return;
   await writeBegin(ctx, () => event);
 }
 

@@ -60,8 +60,12 @@ export function discoverTools(env: NodeJS.ProcessEnv, extra: DiscoverExtra = {})
  * before an `@` (a user and a password) or after a `?` or `#` (a key in a query).
  */
 function shownUrl(text: string): string {
-  const m = /^([a-z][a-z0-9+.-]*:\/\/)(?:[^/?#]*@)?([^/?#@]*)([^?#@]*)/i.exec(text.trim());
-  return m ? `${m[1]}${m[2]}${m[3]}`.slice(0, 200) : "(a URL not shown)";
+  const scheme = /^[a-z][a-z0-9+.-]*:\/\//i.exec(text.trim())?.[0];
+  if (scheme === undefined) return "(a URL not shown)";
+  // After the last `@`, if any: a password may hold `/`, `?`, `#` or `@` itself, unescaped.
+  const rest = text.trim().slice(scheme.length);
+  const at = rest.lastIndexOf("@");
+  return `${scheme}${(at >= 0 ? rest.slice(at + 1) : rest).split(/[?#]/)[0] ?? ""}`.slice(0, 200);
 }
 
 function skip(origin: string, why: string): void {
