@@ -52,6 +52,16 @@ const results = (dir: string, thread: string) =>
   readEventsFrom(paths({ dir }).conversation(thread), 1)
     .map((e) => e.event)
     .filter((e) => e.kind === "tool_result");
+/** Whether a process runs: there, and not a zombie waiting for whoever took it over to reap it. */
+function alive(pid: number): boolean {
+  try {
+    const stat = readFileSync(`/proc/${pid}/stat`, "latin1");
+    return stat.slice(stat.lastIndexOf(")") + 2, stat.lastIndexOf(")") + 3) !== "Z";
+  } catch {
+    return false;
+  }
+}
+
 /** What the daemon wrote on stderr: one JSON object a line, nothing else. */
 const logLines = (d: Daemon) =>
   d
@@ -156,17 +166,9 @@ describe("a tool slow to exit once its turn is over", { timeout: 60_000 }, () =>
     server.script({ tool_calls: [{ name: "probe__cwd", arguments: {} }] }, { text: "Done." });
     expect(await prompt(c, sessionId, "where are you?")).toMatchObject({ stopReason: "end_turn" });
     const pid = Number(readFileSync(pidFile, "utf8"));
-    const alive = () => {
-      try {
-        process.kill(pid, 0);
-        return true;
-      } catch {
-        return false;
-      }
-    };
     // Its session was ended with the turn; it takes seconds to go (its input's end, then a SIGTERM it ignores, then a SIGKILL).
-    expect(alive()).toBe(true);
-    await until(() => !alive(), "the tool slow to exit ended", 15_000);
+    expect(alive(pid)).toBe(true);
+    await until(() => !alive(pid), "the tool slow to exit ended", 15_000);
     c.close();
     expect(await d.stop()).toEqual({ code: 0, signal: null });
   });
@@ -182,22 +184,14 @@ describe("a tool slow to exit once its turn is over", { timeout: 60_000 }, () =>
     void prompt(c, sessionId, "wait for it").catch(() => undefined);
     await until(() => existsSync(pidFile) && readFileSync(pidFile, "utf8").length > 0, "the tool started", 15_000);
     const pid = Number(readFileSync(pidFile, "utf8"));
-    const alive = () => {
-      try {
-        process.kill(pid, 0);
-        return true;
-      } catch {
-        return false;
-      }
-    };
     cleanup.push(() => {
-      if (alive()) process.kill(pid, "SIGKILL");
+      if (alive(pid)) process.kill(pid, "SIGKILL");
     });
     await new Promise((resolve) => setTimeout(resolve, 300));
     d.child.kill("SIGTERM");
     await d.waitForLog(/"stopping"/);
     expect(await d.stop("SIGTERM")).toEqual({ code: 1, signal: null });
-    await until(() => !alive(), "the tool was ended", 5_000);
+    await until(() => !alive(pid), "the tool was ended", 5_000);
   });
 });
 
@@ -385,16 +379,6 @@ describe("a subagent's narrowed tools", { timeout: 30_000 }, () => {
 });
 
 describe("a hostile stdio tool", { timeout: 60_000 }, () => {
-  /** Whether a process runs: there, and not a zombie waiting for whoever took it over to reap it. */
-  const alive = (pid: number) => {
-    try {
-      const stat = readFileSync(`/proc/${pid}/stat`, "latin1");
-      return stat.slice(stat.lastIndexOf(")") + 2, stat.lastIndexOf(")") + 3) !== "Z";
-    } catch {
-      return false;
-    }
-  };
-
   it("a process it starts that outlives it is ended with its session, which waits for none", async () => {
     const dir = agent();
     const d = daemon(["--agent", dir]);
