@@ -4,7 +4,7 @@
 // settings' remembered notes) is left out, so nothing comes back as the harness's own.
 import { relative } from "node:path";
 import { AspState, describeIssues, IDENTITY_HEADINGS, Note, outsideBlock, splitNotes, type AspKind } from "../protocol/index.js";
-import { listOwnSkills, paths, readStanding, readTree, type AgentRef } from "../store/index.js";
+import { filePathFault, listOwnSkills, paths, readStanding, readTree, type AgentRef } from "../store/index.js";
 
 /** The kinds `state export` gives (sessions are not given yet). */
 export const EXPORTED = ["instructions", "skills", "memory"] as const satisfies readonly AspKind[];
@@ -63,6 +63,18 @@ export function exportState(agent: AgentRef, kinds: readonly AspKind[] = EXPORTE
     state.skills = skills.flatMap((skill) => {
       const tree = readTree(p.dir, `${p.skills}/${skill.folder}`);
       left.push(...tree.left);
+      // A file no import takes by its name (a backslash, a control character, too long) is named, not carried.
+      for (const path of Object.keys(tree.files)) {
+        const fault = filePathFault(path);
+        if (fault === undefined) continue;
+        left.push({ path: `skills/${skill.folder}/${path}`, why: `its name ${fault}: not carried` });
+        delete tree.files[path];
+      }
+      // Its SKILL.md left out (not UTF-8, a link, too large): no import takes the skill without it.
+      if (tree.files["SKILL.md"] === undefined) {
+        left.push({ path: `skills/${skill.folder}`, why: "its SKILL.md is not carried, and a skill is not without it" });
+        return [];
+      }
       const bytes = Object.entries(tree.files).reduce((sum, [path, text]) => sum + jsonBytes(path) + jsonBytes(text), jsonBytes(skill.folder));
       return fits(`skills/${skill.folder}`, bytes) ? [{ name: skill.folder, files: tree.files }] : [];
     });

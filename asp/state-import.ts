@@ -7,7 +7,7 @@ import { existsSync, lstatSync, renameSync, rmdirSync, rmSync, statSync } from "
 import { dirname, join } from "node:path";
 import { z } from "zod";
 import { AspState, describeIssues, type AspKind, outsideBlock, splitNotes, withNotes, type Note, type SessionForm } from "../protocol/index.js";
-import { InvalidNameError, LIMITS, TREE_LIMITS, checkNoLinks, checkThread, flushFolderSync, makeFolder, paths, planNotes, protoKey, readText, replaceFile, unlinkQuiet, type AgentRef } from "../store/index.js";
+import { InvalidNameError, LIMITS, TREE_LIMITS, checkNoLinks, filePathFault, checkThread, flushFolderSync, makeFolder, paths, planNotes, protoKey, readText, replaceFile, unlinkQuiet, type AgentRef } from "../store/index.js";
 import { InvalidSessions, checkSessions, importedAs, writeSessions } from "./sessions.js";
 
 /**
@@ -76,20 +76,6 @@ function fileWrite(path: string, run: () => void): Write {
   };
 }
 
-/** The most bytes of a skill file's path. */
-const FILE_PATH_MAX = 256;
-
-/** Why a skill file's path is refused, or undefined: relative, plain parts, no deeper than a tree is read. */
-function filePathFault(path: string): string | undefined {
-  if (Buffer.byteLength(path) > FILE_PATH_MAX) return `over ${FILE_PATH_MAX} bytes`;
-  if (path.startsWith("/")) return "an absolute path";
-  // eslint-disable-next-line no-control-regex
-  if (/[\\\u0000-\u001f\u007f]/.test(path)) return "holds a backslash or a control character";
-  const parts = path.split("/");
-  if (parts.some((part) => part === "" || part === "." || part === "..")) return "holds an empty part, . or ..";
-  if (parts.length - 1 > TREE_LIMITS.depth) return `deeper than ${TREE_LIMITS.depth} folders`;
-  return undefined;
-}
 
 /** Checks the State whole: the first fault found, naming its field, is thrown. */
 export function checkState(raw: unknown): AspState {

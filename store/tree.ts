@@ -23,6 +23,21 @@ export interface Tree {
   left: { path: string; why: string }[];
 }
 
+/** The most bytes of a skill file's path. */
+const FILE_PATH_MAX = 256;
+
+/** Why a skill file's path is refused, or undefined: relative, plain parts, no deeper than a tree is read. */
+export function filePathFault(path: string): string | undefined {
+  if (Buffer.byteLength(path) > FILE_PATH_MAX) return `over ${FILE_PATH_MAX} bytes`;
+  if (path.startsWith("/")) return "an absolute path";
+  // eslint-disable-next-line no-control-regex
+  if (/[\\\u0000-\u001f\u007f]/.test(path)) return "holds a backslash or a control character";
+  const parts = path.split("/");
+  if (parts.some((part) => part === "" || part === "." || part === "..")) return "holds an empty part, . or ..";
+  if (parts.length - 1 > TREE_LIMITS.depth) return `deeper than ${TREE_LIMITS.depth} folders`;
+  return undefined;
+}
+
 /**
  * The text files of `dir` (under the agent's `root`), in the order of their paths. A link, anything
  * but a regular file, a file with more than one name, one over the limit, one that is not UTF-8 text,

@@ -113,6 +113,24 @@ describe("state export", { timeout: 60_000 }, () => {
     expect(lines.some((l) => l.startsWith("lnk-link-harness: left out of the export: skills/piped/SKILL.md: "))).toBe(true);
   });
 
+  it("a skill's file whose name no import takes, and a skill whose SKILL.md is not UTF-8, are left out, named; what is printed imports", async () => {
+    const dir = folder();
+    write(join(dir, "skills", "good", "SKILL.md"), "---\nname: good\n---\nGood.\n");
+    write(join(dir, "skills", "good", "back\\slash.md"), "a backslash in its name\n");
+    write(join(dir, "skills", "good", "bell\u0007.md"), "a control character in its name\n");
+    write(join(dir, "skills", "latin", "SKILL.md"), Buffer.from("---\nname: latin\n---\nCaf\xe9.\n", "latin1"));
+    const r = await cli(["state", "export", "--agent", dir]);
+    expect(r.code, r.stderr).toBe(0);
+    const state = AspState.parse(JSON.parse(r.stdout));
+    expect(state.skills?.map((sk) => [sk.name, Object.keys(sk.files)])).toEqual([["good", ["SKILL.md"]]]);
+    expect(r.stderr).toContain("left out of the export: skills/good/back\\slash.md: its name holds a backslash or a control character: not carried");
+    expect(r.stderr).toContain("left out of the export: skills/latin: its SKILL.md is not carried, and a skill is not without it");
+    // What is printed, another agent takes whole.
+    const other = folder();
+    const taken = await cli(["state", "import", "--agent", other], r.stdout);
+    expect(taken.code, taken.stderr).toBe(0);
+  });
+
   it("carries at most what state import takes (64 MiB less room for its frame): past them a note is left out, named, and what is printed imports", async () => {
     const dir = folder();
     const mib = "m".repeat(1024 * 1024 - 64);
