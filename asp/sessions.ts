@@ -25,7 +25,7 @@ import {
   type Numbered,
 } from "../protocol/index.js";
 import { EXPORTED } from "./export.js";
-import { LIMITS, appendEvent, conversationIn, eachEventFrom, flushFolderSync, flushMadeAboveSync, forgetEvents, isErrno, listEventNumbers, listThreads, makeNewFolder, paths, processAlive, protoKey, readEventsFrom, withoutProtoKeys, type AgentRef, type ConversationPaths } from "../store/index.js";
+import { LIMITS, appendEvent, conversationIn, eachEventFrom, flushFolderSync, flushMadeAboveSync, forgetEvents, isErrno, listEventNumbers, listThreads, makeNewFolder, paths, processAlive, readEventsFrom, withoutProtoKeys, writtenPast, type AgentRef, type ConversationPaths } from "../store/index.js";
 
 /** The kinds an endpoint's `_asp/export` gives (`state export`'s and sessions), and `_asp/import` takes. */
 export const ENDPOINT_EXPORTED = [...EXPORTED, "sessions"] as const satisfies readonly AspKind[];
@@ -74,17 +74,16 @@ export function readSession(agent: AgentRef, thread: string, room = Number.POSIT
     let chars = JSON.stringify({ thread, events: [] }).length;
     let proto = 0;
     for (const { event } of eachEventFrom(conv)) {
-      const carried = protoKey(event) === undefined ? event : withoutProtoKeys(event);
+      const carried = withoutProtoKeys(event);
       if (carried !== event) proto++;
       chars += JSON.stringify(carried).length + 1;
       if (chars > room) return { thread, over: true };
       events.push(carried);
     }
-    const last = listEventNumbers(conv).at(-1) ?? 0;
     const session = { thread, events };
     const lefts: string[] = [];
     // What comes after a missing number is left out, and named.
-    if (last > events.length) lefts.push(`its events after number ${events.length + 1}, which is missing`);
+    if (writtenPast(conv, events.length)) lefts.push(`its events after number ${events.length + 1}, which is missing`);
     if (proto > 0) lefts.push(`the key "__proto__" of ${proto} event${proto === 1 ? "" : "s"}, which no State may hold`);
     return { thread, session, chars, ...(lefts.length > 0 ? { left: { path, why: lefts.join("; ") } } : {}) };
   } catch (e) {

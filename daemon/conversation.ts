@@ -4,7 +4,7 @@
 // for this command.
 import { existsSync } from "node:fs";
 import { StoreError, type Event, type Numbered } from "../protocol/index.js";
-import { eachEventFrom, listEventNumbers, protoKey, readEvent, withoutProtoKeys, type AgentRef, type ConversationPaths } from "../store/index.js";
+import { eachEventFrom, protoKey, readEvent, withoutProtoKeys, writtenPast, type AgentRef, type ConversationPaths } from "../store/index.js";
 import { chatMap, conversationEvents, isBegin } from "../turn/chat.js";
 import { UsageError, agentRef, type AgentOptions } from "./cli.js";
 import { oneLine, safe, stdoutChunks, type Output } from "./output.js";
@@ -61,7 +61,6 @@ export function readNamed(agent: AgentRef, arg: string, pad?: string): ReadNamed
   const map = chatMap(log);
   let read: ReadNamed;
   if (named.conversation === undefined) {
-    const last = listEventNumbers(named.conv).at(-1) ?? 0;
     const all = log.map((e) => e.n);
     const names = [...map.conversations.keys()];
     read = {
@@ -70,7 +69,7 @@ export function readNamed(agent: AgentRef, arg: string, pad?: string): ReadNamed
       shown: all,
       given: all,
       ...(names.length > 1 ? { conversations: names } : {}),
-      ...(last > log.length ? { left: `its events after number ${log.length + 1}, which is missing` } : {}),
+      ...(writtenPast(named.conv, log.length) ? { left: `its events after number ${log.length + 1}, which is missing` } : {}),
     };
     if (proto > 0) read.left = [read.left, protoLeft(proto)].filter(Boolean).join("; ");
   } else {
@@ -118,7 +117,7 @@ const sessionJsonTail = (any: boolean, pad: string) => (any ? `\n${pad}  ]\n${pa
 
 /** One event of a session's list, as JSON.stringify(session, null, 2) writes it (without a key `__proto__`). */
 function eventJson(event: Event, pad: string, first: boolean): string {
-  const carried = protoKey(event) === undefined ? event : withoutProtoKeys(event);
+  const carried = withoutProtoKeys(event);
   return `${first ? "\n" : ",\n"}${pad}    ${JSON.stringify(carried, null, 2).replace(/\n/g, `\n${pad}    `)}`;
 }
 

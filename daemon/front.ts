@@ -218,12 +218,15 @@ export function front(input: Readable, output: Writable, web: WebStreams, versio
     written?.();
   };
 
+  /** A line's bound: until a port's connection has proved itself, its lines are those of a handshake and a proof. */
+  const lineMax = (): number => (gate && !gate.proved ? Math.min(max, UNPROVED_LINE_MAX) : max);
+
   // Read the first line now, answering it if it is initialize.
   const first = (async () => {
     const read = await readFirstLine(input, FIRST_LINE_MAX);
     ahead = read.chunks;
     // A line over the bounds goes on to be refused as oversized or too deep, not answered here.
-    if (read.nl >= 0 && read.nl <= (gate && !gate.proved ? Math.min(max, UNPROVED_LINE_MAX) : max)) {
+    if (read.nl >= 0 && read.nl <= lineMax()) {
       const head = read.chunks.length === 1 ? read.chunks[0]! : concat(read.chunks);
       const line = head.subarray(0, read.nl);
       const id = nestsDeeper(line, MAX_DEPTH) ? undefined : initializeId(decoder.decode(line));
@@ -252,8 +255,7 @@ export function front(input: Readable, output: Writable, web: WebStreams, versio
     cancel: (reason) => (rest ? rest.cancel(reason) : void input.destroy()),
   });
 
-  // Until a port's connection has proved itself, its lines are those of a handshake and a proof.
-  const lines = raw.pipeThrough(limitLines(max, gate ? () => (gate.proved ? max : Math.min(max, UNPROVED_LINE_MAX)) : undefined)).getReader();
+  const lines = raw.pipeThrough(limitLines(max, gate ? lineMax : undefined)).getReader();
   const readable = new ReadableStream<Uint8Array>({
     async pull(controller) {
       const full = room();

@@ -32,43 +32,31 @@ export function concat(parts: readonly Uint8Array[], length = parts.reduce((n, p
 
 /** The `id` of a JSON-RPC message from the start of its text: only a key of the top-level object counts. */
 export function topLevelId(text: string): string | number | undefined {
-  let depth = 0;
-  for (let i = 0; i < text.length; ) {
-    const c = text[i];
-    if (c === '"') {
-      let j = i + 1;
-      while (j < text.length && text[j] !== '"') j += text[j] === "\\" ? 2 : 1;
-      if (j >= text.length) return undefined;
-      const key = text.slice(i + 1, j);
-      i = j + 1;
-      if (depth === 1 && key === "id") {
-        // Any JSON number: a fraction or an exponent is still an id to answer under.
-        const m = /^\s*:\s*("(?:[^"\\]|\\.)*"|-?\d+(?:\.\d+)?(?:[eE][+-]?\d+)?)\s*[,}]/.exec(text.slice(i, i + 300));
-        if (m?.[1]) {
-          let id: unknown;
-          try {
-            id = JSON.parse(m[1]);
-          } catch {
-            // A string JSON can't read (a bad escape, a raw control character): the line is no
-            // JSON, and there is no id to answer under.
-            return undefined;
-          }
-          if (typeof id === "string" || (typeof id === "number" && Number.isFinite(id))) return id;
-        }
-      }
-      continue;
-    }
-    if (c === "{" || c === "[") depth++;
-    else if (c === "}" || c === "]") depth--;
-    i++;
+  const ids = new IdScanner();
+  ids.feed(new TextEncoder().encode(text));
+  return ids.id;
+}
+
+/** An id as JSON text (what follows `"id":`, up to its member's end): any JSON string or number, else none. */
+function idValue(text: string): string | number | undefined {
+  // Any JSON number: a fraction or an exponent is still an id to answer under.
+  const m = /^\s*("(?:[^"\\]|\\.)*"|-?\d+(?:\.\d+)?(?:[eE][+-]?\d+)?)\s*$/.exec(text);
+  if (!m?.[1]) return undefined;
+  let id: unknown;
+  try {
+    id = JSON.parse(m[1]);
+  } catch {
+    // A string JSON can't read (a bad escape, a raw control character): the line is no JSON, and
+    // there is no id to answer under.
+    return undefined;
   }
-  return undefined;
+  return typeof id === "string" || (typeof id === "number" && Number.isFinite(id)) ? id : undefined;
 }
 
 /**
  * Finds the `id` of a JSON-RPC message in its bytes as they stream by, holding none of them but the
  * id's own: for a line over the limit, whose id may come after its params (JSON keys have no
- * order). Only a key of the top-level object counts; UTF-8 never uses `"`, `\\`, brackets or `:`
+ * order), and the start of a line's text (topLevelId). Only a key of the top-level object counts; UTF-8 never uses `"`, `\\`, brackets or `:`
  * inside a longer character, so the bytes are scanned as they are.
  */
 export class IdScanner {
@@ -130,12 +118,11 @@ export class IdScanner {
     else if (c === CLOSE_ARRAY || c === CLOSE_OBJECT) this.depth--;
   }
 
-  /** The id's value read: kept when it is a JSON string or number, as topLevelId takes one. */
+  /** The id's value read: kept when it is a JSON string or number. */
   private settle(): void {
     this.done = true;
-    const text = Buffer.from(this.value ?? []).toString("utf8");
+    this.found = idValue(Buffer.from(this.value ?? []).toString("utf8"));
     this.value = undefined;
-    this.found = topLevelId(`{"id":${text}}`);
   }
 
   /** The top-level id, once read (after the bytes that end it), or undefined. */

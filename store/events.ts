@@ -170,6 +170,14 @@ export function* eachEventFrom(conv: ConversationPaths, from = 1): Generator<Num
   }
 }
 
+/**
+ * Whether an event is written past number `n`: when the reader stopped at n + 1, missing (removed by
+ * hand), what comes after it is left out, and said so. By listing the folder: for whole reads only.
+ */
+export function writtenPast(conv: ConversationPaths, n: number): boolean {
+  return (listEventNumbers(conv).at(-1) ?? 0) > n;
+}
+
 /** Every event number in the folder, by listing it (grows with the conversation: for rebuilds only). */
 export function listEventNumbers(conv: ConversationPaths): number[] {
   checkConversationLinks(conv);

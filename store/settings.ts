@@ -29,10 +29,11 @@ export function protoKey(raw: unknown): string | undefined {
 }
 
 /**
- * A copy of JSON without any key named `__proto__` (JSON.parse makes them own keys), anywhere in it.
- * Recursive: for values a schema held to a depth (an event's).
+ * JSON without any key named `__proto__` (JSON.parse makes them own keys), anywhere in it: the value
+ * itself when it holds none, else a copy. Recursive: for values a schema held to a depth (an event's).
  */
 export function withoutProtoKeys<T>(value: T): T {
+  if (protoKey(value) === undefined) return value;
   const copy = (v: unknown): unknown => {
     if (Array.isArray(v)) return v.map(copy);
     if (typeof v !== "object" || v === null) return v;

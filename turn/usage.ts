@@ -4,7 +4,7 @@
 // both read it from here, so they agree on every figure.
 import { existsSync } from "node:fs";
 import { StoreError, type AgentUsage, type AssistantMessage, type UsageMark, ConversationUsage, FallCause, Numbered, PromptPrints, SectionName, SlowTurn, Tokens, UsageCountState, UsageFigures } from "../protocol/index.js";
-import { firstSince, isThread, listThreads, paths, readUsageMark, scanEvent, scanEvents, writeUsageMark, type AgentRef, type ConversationPaths, type Scanned } from "../store/index.js";
+import { firstSince, isThread, listThreads, paths, writtenPast, readUsageMark, scanEvent, scanEvents, writeUsageMark, type AgentRef, type ConversationPaths, type Scanned } from "../store/index.js";
 import { changedSections } from "./fingerprint.js";
 import type { ModelAnswer } from "./model.js";
 import type { ChatMessage } from "./prompt.js";
@@ -169,27 +169,18 @@ const timeOf = (e: Scanned): string => (e.kind === "answer" ? e.answer.time : e.
 export function conversationUsage(conv: ConversationPaths, o: { since?: Date; warn?: (line: string) => void } = {}): ConversationUsage {
   const there = existsSync(conv.dir);
   const figures = countUsage(conv, o.since);
-  const end = figures.end;
+  const { end } = figures;
   // A folder moved away as it was counted: its figures would be some of its turns. (One not made yet has none.)
   if (there && !existsSync(conv.dir)) throw new StoreError(`conversation ${conv.thread} was moved or removed while it was counted`, conv.dir);
-  if (end !== undefined && gapAfter(conv, end)) o.warn?.(`left out of ${conv.thread}: its events after number ${end}, which is missing`);
+  // Said to a person only (the command): a turn's count of its cost lists no folder.
+  if (o.warn && writtenPast(conv, end)) o.warn(`left out of ${conv.thread}: its events after number ${end}, which is missing`);
   return figures.usage;
 }
 
-/**
- * Whether events are written past `missing`, the first number not there (a gap in the numbers,
- * made by hand): a few lookups at rising distances, never a listing.
- */
-function gapAfter(conv: ConversationPaths, missing: number): boolean {
-  for (let step = 1; step <= 1 << 24; step *= 2) if (existsSync(conv.event(missing + step))) return true;
-  return false;
-}
-
 /** The figures, and the number the count stopped at (the first not written). */
-function countUsage(conv: ConversationPaths, since: Date | undefined): { usage: ConversationUsage; end: number | undefined } {
-  const o = { since };
-  if (o.since) {
-    const from = firstSince(conv, o.since);
+function countUsage(conv: ConversationPaths, since: Date | undefined): { usage: ConversationUsage; end: number } {
+  if (since) {
+    const from = firstSince(conv, since);
     let before: AssistantMessage | undefined;
     for (let n = from - 1; n >= Math.max(1, from - LOOK_BACK) && !before; n--) {
       const e = scanEvent(conv, n);

@@ -327,11 +327,9 @@ export class ToolSession {
     // and a call under way would wait for an answer until its timeout. They are ended now, so the
     // session is seen to be lost at once, and its call fails saying so.
     const child = childOf(transport);
-    if (mark !== undefined && child) {
-      liveTools.set(mark, child);
-      child.once("exit", () => liveTools.delete(mark));
-    }
+    if (mark !== undefined && child) liveTools.set(mark, child);
     child?.once("exit", () => {
+      if (mark !== undefined) liveTools.delete(mark);
       if (session.ending !== undefined) return;
       if (mark !== undefined) killAll(marked(mark));
       session.lost = true;
