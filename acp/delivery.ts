@@ -45,13 +45,14 @@ export function owe(conv: ConversationPaths, log: Logger): Debt {
   let made = Promise.resolve(false);
   let settled = false;
   return {
-    mark(after) {
+    mark(after, through) {
       if (settled) return;
       const before = made;
       made = new Promise<boolean>((resolve) =>
         setImmediate(() => {
           try {
-            writeOwed(conv, name, after);
+            // Through the folder the turn's lock holds, while it holds it: not one opened for it alone.
+            writeOwed(through.dir === conv.dir ? through : conv, name, after);
             resolve(true);
           } catch (e) {
             log.warn("the prompt's answer can't be recovered should it not reach the client", { thread: conv.thread, error: (e as Error).message });

@@ -3,6 +3,7 @@
 // and its answer is that turn's.
 import type { SessionUpdate } from "@agentclientprotocol/sdk";
 import type { Verbosity } from "../protocol/index.js";
+import type { ConversationPaths } from "../store/index.js";
 import type { IncomingMessage, SteerQueue, TurnListener, TurnOutcome } from "../turn/types.js";
 import { TurnUpdates } from "./updates.js";
 
@@ -31,8 +32,11 @@ export class TurnFailed extends Error {
 
 /** What a message's answer is owed by: told where the turn that answers it wrote the message (`_link/recover`). */
 export interface Owing {
-  /** The turn that answers the message writes it, or another it answers too, after event `after`. */
-  mark(after: number): void;
+  /**
+   * The turn that answers the message writes it, or another it answers too, after event `after`;
+   * `through`, the paths its lock holds the conversation's folder by.
+   */
+  mark(after: number, through: ConversationPaths): void;
 }
 
 interface Waiting {
@@ -168,7 +172,7 @@ export class Turns {
           // Each message the turn took is answered by its last answer from the message it writes now on.
           if (report.type === "asked") {
             run.writing = true;
-            for (const w of answered) w.owing?.mark(report.after);
+            for (const w of answered) w.owing?.mark(report.after, report.through);
           } else broadcast(updates.map(report));
         });
       } catch (e) {

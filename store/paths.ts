@@ -87,7 +87,26 @@ export function checkThread(thread: string, kind = "thread name"): string {
   throw new InvalidNameError(kind, thread, parsed.error?.issues[0]?.message ?? "invalid");
 }
 
+/**
+ * The paths of each agent asked for lately, by its folders: a turn asks for them some twenty times,
+ * each some ten joins. Each conversation's paths are still made anew at each ask, so a write made
+ * outside a turn's lock never names the folder that lock holds (store/folder.ts).
+ */
+const agentPaths = new Map<string, AgentPaths>();
+/** Past this many agents, the paths are made again as they are asked for. */
+const AGENT_PATHS_MAX = 1024;
+
 export function paths(agent: AgentRef): AgentPaths {
+  const key = JSON.stringify([agent.dir, agent.files, agent.home]);
+  const known = agentPaths.get(key);
+  if (known) return known;
+  if (agentPaths.size >= AGENT_PATHS_MAX) agentPaths.clear();
+  const made = agentPathsOf(agent);
+  agentPaths.set(key, made);
+  return made;
+}
+
+function agentPathsOf(agent: AgentRef): AgentPaths {
   const dir = agent.dir;
   const chats = join(dir, "chats");
   const home = agent.home ?? agent.files ?? dir;

@@ -285,7 +285,7 @@ class Turn {
     // The message is flushed while the model is asked; should writing it fail, the ask is cut short.
     const notWritten = new AbortController();
     const opening = this.writeAhead(userEvent(this.input.message, inputs), history);
-    this.listener({ type: "asked", after: (history.events.at(-1)?.n ?? 1) - 1 });
+    this.listener({ type: "asked", after: (history.events.at(-1)?.n ?? 1) - 1, through: this.conv });
     this.question = opening;
     opening.catch((e: unknown) => notWritten.abort(e));
     const signal = either(this.signal, notWritten.signal);
@@ -300,7 +300,7 @@ class Turn {
       if (steering.length > 0) await windowKnown();
       for (const m of steering) {
         const n = await this.write(userEvent(m, inputs), history);
-        this.listener({ type: "asked", after: n - 1 });
+        this.listener({ type: "asked", after: n - 1, through: this.conv });
       }
       const callNothing = round >= MAX_ROUNDS;
       const messages: ChatMessage[] = [{ role: "system", content: system }, ...eventsToMessages(history.window(), { tools: calls.length > 0 })];
@@ -351,16 +351,13 @@ class Turn {
       const toolCalls = callNothing ? [] : answer.toolCalls;
       const stop = stopOf(answer, toolCalls.length > 0);
       const report = (size: number) => this.listener(usageReport(this.conv, answer, messages, size, (message) => this.listener({ type: "warning", message })));
-      // The usage goes to the client before the answer is flushed when nothing of it waits on that:
-      // the window known, no cost to count with this answer's own, and its text shown already (a
-      // client reads the update while the answer is flushed, not between it and the prompt's response).
+      // The usage is handed to the client before the answer is written when nothing of it waits on
+      // that: the window known, no cost to count with this answer's own, and its text shown already.
+      // It leaves with the prompt's response, once the answer is flushed: yielding first, so that it
+      // left before the flush, cost the answer a pass of the event loop.
       const known = window;
       const reportNow = known !== undefined && answer.cost === undefined && (streamed || !answer.text);
-      if (reportNow) {
-        report(known.window);
-        // Written to the client before the answer's flush holds the event loop.
-        await new Promise((resolve) => setImmediate(resolve));
-      }
+      if (reportNow) report(known.window);
       let answering: Promise<number> | undefined;
       if (!answer.aborted || answer.text || toolCalls.length) {
         const prompt = { sections: prints, window: windowPrint(history.count.start, history.count.startTime) };

@@ -1,6 +1,6 @@
 // What a turn takes and what it reports: plain data, no ACP (the ACP layer maps these to session/update).
 import type { From, Part, SectionName, StopReason, Usage, Event, Settings, Verbosity } from "../protocol/index.js";
-import type { AgentRef } from "../store/index.js";
+import type { AgentRef, ConversationPaths } from "../store/index.js";
 import type { ToolHost, ToolMedia, ToolServer } from "./tools.js";
 
 /** A message the turn answers (or a message that steers a running turn). */
@@ -70,8 +70,10 @@ export type TurnEvent =
   /**
    * The turn's question, or a message that steers it, is written next after event `after`: the
    * turn's last answer from there on answers it, and every message the turn took before it.
+   * `through`: the paths the turn's lock holds the conversation's folder by, for a file written
+   * beside its events while it holds it (store/folder.ts withFolder).
    */
-  | { type: "asked"; after: number }
+  | { type: "asked"; after: number; through: ConversationPaths }
   /** Something went wrong that doesn't fail the turn (a derived file not written): for the log. */
   | { type: "warning"; message: string };
 
