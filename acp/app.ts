@@ -18,7 +18,6 @@ import { configOptions, configOptionsNow, setModel } from "./model.js";
 import { availableCommands } from "./commands.js";
 import { ASP_EXPORT, ASP_IMPORT, aspExport, aspImport } from "./asp.js";
 import { parseCommand, runCommand, type CommandContext } from "../turn/commands.js";
-import { replay } from "./replay.js";
 import { Sessions, type SessionState } from "./sessions.js";
 import type { Outbox } from "./outbox.js";
 import { turnKey, Turns, type StartTurn, type Subscriber } from "./turns.js";
@@ -264,8 +263,12 @@ export function createAgentApp(state: AcpState, outbox: Outbox, connection = new
         const session = sessions.attach(params.sessionId, params.cwd, params.mcpServers, { onDisk: true });
         const settings = state.settings();
         // session/load answers only once the whole conversation has been shown again.
-        const verbosity = sessions.choices(session).verbosity ?? verbosityOf(settings);
-        for (const update of replay(sessions.events(session), verbosity)) outbox.send(client, session.id, update);
+        await sessions.showAgain(
+          session,
+          (chosen) => chosen.verbosity ?? verbosityOf(settings),
+          (update) => outbox.send(client, session.id, update),
+          () => outbox.flushed(),
+        );
         announceCommands(client, session.id, session.cwd, false);
         await outbox.flushed();
         return { configOptions: await configOptions(sessions, session, settings, state.agentModel) };

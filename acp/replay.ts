@@ -1,6 +1,6 @@
 // A conversation's events → the session/updates that show it again (session/load).
 import type { ContentBlock, SessionUpdate } from "@agentclientprotocol/sdk";
-import { EVENT_KINDS, type Numbered, type Part, type ToolCall, type ToolResult, type Verbosity } from "../protocol/index.js";
+import { EVENT_KINDS, type Event, type Numbered, type Part, type Verbosity } from "../protocol/index.js";
 import { textUpdate, toolResultUpdate, verbosityMeta } from "./updates.js";
 import { rawInput, toolKind, toolTitle } from "./tools.js";
 
@@ -15,50 +15,86 @@ function imageBlock(part: Part): ContentBlock | undefined {
 }
 
 /**
- * Every message of the conversation, in order: the user's text (and images), the agent's answers,
- * and each tool call with its final status and its answer; each command as it was typed. Failures
- * and commands no one typed (a session's own /chat:resume) are the harness's own and are not shown. A call id the model used twice is made unique, so one call's result never
- * lands on another.
+ * Which tool result answers each call of a conversation: learned from its events in order, before
+ * the first is shown again. Each result answers the earliest call of its id still waiting, so ids
+ * reused from turn to turn pair right. It keeps numbers alone: a call and its result are read again
+ * when they are shown, so a conversation of any length is paired in little memory.
  */
-export function replay(events: readonly Numbered[], verbosity: Verbosity): SessionUpdate[] {
-  // Each result answers the earliest call of its id still waiting, so ids reused from turn to turn pair right.
-  const waiting = new Map<string, Slot[]>();
-  const slots = new Map<number, Slot[]>();
-  for (const { n, event } of events) {
+export class CallPairs {
+  private readonly waiting = new Map<string, Slot[]>();
+  private readonly slots = new Map<number, Slot[]>();
+
+  see({ n, event }: Numbered): void {
     if (event.kind === EVENT_KINDS.message && event.role === "assistant" && event.tool_calls?.length) {
-      const mine = event.tool_calls.map((call) => ({ call }));
-      slots.set(n, mine);
-      for (const slot of mine) waiting.set(slot.call.id, [...(waiting.get(slot.call.id) ?? []), slot]);
+      const mine = event.tool_calls.map((): Slot => ({}));
+      this.slots.set(n, mine);
+      event.tool_calls.forEach((call, i) => {
+        const slot = mine[i] as Slot;
+        const queue = this.waiting.get(call.id);
+        if (queue) queue.push(slot);
+        else this.waiting.set(call.id, [slot]);
+      });
     } else if (event.kind === EVENT_KINDS.toolResult) {
-      const slot = waiting.get(event.call_id)?.shift();
-      if (slot) slot.result = event;
+      const slot = this.waiting.get(event.call_id)?.shift();
+      if (slot) slot.result = n;
     }
   }
-  const used = new Set<string>();
-  const unique = (id: string) => {
-    let out = id;
-    for (let i = 2; used.has(out); i++) out = `${id}#${i}`;
-    used.add(out);
-    return out;
-  };
 
-  const updates: SessionUpdate[] = [];
-  for (const { n, event } of events) {
+  /** The number of the result that answers each call of the answer numbered `n`, in its calls' order. */
+  resultsOf(n: number): readonly (number | undefined)[] {
+    return (this.slots.get(n) ?? []).map((slot) => slot.result);
+  }
+}
+
+/** A call's place: the number of the result that answers it, once one does. */
+interface Slot {
+  result?: number;
+}
+
+/**
+ * The session/updates that show a conversation's events again, one event at a time, in order: the
+ * user's text (and images), the agent's answers, and each tool call with its final status and its
+ * answer (`resultAt` reads it by number); each command as it was typed. Failures and commands no one
+ * typed (a session's own /chat:resume) are the harness's own and are not shown. A call id the model
+ * used twice is made unique, so one call's result never lands on another.
+ */
+export class Replayer {
+  private readonly used = new Set<string>();
+
+  constructor(
+    private readonly pairs: CallPairs,
+    private readonly verbosity: Verbosity,
+    private readonly resultAt: (n: number) => Event | undefined,
+  ) {}
+
+  private unique(id: string): string {
+    let out = id;
+    for (let i = 2; this.used.has(out); i++) out = `${id}#${i}`;
+    this.used.add(out);
+    return out;
+  }
+
+  updatesOf({ n, event }: Numbered): SessionUpdate[] {
+    const updates: SessionUpdate[] = [];
     // A command shows as it was typed, so a loaded chat reads as it was; its reply was kept nowhere.
     if (event.kind === EVENT_KINDS.command && event.text) updates.push(textUpdate(event.text, "user_message_chunk"));
-    if (event.kind !== EVENT_KINDS.message) continue;
+    if (event.kind !== EVENT_KINDS.message) return updates;
     if (event.role === "user") {
       if (event.text.length > 0) updates.push(textUpdate(event.text, "user_message_chunk"));
       for (const part of event.parts ?? []) {
         const block = imageBlock(part);
         if (block) updates.push({ sessionUpdate: "user_message_chunk", content: block });
       }
-      continue;
+      return updates;
     }
     if (event.text.length > 0) updates.push(textUpdate(event.text));
-    for (const { call, result } of slots.get(n) ?? []) {
+    const results = this.pairs.resultsOf(n);
+    (event.tool_calls ?? []).forEach((call, i) => {
+      const at = results[i];
+      const found = at === undefined ? undefined : this.resultAt(at);
+      const result = found?.kind === EVENT_KINDS.toolResult ? found : undefined;
       const status = result && !result.error ? "completed" : "failed";
-      const id = unique(call.id);
+      const id = this.unique(call.id);
       updates.push({
         sessionUpdate: "tool_call",
         toolCallId: id,
@@ -67,15 +103,22 @@ export function replay(events: readonly Numbered[], verbosity: Verbosity): Sessi
         kind: toolKind(call.name),
         status,
         rawInput: rawInput(call.arguments),
-        _meta: verbosityMeta(verbosity),
+        _meta: verbosityMeta(this.verbosity),
       });
-      updates.push(toolResultUpdate(id, status, result ? result.text : UNANSWERED, verbosity));
-    }
+      updates.push(toolResultUpdate(id, status, result ? result.text : UNANSWERED, this.verbosity));
+    });
+    return updates;
   }
-  return updates;
 }
 
-interface Slot {
-  call: ToolCall;
-  result?: ToolResult;
+/** Every update that shows `events` again (Replayer), the conversation held whole. */
+export function replay(events: readonly Numbered[], verbosity: Verbosity): SessionUpdate[] {
+  const pairs = new CallPairs();
+  const results = new Map<number, Event>();
+  for (const e of events) {
+    pairs.see(e);
+    if (e.event.kind === EVENT_KINDS.toolResult) results.set(e.n, e.event);
+  }
+  const replayer = new Replayer(pairs, verbosity, (n) => results.get(n));
+  return events.flatMap((e) => replayer.updatesOf(e));
 }

@@ -2,8 +2,8 @@
 // and any process (this one after a restart too) can take it up again.
 import { randomBytes } from "node:crypto";
 import { lstatSync, statSync } from "node:fs";
-import type { McpServer, SessionInfo } from "@agentclientprotocol/sdk";
-import { EVENT_KINDS, type Event, type Numbered } from "../protocol/index.js";
+import type { McpServer, SessionInfo, SessionUpdate } from "@agentclientprotocol/sdk";
+import { EVENT_KINDS, type Event, type Numbered, type Verbosity } from "../protocol/index.js";
 import {
   ensureConversation,
   isErrno,
@@ -12,17 +12,35 @@ import {
   narrowToolsList,
   isThread,
   paths,
+  eachEventFrom,
   readEvent,
   readEventsFrom,
   readMark,
   type AgentRef,
   type ConversationPaths,
 } from "../store/index.js";
-import { splitSessionId, sessionIdOf, chatMap } from "../turn/chat.js";
-import { applyChoice, conversationChoices, readConversation, type Chosen } from "../turn/history.js";
+import { splitSessionId, sessionIdOf, chatMap, isBegin } from "../turn/chat.js";
+import { applyChoice, conversationChoices, readConversation, rememberChoices, type Chosen } from "../turn/history.js";
 import type { Logger } from "./deps.js";
 import { groupThread } from "./groups.js";
 import { ParamsError, type NewSessionLink } from "./meta.js";
+import { CallPairs, Replayer, replay } from "./replay.js";
+
+/** Events a session/load reads between passes of the event loop. */
+const LOAD_SLICE = 256;
+/** Updates a session/load hands to the connection before it waits for them to be written. */
+const LOAD_AHEAD = 256;
+/** A conversation of up to this many events is read once by session/load, not twice. */
+const LOAD_KEEP = 4096;
+
+/** The items of `items`, the event loop let go after every LOAD_SLICE of them. */
+async function* slowly<T>(items: Iterable<T>): AsyncGenerator<T> {
+  let read = 0;
+  for (const item of items) {
+    yield item;
+    if (++read % LOAD_SLICE === 0) await new Promise((resolve) => setImmediate(resolve));
+  }
+}
 
 /** A session id that names no conversation of the agent: answered -32002. */
 export class SessionNotFound extends Error {
@@ -248,6 +266,56 @@ export class Sessions {
   events(session: SessionState): Numbered[] {
     const conv = this.conversation(session.thread);
     return readConversation(conv, session.conversation)?.events ?? readEventsFrom(conv, 1);
+  }
+
+  /**
+   * Shows the session's conversation again (session/load): each update handed to `send` in order,
+   * `written` waited for after every LOAD_AHEAD of them. A conversation of one chat, its events read
+   * LOAD_SLICE at a time, the event loop let go between (the process's other sessions and agents
+   * are answered meanwhile), and none kept: once through to pair each tool call with its result
+   * (numbers alone kept), then again to show them, up to the last event the first pass read. A chat
+   * of several conversations (and a session that names one of them) is read whole, as a turn reads
+   * it.
+   */
+  async showAgain(session: SessionState, verbosityOf: (chosen: Chosen) => Verbosity, send: (update: SessionUpdate) => void, written: () => Promise<void>): Promise<void> {
+    const conv = this.conversation(session.thread);
+    const pairs = new CallPairs();
+    // What its commands chose, counted as it is read (conversationChoices would read it again).
+    let chosen: Chosen = {};
+    let last = 0;
+    let plain = session.conversation === undefined;
+    // A conversation of up to LOAD_KEEP events is shown from what the first pass read.
+    let kept: Numbered[] | undefined = [];
+    if (plain) {
+      for await (const e of slowly(eachEventFrom(conv, 1))) {
+        if (isBegin(e.event)) {
+          plain = false;
+          break;
+        }
+        pairs.see(e);
+        chosen = applyChoice(e.event, chosen);
+        last = e.n;
+        if (kept && kept.length < LOAD_KEEP) kept.push(e);
+        else kept = undefined;
+      }
+    }
+    if (!plain) {
+      for (const update of replay(this.events(session), verbosityOf(this.choices(session)))) send(update);
+      return;
+    }
+    rememberChoices(conv, last, chosen);
+    const replayer = new Replayer(pairs, verbosityOf(chosen), (n) => readEvent(conv, n, false));
+    let ahead = 0;
+    for await (const e of slowly(kept ?? eachEventFrom(conv, 1))) {
+      if (e.n > last) break;
+      for (const update of replayer.updatesOf(e)) {
+        send(update);
+        if (++ahead >= LOAD_AHEAD) {
+          await written();
+          ahead = 0;
+        }
+      }
+    }
   }
 
   /** What the session's conversation chose by its commands (the turn's own rule). */

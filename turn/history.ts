@@ -2,7 +2,7 @@
 // on, never every message, unless the mark is missing or stale, or the chat holds several
 // conversations (turn/chat.ts), which is read whole at a process's first turn of it.
 import { StoreError, type Command, type Event, type Numbered, type Verbosity, type WindowMark } from "../protocol/index.js";
-import { lastEventNumber, readEvent, readEventsFrom, readMark, writeMark, type ConversationPaths } from "../store/index.js";
+import { eachEventFrom, lastEventNumber, readEvent, readEventsFrom, readMark, writeMark, type ConversationPaths } from "../store/index.js";
 import { chatMap, conversationEvents, isBegin, isPlain, type ChatMap } from "./chat.js";
 import { SizedRecent } from "./recent.js";
 import { transcriptEnd } from "./transcript.js";
@@ -52,26 +52,68 @@ export function readConversation(conv: ConversationPaths, name?: string): ReadCo
 }
 
 /**
+ * What the commands of conversations of one chat chose, counted up to an event: a session opened
+ * again counts on from there rather than reading its conversation again. Events are written once and
+ * never change, so a count stays true; another process's events are read on from it.
+ */
+const counted = new Map<string, { last: number; chosen: Chosen; from: string }>();
+/** Past this many conversations, the counts are made again as they are asked for. */
+const COUNTED_MAX = 4096;
+
+/**
+ * Keeps what a chat of one conversation chose up to its event `last`, for conversationChoices to
+ * count on from; counted from its first event, or (`from`) from the window's mark it names.
+ */
+export function rememberChoices(conv: ConversationPaths, last: number, chosen: Chosen, from = FROM_FIRST): void {
+  if (counted.size >= COUNTED_MAX) counted.clear();
+  counted.set(conv.dir, { last, chosen, from });
+}
+
+/** A count made from a conversation's first event. */
+const FROM_FIRST = "first";
+
+/** What a count began from: the window's mark, when it holds (its event and the choices it carries), else the first event. */
+function countedFrom(mark: WindowMark | undefined, holds: boolean): string {
+  return holds && mark ? JSON.stringify([mark.event, choicesOf(mark)]) : FROM_FIRST;
+}
+
+/**
  * The conversation's choices without loading it for a turn: its last /model:set and /verbosity:set,
- * read from the newest event back to the window's mark, else those the mark carries from before it.
- * In a chat of several conversations, the current one's, read whole.
+ * counted on from this process's last count of it, else from the window's mark (with the choices the
+ * mark carries from before it), else from its first event; its events read in order, none kept. In a
+ * chat of several conversations, the current one's, read whole.
  */
 export function conversationChoices(conv: ConversationPaths): Chosen {
   const mark = readMark(conv);
-  const holds = markHolds(mark, mark?.budget ?? 0, mark ? readEvent(conv, mark.event) : undefined);
   if (mark?.conversation === undefined) {
-    const found: Numbered[] = [];
+    const last = lastEventNumber(conv);
+    const holds = markHolds(mark, mark?.budget ?? 0, mark ? readEvent(conv, mark.event) : undefined);
+    // A count goes on while the mark it began from is the one there: what the mark says is the rule.
+    const begun = countedFrom(mark, holds);
+    const known = counted.get(conv.dir);
+    let from: number;
+    let chosen: Chosen;
+    if (known !== undefined && known.from === begun && known.last <= last) {
+      from = known.last + 1;
+      chosen = known.chosen;
+    } else {
+      from = holds ? mark.event : 1;
+      chosen = holds ? choicesOf(mark) : {};
+    }
     let plain = true;
-    for (let n = lastEventNumber(conv); n >= (holds ? mark.event : 1); n--) {
-      const e = readEvent(conv, n);
-      if (!e) continue;
-      if (isBegin(e)) {
+    for (const e of from <= last ? eachEventFrom(conv, from) : []) {
+      if (e.n > last) break;
+      if (isBegin(e.event)) {
         plain = false;
         break;
       }
-      if (e.kind === "command") found.push({ n, event: e });
+      chosen = applyChoice(e.event, chosen);
     }
-    if (plain) return found.reverse().reduce((c, e) => applyChoice(e.event, c), holds ? choicesOf(mark) : {});
+    if (plain) {
+      rememberChoices(conv, last, chosen, begun);
+      return chosen;
+    }
+    counted.delete(conv.dir);
   }
   const read = readConversation(conv);
   return (read?.events ?? []).reduce<Chosen>((c, e) => applyChoice(e.event, c), {});
@@ -134,6 +176,7 @@ export function keptHistoryChars(): { held: number; max: number } {
 /** Forgets what turns of this process left (for measuring a fresh process). */
 export function forgetHistories(): void {
   kept.clear();
+  counted.clear();
 }
 
 export class History {

@@ -1,0 +1,185 @@
+// session/load of a long conversation: shown again a slice at a time, the event loop let go between
+// (a request on the same process is answered meanwhile), none of its events kept, the updates the
+// same as the whole conversation's replay; and the choices a conversation's commands made, counted on
+// from the process's last count.
+import { writeFileSync } from "node:fs";
+import type { SessionUpdate } from "@agentclientprotocol/sdk";
+import * as acp from "@agentclientprotocol/sdk";
+import { afterEach, describe, expect, it } from "vitest";
+import { replay, UNANSWERED } from "../acp/replay.js";
+import { Sessions } from "../acp/sessions.js";
+import type { Event, Numbered } from "../protocol/index.js";
+import { appendEvent, cachedEventBytes, ensureConversation, forgetEvents, paths, readEventsFrom, type ConversationPaths } from "../store/index.js";
+import { conversationChoices } from "../turn/history.js";
+import { configure, openClient, startDaemon, stdioStream, tempDir, type Daemon } from "./acp-client.js";
+import { assertBuilt, BIN } from "./fixtures/built.js";
+
+const quiet = { info: () => undefined, warn: () => undefined, error: () => undefined };
+const cleanup: (() => unknown)[] = [];
+afterEach(async () => {
+  for (const f of cleanup.splice(0).reverse()) await f();
+});
+
+const time = "2026-01-01T00:00:00.000Z";
+const THREAD = "20260101-000000-0000abcd";
+
+/**
+ * The events of a long conversation with tools: every tenth turn calls two tools (one of them with an
+ * id used in every such turn, one whose answer is an error), every 97th leaves a call unanswered,
+ * some messages carry an image, and commands choose the verbosity along the way.
+ */
+function longConversation(turns: number): Event[] {
+  const events: Event[] = [];
+  for (let i = 0; i < turns; i++) {
+    events.push({
+      v: 1,
+      kind: "message",
+      role: "user",
+      text: `question ${i}`,
+      header: "",
+      time,
+      ...(i % 50 === 3 ? { parts: [{ type: "image_url", image_url: { url: "data:image/png;base64,iVBORw0KGgo=" } }] } : {}),
+    } as Event);
+    if (i % 10 === 0) {
+      const calls = [
+        { id: "call_0", name: "everything__echo", arguments: `{"message":"${i}"}` },
+        { id: `call_${i}`, name: "memory__search", arguments: "{}" },
+      ];
+      events.push({ v: 1, kind: "message", role: "assistant", text: "", time, model: "m", provider: "p", latency_ms: 1, stop: "tool_calls", tool_calls: calls });
+      events.push({ v: 1, kind: "tool_result", time, call_id: "call_0", tool: "everything__echo", text: `Echo: ${i}`, error: false });
+      if (i % 97 !== 0) events.push({ v: 1, kind: "tool_result", time, call_id: `call_${i}`, tool: "memory__search", text: "no such note", error: true });
+    }
+    events.push({ v: 1, kind: "message", role: "assistant", text: `answer ${i}`, time, model: "m", provider: "p", latency_ms: 1, stop: "end_turn" });
+    if (i % 400 === 7) events.push({ v: 1, kind: "command", time, name: "/verbosity:set", verbosity: i % 800 === 7 ? "all" : "new", text: "/verbosity:set" } as Event);
+  }
+  return events;
+}
+
+/** The conversation's event files written straight to its folder (as a turn would, faster). */
+function writeConversation(conv: ConversationPaths, events: readonly Event[]): void {
+  ensureConversation(conv);
+  events.forEach((event, i) => writeFileSync(conv.event(i + 1), `${JSON.stringify(event)}\n`, { mode: 0o600 }));
+}
+
+/** The updates a load shows, and how many bytes of events the process held more after it than before. */
+async function shownKeeping(sessions: Sessions, sessionId: string, onSend?: (sent: number) => void): Promise<{ updates: SessionUpdate[]; kept: number }> {
+  const session = sessions.attach(sessionId, "/work", [], { onDisk: true });
+  const before = cachedEventBytes().held;
+  const updates: SessionUpdate[] = [];
+  await sessions.showAgain(
+    session,
+    (chosen) => chosen.verbosity ?? "new",
+    (update) => {
+      updates.push(update);
+      onSend?.(updates.length);
+    },
+    async () => undefined,
+  );
+  return { updates, kept: cachedEventBytes().held - before };
+}
+
+async function shown(sessions: Sessions, sessionId: string, onSend?: (sent: number) => void): Promise<SessionUpdate[]> {
+  return (await shownKeeping(sessions, sessionId, onSend)).updates;
+}
+
+describe("session/load of a long conversation", () => {
+  for (const turns of [300, 1500]) {
+    it(`shows ${turns} turns as the whole conversation's replay does, its verbosity the last one chosen, keeping none of its events`, async () => {
+      const dir = tempDir("lnk-load-");
+      cleanup.push(() => dir.remove());
+      const agent = { dir: dir.path };
+      const conv = paths(agent).conversation(THREAD);
+      const events = longConversation(turns);
+      writeConversation(conv, events);
+      forgetEvents();
+      const sessions = new Sessions(agent, quiet);
+      const { updates, kept } = await shownKeeping(sessions, THREAD);
+      // Read apart, none of them kept by the process for the load.
+      expect(kept).toBe(0);
+      const all: Numbered[] = readEventsFrom(conv, 1);
+      expect(all).toHaveLength(events.length);
+      const last = [...events].reverse().find((e) => e.kind === "command");
+      const verbosity = last?.kind === "command" && last.verbosity !== undefined ? last.verbosity : "new";
+      expect(updates).toEqual(replay(all, verbosity));
+      // The reused id is made unique, and a call never answered shows as failed.
+      expect(updates.filter((u) => u.sessionUpdate === "tool_call" && u.toolCallId === "call_0#2")).toHaveLength(1);
+      expect(updates.filter((u) => u.sessionUpdate === "tool_call_update" && u.status === "failed" && JSON.stringify(u).includes(UNANSWERED)).length).toBe(turns > 970 ? 2 : 1);
+    });
+  }
+
+  it("shows the events there when it began: one written while it is shown is left for the next load", async () => {
+    const dir = tempDir("lnk-load-");
+    cleanup.push(() => dir.remove());
+    const agent = { dir: dir.path };
+    const conv = paths(agent).conversation(THREAD);
+    // Past what the first pass keeps, so the second reads the folder again.
+    const events = longConversation(1500);
+    writeConversation(conv, events);
+    const sessions = new Sessions(agent, quiet);
+    let wrote = false;
+    const updates = await shown(sessions, THREAD, () => {
+      if (wrote) return;
+      wrote = true;
+      void appendEvent(conv, { v: 1, kind: "message", role: "user", text: "written meanwhile", header: "", time });
+    });
+    expect(wrote).toBe(true);
+    expect(updates.some((u) => u.sessionUpdate === "user_message_chunk" && u.content.type === "text" && u.content.text === "written meanwhile")).toBe(false);
+    expect(updates).toEqual(replay(readEventsFrom(conv, 1).slice(0, events.length), "new"));
+    // The next load shows it.
+    const again = await shown(new Sessions(agent, quiet), THREAD);
+    expect(again.at(-1)).toMatchObject({ sessionUpdate: "user_message_chunk", content: { text: "written meanwhile" } });
+  });
+
+  it("lets the event loop go while it reads: the loop comes round before the first update is handed over", async () => {
+    const dir = tempDir("lnk-load-");
+    cleanup.push(() => dir.remove());
+    const agent = { dir: dir.path };
+    writeConversation(paths(agent).conversation(THREAD), longConversation(1500));
+    let sent = 0;
+    let sentWhenRound: number | undefined;
+    setImmediate(() => (sentWhenRound = sent));
+    const updates = await shown(new Sessions(agent, quiet), THREAD, (n) => (sent = n));
+    expect(updates.length).toBeGreaterThan(1500 * 2);
+    expect(sentWhenRound).toBe(0);
+  });
+
+  it("lets the daemon's event loop go: a request sent after the load is answered before it", async () => {
+    assertBuilt([BIN, "dist/acp/sessions.js", "dist/acp/replay.js", "dist/turn/history.js"], ["acp", "daemon", "turn", "store", "protocol"]);
+    const dir = tempDir("lnk-load-");
+    cleanup.push(() => dir.remove());
+    configure(dir.path, { model: { provider: "scripted", base_url: "http://127.0.0.1:9/v1", name: "m" } });
+    const conv = paths({ dir: dir.path }).conversation(THREAD);
+    writeConversation(conv, longConversation(3000));
+    const d: Daemon = startDaemon(["--agent", dir.path]);
+    cleanup.push(() => d.stop());
+    let shownUpdates = 0;
+    const client = await openClient(stdioStream(d.child), () => shownUpdates++);
+    const order: string[] = [];
+    const load = client.agent.request(acp.methods.agent.session.load, { sessionId: THREAD, cwd: dir.path, mcpServers: [] }).then(() => order.push("load"));
+    // Once the load is under way (its first updates came), another request.
+    while (shownUpdates === 0) await new Promise((resolve) => setTimeout(resolve, 1));
+    await client.agent.request(acp.methods.agent.session.new, { cwd: dir.path, mcpServers: [] }).then(() => order.push("new"));
+    await load;
+    expect(order).toEqual(["new", "load"]);
+    // Every message shown: 3,000 questions and answers, 300 turns' two calls each.
+    expect(shownUpdates).toBeGreaterThanOrEqual(3000 * 2 + 300 * 4);
+  }, 60_000);
+});
+
+describe("a conversation's choices", () => {
+  it("are counted on from the process's last count: a command written since, by anyone, is seen", async () => {
+    const dir = tempDir("lnk-load-");
+    cleanup.push(() => dir.remove());
+    const conv = paths({ dir: dir.path }).conversation(THREAD);
+    writeConversation(conv, longConversation(20));
+    expect(conversationChoices(conv)).toEqual({ verbosity: "all" });
+    // Written by another process: straight to the folder, past the count.
+    writeFileSync(conv.event(readEventsFrom(conv, 1).length + 1), `${JSON.stringify({ v: 1, kind: "command", time, name: "/model:set", model: "m2" })}\n`, { mode: 0o600 });
+    expect(conversationChoices(conv)).toEqual({ verbosity: "all", model: "m2" });
+    await appendEvent(conv, { v: 1, kind: "command", time, name: "/model:set" } as Event);
+    expect(conversationChoices(conv)).toEqual({ verbosity: "all" });
+    // A command that begins another conversation of the chat: the chat's current one's, read whole.
+    await appendEvent(conv, { v: 1, kind: "command", time, name: "/chat:create", conversation: "side" } as Event);
+    expect(conversationChoices(conv)).toEqual({});
+  });
+});
