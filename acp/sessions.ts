@@ -32,6 +32,8 @@ const LOAD_SLICE = 256;
 const LOAD_AHEAD = 256;
 /** A conversation of up to this many events is read once by session/load, not twice. */
 const LOAD_KEEP = 4096;
+/** Past this many conversations, what session/list found of them is found again as it is asked for. */
+const LISTED_MAX = 65_536;
 
 /** The items of `items`, the event loop let go after every LOAD_SLICE of them. */
 async function* slowly<T>(items: Iterable<T>): AsyncGenerator<T> {
@@ -335,21 +337,18 @@ export class Sessions {
    * with `cwd`, only those whose working folder it is. A conversation's folder is the one its last
    * message came with (its session's, as the client named it), else the agent's files folder.
    */
-  list(cursor: string | null | undefined, cwd?: string): { sessions: SessionInfo[]; nextCursor?: string } {
+  async list(cursor: string | null | undefined, cwd?: string): Promise<{ sessions: SessionInfo[]; nextCursor?: string }> {
     const start = cursor ? Number(cursor) : 0;
     if (!Number.isSafeInteger(start) || start < 0) throw new ParamsError(`cursor: ${JSON.stringify(cursor)} is not a cursor this agent gave`);
     const files = paths(this.agent).files;
     const onDisk = listThreads(paths(this.agent).chats);
+    const known = new Set(onDisk);
     // The sessions this process holds open whose conversation has no event yet, so no folder.
-    const opened = [...this.open.values()].filter((s) => s.id === s.thread && MADE_THREAD.test(s.thread) && !onDisk.includes(s.thread)).map((s) => s.thread);
-    const all = [...onDisk, ...opened]
-      .filter((t) => isThread(t))
-      .flatMap((thread) => {
-        const chat = this.info(thread, files);
-        return chat ? [chat, ...this.conversations(thread, chat)] : [];
-      })
-      .filter((info) => cwd === undefined || info.cwd === cwd)
-      .sort((a, b) => (b.updatedAt ?? "").localeCompare(a.updatedAt ?? ""));
+    const opened = [...this.open.values()].filter((s) => s.id === s.thread && MADE_THREAD.test(s.thread) && !known.has(s.thread)).map((s) => s.thread);
+    const found: SessionInfo[] = [];
+    // A conversation at a time, the event loop let go after every LOAD_SLICE of them.
+    for await (const thread of slowly([...onDisk, ...opened])) if (isThread(thread)) found.push(...this.listed(thread, files));
+    const all = found.filter((info) => cwd === undefined || info.cwd === cwd).sort((a, b) => (b.updatedAt ?? "").localeCompare(a.updatedAt ?? ""));
     const sessions = all.slice(start, start + PAGE);
     return start + PAGE < all.length ? { sessions, nextCursor: String(start + PAGE) } : { sessions };
   }
@@ -395,6 +394,34 @@ export class Sessions {
     const conv = this.conversation(thread);
     return this.titleOf(conv, lastEventNumber(conv));
   }
+
+  /**
+   * What session/list shows of a conversation: the chat, and each of its conversations when it has
+   * several. Kept with the conversation's last event then, and found again only once it has grown
+   * (or this process holds it open): a page of a list goes through every conversation of the agent.
+   */
+  private listed(thread: string, files: string): SessionInfo[] {
+    const conv = this.conversation(thread);
+    const held = this.open.has(thread);
+    const kept = held ? undefined : this.listing.get(conv.dir);
+    let last: number | undefined;
+    try {
+      last = lastEventNumber(conv, kept?.last);
+    } catch {
+      // Said by info, which reads it again.
+    }
+    if (kept !== undefined && kept.last === last) return kept.infos;
+    const chat = this.info(thread, files);
+    const infos = chat ? [chat, ...this.conversations(thread, chat)] : [];
+    if (!held && last !== undefined && last > 0) {
+      if (this.listing.size >= LISTED_MAX) this.listing.clear();
+      this.listing.set(conv.dir, { last, infos });
+    }
+    return infos;
+  }
+
+  /** What session/list found of each conversation, by its folder, with the conversation's last event then. */
+  private readonly listing = new Map<string, { last: number; infos: SessionInfo[] }>();
 
   private info(thread: string, files: string): SessionInfo | undefined {
     const conv = this.conversation(thread);

@@ -183,3 +183,36 @@ describe("a conversation's choices", () => {
     expect(conversationChoices(conv)).toEqual({});
   });
 });
+
+describe("session/list over many conversations", () => {
+  it("finds a conversation again only once it has grown: a page of a list reads no event the list before it read", async () => {
+    const dir = tempDir("lnk-load-");
+    cleanup.push(() => dir.remove());
+    const agent = { dir: dir.path };
+    const threads = Array.from({ length: 300 }, (_, i) => `20260101-000000-${i.toString(16).padStart(8, "0")}`);
+    threads.forEach((thread, i) => {
+      const at = new Date(Date.parse(time) + i * 60_000).toISOString();
+      writeConversation(paths(agent).conversation(thread), [
+        { v: 1, kind: "message", role: "user", text: `about ${i}`, header: "", time: at, cwd: `/work/${i % 3}` },
+        { v: 1, kind: "message", role: "assistant", text: "sure", time: at, model: "m", provider: "p", latency_ms: 1, stop: "end_turn" },
+      ]);
+    });
+    const sessions = new Sessions(agent, quiet);
+    const first = await sessions.list(undefined);
+    expect(first.sessions).toHaveLength(100);
+    expect(first.sessions[0]).toMatchObject({ sessionId: threads[299], title: "about 299", cwd: "/work/2" });
+    // The events forgotten, the next pages read none again.
+    forgetEvents();
+    const second = await sessions.list(first.nextCursor);
+    const third = await sessions.list(second.nextCursor);
+    expect(cachedEventBytes().held).toBe(0);
+    expect([...first.sessions, ...second.sessions, ...third.sessions].map((s) => s.sessionId)).toEqual([...threads].reverse());
+    expect(third.nextCursor).toBeUndefined();
+    expect((await sessions.list(undefined, "/work/1")).sessions.every((s) => s.cwd === "/work/1")).toBe(true);
+    // One grown since (by another process: straight to its folder) is read again, and comes first.
+    const grown = paths(agent).conversation(threads[5] as string);
+    writeFileSync(grown.event(3), `${JSON.stringify({ v: 1, kind: "message", role: "user", text: "later", header: "", time: "2026-02-01T00:00:00.000Z", cwd: "/elsewhere" })}\n`, { mode: 0o600 });
+    const again = await sessions.list(undefined);
+    expect(again.sessions[0]).toMatchObject({ sessionId: threads[5], title: "about 5", cwd: "/elsewhere", updatedAt: "2026-02-01T00:00:00.000Z" });
+  });
+});
