@@ -410,18 +410,20 @@ export class Sessions {
     } catch {
       // Said by info, which reads it again.
     }
-    if (kept !== undefined && kept.last === last) return kept.infos;
+    // Whether a chat has several conversations is its window's word, which can change past its last event.
+    const window = windowStamp(conv.window);
+    if (kept !== undefined && kept.last === last && kept.window === window) return kept.infos;
     const chat = this.info(thread, files);
     const infos = chat ? [chat, ...this.conversations(thread, chat)] : [];
     if (!held && last !== undefined && last > 0) {
       if (this.listing.size >= LISTED_MAX) this.listing.clear();
-      this.listing.set(conv.dir, { last, infos });
+      this.listing.set(conv.dir, { last, window, infos });
     }
     return infos;
   }
 
-  /** What session/list found of each conversation, by its folder, with the conversation's last event then. */
-  private readonly listing = new Map<string, { last: number; infos: SessionInfo[] }>();
+  /** What session/list found of each conversation, by its folder, with the conversation's last event and window then. */
+  private readonly listing = new Map<string, { last: number; window: string; infos: SessionInfo[] }>();
 
   private info(thread: string, files: string): SessionInfo | undefined {
     const conv = this.conversation(thread);
@@ -442,6 +444,16 @@ export class Sessions {
       this.log.warn("session/list: a conversation could not be read", { thread, error: (e as Error).message });
     }
     return info;
+  }
+}
+
+/** Which window.json a folder holds: a new one (written whole and renamed in) or none has another stamp. */
+function windowStamp(path: string): string {
+  try {
+    const st = lstatSync(path, { bigint: true, throwIfNoEntry: false });
+    return st === undefined ? "none" : `${st.ino}:${st.size}:${st.mtimeNs}`;
+  } catch {
+    return "unread";
   }
 }
 

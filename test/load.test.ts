@@ -9,7 +9,7 @@ import { afterEach, describe, expect, it } from "vitest";
 import { replay, UNANSWERED } from "../acp/replay.js";
 import { Sessions } from "../acp/sessions.js";
 import type { Event, Numbered } from "../protocol/index.js";
-import { appendEvent, cachedEventBytes, ensureConversation, forgetEvents, paths, readEventsFrom, type ConversationPaths } from "../store/index.js";
+import { appendEvent, cachedEventBytes, ensureConversation, forgetEvents, paths, readEventsFrom, writeMark, type ConversationPaths } from "../store/index.js";
 import { conversationChoices } from "../turn/history.js";
 import { configure, openClient, startDaemon, stdioStream, tempDir, type Daemon } from "./acp-client.js";
 import { assertBuilt, BIN } from "./fixtures/built.js";
@@ -214,5 +214,24 @@ describe("session/list over many conversations", () => {
     writeFileSync(grown.event(3), `${JSON.stringify({ v: 1, kind: "message", role: "user", text: "later", header: "", time: "2026-02-01T00:00:00.000Z", cwd: "/elsewhere" })}\n`, { mode: 0o600 });
     const again = await sessions.list(undefined);
     expect(again.sessions[0]).toMatchObject({ sessionId: threads[5], title: "about 5", cwd: "/elsewhere", updatedAt: "2026-02-01T00:00:00.000Z" });
+  });
+
+  it("finds a chat's conversations again once its window says it has several, though no event came since", async () => {
+    const dir = tempDir("lnk-load-");
+    cleanup.push(() => dir.remove());
+    const agent = { dir: dir.path };
+    const conv = paths(agent).conversation(THREAD);
+    writeConversation(conv, [
+      { v: 1, kind: "command", name: "/chat:create", conversation: "side", time },
+      { v: 1, kind: "message", role: "user", text: "hello", header: "", time, cwd: "/work" },
+      { v: 1, kind: "message", role: "assistant", text: "hi", time, model: "m", provider: "p", latency_ms: 1, stop: "end_turn" },
+    ]);
+    const sessions = new Sessions(agent, quiet);
+    expect((await sessions.list(undefined)).sessions.map((s) => s.sessionId)).toEqual([THREAD]);
+    writeMark(conv, { v: 1, event: 2, time, tokens_before: 0, budget: 1000, conversation: "side" });
+    const again = (await sessions.list(undefined)).sessions.map((s) => s.sessionId);
+    expect(again).toHaveLength(3);
+    expect(again[0]).toBe(THREAD);
+    expect(again).toContain(`${THREAD}~side`);
   });
 });
