@@ -19,12 +19,12 @@ import {
   type AgentRef,
   type ConversationPaths,
 } from "../store/index.js";
-import { splitSessionId, sessionIdOf, chatMap, isBegin } from "../turn/chat.js";
+import { splitSessionId, sessionIdOf, ChatLog, conversationNumbers, FIRST } from "../turn/chat.js";
 import { applyChoice, conversationChoices, readConversation, rememberChoices, type Chosen } from "../turn/history.js";
 import type { Logger } from "./deps.js";
 import { groupThread } from "./groups.js";
 import { ParamsError, type NewSessionLink } from "./meta.js";
-import { CallPairs, Replayer, replay } from "./replay.js";
+import { CallPairs, Replayer } from "./replay.js";
 
 /** Events a session/load reads between passes of the event loop. */
 const LOAD_SLICE = 256;
@@ -41,6 +41,22 @@ async function* slowly<T>(items: Iterable<T>): AsyncGenerator<T> {
   for (const item of items) {
     yield item;
     if (++read % LOAD_SLICE === 0) await new Promise((resolve) => setImmediate(resolve));
+  }
+}
+
+/** The events of `numbers` (undefined: every one from the first), up to `last`, none of them kept. */
+function* eventsNumbered(conv: ConversationPaths, numbers: readonly number[] | undefined, last: number): Generator<Numbered> {
+  if (numbers === undefined) {
+    for (const e of eachEventFrom(conv, 1)) {
+      if (e.n > last) return;
+      yield e;
+    }
+    return;
+  }
+  for (const n of numbers) {
+    if (n > last) return;
+    const event = readEvent(conv, n, false);
+    if (event) yield { n, event };
   }
 }
 
@@ -272,44 +288,52 @@ export class Sessions {
 
   /**
    * Shows the session's conversation again (session/load): each update handed to `send` in order,
-   * `written` waited for after every LOAD_AHEAD of them. A conversation of one chat, its events read
-   * LOAD_SLICE at a time, the event loop let go between (the process's other sessions and agents
-   * are answered meanwhile), and none kept: once through to pair each tool call with its result
-   * (numbers alone kept), then again to show them, up to the last event the first pass read. A chat
-   * of several conversations (and a session that names one of them) is read whole, as a turn reads
-   * it.
+   * `written` waited for after every LOAD_AHEAD of them. Its events are read LOAD_SLICE at a time,
+   * the event loop let go between (the process's other sessions and agents are answered
+   * meanwhile), and none kept: once through the chat's log (a chat of one is paired and counted as
+   * it goes; of several, only each conversation's event numbers are kept), once more through the
+   * conversation's own events for a chat of several, to pair each tool call with its result (their
+   * numbers alone kept) and count its choices, then again to show them, up to the last event the
+   * first pass read. A conversation of up to LOAD_KEEP events is shown from what was read before.
    */
   async showAgain(session: SessionState, verbosityOf: (chosen: Chosen) => Verbosity, send: (update: SessionUpdate) => void, written: () => Promise<void>): Promise<void> {
     const conv = this.conversation(session.thread);
-    const pairs = new CallPairs();
+    const log = new ChatLog<number>((e) => e.n);
+    let pairs = new CallPairs();
     // What its commands chose, counted as it is read (conversationChoices would read it again).
     let chosen: Chosen = {};
     let last = 0;
-    let plain = session.conversation === undefined;
-    // A conversation of up to LOAD_KEEP events is shown from what the first pass read.
     let kept: Numbered[] | undefined = [];
-    if (plain) {
-      for await (const e of slowly(eachEventFrom(conv, 1))) {
-        if (isBegin(e.event)) {
-          plain = false;
-          break;
-        }
-        pairs.see(e);
-        chosen = applyChoice(e.event, chosen);
-        last = e.n;
-        if (kept && kept.length < LOAD_KEEP) kept.push(e);
-        else kept = undefined;
-      }
+    const take = (e: Numbered) => {
+      pairs.see(e);
+      chosen = applyChoice(e.event, chosen);
+      if (kept && kept.length < LOAD_KEEP) kept.push(e);
+      else kept = undefined;
+    };
+    for await (const e of slowly(eachEventFrom(conv, 1))) {
+      log.see(e);
+      last = e.n;
+      if (!log.several) take(e);
     }
-    if (!plain) {
-      for (const update of replay(this.events(session), verbosityOf(this.choices(session)))) send(update);
-      return;
+    // The events it shows (undefined: the chat's every one), and whether their choices are its: a
+    // session of a conversation the chat has not (any longer) is shown the chat, and chose nothing.
+    let shown: number[] | undefined;
+    let counts = session.conversation === undefined || session.conversation === FIRST;
+    if (!log.several) {
+      if (session.conversation === undefined) rememberChoices(conv, last, chosen);
+    } else {
+      const which = session.conversation ?? log.current;
+      counts = log.conversations.has(which);
+      pairs = new CallPairs();
+      chosen = {};
+      kept = [];
+      const numbers = counts ? conversationNumbers(log, which) : undefined;
+      for await (const e of slowly(eventsNumbered(conv, numbers, last))) take(e);
+      shown = numbers;
     }
-    rememberChoices(conv, last, chosen);
-    const replayer = new Replayer(pairs, verbosityOf(chosen), (n) => readEvent(conv, n, false));
+    const replayer = new Replayer(pairs, verbosityOf(counts ? chosen : {}), (n) => readEvent(conv, n, false));
     let ahead = 0;
-    for await (const e of slowly(kept ?? eachEventFrom(conv, 1))) {
-      if (e.n > last) break;
+    for await (const e of slowly(kept ?? eventsNumbered(conv, shown, last))) {
       for (const update of replayer.updatesOf(e)) {
         send(update);
         if (++ahead >= LOAD_AHEAD) {
@@ -347,7 +371,7 @@ export class Sessions {
     const opened = [...this.open.values()].filter((s) => s.id === s.thread && MADE_THREAD.test(s.thread) && !known.has(s.thread)).map((s) => s.thread);
     const found: SessionInfo[] = [];
     // A conversation at a time, the event loop let go after every LOAD_SLICE of them.
-    for await (const thread of slowly([...onDisk, ...opened])) if (isThread(thread)) found.push(...this.listed(thread, files));
+    for await (const thread of slowly([...onDisk, ...opened])) if (isThread(thread)) found.push(...(await this.listed(thread, files)));
     const all = found.filter((info) => cwd === undefined || info.cwd === cwd).sort((a, b) => (b.updatedAt ?? "").localeCompare(a.updatedAt ?? ""));
     const sessions = all.slice(start, start + PAGE);
     return start + PAGE < all.length ? { sessions, nextCursor: String(start + PAGE) } : { sessions };
@@ -357,21 +381,27 @@ export class Sessions {
    * A chat of several conversations (its window.json says so) lists each as a session of its own,
    * `<thread>~<name>`, titled by its first owner's message, or its name.
    */
-  private conversations(thread: string, chat: SessionInfo): SessionInfo[] {
+  private async conversations(thread: string, chat: SessionInfo): Promise<SessionInfo[]> {
     const conv = this.conversation(thread);
     try {
       if (readMark(conv)?.conversation === undefined) return [];
-      const all = readEventsFrom(conv, 1);
-      const map = chatMap(all);
-      return [...map.conversations.keys()].map((name) => {
-        const own = map.own.get(name) ?? [];
-        const title = own.map((e) => titleOf(e.event)).find((t) => t !== undefined);
-        const newest = own.at(-1)?.event.time;
+      // Read through once, LOAD_SLICE events at a time, none kept: of each conversation, its first
+      // owner's message's title and its newest event's time.
+      const log = new ChatLog<number>((e) => e.n);
+      const seen = new Map<string, { title?: string; newest: string }>();
+      for await (const e of slowly(eachEventFrom(conv, 1))) {
+        log.see(e);
+        const known = seen.get(log.current);
+        const title = known?.title ?? titleOf(e.event);
+        seen.set(log.current, { ...(title !== undefined ? { title } : {}), newest: e.event.time });
+      }
+      return [...log.conversations.keys()].map((name) => {
+        const own = seen.get(name);
         return {
           sessionId: sessionIdOf(thread, name),
           cwd: chat.cwd,
-          title: `${name}: ${title ?? "(no message yet)"}`,
-          ...(newest ? { updatedAt: new Date(newest).toISOString() } : chat.updatedAt ? { updatedAt: chat.updatedAt } : {}),
+          title: `${name}: ${own?.title ?? "(no message yet)"}`,
+          ...(own ? { updatedAt: new Date(own.newest).toISOString() } : chat.updatedAt ? { updatedAt: chat.updatedAt } : {}),
         };
       });
     } catch (e) {
@@ -400,7 +430,7 @@ export class Sessions {
    * several. Kept with the conversation's last event then, and found again only once it has grown
    * (or this process holds it open): a page of a list goes through every conversation of the agent.
    */
-  private listed(thread: string, files: string): SessionInfo[] {
+  private async listed(thread: string, files: string): Promise<SessionInfo[]> {
     const conv = this.conversation(thread);
     const held = this.open.has(thread);
     const kept = held ? undefined : this.listing.get(conv.dir);
@@ -414,7 +444,7 @@ export class Sessions {
     const window = windowStamp(conv.window);
     if (kept !== undefined && kept.last === last && kept.window === window) return kept.infos;
     const chat = this.info(thread, files);
-    const infos = chat ? [chat, ...this.conversations(thread, chat)] : [];
+    const infos = chat ? [chat, ...(await this.conversations(thread, chat))] : [];
     if (!held && last !== undefined && last > 0) {
       if (this.listing.size >= LISTED_MAX) this.listing.clear();
       this.listing.set(conv.dir, { last, window, infos });

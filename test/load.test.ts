@@ -166,6 +166,52 @@ describe("session/load of a long conversation", () => {
   }, 60_000);
 });
 
+describe("session/load of a chat of several conversations", () => {
+  it("shows each conversation as the turn reads it (a fork with its source's start), keeping none of the events of a long one", async () => {
+    const dir = tempDir("lnk-load-");
+    cleanup.push(() => dir.remove());
+    const agent = { dir: dir.path };
+    const conv = paths(agent).conversation(THREAD);
+    const command = (name: string, more: object): Event => ({ v: 1, kind: "command", time, name, text: name, ...more }) as Event;
+    const main = longConversation(300);
+    const events: Event[] = [
+      ...main,
+      command("/chat:create", { conversation: "side" }),
+      // Past what a load keeps from its passes before, so it reads the folder again to show it.
+      ...longConversation(2200).map((e) => (e.kind === "message" && e.role === "user" ? { ...e, text: `side ${e.text}` } : e)),
+      command("/chat:fork", { conversation: "fork", thread: "main", event: 200 }),
+      ...longConversation(40).map((e) => (e.kind === "message" && e.role === "user" ? { ...e, text: `fork ${e.text}` } : e)),
+      command("/chat:resume", { conversation: "main" }),
+      command("/verbosity:set", { verbosity: "all" }),
+      ...longConversation(20),
+    ];
+    writeConversation(conv, events);
+    forgetEvents();
+    const sessions = new Sessions(agent, quiet);
+    const views = new Map<string, SessionUpdate[]>();
+    for (const id of [THREAD, `${THREAD}~main`, `${THREAD}~side`, `${THREAD}~fork`]) {
+      const { updates, kept } = await shownKeeping(sessions, id);
+      expect(kept, id).toBe(0);
+      // As the whole conversation, read as a turn reads it, replays.
+      const session = sessions.attach(id, "/work", [], { onDisk: true });
+      const chosen = sessions.choices(session);
+      expect(updates, id).toEqual(replay(sessions.events(session), chosen.verbosity ?? "new"));
+      views.set(id, updates);
+    }
+    // The owner's messages each shows (its commands aside).
+    const texts = (id: string) => (views.get(id) ?? []).flatMap((u) => (u.sessionUpdate === "user_message_chunk" && u.content.type === "text" && u.content.text.includes("question") ? [u.content.text] : []));
+    // The chat's session is its current conversation's, main, shown as the verbosity main chose.
+    expect(views.get(THREAD)).toEqual(views.get(`${THREAD}~main`));
+    expect(texts(THREAD).some((t) => t.startsWith("side") || t.startsWith("fork"))).toBe(false);
+    expect(texts(`${THREAD}~side`).every((t) => t.startsWith("side"))).toBe(true);
+    // The fork: main's events up to the fork point (event 200), then its own.
+    const fork = texts(`${THREAD}~fork`);
+    expect(fork[0]).toBe("question 0");
+    expect(fork.filter((t) => t.startsWith("fork"))).toHaveLength(40);
+    expect(fork.some((t) => t.startsWith("side"))).toBe(false);
+  });
+});
+
 describe("a conversation's choices", () => {
   it("are counted on from the process's last count: a command written since, by anyone, is seen", async () => {
     const dir = tempDir("lnk-load-");
@@ -229,9 +275,12 @@ describe("session/list over many conversations", () => {
     const sessions = new Sessions(agent, quiet);
     expect((await sessions.list(undefined)).sessions.map((s) => s.sessionId)).toEqual([THREAD]);
     writeMark(conv, { v: 1, event: 2, time, tokens_before: 0, budget: 1000, conversation: "side" });
-    const again = (await sessions.list(undefined)).sessions.map((s) => s.sessionId);
+    const listed = (await sessions.list(undefined)).sessions;
+    // Each conversation titled by its first owner's message.
+    const again = listed.map((s) => s.sessionId);
     expect(again).toHaveLength(3);
     expect(again[0]).toBe(THREAD);
-    expect(again).toContain(`${THREAD}~side`);
+    expect(listed.find((s) => s.sessionId === `${THREAD}~side`)?.title).toBe("side: hello");
+    expect(listed.find((s) => s.sessionId === `${THREAD}~main`)?.title).toBe("main: (no message yet)");
   });
 });

@@ -16,14 +16,18 @@ export interface ChatConversation {
   readonly at?: number;
 }
 
-export interface ChatMap {
+/** A chat's conversations, each with its own events as some `T`. */
+export interface ChatMapOf<T> {
   /** The conversation the chat's next message belongs to. */
   readonly current: string;
   /** Every conversation of the chat, in the order they began. */
   readonly conversations: ReadonlyMap<string, ChatConversation>;
   /** Each conversation's own events (those written while it was the current one). */
-  readonly own: ReadonlyMap<string, readonly Numbered[]>;
+  readonly own: ReadonlyMap<string, readonly T[]>;
 }
+
+/** A chat's conversations, each with its own events. */
+export type ChatMap = ChatMapOf<Numbered>;
 
 /** Whether an event says which conversation the events after it belong to. */
 export function isBegin(event: Event): event is Command & { conversation: string } {
@@ -40,27 +44,41 @@ export function isPlain(events: readonly Numbered[]): boolean {
 }
 
 /**
- * Reads a chat's log (every event, from the first) into its conversations. A begin command naming a
- * conversation that doesn't exist (resume) or exists already (create, fork) was never written by this
- * harness; it is read as a resume of, or a fresh start of, what it names, so no event is lost.
+ * A chat's log read into its conversations an event at a time, each conversation's own events kept
+ * as `keep` makes them (the events themselves, or only their numbers). A begin command naming a
+ * conversation that doesn't exist (resume) or exists already (create, fork) was never written by
+ * this harness; it is read as a resume of, or a fresh start of, what it names, so no event is lost.
  */
-export function chatMap(events: readonly Numbered[]): ChatMap {
-  const conversations = new Map<string, ChatConversation>([[FIRST, { name: FIRST, begin: 0 }]]);
-  const own = new Map<string, Numbered[]>([[FIRST, []]]);
-  let current = FIRST;
-  for (const e of events) {
+export class ChatLog<T> implements ChatMapOf<T> {
+  current = FIRST;
+  readonly conversations = new Map<string, ChatConversation>([[FIRST, { name: FIRST, begin: 0 }]]);
+  readonly own = new Map<string, T[]>([[FIRST, []]]);
+  /** Whether a begin command was read: a chat of several conversations. */
+  several = false;
+
+  constructor(private readonly keep: (e: Numbered) => T) {}
+
+  /** Takes the chat's next event. */
+  see(e: Numbered): void {
     const event = e.event;
     if (isBegin(event)) {
-      current = event.conversation;
-      if (!conversations.has(current)) {
-        const fork = event.name === "/chat:fork" && event.thread !== undefined && event.event !== undefined && conversations.has(event.thread);
-        conversations.set(current, { name: current, begin: e.n, ...(fork ? { source: event.thread, at: event.event } : {}) });
-        own.set(current, []);
+      this.several = true;
+      this.current = event.conversation;
+      if (!this.conversations.has(this.current)) {
+        const fork = event.name === "/chat:fork" && event.thread !== undefined && event.event !== undefined && this.conversations.has(event.thread);
+        this.conversations.set(this.current, { name: this.current, begin: e.n, ...(fork ? { source: event.thread, at: event.event } : {}) });
+        this.own.set(this.current, []);
       }
     }
-    own.get(current)?.push(e);
+    this.own.get(this.current)?.push(this.keep(e));
   }
-  return { current, conversations, own };
+}
+
+/** Reads a chat's log (every event, from the first) into its conversations (ChatLog). */
+export function chatMap(events: Iterable<Numbered>): ChatMap {
+  const log = new ChatLog<Numbered>((e) => e);
+  for (const e of events) log.see(e);
+  return log;
 }
 
 /**
@@ -68,6 +86,15 @@ export function chatMap(events: readonly Numbered[]): ChatMap {
  * read back the same way) then its own. Sources are followed only to conversations that began before.
  */
 export function conversationEvents(map: ChatMap, name: string): Numbered[] {
+  return viewOf(map, name, (e) => e.n);
+}
+
+/** A conversation's event numbers in order, as conversationEvents gives its events. */
+export function conversationNumbers(map: ChatMapOf<number>, name: string): number[] {
+  return viewOf(map, name, (n) => n);
+}
+
+function viewOf<T>(map: ChatMapOf<T>, name: string, numberOf: (t: T) => number): T[] {
   if (!map.conversations.has(name)) return [];
   // The chain of forks, from this one back to the first (each source began before the fork): walked
   // in a loop, as a chat may hold thousands of forks of forks.
@@ -81,10 +108,10 @@ export function conversationEvents(map: ChatMap, name: string): Numbered[] {
     current = follows ? conv.source : undefined;
   }
   // From the first on: what a fork shares of its source (events up to its fork point, in order), then its own.
-  const events: Numbered[] = [];
+  const events: T[] = [];
   for (let i = chain.length - 1; i >= 0; i--) {
     const { name: forked, at } = chain[i] as (typeof chain)[number];
-    if (at !== undefined) while (events.length > 0 && (events.at(-1) as Numbered).n > at) events.pop();
+    if (at !== undefined) while (events.length > 0 && numberOf(events.at(-1) as T) > at) events.pop();
     for (const e of map.own.get(forked) ?? []) events.push(e);
   }
   return events;
