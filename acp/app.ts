@@ -6,6 +6,7 @@ import { z } from "zod";
 import type { From, Settings, StopReason, Usage, Verbosity } from "../protocol/index.js";
 import { readSettings } from "../store/index.js";
 import type { IncomingMessage, TurnOutcome } from "../turn/types.js";
+import { CallNames } from "./call-names.js";
 import { promptContent } from "./content.js";
 import type { AcpDeps } from "./deps.js";
 import { METHOD_NOT_FOUND, toRequestError } from "./errors.js";
@@ -364,7 +365,13 @@ export function createAgentApp(state: AcpState, outbox: Outbox, connection = new
         // The request's own signal is not the turn's: a client that goes away leaves its turn to finish and be kept.
         const waited = session === arrived ? undefined : waitOn(arrived.id, key);
         try {
-          return promptResponse(await turns.prompt(key, message, verbosityOf(settings, link.verbosity), startTurn(session, settings, arrived.mcpServers), sub, debt));
+          // A turn's calls are named on from those the conversation showed before it, as a replay names them.
+          const names = (after: number) =>
+            sessions.callNames(session, after).catch((e: unknown) => {
+              log.warn("the conversation's call names could not be read: this turn's calls are named as if it had none before", { thread: session.id, error: (e as Error).message });
+              return new CallNames();
+            });
+          return promptResponse(await turns.prompt(key, message, verbosityOf(settings, link.verbosity), startTurn(session, settings, arrived.mcpServers), sub, debt, names));
         } catch (e) {
           unanswered = true;
           throw e;

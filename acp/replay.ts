@@ -1,6 +1,7 @@
 // A conversation's events → the session/updates that show it again (session/load).
 import type { ContentBlock, SessionUpdate } from "@agentclientprotocol/sdk";
 import { EVENT_KINDS, type Event, type Numbered, type Part, type Verbosity } from "../protocol/index.js";
+import { CallNames } from "./call-names.js";
 import { textUpdate, toolResultUpdate, verbosityMeta } from "./updates.js";
 import { rawInput, toolKind, toolTitle } from "./tools.js";
 
@@ -59,20 +60,13 @@ interface Slot {
  * used twice is made unique, so one call's result never lands on another.
  */
 export class Replayer {
-  private readonly used = new Set<string>();
+  private readonly names = new CallNames();
 
   constructor(
     private readonly pairs: CallPairs,
     private readonly verbosity: Verbosity,
     private readonly resultAt: (n: number) => Event | undefined,
   ) {}
-
-  private unique(id: string): string {
-    let out = id;
-    for (let i = 2; this.used.has(out); i++) out = `${id}#${i}`;
-    this.used.add(out);
-    return out;
-  }
 
   updatesOf({ n, event }: Numbered): SessionUpdate[] {
     const updates: SessionUpdate[] = [];
@@ -94,7 +88,7 @@ export class Replayer {
       const found = at === undefined ? undefined : this.resultAt(at);
       const result = found?.kind === EVENT_KINDS.toolResult ? found : undefined;
       const status = result && !result.error ? "completed" : "failed";
-      const id = this.unique(call.id);
+      const id = this.names.name(call.id);
       updates.push({
         sessionUpdate: "tool_call",
         toolCallId: id,

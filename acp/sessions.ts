@@ -19,11 +19,12 @@ import {
   type AgentRef,
   type ConversationPaths,
 } from "../store/index.js";
-import { splitSessionId, sessionIdOf, ChatLog, conversationNumbers, FIRST } from "../turn/chat.js";
+import { splitSessionId, sessionIdOf, isBegin, ChatLog, conversationNumbers, FIRST } from "../turn/chat.js";
 import { applyChoice, conversationChoices, readConversation, rememberChoices, type Chosen } from "../turn/history.js";
 import type { Logger } from "./deps.js";
 import { groupThread } from "./groups.js";
 import { ParamsError, type NewSessionLink } from "./meta.js";
+import { CallNames } from "./call-names.js";
 import { CallPairs, Replayer } from "./replay.js";
 
 /** Events a session/load reads between passes of the event loop. */
@@ -32,6 +33,10 @@ const LOAD_SLICE = 256;
 const LOAD_AHEAD = 256;
 /** A conversation of up to this many events is read once by session/load, not twice. */
 const LOAD_KEEP = 4096;
+/** Past this many conversations, the names of their calls are read again as they are asked for. */
+const NAMED_MAX = 4096;
+/** The most call names kept of all conversations; a quarter of it, of one (one of more is read again for each turn). */
+const NAMES_HELD_MAX = 262_144;
 /** Past this many conversations, what session/list found of them is found again as it is asked for. */
 const LISTED_MAX = 65_536;
 
@@ -42,6 +47,44 @@ async function* slowly<T>(items: Iterable<T>): AsyncGenerator<T> {
     yield item;
     if (++read % LOAD_SLICE === 0) await new Promise((resolve) => setImmediate(resolve));
   }
+}
+
+/** What readView found of a chat and the conversation it read. */
+interface View {
+  /** The chat's last event read. */
+  last: number;
+  /** Whether the chat has several conversations (a begin command was read). */
+  several: boolean;
+  /** Whether the conversation was found: one the chat has not (any longer) chose nothing. */
+  found: boolean;
+  /** The numbers of its events, in order (undefined: every event of the chat). */
+  shown: number[] | undefined;
+}
+
+/**
+ * Reads a conversation of a chat for `take`, event by event in order, up to `upTo`: LOAD_SLICE
+ * events at a time, the event loop let go between, none kept. Once through the chat's log, `take`
+ * given every event while no conversation begins; if one does, only each conversation's event
+ * numbers are kept, `restart` is called, and `take` is given the conversation's own events (a
+ * fork's with its source's up to the fork point, as a turn reads it) by a second pass. `named`: the
+ * session's conversation (left out, the chat's current one); one the chat has not shows the chat.
+ */
+async function readView(conv: ConversationPaths, named: string | undefined, take: (e: Numbered) => void, restart: () => void, upTo = Number.MAX_SAFE_INTEGER): Promise<View> {
+  const log = new ChatLog<number>((e) => e.n);
+  let last = 0;
+  for await (const e of slowly(eachEventFrom(conv, 1))) {
+    if (e.n > upTo) break;
+    log.see(e);
+    last = e.n;
+    if (!log.several) take(e);
+  }
+  if (!log.several) return { last, several: false, found: named === undefined || named === FIRST, shown: undefined };
+  restart();
+  const which = named ?? log.current;
+  const found = log.conversations.has(which);
+  const shown = found ? conversationNumbers(log, which) : undefined;
+  for await (const e of slowly(eventsNumbered(conv, shown, last))) take(e);
+  return { last, several: true, found, shown };
 }
 
 /** The events of `numbers` (undefined: every one from the first), up to `last`, none of them kept. */
@@ -298,42 +341,29 @@ export class Sessions {
    */
   async showAgain(session: SessionState, verbosityOf: (chosen: Chosen) => Verbosity, send: (update: SessionUpdate) => void, written: () => Promise<void>): Promise<void> {
     const conv = this.conversation(session.thread);
-    const log = new ChatLog<number>((e) => e.n);
     let pairs = new CallPairs();
     // What its commands chose, counted as it is read (conversationChoices would read it again).
     let chosen: Chosen = {};
-    let last = 0;
     let kept: Numbered[] | undefined = [];
-    const take = (e: Numbered) => {
-      pairs.see(e);
-      chosen = applyChoice(e.event, chosen);
-      if (kept && kept.length < LOAD_KEEP) kept.push(e);
-      else kept = undefined;
-    };
-    for await (const e of slowly(eachEventFrom(conv, 1))) {
-      log.see(e);
-      last = e.n;
-      if (!log.several) take(e);
-    }
-    // The events it shows (undefined: the chat's every one), and whether their choices are its: a
-    // session of a conversation the chat has not (any longer) is shown the chat, and chose nothing.
-    let shown: number[] | undefined;
-    let counts = session.conversation === undefined || session.conversation === FIRST;
-    if (!log.several) {
-      if (session.conversation === undefined) rememberChoices(conv, last, chosen);
-    } else {
-      const which = session.conversation ?? log.current;
-      counts = log.conversations.has(which);
-      pairs = new CallPairs();
-      chosen = {};
-      kept = [];
-      const numbers = counts ? conversationNumbers(log, which) : undefined;
-      for await (const e of slowly(eventsNumbered(conv, numbers, last))) take(e);
-      shown = numbers;
-    }
-    const replayer = new Replayer(pairs, verbosityOf(counts ? chosen : {}), (n) => readEvent(conv, n, false));
+    const view = await readView(
+      conv,
+      session.conversation,
+      (e) => {
+        pairs.see(e);
+        chosen = applyChoice(e.event, chosen);
+        if (kept && kept.length < LOAD_KEEP) kept.push(e);
+        else kept = undefined;
+      },
+      () => {
+        pairs = new CallPairs();
+        chosen = {};
+        kept = [];
+      },
+    );
+    if (!view.several && session.conversation === undefined) rememberChoices(conv, view.last, chosen);
+    const replayer = new Replayer(pairs, verbosityOf(view.found ? chosen : {}), (n) => readEvent(conv, n, false));
     let ahead = 0;
-    for await (const e of slowly(kept ?? eventsNumbered(conv, shown, last))) {
+    for await (const e of slowly(kept ?? eventsNumbered(conv, view.shown, view.last))) {
       for (const update of replayer.updatesOf(e)) {
         send(update);
         if (++ahead >= LOAD_AHEAD) {
@@ -342,6 +372,67 @@ export class Sessions {
         }
       }
     }
+  }
+
+  /**
+   * The names the session's conversation's tool calls were shown by, up to its event `after`
+   * (CallNames): a turn's calls go on from them. Kept with the event they were counted to and
+   * counted on from there while no conversation of the chat began since; else read again, as a load
+   * reads the conversation (readView).
+   */
+  async callNames(session: SessionState, after: number): Promise<CallNames> {
+    const conv = this.conversation(session.thread);
+    const key = `${conv.dir}\u0000${session.conversation ?? ""}`;
+    const known = this.callNamesKept.get(key);
+    if (known !== undefined && known.last <= after) {
+      // The events since, as a turn left them: its own (a question, answers, results) at most.
+      const since: Event[] = [];
+      let n = known.last + 1;
+      for (; n <= after; n++) {
+        const event = readEvent(conv, n, false);
+        if (event === undefined || isBegin(event)) break;
+        since.push(event);
+        if (since.length % LOAD_SLICE === 0) await new Promise((resolve) => setImmediate(resolve));
+      }
+      if (n > after) {
+        const before = known.names.size;
+        for (const event of since) known.names.see(event);
+        known.last = after;
+        this.callNamesHeld += known.names.size - before;
+        return known.names;
+      }
+    }
+    this.forgetCallNames(key);
+    let names = new CallNames();
+    const view = await readView(
+      conv,
+      session.conversation,
+      (e) => names.see(e.event),
+      () => (names = new CallNames()),
+      after,
+    );
+    if (this.callNamesKept.size >= NAMED_MAX || this.callNamesHeld + names.size > NAMES_HELD_MAX) this.forgetCallNames();
+    if (names.size <= NAMES_HELD_MAX / 4) {
+      this.callNamesKept.set(key, { last: Math.min(after, view.last), names });
+      this.callNamesHeld += names.size;
+    }
+    return names;
+  }
+
+  /** The names each conversation's calls were shown by (callNames), by its chat's folder and the session's conversation. */
+  private readonly callNamesKept = new Map<string, { last: number; names: CallNames }>();
+  /** How many names those hold. */
+  private callNamesHeld = 0;
+
+  /** Forgets the kept names of one conversation, or (no key) of all. */
+  private forgetCallNames(key?: string): void {
+    if (key === undefined) {
+      this.callNamesKept.clear();
+      this.callNamesHeld = 0;
+      return;
+    }
+    this.callNamesHeld -= this.callNamesKept.get(key)?.names.size ?? 0;
+    this.callNamesKept.delete(key);
   }
 
   /** What the session's conversation chose by its commands (the turn's own rule). */

@@ -4,7 +4,8 @@
 import type { SessionUpdate } from "@agentclientprotocol/sdk";
 import type { Verbosity } from "../protocol/index.js";
 import type { ConversationPaths } from "../store/index.js";
-import type { IncomingMessage, SteerQueue, TurnListener, TurnOutcome } from "../turn/types.js";
+import type { IncomingMessage, SteerQueue, TurnEvent, TurnListener, TurnOutcome } from "../turn/types.js";
+import type { CallNames } from "./call-names.js";
 import { TurnUpdates } from "./updates.js";
 
 /** Where a turn's updates go: one connection's view of the session. */
@@ -39,9 +40,13 @@ export interface Owing {
   mark(after: number, through: ConversationPaths): void;
 }
 
+/** The names the conversation's calls were shown by up to event `after`, which a turn's go on from. */
+export type CallNamesBefore = (after: number) => Promise<CallNames>;
+
 interface Waiting {
   message: IncomingMessage;
   owing: Owing | undefined;
+  names: CallNamesBefore | undefined;
   verbosity: Verbosity;
   /** How its own session starts a turn: one that arrived too late to steer runs as its own. */
   start: StartTurn;
@@ -102,11 +107,11 @@ export class Turns {
    * Answers the message: a new turn of the conversation `key`, or, while one runs, a message that
    * steers it. Resolves with the outcome of the turn that answered it; rejects with TurnFailed.
    */
-  prompt(key: string, msg: IncomingMessage, verbosity: Verbosity, start: StartTurn, subscriber: Subscriber, owing?: Owing): Promise<TurnOutcome> {
+  prompt(key: string, msg: IncomingMessage, verbosity: Verbosity, start: StartTurn, subscriber: Subscriber, owing?: Owing, names?: CallNamesBefore): Promise<TurnOutcome> {
     if (this.stopping) return Promise.reject(new StoppingError());
     let waiting!: Waiting;
     const answer = new Promise<TurnOutcome>((resolve, reject) => {
-      waiting = { message: msg, owing, verbosity, start, resolve, reject };
+      waiting = { message: msg, owing, names, verbosity, start, resolve, reject };
     });
     const run = this.running.get(key);
     if (run) {
@@ -165,6 +170,12 @@ export class Turns {
       const broadcast = (list: SessionUpdate[]) => {
         for (const update of list) for (const sub of run.subscribers) sub.send(update);
       };
+      // The conversation's call names, read while the model is asked: a call is shown only once
+      // they are, and what the turn reports after it waits with it, in order.
+      let naming: Promise<void> | undefined;
+      let named = false;
+      let held: TurnEvent[] | undefined;
+      const show = (report: TurnEvent) => broadcast(updates.map(report));
       let outcome: TurnOutcome | undefined;
       let error: unknown;
       try {
@@ -173,11 +184,23 @@ export class Turns {
           if (report.type === "asked") {
             run.writing = true;
             for (const w of answered) w.owing?.mark(report.after, report.through);
-          } else broadcast(updates.map(report));
+            naming ??= current.names?.(report.after).then(
+              (names) => updates.seed(names),
+              (e: unknown) => this.onError(key, e),
+            ).finally(() => {
+              named = true;
+              const waited = held ?? [];
+              held = undefined;
+              for (const r of waited) show(r);
+            });
+          } else if (held) held.push(report);
+          else if (report.type === "tool_call" && naming !== undefined && !named) held = [report];
+          else show(report);
         });
       } catch (e) {
         error = e;
       }
+      await naming;
       const stopped = run.controller.signal.aborted || outcome?.stop === "cancelled";
       const why = stopped
         ? "cancelled before this call was answered"

@@ -3,6 +3,7 @@ import type { SessionUpdate } from "@agentclientprotocol/sdk";
 import { EVENT_KINDS, type Verbosity } from "../protocol/index.js";
 import type { TurnEvent } from "../turn/types.js";
 import type { ToolMedia } from "../turn/tools.js";
+import { CallNames } from "./call-names.js";
 import { answerContent, locations, rawInput, toolKind, toolTitle } from "./tools.js";
 
 /** Each tool call carries its chat's verbosity, so the bridge shows or hides it as the chat chose. */
@@ -57,13 +58,22 @@ export function usageUpdate(report: Extract<TurnEvent, { type: "usage" }>): Sess
  */
 export class TurnUpdates {
   private readonly open = new Map<string, string>();
-  /** Each call id shown this turn, and the one a call's id is shown as now: a model that uses an id in two rounds has the second shown as `<id>#2`, as a replay shows it. */
-  private readonly used = new Set<string>();
+  /**
+   * The names a call is shown by (CallNames): the conversation's before the turn, once seeded, so a
+   * model that uses an id again, in this turn or any before it, has it shown as a replay shows it.
+   */
+  private names = new CallNames();
+  /** The name a call's id is shown by now. */
   private readonly shownAs = new Map<string, string>();
   /** Whether text was streamed since the last answer was written. */
   private streamed = false;
 
   constructor(private verbosity: Verbosity) {}
+
+  /** Goes on from the names the conversation's calls were given before the turn (before any call of it is shown). */
+  seed(before: CallNames): void {
+    this.names = before.after();
+  }
 
   map(report: TurnEvent): SessionUpdate[] {
     switch (report.type) {
@@ -72,9 +82,7 @@ export class TurnUpdates {
         this.streamed = true;
         return [textUpdate(report.delta)];
       case "tool_call": {
-        let id = report.id;
-        for (let i = 2; this.used.has(id); i++) id = `${report.id}#${i}`;
-        this.used.add(id);
+        const id = this.names.name(report.id);
         this.shownAs.set(report.id, id);
         this.open.set(id, report.name);
         return [toolCallUpdate(id, report.name, report.arguments, this.verbosity)];

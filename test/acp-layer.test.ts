@@ -12,6 +12,7 @@ import { AcpState, createAgentApp } from "../acp/app.js";
 import { Outbox } from "../acp/outbox.js";
 import { ContentError, promptContent } from "../acp/content.js";
 import type { AcpDeps } from "../acp/deps.js";
+import { CallNames } from "../acp/call-names.js";
 import { replay } from "../acp/replay.js";
 import { limitLines, topLevelId } from "../daemon/lines.js";
 import type { Event, Numbered } from "../protocol/index.js";
@@ -455,5 +456,43 @@ describe("oversized lines", () => {
       }),
       { numRuns: 300 },
     );
+  });
+});
+
+describe("call names", () => {
+  /** The rule as a replay first had it: each id the smallest of id, id#2, id#3, … not given yet. */
+  const smallestFree = (ids: readonly string[]): string[] => {
+    const used = new Set<string>();
+    return ids.map((id) => {
+      let out = id;
+      for (let i = 2; used.has(out); i++) out = `${id}#${i}`;
+      used.add(out);
+      return out;
+    });
+  };
+  const anId = fc.constantFrom("a", "b", "a#2", "a#3", "b#2", "a#2#2", "");
+
+  it("are each the smallest free suffix, and a turn's names go on from the conversation's without changing them", () => {
+    fc.assert(
+      fc.property(fc.array(anId, { maxLength: 40 }), fc.nat(), (ids, cut) => {
+        const at = ids.length === 0 ? 0 : cut % (ids.length + 1);
+        const whole = new CallNames();
+        expect(ids.map((id) => whole.name(id))).toEqual(smallestFree(ids));
+        // Seeded with the first `at`, then on from them: the same names; the seed is left as it was.
+        const before = new CallNames();
+        const first = ids.slice(0, at).map((id) => before.name(id));
+        const turn = before.after();
+        expect([...first, ...ids.slice(at).map((id) => turn.name(id))]).toEqual(smallestFree(ids));
+        expect(before.size).toBe(at);
+        const again = before.after();
+        expect(ids.slice(at).map((id) => again.name(id))).toEqual(smallestFree(ids).slice(at));
+      }),
+    );
+  });
+
+  it("go on past an id used ten thousand times, in a turn's names as in the conversation's", () => {
+    const names = new CallNames();
+    for (let i = 0; i < 10_000; i++) names.name("call_0");
+    expect(names.after().name("call_0")).toBe("call_0#10001");
   });
 });

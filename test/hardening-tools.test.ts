@@ -523,3 +523,39 @@ describe("a hostile HTTP tool", { timeout: 90_000 }, () => {
     expect(await d.stop()).toEqual({ code: 0, signal: null });
   });
 });
+
+describe("a call id the model uses again in a later turn", { timeout: 60_000 }, () => {
+  it("is shown as the conversation's next <id>#n, live as a load shows it, also by a process that did not show the first", async () => {
+    const dir = agent();
+    const own: acp.McpServer = { name: "probe", command: process.execPath, args: [PROBE], env: [] };
+    const d = daemon(["--agent", dir]);
+    const { c, sessionId } = await session(d, [own]);
+    const reused = () => server.script({ tool_calls: [{ id: "call_0", name: "probe__cwd", arguments: {} }] }, { text: "Done." });
+    const ids = (updates: readonly SessionNotification[], from = 0) => of(updates.slice(from), "tool_call").map((u) => u.toolCallId);
+    reused();
+    expect(await prompt(c, sessionId, "one")).toMatchObject({ stopReason: "end_turn" });
+    let seen = c.updates.length;
+    reused();
+    expect(await prompt(c, sessionId, "two")).toMatchObject({ stopReason: "end_turn" });
+    expect(ids(c.updates, seen)).toEqual(["call_0#2"]);
+    // Its result lands on the call it answers, not on the first turn's.
+    expect(of(c.updates.slice(seen), "tool_call_update").map((u) => u.toolCallId)).toEqual(["call_0#2"]);
+    c.close();
+    expect(await d.stop()).toEqual({ code: 0, signal: null });
+    // Another process, which showed neither, names the third call on from what is on disk.
+    const again = daemon(["--agent", dir]);
+    const r = await openClient(stdioStream(again.child));
+    cleanup.push(() => r.close());
+    await r.agent.request(acp.methods.agent.session.resume, { sessionId, cwd: ROOT, mcpServers: [own] });
+    seen = r.updates.length;
+    reused();
+    expect(await prompt(r, sessionId, "three")).toMatchObject({ stopReason: "end_turn" });
+    expect(ids(r.updates, seen)).toEqual(["call_0#3"]);
+    // A load shows the ids the turns showed.
+    seen = r.updates.length;
+    await r.agent.request(acp.methods.agent.session.load, { sessionId, cwd: ROOT, mcpServers: [own] });
+    expect(ids(r.updates, seen)).toEqual(["call_0", "call_0#2", "call_0#3"]);
+    r.close();
+    expect(await again.stop()).toEqual({ code: 0, signal: null });
+  });
+});

@@ -6,10 +6,11 @@ import { writeFileSync } from "node:fs";
 import type { SessionUpdate } from "@agentclientprotocol/sdk";
 import * as acp from "@agentclientprotocol/sdk";
 import { afterEach, describe, expect, it } from "vitest";
+import { CallNames } from "../acp/call-names.js";
 import { replay, UNANSWERED } from "../acp/replay.js";
 import { Sessions } from "../acp/sessions.js";
 import type { Event, Numbered } from "../protocol/index.js";
-import { appendEvent, cachedEventBytes, ensureConversation, forgetEvents, paths, readEventsFrom, writeMark, type ConversationPaths } from "../store/index.js";
+import { appendEvent, cachedEventBytes, ensureConversation, forgetEvents, lastEventNumber, paths, readEventsFrom, writeMark, type ConversationPaths } from "../store/index.js";
 import { conversationChoices } from "../turn/history.js";
 import { configure, openClient, startDaemon, stdioStream, tempDir, type Daemon } from "./acp-client.js";
 import { assertBuilt, BIN } from "./fixtures/built.js";
@@ -209,6 +210,54 @@ describe("session/load of a chat of several conversations", () => {
     expect(fork[0]).toBe("question 0");
     expect(fork.filter((t) => t.startsWith("fork"))).toHaveLength(40);
     expect(fork.some((t) => t.startsWith("side"))).toBe(false);
+  });
+});
+
+describe("the names of a conversation's calls before a turn", () => {
+  it("are those a replay of its conversation gives, counted on from the last turn's and read again once a conversation began", async () => {
+    const dir = tempDir("lnk-load-");
+    cleanup.push(() => dir.remove());
+    const agent = { dir: dir.path };
+    const conv = paths(agent).conversation(THREAD);
+    const command = (name: string, more: object): Event => ({ v: 1, kind: "command", time, name, text: name, ...more }) as Event;
+    writeConversation(conv, [
+      ...longConversation(60),
+      command("/chat:create", { conversation: "side" }),
+      ...longConversation(30),
+      command("/chat:fork", { conversation: "fork", thread: "main", event: 40 }),
+      ...longConversation(12),
+    ]);
+    const sessions = new Sessions(agent, quiet);
+    const call = (id: string): Event => ({ v: 1, kind: "message", role: "assistant", text: "", time, model: "m", provider: "p", latency_ms: 1, stop: "tool_calls", tool_calls: [{ id, name: "x__y", arguments: "{}" }] });
+    /** The name the next call_0 gets: from callNames, and from the session's conversation read whole as a turn reads it. */
+    const next = async (id: string) => {
+      const session = sessions.attach(id, "/work", [], { onDisk: true });
+      const got = (await sessions.callNames(session, lastEventNumber(conv))).after().name("call_0");
+      const replayed = new CallNames();
+      for (const e of sessions.events(session)) replayed.see(e.event);
+      return [got, replayed.name("call_0")];
+    };
+    const same = async (id: string) => {
+      const [got, want] = await next(id);
+      expect(got, id).toBe(want);
+      return got;
+    };
+    // Each call_0 of the chat's first turns is two (call_0, and call_${i} at 0). The fork has main's
+    // calls up to its fork point; side none of main's; the chat's session is the fork's, its current.
+    expect(await same(`${THREAD}~main`)).toBe("call_0#8");
+    expect(await same(`${THREAD}~side`)).toBe("call_0#5");
+    expect(await same(`${THREAD}~fork`)).toBe("call_0#7");
+    expect(await same(THREAD)).toBe("call_0#7");
+    // A turn of the fork: counted on.
+    await appendEvent(conv, call("call_0"));
+    expect(await same(`${THREAD}~fork`)).toBe("call_0#8");
+    expect(await same(THREAD)).toBe("call_0#8");
+    // Main resumed and called: read again, for main and for the chat's session.
+    await appendEvent(conv, command("/chat:resume", { conversation: "main" }));
+    await appendEvent(conv, call("call_0"));
+    expect(await same(`${THREAD}~main`)).toBe("call_0#9");
+    expect(await same(THREAD)).toBe("call_0#9");
+    expect(await same(`${THREAD}~fork`)).toBe("call_0#8");
   });
 });
 
