@@ -1,5 +1,5 @@
-// The ids a session shows a conversation's tool calls by: unique in the session, the same live and
-// on replay.
+// The ids a session shows a conversation's tool calls by: unique in the conversation, the same
+// live and on replay.
 import { EVENT_KINDS, type Event } from "../protocol/index.js";
 
 /**

@@ -59,6 +59,8 @@ interface View {
   found: boolean;
   /** The numbers of its events, in order (undefined: every event of the chat). */
   shown: number[] | undefined;
+  /** The chat's current conversation at its last event read. */
+  current: string;
 }
 
 /**
@@ -78,13 +80,13 @@ async function readView(conv: ConversationPaths, named: string | undefined, take
     last = e.n;
     if (!log.several) take(e);
   }
-  if (!log.several) return { last, several: false, found: named === undefined || named === FIRST, shown: undefined };
+  if (!log.several) return { last, several: false, found: named === undefined || named === FIRST, shown: undefined, current: log.current };
   restart();
   const which = named ?? log.current;
   const found = log.conversations.has(which);
   const shown = found ? conversationNumbers(log, which) : undefined;
   for await (const e of slowly(eventsNumbered(conv, shown, last))) take(e);
-  return { last, several: true, found, shown };
+  return { last, several: true, found, shown, current: log.current };
 }
 
 /** The events of `numbers` (undefined: every one from the first), up to `last`, none of them kept. */
@@ -383,22 +385,42 @@ export class Sessions {
   async callNames(session: SessionState, after: number): Promise<CallNames> {
     const conv = this.conversation(session.thread);
     const key = `${conv.dir}\u0000${session.conversation ?? ""}`;
+    // One count of a conversation at a time: a turn's may still be under way as the next one's begins.
+    const before = this.callNamesBusy.get(key);
+    const mine = (async () => {
+      if (before) await before.catch(() => undefined);
+      return this.countCallNames(conv, key, session, after);
+    })();
+    this.callNamesBusy.set(key, mine);
+    try {
+      return await mine;
+    } finally {
+      if (this.callNamesBusy.get(key) === mine) this.callNamesBusy.delete(key);
+    }
+  }
+
+  private readonly callNamesBusy = new Map<string, Promise<CallNames>>();
+
+  private async countCallNames(conv: ConversationPaths, key: string, session: SessionState, after: number): Promise<CallNames> {
     const known = this.callNamesKept.get(key);
     if (known !== undefined && known.last <= after) {
-      // The events since, as a turn left them: its own (a question, answers, results) at most.
-      const since: Event[] = [];
+      // The ids of the calls made since, as a turn left them (a question, answers, results), none
+      // of its events kept: counted on only while no conversation of the chat began.
+      const since: string[] = [];
       let n = known.last + 1;
       for (; n <= after; n++) {
         const event = readEvent(conv, n, false);
         if (event === undefined || isBegin(event)) break;
-        since.push(event);
-        if (since.length % LOAD_SLICE === 0) await new Promise((resolve) => setImmediate(resolve));
+        if (event.kind === EVENT_KINDS.message && event.role === "assistant") for (const call of event.tool_calls ?? []) since.push(call.id);
+        if ((n - known.last) % LOAD_SLICE === 0) await new Promise((resolve) => setImmediate(resolve));
       }
       if (n > after) {
         const before = known.names.size;
-        for (const event of since) known.names.see(event);
+        for (const id of since) known.names.name(id);
         known.last = after;
         this.callNamesHeld += known.names.size - before;
+        if (known.names.size > NAMES_HELD_MAX / 4) this.forgetCallNames(key);
+        else if (this.callNamesHeld > NAMES_HELD_MAX) this.forgetCallNames();
         return known.names;
       }
     }
@@ -411,6 +433,9 @@ export class Sessions {
       () => (names = new CallNames()),
       after,
     );
+    // Kept to count on only while its conversation is the chat's current one: the events after are its then.
+    if ((session.conversation ?? view.current) !== view.current || !view.found) return names;
+    this.forgetCallNames(key);
     if (this.callNamesKept.size >= NAMED_MAX || this.callNamesHeld + names.size > NAMES_HELD_MAX) this.forgetCallNames();
     if (names.size <= NAMES_HELD_MAX / 4) {
       this.callNamesKept.set(key, { last: Math.min(after, view.last), names });

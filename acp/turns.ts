@@ -200,8 +200,14 @@ export class Turns {
       } catch (e) {
         error = e;
       }
-      await naming;
       const stopped = run.controller.signal.aborted || outcome?.stop === "cancelled";
+      // A call held for its name is shown once the names are read; a turn that showed none, or was
+      // stopped, is not kept waiting for them (a stopped one's calls are named as its own alone).
+      if (held && !stopped) await naming;
+      named = true;
+      const late = held ?? [];
+      held = undefined;
+      for (const r of late) show(r);
       const why = stopped
         ? "cancelled before this call was answered"
         : error !== undefined

@@ -5,7 +5,7 @@ import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import * as acp from "@agentclientprotocol/sdk";
-import type { ContentBlock, SessionNotification } from "@agentclientprotocol/sdk";
+import type { ContentBlock, SessionNotification, SessionUpdate } from "@agentclientprotocol/sdk";
 import fc from "fast-check";
 import { afterEach, describe, expect, it } from "vitest";
 import { AcpState, createAgentApp } from "../acp/app.js";
@@ -17,7 +17,8 @@ import { replay } from "../acp/replay.js";
 import { limitLines, topLevelId } from "../daemon/lines.js";
 import type { Event, Numbered } from "../protocol/index.js";
 import { appendEvent, paths, readEventsFrom, readToolsList, writeMark, writeSettings, type AgentRef } from "../store/index.js";
-import type { TurnInput, TurnListener, TurnOutcome } from "../turn/types.js";
+import type { TurnEvent, TurnInput, TurnListener, TurnOutcome } from "../turn/types.js";
+import { Turns, type StartTurn } from "../acp/turns.js";
 import { deferred } from "./fixtures/deferred.js";
 
 const dirs: string[] = [];
@@ -494,5 +495,72 @@ describe("call names", () => {
     const names = new CallNames();
     for (let i = 0; i < 10_000; i++) names.name("call_0");
     expect(names.after().name("call_0")).toBe("call_0#10001");
+  });
+});
+
+describe("a turn's calls and the conversation's call names", () => {
+  const through = paths({ dir: "/nowhere" }).conversation("t");
+  const asked: TurnEvent = { type: "asked", after: 0, through };
+  const call: TurnEvent = { type: "tool_call", id: "c", name: "x__y", arguments: {} };
+  const shownIds = (sent: SessionUpdate[]) => sent.map((u) => [u.sessionUpdate, "toolCallId" in u ? u.toolCallId : u.sessionUpdate === "agent_message_chunk" && u.content.type === "text" ? u.content.text : ""]);
+  const names = (...ids: string[]) => {
+    const n = new CallNames();
+    for (const id of ids) n.name(id);
+    return n;
+  };
+
+  it("shows a call once the names are read, named on from them, in order with all that came after it", async () => {
+    const turns = new Turns();
+    const sent: SessionUpdate[] = [];
+    const read = deferred<CallNames>();
+    const reported = deferred();
+    const start: StartTurn = async (_m, _s, _signal, listener) => {
+      listener(asked);
+      listener({ type: "text", delta: "a" });
+      listener(call);
+      listener({ type: "tool_result", id: "c", name: "x__y", status: "completed", text: "ok" });
+      listener({ type: "text", delta: "b" });
+      reported.resolve();
+      return { stop: "end_turn", modelMs: 0 };
+    };
+    const answer = turns.prompt("k", { text: "hi" }, "all", start, { send: (u) => sent.push(u) }, undefined, () => read.promise);
+    await reported.promise;
+    expect(shownIds(sent)).toEqual([["agent_message_chunk", "a"]]);
+    read.resolve(names("c"));
+    await expect(answer).resolves.toMatchObject({ stop: "end_turn" });
+    expect(shownIds(sent)).toEqual([
+      ["agent_message_chunk", "a"],
+      ["tool_call", "c#2"],
+      ["tool_call_update", "c#2"],
+      ["agent_message_chunk", "b"],
+    ]);
+  });
+
+  it("answers a turn that showed no call, or was stopped, without waiting for names never read", async () => {
+    const turns = new Turns();
+    const sent: SessionUpdate[] = [];
+    const never = () => new Promise<CallNames>(() => undefined);
+    const plain: StartTurn = async (_m, _s, _signal, listener) => {
+      listener(asked);
+      listener({ type: "text", delta: "a" });
+      return { stop: "end_turn", modelMs: 0 };
+    };
+    await expect(turns.prompt("plain", { text: "hi" }, "all", plain, { send: (u) => sent.push(u) }, undefined, never)).resolves.toMatchObject({ stop: "end_turn" });
+    const calling: StartTurn = async (_m, _s, signal, listener) => {
+      listener(asked);
+      listener(call);
+      await new Promise((resolve) => signal.addEventListener("abort", resolve));
+      return { stop: "cancelled", modelMs: 0 };
+    };
+    sent.length = 0;
+    const answer = turns.prompt("calling", { text: "hi" }, "all", calling, { send: (u) => sent.push(u) }, undefined, never);
+    await new Promise((resolve) => setImmediate(resolve));
+    expect(turns.cancel("calling")).toBe(true);
+    await expect(answer).resolves.toMatchObject({ stop: "cancelled" });
+    // The held call is shown, named as the turn's own, and closed as failed.
+    expect(sent.map((u) => [u.sessionUpdate, "toolCallId" in u ? u.toolCallId : "", "status" in u ? u.status : ""])).toEqual([
+      ["tool_call", "c", "in_progress"],
+      ["tool_call_update", "c", "failed"],
+    ]);
   });
 });

@@ -258,6 +258,12 @@ describe("the names of a conversation's calls before a turn", () => {
     expect(await same(`${THREAD}~main`)).toBe("call_0#9");
     expect(await same(THREAD)).toBe("call_0#9");
     expect(await same(`${THREAD}~fork`)).toBe("call_0#8");
+    // Main's names read while another conversation is the chat's current one: the calls after are not main's.
+    await appendEvent(conv, command("/chat:create", { conversation: "y" }));
+    expect(await same(`${THREAD}~main`)).toBe("call_0#9");
+    await appendEvent(conv, call("call_0"));
+    expect(await same(`${THREAD}~main`)).toBe("call_0#9");
+    expect(await same(`${THREAD}~y`)).toBe("call_0#2");
   });
 });
 
