@@ -263,14 +263,20 @@ export function createAgentApp(state: AcpState, outbox: Outbox, connection = new
         checkServers(params.mcpServers);
         const session = sessions.attach(params.sessionId, params.cwd, params.mcpServers, { onDisk: true });
         const settings = state.settings();
-        // session/load answers only once the whole conversation has been shown again.
-        await sessions.showAgain(
-          session,
-          (chosen) => chosen.verbosity ?? verbosityOf(settings),
-          (update) => outbox.send(client, session.id, update),
-          () => outbox.flushed(),
-        );
-        announceCommands(client, session.id, session.cwd, false);
+        // session/load answers only once the whole conversation has been shown again; what a turn
+        // of the session sends this connection meanwhile follows it.
+        const release = outbox.hold(client, session.id);
+        try {
+          await sessions.showAgain(
+            session,
+            (chosen) => chosen.verbosity ?? verbosityOf(settings),
+            (update) => outbox.send(client, session.id, update),
+            () => outbox.flushed(),
+          );
+          announceCommands(client, session.id, session.cwd, false);
+        } finally {
+          release();
+        }
         await outbox.flushed();
         return { configOptions: await configOptions(sessions, session, settings, state.agentModel) };
       }),
@@ -344,7 +350,7 @@ export function createAgentApp(state: AcpState, outbox: Outbox, connection = new
           log.info("command", { thread: session.id, command: parsed.kind === "command" ? parsed.spec.name : parsed.kind, ...(outcome.refused ? { refused: true } : {}) });
           if (!outcome.message) {
             reply(sub, outcome.reply);
-            await outbox.flushed();
+            await outbox.settled(arrived.id);
             return { stopReason: "end_turn" };
           }
           Object.assign(message, { text: outcome.message.text, ...(outcome.message.skill ? { skill: outcome.message.skill } : {}) });
@@ -380,8 +386,9 @@ export function createAgentApp(state: AcpState, outbox: Outbox, connection = new
           // A conversation's first message gives it its title: the client is told, as session/list would.
           const title = untitled ? titleNow() : undefined;
           if (typeof title === "string") sub.send({ sessionUpdate: "session_info_update", title, updatedAt: new Date().toISOString() });
-          // The turn's updates reach the client before its answer does, whatever the answer.
-          await outbox.flushed();
+          // The turn's updates reach the client before its answer does, whatever the answer (after a
+          // load of the session under way on this connection, which holds them back).
+          await outbox.settled(arrived.id);
           debt.settle(unanswered ? Promise.resolve(true) : connection.written(requestId));
         }
       }),

@@ -35,6 +35,17 @@ export function textPieces(text: string, max: number): string[] {
   return pieces;
 }
 
+/** The most updates of a turn held back while its session is shown again (Outbox.hold). */
+const HELD_MAX = 65_536;
+
+/** A session's updates held back while it is shown again: by how many loads, and settled once let go. */
+interface Held {
+  loads: number;
+  updates: SessionUpdate[];
+  gone: Promise<void>;
+  over: () => void;
+}
+
 /** A text update not sent yet, which the text that follows it in the same pass of the event loop joins. */
 interface Open {
   sessionId: string;
@@ -93,10 +104,56 @@ export class Outbox {
   subscriber(client: AgentContext, sessionId: string): Subscriber {
     let sub = this.subscribers.get(sessionId);
     if (!sub) {
-      sub = { send: (update) => this.send(client, sessionId, update) };
+      sub = {
+        send: (update) => {
+          const held = this.held.get(sessionId);
+          if (held === undefined) return this.send(client, sessionId, update);
+          held.updates.push(update);
+          // A turn that says more than a load holds back is let through, in order, from then on.
+          if (held.updates.length > HELD_MAX) this.letGo(client, sessionId, held);
+        },
+      };
       this.subscribers.set(sessionId, sub);
     }
     return sub;
+  }
+
+  /** A session's updates from its turns, held back while the session is shown again (hold); `over` once let go. */
+  private readonly held = new Map<string, Held>();
+
+  /**
+   * Holds back what a turn of the session sends this connection (its subscriber's updates) while
+   * the session is shown again by `send`: sent in order once the returned function is called (by
+   * every load of the session under way), so a load's updates and a turn's never mingle.
+   */
+  hold(client: AgentContext, sessionId: string): () => void {
+    let held = this.held.get(sessionId);
+    if (held === undefined) {
+      let over!: () => void;
+      const gone = new Promise<void>((resolve) => (over = resolve));
+      held = { loads: 0, updates: [], gone, over };
+    }
+    held.loads++;
+    this.held.set(sessionId, held);
+    let done = false;
+    const mine = held;
+    return () => {
+      if (done) return;
+      done = true;
+      if (--mine.loads === 0) this.letGo(client, sessionId, mine);
+    };
+  }
+
+  private letGo(client: AgentContext, sessionId: string, held: Held): void {
+    if (this.held.get(sessionId) === held) this.held.delete(sessionId);
+    for (const update of held.updates.splice(0)) this.send(client, sessionId, update);
+    held.over();
+  }
+
+  /** Once what the session's turns sent this connection is written, none of it held back (hold). */
+  async settled(sessionId: string): Promise<void> {
+    for (let held = this.held.get(sessionId); held !== undefined; held = this.held.get(sessionId)) await held.gone;
+    await this.chain;
   }
 
   flushed(): Promise<void> {

@@ -1,7 +1,7 @@
 // The ACP layer in process, against a stand-in turn: sessions, steering, cancel, tool calls always
 // closed, errors, replay, prompt content and oversized lines.
 import { failure } from "./acp-client.js";
-import { mkdtempSync, rmSync } from "node:fs";
+import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import * as acp from "@agentclientprotocol/sdk";
@@ -16,7 +16,7 @@ import { CallNames } from "../acp/call-names.js";
 import { replay } from "../acp/replay.js";
 import { limitLines, topLevelId } from "../daemon/lines.js";
 import type { Event, Numbered } from "../protocol/index.js";
-import { appendEvent, paths, readEventsFrom, readToolsList, writeMark, writeSettings, type AgentRef } from "../store/index.js";
+import { appendEvent, ensureConversation, paths, readEventsFrom, readToolsList, writeMark, writeSettings, type AgentRef } from "../store/index.js";
 import type { TurnEvent, TurnInput, TurnListener, TurnOutcome } from "../turn/types.js";
 import { Turns, type StartTurn } from "../acp/turns.js";
 import { deferred } from "./fixtures/deferred.js";
@@ -562,5 +562,47 @@ describe("a turn's calls and the conversation's call names", () => {
       ["tool_call", "c", "in_progress"],
       ["tool_call_update", "c", "failed"],
     ]);
+  });
+});
+
+describe("a session shown again while its turn runs, on the connection that prompted it", () => {
+  it("holds the turn's updates back until the load has shown the conversation, and answers the prompt after them", async () => {
+    const go = deferred();
+    const { agent, state } = setup(async (_input, listener) => {
+      listener({ type: "text", delta: "live 1" });
+      await go.promise;
+      listener({ type: "text", delta: "live 2" });
+      return done();
+    });
+    const conv = paths(agent).conversation("long");
+    ensureConversation(conv);
+    // Long enough to be shown in several lots, the event loop let go between.
+    const t = "2026-01-01T00:00:00.000Z";
+    for (let i = 0; i < 600; i++) {
+      writeFileSync(conv.event(2 * i + 1), `${JSON.stringify({ v: 1, kind: "message", role: "user", time: t, text: `q${i}`, header: "" })}\n`);
+      writeFileSync(conv.event(2 * i + 2), `${JSON.stringify({ v: 1, kind: "message", role: "assistant", time: t, text: `a${i}`, model: "m", provider: "p", latency_ms: 1, stop: "end_turn" })}\n`);
+    }
+    const order: string[] = [];
+    const conn = acp
+      .client()
+      .onNotification(acp.methods.client.session.update, ({ params }) => {
+        const u = params.update;
+        order.push(u.sessionUpdate === "agent_message_chunk" && u.content.type === "text" && u.content.text.startsWith("live") ? u.content.text : u.sessionUpdate);
+        // The load under way: the turn goes on.
+        if (u.sessionUpdate === "user_message_chunk") go.resolve();
+      })
+      .connect(createAgentApp(state, new Outbox()));
+    await conn.agent.request(acp.methods.agent.initialize, { protocolVersion: 1, clientCapabilities: {} });
+    await conn.agent.request(acp.methods.agent.session.resume, { sessionId: "long", cwd: "/", mcpServers: [] });
+    const prompting = conn.agent.request(acp.methods.agent.session.prompt, { sessionId: "long", prompt: [{ type: "text", text: "now" }] }).then(() => order.push("answer"));
+    while (!order.includes("live 1")) await new Promise((resolve) => setImmediate(resolve));
+    await Promise.all([prompting, conn.agent.request(acp.methods.agent.session.load, { sessionId: "long", cwd: "/", mcpServers: [] })]);
+    const first = order.indexOf("user_message_chunk");
+    const shown = order.indexOf("available_commands_update", first);
+    expect(order.slice(first, shown).filter((u) => u === "user_message_chunk")).toHaveLength(600);
+    expect(order.slice(first, shown)).not.toContain("live 2");
+    expect(order.indexOf("live 2")).toBeGreaterThan(shown);
+    expect(order.indexOf("answer")).toBeGreaterThan(order.indexOf("live 2"));
+    conn.close();
   });
 });

@@ -12,7 +12,8 @@ import { Sessions } from "../acp/sessions.js";
 import type { Event, Numbered } from "../protocol/index.js";
 import { appendEvent, cachedEventBytes, ensureConversation, forgetEvents, lastEventNumber, paths, readEventsFrom, writeMark, type ConversationPaths } from "../store/index.js";
 import { conversationChoices } from "../turn/history.js";
-import { configure, openClient, startDaemon, stdioStream, tempDir, type Daemon } from "./acp-client.js";
+import { configure, openClient, scriptedSettings, startDaemon, stdioStream, tempDir, type Daemon } from "./acp-client.js";
+import { startModelServer } from "./model-server.js";
 import { assertBuilt, BIN } from "./fixtures/built.js";
 
 const quiet = { info: () => undefined, warn: () => undefined, error: () => undefined };
@@ -164,6 +165,44 @@ describe("session/load of a long conversation", () => {
     expect(order).toEqual(["new", "load"]);
     // Every message shown: 3,000 questions and answers, 300 turns' two calls each.
     expect(shownUpdates).toBeGreaterThanOrEqual(3000 * 2 + 300 * 4);
+  }, 60_000);
+});
+
+describe("session/load of a session whose turn runs, on the connection that prompted it", () => {
+  it("holds back what the turn sends the connection while the session is shown again: the load's updates and the turn's never mingle, and the prompt is answered after both", async () => {
+    assertBuilt([BIN, "dist/acp/outbox.js", "dist/acp/app.js"], ["acp", "daemon", "turn", "store", "protocol"]);
+    const server = await startModelServer({});
+    cleanup.push(() => server.close());
+    const dir = tempDir("lnk-load-");
+    cleanup.push(() => dir.remove());
+    configure(dir.path, scriptedSettings(server.url));
+    writeConversation(paths({ dir: dir.path }).conversation(THREAD), longConversation(3000));
+    const d: Daemon = startDaemon(["--agent", dir.path]);
+    cleanup.push(() => d.stop());
+    const order: string[] = [];
+    const live = (u: SessionUpdate) => u.sessionUpdate === "agent_message_chunk" && u.content.type === "text" && u.content.text.includes("LIVE");
+    const client = await openClient(stdioStream(d.child), (n) => order.push(live(n.update) ? "live" : n.update.sessionUpdate));
+    await client.agent.request(acp.methods.agent.session.resume, { sessionId: THREAD, cwd: dir.path, mcpServers: [] });
+    server.script({ text: "LIVE ".repeat(12), chunks: 12, chunkDelayMs: 10 });
+    const prompting = client.agent.request(acp.methods.agent.session.prompt, { sessionId: THREAD, prompt: [{ type: "text", text: "now" }] }).then((r) => {
+      order.push("answer");
+      return r;
+    });
+    // The turn streams; then the session is loaded on the same connection.
+    while (!order.includes("live")) await new Promise((resolve) => setTimeout(resolve, 1));
+    const from = order.length;
+    await client.agent.request(acp.methods.agent.session.load, { sessionId: THREAD, cwd: dir.path, mcpServers: [] });
+    order.push("loaded");
+    expect(await prompting).toMatchObject({ stopReason: "end_turn" });
+    const seen = order.slice(from);
+    const first = seen.indexOf("user_message_chunk");
+    const shown = seen.indexOf("available_commands_update");
+    // The conversation shown whole, in one run (3,000 questions at least), the turn's text after it.
+    expect(seen.slice(first, shown).filter((u) => u === "user_message_chunk").length).toBeGreaterThanOrEqual(3000);
+    expect(seen.slice(first, shown)).not.toContain("live");
+    expect(seen.slice(shown)).toContain("live");
+    // The prompt's answer comes after every update of its turn.
+    expect(seen.lastIndexOf("live")).toBeLessThan(seen.indexOf("answer"));
   }, 60_000);
 });
 
