@@ -272,6 +272,7 @@ export function createAgentApp(state: AcpState, outbox: Outbox, connection = new
             (chosen) => chosen.verbosity ?? verbosityOf(settings),
             (update) => outbox.send(client, session.id, update),
             () => outbox.flushed(),
+            turns.isRunning(turnOf(session)),
           );
           announceCommands(client, session.id, session.cwd, false);
         } finally {

@@ -62,10 +62,15 @@ interface Slot {
 export class Replayer {
   private readonly names = new CallNames();
 
+  /**
+   * `inFlightAfter`: the event a running turn's calls come after (its last owner's message); a call
+   * there without its result yet is shown in progress, as the turn still runs it, not as failed.
+   */
   constructor(
     private readonly pairs: CallPairs,
     private readonly verbosity: Verbosity,
     private readonly resultAt: (n: number) => Event | undefined,
+    private readonly inFlightAfter = Number.POSITIVE_INFINITY,
   ) {}
 
   updatesOf({ n, event }: Numbered): SessionUpdate[] {
@@ -87,6 +92,7 @@ export class Replayer {
       const at = results[i];
       const found = at === undefined ? undefined : this.resultAt(at);
       const result = found?.kind === EVENT_KINDS.toolResult ? found : undefined;
+      const inFlight = !result && n > this.inFlightAfter;
       const status = result && !result.error ? "completed" : "failed";
       const id = this.names.name(call.id);
       updates.push({
@@ -95,11 +101,11 @@ export class Replayer {
         title: toolTitle(call.name),
         name: call.name,
         kind: toolKind(call.name),
-        status,
+        status: inFlight ? "in_progress" : status,
         rawInput: rawInput(call.arguments),
         _meta: verbosityMeta(this.verbosity),
       });
-      updates.push(toolResultUpdate(id, status, result ? result.text : UNANSWERED, this.verbosity));
+      if (!inFlight) updates.push(toolResultUpdate(id, status, result ? result.text : UNANSWERED, this.verbosity));
     });
     return updates;
   }

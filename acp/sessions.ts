@@ -340,10 +340,20 @@ export class Sessions {
    * conversation's own events for a chat of several, to pair each tool call with its result (their
    * numbers alone kept) and count its choices, then again to show them, up to the last event the
    * first pass read. A conversation of up to LOAD_KEEP events is shown from what was read before.
+   * `running`: a turn of the session's conversation runs now, so a call after the last owner's
+   * message without its result yet is one it still runs, shown in progress.
    */
-  async showAgain(session: SessionState, verbosityOf: (chosen: Chosen) => Verbosity, send: (update: SessionUpdate) => void, written: () => Promise<void>): Promise<void> {
+  async showAgain(
+    session: SessionState,
+    verbosityOf: (chosen: Chosen) => Verbosity,
+    send: (update: SessionUpdate) => void,
+    written: () => Promise<void>,
+    running = false,
+  ): Promise<void> {
     const conv = this.conversation(session.thread);
     let pairs = new CallPairs();
+    // Its last owner's message: a running turn's calls come after it.
+    let lastAsked = 0;
     // What its commands chose, counted as it is read (conversationChoices would read it again).
     let chosen: Chosen = {};
     let kept: Numbered[] | undefined = [];
@@ -352,18 +362,20 @@ export class Sessions {
       session.conversation,
       (e) => {
         pairs.see(e);
+        if (e.event.kind === EVENT_KINDS.message && e.event.role === "user") lastAsked = e.n;
         chosen = applyChoice(e.event, chosen);
         if (kept && kept.length < LOAD_KEEP) kept.push(e);
         else kept = undefined;
       },
       () => {
         pairs = new CallPairs();
+        lastAsked = 0;
         chosen = {};
         kept = [];
       },
     );
     if (!view.several && session.conversation === undefined) rememberChoices(conv, view.last, chosen);
-    const replayer = new Replayer(pairs, verbosityOf(view.found ? chosen : {}), (n) => readEvent(conv, n, false));
+    const replayer = new Replayer(pairs, verbosityOf(view.found ? chosen : {}), (n) => readEvent(conv, n, false), running ? lastAsked : undefined);
     let ahead = 0;
     for await (const e of slowly(kept ?? eventsNumbered(conv, view.shown, view.last))) {
       for (const update of replayer.updatesOf(e)) {

@@ -96,6 +96,11 @@ export class Turns {
     return false;
   }
 
+  /** Whether a turn of the conversation `key` runs now. */
+  isRunning(key: string): boolean {
+    return this.running.has(key);
+  }
+
   /** Whether a turn was ever started here. */
   started = false;
 

@@ -606,3 +606,50 @@ describe("a session shown again while its turn runs, on the connection that prom
     conn.close();
   });
 });
+
+describe("a session shown again while its turn runs a call", () => {
+  it("shows the call the turn runs in progress, not failed, and once the turn is over, a call left without its result as failed", async () => {
+    const go = deferred();
+    const started = deferred();
+    const { agent, state } = setup(async () => {
+      started.resolve();
+      await go.promise;
+      return done();
+    });
+    const conv = paths(agent).conversation("busy");
+    const t = "2026-01-01T00:00:00.000Z";
+    const call = (id: string): Event => ({ v: 1, kind: "message", role: "assistant", time: t, text: "", model: "m", provider: "p", latency_ms: 1, stop: "tool_calls", tool_calls: [{ id, name: "x__y", arguments: "{}" }] });
+    // A call an earlier turn left without its result, then the running turn's question and its call.
+    for (const event of [
+      { v: 1, kind: "message", role: "user", time: t, text: "before", header: "" } as Event,
+      call("old"),
+      { v: 1, kind: "message", role: "user", time: t, text: "now", header: "" } as Event,
+      call("running"),
+    ])
+      await appendEvent(conv, event);
+    const prompter = await connect(state);
+    await prompter.agent.request(acp.methods.agent.session.resume, { sessionId: "busy", cwd: "/", mcpServers: [] });
+    const prompting = prompter.agent.request(acp.methods.agent.session.prompt, { sessionId: "busy", prompt: [{ type: "text", text: "go" }] });
+    await started.promise;
+    const statuses = async () => {
+      const c = await connect(state);
+      await c.agent.request(acp.methods.agent.session.load, { sessionId: "busy", cwd: "/", mcpServers: [] });
+      c.close();
+      return c.updates.map((n) => n.update).flatMap((u) => (u.sessionUpdate === "tool_call" || u.sessionUpdate === "tool_call_update" ? [[u.sessionUpdate, u.toolCallId, u.status]] : []));
+    };
+    expect(await statuses()).toEqual([
+      ["tool_call", "old", "failed"],
+      ["tool_call_update", "old", "failed"],
+      ["tool_call", "running", "in_progress"],
+    ]);
+    go.resolve();
+    await prompting;
+    expect(await statuses()).toEqual([
+      ["tool_call", "old", "failed"],
+      ["tool_call_update", "old", "failed"],
+      ["tool_call", "running", "failed"],
+      ["tool_call_update", "running", "failed"],
+    ]);
+    prompter.close();
+  });
+});
