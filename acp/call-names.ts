@@ -45,6 +45,11 @@ export class CallNames {
 
   /** Names the calls of an event, if it is an answer that made any. */
   see(event: Event): void {
-    if (event.kind === EVENT_KINDS.message && event.role === "assistant") for (const call of event.tool_calls ?? []) this.name(call.id);
+    for (const id of callIds(event)) this.name(id);
   }
+}
+
+/** The ids of the calls an event made, in order: an answer's, none for any other event. */
+export function callIds(event: Event): string[] {
+  return event.kind === EVENT_KINDS.message && event.role === "assistant" ? (event.tool_calls ?? []).map((call) => call.id) : [];
 }

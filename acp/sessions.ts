@@ -14,7 +14,6 @@ import {
   paths,
   eachEventFrom,
   readEvent,
-  readEventsFrom,
   readMark,
   type AgentRef,
   type ConversationPaths,
@@ -24,7 +23,7 @@ import { applyChoice, conversationChoices, readConversation, rememberChoices, ty
 import type { Logger } from "./deps.js";
 import { groupThread } from "./groups.js";
 import { ParamsError, type NewSessionLink } from "./meta.js";
-import { CallNames } from "./call-names.js";
+import { CallNames, callIds } from "./call-names.js";
 import { CallPairs, Replayer } from "./replay.js";
 
 /** Events a session/load reads between passes of the event loop. */
@@ -322,14 +321,6 @@ export class Sessions {
     return this.open.size;
   }
 
-  /**
-   * Every event of the session's conversation, in order: in a chat of several, the one it names (or
-   * the current one), a fork's shared start included.
-   */
-  events(session: SessionState): Numbered[] {
-    const conv = this.conversation(session.thread);
-    return readConversation(conv, session.conversation)?.events ?? readEventsFrom(conv, 1);
-  }
 
   /**
    * Shows the session's conversation again (session/load): each update handed to `send` in order,
@@ -423,7 +414,7 @@ export class Sessions {
       for (; n <= after; n++) {
         const event = readEvent(conv, n, false);
         if (event === undefined || isBegin(event)) break;
-        if (event.kind === EVENT_KINDS.message && event.role === "assistant") for (const call of event.tool_calls ?? []) since.push(call.id);
+        since.push(...callIds(event));
         if ((n - known.last) % LOAD_SLICE === 0) await new Promise((resolve) => setImmediate(resolve));
       }
       if (n > after) {
@@ -447,7 +438,6 @@ export class Sessions {
     );
     // Kept to count on only while its conversation is the chat's current one: the events after are its then.
     if ((session.conversation ?? view.current) !== view.current || !view.found) return names;
-    this.forgetCallNames(key);
     if (this.callNamesKept.size >= NAMED_MAX || this.callNamesHeld + names.size > NAMES_HELD_MAX) this.forgetCallNames();
     if (names.size <= NAMES_HELD_MAX / 4) {
       this.callNamesKept.set(key, { last: Math.min(after, view.last), names });

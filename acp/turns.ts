@@ -181,6 +181,13 @@ export class Turns {
       let named = false;
       let held: TurnEvent[] | undefined;
       const show = (report: TurnEvent) => broadcast(updates.map(report));
+      // Shows what was held, and from then on every report as it comes.
+      const showHeld = () => {
+        named = true;
+        const waited = held ?? [];
+        held = undefined;
+        for (const r of waited) show(r);
+      };
       let outcome: TurnOutcome | undefined;
       let error: unknown;
       try {
@@ -192,12 +199,7 @@ export class Turns {
             naming ??= current.names?.(report.after).then(
               (names) => updates.seed(names),
               (e: unknown) => this.onError(key, e),
-            ).finally(() => {
-              named = true;
-              const waited = held ?? [];
-              held = undefined;
-              for (const r of waited) show(r);
-            });
+            ).finally(showHeld);
           } else if (held) held.push(report);
           else if (report.type === "tool_call" && naming !== undefined && !named) held = [report];
           else show(report);
@@ -209,10 +211,7 @@ export class Turns {
       // A call held for its name is shown once the names are read; a turn that showed none, or was
       // stopped, is not kept waiting for them (a stopped one's calls are named as its own alone).
       if (held && !stopped) await naming;
-      named = true;
-      const late = held ?? [];
-      held = undefined;
-      for (const r of late) show(r);
+      showHeld();
       const why = stopped
         ? "cancelled before this call was answered"
         : error !== undefined

@@ -11,7 +11,7 @@ import { replay, UNANSWERED } from "../acp/replay.js";
 import { Sessions } from "../acp/sessions.js";
 import type { Event, Numbered } from "../protocol/index.js";
 import { appendEvent, cachedEventBytes, ensureConversation, forgetEvents, lastEventNumber, paths, readEventsFrom, writeMark, type ConversationPaths } from "../store/index.js";
-import { conversationChoices } from "../turn/history.js";
+import { conversationChoices, readConversation } from "../turn/history.js";
 import { configure, openClient, scriptedSettings, startDaemon, stdioStream, tempDir, type Daemon } from "./acp-client.js";
 import { startModelServer } from "./model-server.js";
 import { assertBuilt, BIN } from "./fixtures/built.js";
@@ -61,6 +61,11 @@ function longConversation(turns: number): Event[] {
 function writeConversation(conv: ConversationPaths, events: readonly Event[]): void {
   ensureConversation(conv);
   events.forEach((event, i) => writeFileSync(conv.event(i + 1), `${JSON.stringify(event)}\n`, { mode: 0o600 }));
+}
+
+/** Every event of a session's conversation as a turn reads it (a fork's shared start included); one the chat has not, the chat's. */
+function turnEvents(conv: ConversationPaths, conversation: string | undefined): Numbered[] {
+  return readConversation(conv, conversation)?.events ?? readEventsFrom(conv, 1);
 }
 
 /** The updates a load shows, and how many bytes of events the process held more after it than before. */
@@ -235,7 +240,7 @@ describe("session/load of a chat of several conversations", () => {
       // As the whole conversation, read as a turn reads it, replays.
       const session = sessions.attach(id, "/work", [], { onDisk: true });
       const chosen = sessions.choices(session);
-      expect(updates, id).toEqual(replay(sessions.events(session), chosen.verbosity ?? "new"));
+      expect(updates, id).toEqual(replay(turnEvents(paths(agent).conversation(THREAD), session.conversation), chosen.verbosity ?? "new"));
       views.set(id, updates);
     }
     // The owner's messages each shows (its commands aside).
@@ -273,7 +278,7 @@ describe("the names of a conversation's calls before a turn", () => {
       const session = sessions.attach(id, "/work", [], { onDisk: true });
       const got = (await sessions.callNames(session, lastEventNumber(conv))).after().name("call_0");
       const replayed = new CallNames();
-      for (const e of sessions.events(session)) replayed.see(e.event);
+      for (const e of turnEvents(conv, session.conversation)) replayed.see(e.event);
       return [got, replayed.name("call_0")];
     };
     const same = async (id: string) => {
