@@ -4,7 +4,7 @@ import type { AgentContext, McpServer, PromptResponse, StopReason as AcpStopReas
 import type { Usage as AcpUsage } from "@agentclientprotocol/sdk/unstable";
 import { z } from "zod";
 import type { From, Settings, StopReason, Usage, Verbosity } from "../protocol/index.js";
-import { readSettings } from "../store/index.js";
+import { lastEventNumber, readSettings } from "../store/index.js";
 import type { IncomingMessage, TurnOutcome } from "../turn/types.js";
 import { CallNames } from "./call-names.js";
 import { promptContent } from "./content.js";
@@ -264,15 +264,25 @@ export function createAgentApp(state: AcpState, outbox: Outbox, connection = new
         const session = sessions.attach(params.sessionId, params.cwd, params.mcpServers, { onDisk: true });
         const settings = state.settings();
         // session/load answers only once the whole conversation has been shown again; what a turn
-        // of the session sends this connection meanwhile follows it.
+        // of the session sends this connection meanwhile follows it. A turn that runs now is
+        // followed from where it stands: the load shows the events before, the turn the rest.
         const release = outbox.hold(client, session.id);
         try {
+          const conv = sessions.conversation(session.thread);
+          const upTo = turns.follow(turnOf(session), outbox.subscriber(client, session.id), () => {
+            // One that can't be read is shown as far as it can be: its load says why.
+            try {
+              return lastEventNumber(conv);
+            } catch {
+              return 0;
+            }
+          });
           await sessions.showAgain(
             session,
             (chosen) => chosen.verbosity ?? verbosityOf(settings),
             (update) => outbox.send(client, session.id, update),
             () => outbox.flushed(),
-            turns.isRunning(turnOf(session)),
+            upTo,
           );
           announceCommands(client, session.id, session.cwd, false);
         } finally {

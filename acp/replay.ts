@@ -16,6 +16,22 @@ function imageBlock(part: Part): ContentBlock | undefined {
 }
 
 /**
+ * What the owner's side of a conversation shows: a message's text (and images); a command as it was
+ * typed, so a loaded chat reads as it was (its reply was kept nowhere). Nothing for any other event.
+ */
+export function askedUpdates(event: Event): SessionUpdate[] {
+  const updates: SessionUpdate[] = [];
+  if (event.kind === EVENT_KINDS.command && event.text) updates.push(textUpdate(event.text, "user_message_chunk"));
+  if (event.kind !== EVENT_KINDS.message || event.role !== "user") return updates;
+  if (event.text.length > 0) updates.push(textUpdate(event.text, "user_message_chunk"));
+  for (const part of event.parts ?? []) {
+    const block = imageBlock(part);
+    if (block) updates.push({ sessionUpdate: "user_message_chunk", content: block });
+  }
+  return updates;
+}
+
+/**
  * Which tool result answers each call of a conversation: learned from its events in order, before
  * the first is shown again. Each result answers the earliest call of its id still waiting, so ids
  * reused from turn to turn pair right. It keeps numbers alone: a call and its result are read again
@@ -74,18 +90,8 @@ export class Replayer {
   ) {}
 
   updatesOf({ n, event }: Numbered): SessionUpdate[] {
+    if (event.kind !== EVENT_KINDS.message || event.role === "user") return askedUpdates(event);
     const updates: SessionUpdate[] = [];
-    // A command shows as it was typed, so a loaded chat reads as it was; its reply was kept nowhere.
-    if (event.kind === EVENT_KINDS.command && event.text) updates.push(textUpdate(event.text, "user_message_chunk"));
-    if (event.kind !== EVENT_KINDS.message) return updates;
-    if (event.role === "user") {
-      if (event.text.length > 0) updates.push(textUpdate(event.text, "user_message_chunk"));
-      for (const part of event.parts ?? []) {
-        const block = imageBlock(part);
-        if (block) updates.push({ sessionUpdate: "user_message_chunk", content: block });
-      }
-      return updates;
-    }
     if (event.text.length > 0) updates.push(textUpdate(event.text));
     const results = this.pairs.resultsOf(n);
     (event.tool_calls ?? []).forEach((call, i) => {

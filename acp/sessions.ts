@@ -331,15 +331,16 @@ export class Sessions {
    * conversation's own events for a chat of several, to pair each tool call with its result (their
    * numbers alone kept) and count its choices, then again to show them, up to the last event the
    * first pass read. A conversation of up to LOAD_KEEP events is shown from what was read before.
-   * `running`: a turn of the session's conversation runs now, so a call after the last owner's
-   * message without its result yet is one it still runs, shown in progress.
+   * `upTo`: a turn of the session's conversation runs now, and the load follows it (Turns.follow)
+   * from this event on: the events after it are shown by the turn, and a call after the last owner's
+   * message without its result yet is one the turn still runs, shown in progress.
    */
   async showAgain(
     session: SessionState,
     verbosityOf: (chosen: Chosen) => Verbosity,
     send: (update: SessionUpdate) => void,
     written: () => Promise<void>,
-    running = false,
+    upTo?: number,
   ): Promise<void> {
     const conv = this.conversation(session.thread);
     let pairs = new CallPairs();
@@ -364,9 +365,10 @@ export class Sessions {
         chosen = {};
         kept = [];
       },
+      upTo,
     );
     if (!view.several && session.conversation === undefined) rememberChoices(conv, view.last, chosen);
-    const replayer = new Replayer(pairs, verbosityOf(view.found ? chosen : {}), (n) => readEvent(conv, n, false), running ? lastAsked : undefined);
+    const replayer = new Replayer(pairs, verbosityOf(view.found ? chosen : {}), (n) => readEvent(conv, n, false), upTo !== undefined ? lastAsked : undefined);
     let ahead = 0;
     for await (const e of slowly(kept ?? eventsNumbered(conv, view.shown, view.last))) {
       for (const update of replayer.updatesOf(e)) {

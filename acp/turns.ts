@@ -2,11 +2,12 @@
 // conversation's turn runs steers that turn (spec: "A message that steers a running turn is answered"),
 // and its answer is that turn's.
 import type { SessionUpdate } from "@agentclientprotocol/sdk";
-import type { Verbosity } from "../protocol/index.js";
+import { EVENT_KINDS, type Event, type Verbosity } from "../protocol/index.js";
 import type { ConversationPaths } from "../store/index.js";
 import type { IncomingMessage, SteerQueue, TurnEvent, TurnListener, TurnOutcome } from "../turn/types.js";
 import type { CallNames } from "./call-names.js";
-import { TurnUpdates } from "./updates.js";
+import { askedUpdates } from "./replay.js";
+import { textUpdate, TurnUpdates } from "./updates.js";
 
 /** Where a turn's updates go: one connection's view of the session. */
 export interface Subscriber {
@@ -77,7 +78,27 @@ interface Running {
   done?: Promise<void>;
   /** Its turn holds the chat's lock and writes: it said where it writes its message. */
   writing: boolean;
+  /** What its turn has shown so far, for a load that follows it (Turns.follow). */
+  shown: Shown;
+  /** The subscribers that follow it from a load: each with the last event that load showed. */
+  readonly followers: Map<Subscriber, number>;
 }
+
+/**
+ * Where a running turn stands in what it has shown its subscribers: the cut a load that follows it
+ * shows the conversation up to, and what it streamed that no event holds yet.
+ */
+interface Shown {
+  /** The last event no update still to come shows (undefined before the turn said where it writes). */
+  cut: number | undefined;
+  /** The text it streamed since its last answer was shown: an answer on its way, on disk not yet. */
+  streamed: string;
+  /** The last answer and the last tool result shown: the calls and results reported after each are theirs. */
+  answer: number;
+  result: number;
+}
+
+const fresh = (): Shown => ({ cut: undefined, streamed: "", answer: 0, result: 0 });
 
 /** The answer to a message that no turn took because the conversation was stopped. */
 const cancelled = (): TurnOutcome => ({ stop: "cancelled", modelMs: 0 });
@@ -94,11 +115,6 @@ export class Turns {
   isRunningIn(dir: string): boolean {
     for (const key of this.running.keys()) if (key === dir || key.startsWith(`${dir}${KEY_SEPARATOR}`)) return true;
     return false;
-  }
-
-  /** Whether a turn of the conversation `key` runs now. */
-  isRunning(key: string): boolean {
-    return this.running.has(key);
   }
 
   /** Whether a turn was ever started here. */
@@ -121,14 +137,34 @@ export class Turns {
     const run = this.running.get(key);
     if (run) {
       run.subscribers.add(subscriber);
+      // Its own messages are its client's already: not shown it again as a follower's would be.
+      run.followers.delete(subscriber);
       (run.controller.signal.aborted ? run.after : run.queue).push(waiting);
       return answer;
     }
     this.started = true;
-    const fresh: Running = { controller: new AbortController(), queue: [], after: [], subscribers: new Set([subscriber]), writing: false };
-    this.running.set(key, fresh);
-    fresh.done = this.drive(key, fresh, waiting).catch((e: unknown) => this.onError(key, e));
+    const started: Running = { controller: new AbortController(), queue: [], after: [], subscribers: new Set([subscriber]), writing: false, shown: fresh(), followers: new Map() };
+    this.running.set(key, started);
+    started.done = this.drive(key, started, waiting).catch((e: unknown) => this.onError(key, e));
     return answer;
+  }
+
+  /**
+   * Has `subscriber` (a connection that loads a session of the conversation `key`) follow the turn
+   * that runs now, from where it stands: what the turn streamed that no event holds yet at once, and
+   * everything it shows from now on, the messages it writes too. Returns the last event the load is
+   * to show itself, which nothing the turn shows from now on shows again; undefined when no turn runs.
+   * `onDisk`: the conversation's last event, for a turn that has not said yet where it writes (every
+   * event it writes is shown then).
+   */
+  follow(key: string, subscriber: Subscriber, onDisk: () => number): number | undefined {
+    const run = this.running.get(key);
+    if (!run) return undefined;
+    const upTo = run.shown.cut ?? onDisk();
+    run.subscribers.add(subscriber);
+    run.followers.set(subscriber, upTo);
+    if (run.shown.streamed.length > 0) subscriber.send(textUpdate(run.shown.streamed));
+    return upTo;
   }
 
   /**
@@ -172,15 +208,47 @@ export class Turns {
         },
       };
       const updates = new TurnUpdates(current.verbosity);
-      const broadcast = (list: SessionUpdate[]) => {
-        for (const update of list) for (const sub of run.subscribers) sub.send(update);
+      const shown = (run.shown = fresh());
+      // `about`: the event what is shown comes from, which a follower whose load showed it is not
+      // shown again; `asked`, a message the turn wrote, shown to followers alone (a prompter knows its own).
+      const broadcast = (list: SessionUpdate[], about?: number, asked?: Event) => {
+        for (const sub of run.subscribers) {
+          const upTo = run.followers.get(sub);
+          if (upTo !== undefined && about !== undefined && about <= upTo) continue;
+          for (const update of list) sub.send(update);
+          if (asked && upTo !== undefined) for (const update of askedUpdates(asked)) sub.send(update);
+        }
       };
       // The conversation's call names, read while the model is asked: a call is shown only once
       // they are, and what the turn reports after it waits with it, in order.
       let naming: Promise<void> | undefined;
       let named = false;
       let held: TurnEvent[] | undefined;
-      const show = (report: TurnEvent) => broadcast(updates.map(report));
+      // What the turn has shown is noted as it is shown (a report held for its call's name is not yet).
+      const show = (report: TurnEvent) => {
+        const list = updates.map(report);
+        switch (report.type) {
+          case "text":
+            shown.streamed += report.delta;
+            return broadcast(list);
+          case "event": {
+            const e = report.event;
+            shown.cut = Math.max(shown.cut ?? 0, report.n);
+            if (e.kind === EVENT_KINDS.toolResult) shown.result = report.n;
+            if (e.kind === EVENT_KINDS.message && e.role === "assistant") {
+              shown.answer = report.n;
+              shown.streamed = "";
+            }
+            return broadcast(list, report.n, (e.kind === EVENT_KINDS.message && e.role === "user") || e.kind === EVENT_KINDS.command ? e : undefined);
+          }
+          case "tool_call":
+            return broadcast(list, shown.answer);
+          case "tool_result":
+            return broadcast(list, shown.result);
+          default:
+            return broadcast(list);
+        }
+      };
       // Shows what was held, and from then on every report as it comes.
       const showHeld = () => {
         named = true;
@@ -195,6 +263,8 @@ export class Turns {
           // Each message the turn took is answered by its last answer from the message it writes now on.
           if (report.type === "asked") {
             run.writing = true;
+            // What the turn writes comes after it, each shown as it is written.
+            shown.cut = Math.max(shown.cut ?? 0, report.after);
             for (const w of answered) w.owing?.mark(report.after, report.through);
             naming ??= current.names?.(report.after).then(
               (names) => updates.seed(names),

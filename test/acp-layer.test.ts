@@ -16,7 +16,7 @@ import { CallNames } from "../acp/call-names.js";
 import { replay } from "../acp/replay.js";
 import { limitLines, topLevelId } from "../daemon/lines.js";
 import type { Event, Numbered } from "../protocol/index.js";
-import { appendEvent, ensureConversation, paths, readEventsFrom, readToolsList, writeMark, writeSettings, type AgentRef } from "../store/index.js";
+import { appendEvent, ensureConversation, paths, readEventsFrom, readToolsList, writeMark, writeSettings, type AgentRef, type ConversationPaths } from "../store/index.js";
 import type { TurnEvent, TurnInput, TurnListener, TurnOutcome } from "../turn/types.js";
 import { Turns, type StartTurn } from "../acp/turns.js";
 import { deferred } from "./fixtures/deferred.js";
@@ -566,7 +566,7 @@ describe("a turn's calls and the conversation's call names", () => {
 });
 
 describe("a session shown again while its turn runs, on the connection that prompted it", () => {
-  it("holds the turn's updates back until the load has shown the conversation, and answers the prompt after them", async () => {
+  it("holds the turn's updates back until the load has shown the conversation, then shows what the turn streamed so far and the rest, and answers the prompt after them", async () => {
     const go = deferred();
     const { agent, state } = setup(async (_input, listener) => {
       listener({ type: "text", delta: "live 1" });
@@ -600,9 +600,12 @@ describe("a session shown again while its turn runs, on the connection that prom
     const first = order.indexOf("user_message_chunk");
     const shown = order.indexOf("available_commands_update", first);
     expect(order.slice(first, shown).filter((u) => u === "user_message_chunk")).toHaveLength(600);
-    expect(order.slice(first, shown)).not.toContain("live 2");
-    expect(order.indexOf("live 2")).toBeGreaterThan(shown);
-    expect(order.indexOf("answer")).toBeGreaterThan(order.indexOf("live 2"));
+    expect(order.slice(first, shown).filter((u) => u.startsWith("live"))).toEqual([]);
+    // The load showed the conversation on disk; the answer on its way follows it whole: its text
+    // streamed before the load, then the rest, then the prompt's answer.
+    const after = order.slice(shown + 1);
+    expect(after.filter((u) => u.startsWith("live")).join("")).toBe("live 1live 2");
+    expect(after.at(-1)).toBe("answer");
     conn.close();
   });
 });
@@ -651,5 +654,103 @@ describe("a session shown again while its turn runs a call", () => {
       ["tool_call_update", "running", "failed"],
     ]);
     prompter.close();
+  });
+});
+
+/**
+ * What a client shows of a session, from its updates in order: each run of the owner's text and of
+ * the agent's, and each tool call with its last status; a call announced twice is marked so.
+ */
+function shownView(updates: readonly SessionUpdate[]): string[] {
+  const view: string[] = [];
+  const calls = new Map<string, number>();
+  let run: "user" | "agent" | undefined;
+  for (const u of updates) {
+    if ((u.sessionUpdate === "user_message_chunk" || u.sessionUpdate === "agent_message_chunk") && u.content.type === "text") {
+      const who = u.sessionUpdate === "user_message_chunk" ? "user" : "agent";
+      if (run === who) view[view.length - 1] += u.content.text;
+      else view.push(`${who}: ${u.content.text}`);
+      run = who;
+    } else if (u.sessionUpdate === "tool_call") {
+      run = undefined;
+      if (calls.has(u.toolCallId)) view.push(`announced again: ${u.toolCallId}`);
+      calls.set(u.toolCallId, view.length);
+      view.push(`call ${u.toolCallId}: ${u.status ?? ""}`);
+    } else if (u.sessionUpdate === "tool_call_update") {
+      const at = calls.get(u.toolCallId);
+      if (at === undefined) view.push(`update of no call: ${u.toolCallId}`);
+      else view[at] = `call ${u.toolCallId}: ${u.status ?? ""}`;
+    }
+  }
+  return view;
+}
+
+describe("a session loaded on another connection while its turn runs", () => {
+  it("follows the turn from where it stands, wherever it is loaded: shown whole, once, as a load after the turn shows it", async () => {
+    const t = "2026-01-01T00:00:00.000Z";
+    const question: Event = { v: 1, kind: "message", role: "user", time: t, text: "look it up", header: "" };
+    const asking: Event = { v: 1, kind: "message", role: "assistant", time: t, text: "Let me look.", model: "m", provider: "p", latency_ms: 1, stop: "tool_calls", tool_calls: [{ id: "c1", name: "x__y", arguments: "{}" }] };
+    const found: Event = { v: 1, kind: "tool_result", time: t, call_id: "c1", tool: "x__y", text: "found it", error: false };
+    const answer: Event = { v: 1, kind: "message", role: "assistant", time: t, text: "It is done.", model: "m", provider: "p", latency_ms: 1, stop: "end_turn" };
+    // The turn's steps, each as a turn takes it: it writes an event, then reports it.
+    const steps = (conv: ConversationPaths, listener: TurnListener): (() => Promise<void>)[] => {
+      const write = async (event: Event) => listener({ type: "event", n: await appendEvent(conv, event), event });
+      return [
+        async () => listener({ type: "asked", after: readEventsFrom(conv, 1).length, through: conv }),
+        () => write(question),
+        async () => listener({ type: "text", delta: "Let me " }),
+        async () => listener({ type: "text", delta: "look." }),
+        () => write(asking),
+        async () => listener({ type: "tool_call", id: "c1", name: "x__y", arguments: {} }),
+        () => write(found),
+        async () => listener({ type: "tool_result", id: "c1", name: "x__y", status: "completed", text: "found it" }),
+        async () => listener({ type: "text", delta: "It is " }),
+        async () => listener({ type: "text", delta: "done." }),
+        () => write(answer),
+      ];
+    };
+    const count = steps(paths({ dir: "/" }).conversation("x"), () => undefined).length;
+    for (let at = 0; at <= count; at++) {
+      const gate = deferred();
+      const paused = deferred();
+      const { agent, state } = setup(async (input, listener) => {
+        const all = steps(paths(input.agent).conversation(input.thread), listener);
+        for (let i = 0; i < all.length; i++) {
+          if (i === at) {
+            paused.resolve();
+            await gate.promise;
+          }
+          await (all[i] as () => Promise<void>)();
+        }
+        if (at === all.length) {
+          paused.resolve();
+          await gate.promise;
+        }
+        return done();
+      });
+      // An earlier turn, on disk before this one.
+      const first = paths(agent).conversation("s");
+      await appendEvent(first, { v: 1, kind: "message", role: "user", time: t, text: "hello", header: "" });
+      await appendEvent(first, { v: 1, kind: "message", role: "assistant", time: t, text: "Hi.", model: "m", provider: "p", latency_ms: 1, stop: "end_turn" });
+      const a = await connect(state);
+      await a.agent.request(acp.methods.agent.session.resume, { sessionId: "s", cwd: "/", mcpServers: [] });
+      const prompting = a.agent.request(acp.methods.agent.session.prompt, { sessionId: "s", prompt: [{ type: "text", text: "look it up" }] });
+      await paused.promise;
+      const b = await connect(state);
+      await b.agent.request(acp.methods.agent.session.load, { sessionId: "s", cwd: "/", mcpServers: [] });
+      gate.resolve();
+      await prompting;
+      const whole = ["user: hello", "agent: Hi.", "user: look it up", "agent: Let me look.", "call c1: completed", "agent: It is done."];
+      const followed = () => shownView(b.updates.map((n) => n.update));
+      for (let i = 0; i < 200 && followed().join("\n") !== whole.join("\n"); i++) await new Promise((resolve) => setTimeout(resolve, 5));
+      // Nothing shown twice after it either.
+      await new Promise((resolve) => setTimeout(resolve, 20));
+      expect({ at, view: followed() }).toEqual({ at, view: whole });
+      // A load after the turn shows the same.
+      const c = await connect(state);
+      await c.agent.request(acp.methods.agent.session.load, { sessionId: "s", cwd: "/", mcpServers: [] });
+      expect({ at, view: shownView(c.updates.map((n) => n.update)) }).toEqual({ at, view: whole });
+      for (const x of [a, b, c]) x.close();
+    }
   });
 });

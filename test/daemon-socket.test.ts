@@ -9,7 +9,7 @@ import * as acp from "@agentclientprotocol/sdk";
 import type { ContentBlock } from "@agentclientprotocol/sdk";
 import { describe, expect, it, onTestFailed } from "vitest";
 import { paths, readEventsFrom } from "../store/index.js";
-import { answerText, configure, daemonTestHooks, openClient, scriptedSettings, socketStream, startDaemon, tempDir, type Client, type Daemon } from "./acp-client.js";
+import { answerText, configure, daemonTestHooks, openClient, scriptedSettings, socketStream, startDaemon, tempDir, until, type Client, type Daemon } from "./acp-client.js";
 import { BIN } from "./fixtures/built.js";
 import { lastUserText, type ModelServer } from "./model-server.js";
 
@@ -228,5 +228,36 @@ describe("the control socket", () => {
     await b.agent.request(acp.methods.agent.session.load, { sessionId, cwd: dir, mcpServers: [] });
     expect(answerText(b.updates)).toBe("Done while you were away.");
     expect(d.child.exitCode).toBeNull();
+  });
+
+  it("a client that loads the session while another's turn streams follows that turn live: the question, the text streamed so far and the rest, once", async () => {
+    const { dir, socket } = place();
+    await serving(dir, socket);
+    const a = await client(socket);
+    const { sessionId } = await a.agent.request(acp.methods.agent.session.new, { cwd: dir, mcpServers: [] });
+    server.script({ text: "Earlier." });
+    await a.agent.request(acp.methods.agent.session.prompt, { sessionId, prompt: text("first") });
+    const answer = "one two three four five six seven eight";
+    server.script({ text: answer, chunks: 8, chunkDelayMs: 80 });
+    const prompting = a.agent.request(acp.methods.agent.session.prompt, { sessionId, prompt: text("count for me") });
+    // Some of the answer has reached the prompting client; the rest is still to come.
+    await a.waitForUpdate((n) => n.update.sessionUpdate === "agent_message_chunk" && n.update.content.type === "text" && n.update.content.text.includes("two"));
+    const b = await client(socket);
+    await b.agent.request(acp.methods.agent.session.load, { sessionId, cwd: dir, mcpServers: [] });
+    const loaded = b.updates.length;
+    expect(answerText(b.updates)).not.toContain("eight");
+    await prompting;
+    await until(() => answerText(b.updates).endsWith("eight"), "the follower's answer");
+    // The load's own updates, then the turn's: nothing after the load's answer came from a load.
+    expect(b.updates.slice(loaded).every((n) => n.update.sessionUpdate !== "user_message_chunk")).toBe(true);
+    const said = (kind: string) =>
+      b.updates.flatMap((n) => (n.update.sessionUpdate === kind && n.update.content.type === "text" ? [n.update.content.text] : [])).join("|");
+    expect(said("user_message_chunk")).toBe("first|count for me");
+    expect(answerText(b.updates)).toBe(`Earlier.${answer}`);
+    // As the prompting client saw it, and as a load after the turn shows it.
+    expect(answerText(a.updates).endsWith(answer)).toBe(true);
+    const c = await client(socket);
+    await c.agent.request(acp.methods.agent.session.load, { sessionId, cwd: dir, mcpServers: [] });
+    expect(answerText(c.updates)).toBe(`Earlier.${answer}`);
   });
 });
