@@ -43,6 +43,8 @@ export function owe(conv: ConversationPaths, log: Logger): Debt {
   live.add(path);
   /** Whether the file is there: each write resolves it, one that fails as the write before it left it. */
   let made = Promise.resolve(false);
+  /** The paths it was written through: the folder the turn's lock holds, while it holds it. */
+  let where = conv;
   let settled = false;
   return {
     mark(after, through) {
@@ -52,7 +54,8 @@ export function owe(conv: ConversationPaths, log: Logger): Debt {
         setImmediate(() => {
           try {
             // Through the folder the turn's lock holds, while it holds it: not one opened for it alone.
-            writeOwed(through.dir === conv.dir ? through : conv, name, after);
+            where = through.dir === conv.dir ? through : conv;
+            writeOwed(where, name, after);
             resolve(true);
           } catch (e) {
             log.warn("the prompt's answer can't be recovered should it not reach the client", { thread: conv.thread, error: (e as Error).message });
@@ -65,7 +68,9 @@ export function owe(conv: ConversationPaths, log: Logger): Debt {
       settled = true;
       void Promise.all([written, made]).then(([ok, owed]) => {
         live.delete(path);
-        if (ok && owed) removeOwed(conv, name);
+        // Through the turn's folder while its lock still holds it (the answer is written before
+        // the lock is let go), else through one opened for it.
+        if (ok && owed) removeOwed(where, name);
       });
     },
   };
