@@ -267,24 +267,27 @@ export function createAgentApp(state: AcpState, outbox: Outbox, connection = new
         // of the session sends this connection meanwhile follows it. A turn that runs now is
         // followed from where it stands: the load shows the events before, the turn the rest.
         const release = outbox.hold(client, session.id);
+        const conv = sessions.conversation(session.thread);
+        const following = turns.follow(conv.dir, session.conversation, outbox.subscriber(client, session.id), () => {
+          // One that can't be read is shown as far as it can be: its load says why.
+          try {
+            return lastEventNumber(conv);
+          } catch {
+            return 0;
+          }
+        });
         try {
-          const conv = sessions.conversation(session.thread);
-          const upTo = turns.follow(turnOf(session), outbox.subscriber(client, session.id), () => {
-            // One that can't be read is shown as far as it can be: its load says why.
-            try {
-              return lastEventNumber(conv);
-            } catch {
-              return 0;
-            }
-          });
           await sessions.showAgain(
             session,
             (chosen) => chosen.verbosity ?? verbosityOf(settings),
             (update) => outbox.send(client, session.id, update),
             () => outbox.flushed(),
-            upTo,
+            following,
           );
           announceCommands(client, session.id, session.cwd, false);
+        } catch (e) {
+          following?.stop();
+          throw e;
         } finally {
           release();
         }

@@ -331,46 +331,45 @@ export class Sessions {
    * conversation's own events for a chat of several, to pair each tool call with its result (their
    * numbers alone kept) and count its choices, then again to show them, up to the last event the
    * first pass read. A conversation of up to LOAD_KEEP events is shown from what was read before.
-   * `upTo`: a turn of the session's conversation runs now, and the load follows it (Turns.follow)
-   * from this event on: the events after it are shown by the turn, and a call after the last owner's
-   * message without its result yet is one the turn still runs, shown in progress.
+   * `following`: a turn of the session's conversation runs now, and the load follows it
+   * (Turns.follow): the turn shows its own events after `upTo`, so the load shows of those only the
+   * commands (written by others, without the lock: a model chosen meanwhile); and a call after the
+   * turn's message without its result yet is one the turn still runs, shown in progress.
    */
   async showAgain(
     session: SessionState,
     verbosityOf: (chosen: Chosen) => Verbosity,
     send: (update: SessionUpdate) => void,
     written: () => Promise<void>,
-    upTo?: number,
+    following?: { upTo: number; from: number | undefined },
   ): Promise<void> {
     const conv = this.conversation(session.thread);
     let pairs = new CallPairs();
-    // Its last owner's message: a running turn's calls come after it.
-    let lastAsked = 0;
     // What its commands chose, counted as it is read (conversationChoices would read it again).
     let chosen: Chosen = {};
     let kept: Numbered[] | undefined = [];
+    const shown = (e: Numbered) => following === undefined || e.n <= following.upTo || e.event.kind === EVENT_KINDS.command;
     const view = await readView(
       conv,
       session.conversation,
       (e) => {
+        if (!shown(e)) return;
         pairs.see(e);
-        if (e.event.kind === EVENT_KINDS.message && e.event.role === "user") lastAsked = e.n;
         chosen = applyChoice(e.event, chosen);
         if (kept && kept.length < LOAD_KEEP) kept.push(e);
         else kept = undefined;
       },
       () => {
         pairs = new CallPairs();
-        lastAsked = 0;
         chosen = {};
         kept = [];
       },
-      upTo,
     );
     if (!view.several && session.conversation === undefined) rememberChoices(conv, view.last, chosen);
-    const replayer = new Replayer(pairs, verbosityOf(view.found ? chosen : {}), (n) => readEvent(conv, n, false), upTo !== undefined ? lastAsked : undefined);
+    const replayer = new Replayer(pairs, verbosityOf(view.found ? chosen : {}), (n) => readEvent(conv, n, false), following?.from);
     let ahead = 0;
     for await (const e of slowly(kept ?? eventsNumbered(conv, view.shown, view.last))) {
+      if (!shown(e)) continue;
       for (const update of replayer.updatesOf(e)) {
         send(update);
         if (++ahead >= LOAD_AHEAD) {

@@ -82,6 +82,8 @@ interface Running {
   shown: Shown;
   /** The subscribers that follow it from a load: each with the last event that load showed. */
   readonly followers: Map<Subscriber, number>;
+  /** The subscribers that sent it a message: their own messages are not shown them again. */
+  readonly prompters: Set<Subscriber>;
 }
 
 /**
@@ -91,6 +93,10 @@ interface Running {
 interface Shown {
   /** The last event no update still to come shows (undefined before the turn said where it writes). */
   cut: number | undefined;
+  /** The event its message came after: its own events are those after it. */
+  from: number | undefined;
+  /** Its message is not shown yet: what it streams meanwhile reaches its followers after it. */
+  awaiting: boolean;
   /** The text it streamed since its last answer was shown: an answer on its way, on disk not yet. */
   streamed: string;
   /** The last answer and the last tool result shown: the calls and results reported after each are theirs. */
@@ -98,7 +104,17 @@ interface Shown {
   result: number;
 }
 
-const fresh = (): Shown => ({ cut: undefined, streamed: "", answer: 0, result: 0 });
+const fresh = (): Shown => ({ cut: undefined, from: undefined, awaiting: false, streamed: "", answer: 0, result: 0 });
+
+/** Where a load that follows a running turn stands (Turns.follow). */
+export interface Following {
+  /** The last event the load shows itself: the turn shows every one of its own after it. */
+  upTo: number;
+  /** The event the turn's message came after, once it said: a call after it without its result yet is one it runs. */
+  from: number | undefined;
+  /** Stops following (the load failed): what the turn sends from now on goes to its prompters alone. */
+  stop(): void;
+}
 
 /** The answer to a message that no turn took because the conversation was stopped. */
 const cancelled = (): TurnOutcome => ({ stop: "cancelled", modelMs: 0 });
@@ -138,33 +154,50 @@ export class Turns {
     if (run) {
       run.subscribers.add(subscriber);
       // Its own messages are its client's already: not shown it again as a follower's would be.
-      run.followers.delete(subscriber);
+      run.prompters.add(subscriber);
       (run.controller.signal.aborted ? run.after : run.queue).push(waiting);
       return answer;
     }
     this.started = true;
-    const started: Running = { controller: new AbortController(), queue: [], after: [], subscribers: new Set([subscriber]), writing: false, shown: fresh(), followers: new Map() };
+    const started: Running = { controller: new AbortController(), queue: [], after: [], subscribers: new Set([subscriber]), writing: false, shown: fresh(), followers: new Map(), prompters: new Set([subscriber]) };
     this.running.set(key, started);
     started.done = this.drive(key, started, waiting).catch((e: unknown) => this.onError(key, e));
     return answer;
   }
 
   /**
-   * Has `subscriber` (a connection that loads a session of the conversation `key`) follow the turn
-   * that runs now, from where it stands: what the turn streamed that no event holds yet at once, and
-   * everything it shows from now on, the messages it writes too. Returns the last event the load is
-   * to show itself, which nothing the turn shows from now on shows again; undefined when no turn runs.
-   * `onDisk`: the conversation's last event, for a turn that has not said yet where it writes (every
-   * event it writes is shown then).
+   * Has `subscriber` (a connection that loads a session of the chat in `dir`) follow the turn of the
+   * session's conversation that runs now (found as cancelIn finds it), from where it stands: what
+   * the turn streamed that no event holds yet at once, and everything it shows from now on, the
+   * messages it writes too. Undefined when no turn runs. `onDisk`: the conversation's last event,
+   * for a turn that has not said yet where it writes (every event it writes is shown then).
    */
-  follow(key: string, subscriber: Subscriber, onDisk: () => number): number | undefined {
-    const run = this.running.get(key);
+  follow(dir: string, conversation: string | undefined, subscriber: Subscriber, onDisk: () => number): Following | undefined {
+    const run = this.runIn(dir, conversation);
     if (!run) return undefined;
-    const upTo = run.shown.cut ?? onDisk();
+    const { shown } = run;
+    const upTo = shown.cut ?? onDisk();
+    const before = run.subscribers.has(subscriber);
     run.subscribers.add(subscriber);
     run.followers.set(subscriber, upTo);
-    if (run.shown.streamed.length > 0) subscriber.send(textUpdate(run.shown.streamed));
-    return upTo;
+    // What it streamed before its message is shown follows the message (show, "event").
+    if (!shown.awaiting && shown.streamed.length > 0) subscriber.send(textUpdate(shown.streamed));
+    return {
+      upTo,
+      from: shown.from,
+      stop: () => {
+        run.followers.delete(subscriber);
+        if (!before && !run.prompters.has(subscriber)) run.subscribers.delete(subscriber);
+      },
+    };
+  }
+
+  /** The run of a session's conversation: its own key's, else, for the chat's current conversation, the one that writes it now (cancelIn). */
+  private runIn(dir: string, conversation: string | undefined): Running | undefined {
+    const own = this.running.get(turnKey(dir, conversation));
+    if ((own && own.writing) || conversation !== undefined) return own;
+    for (const [k, run] of this.running) if (run.writing && k.startsWith(`${dir}${KEY_SEPARATOR}`)) return run;
+    return own;
   }
 
   /**
@@ -210,13 +243,14 @@ export class Turns {
       const updates = new TurnUpdates(current.verbosity);
       const shown = (run.shown = fresh());
       // `about`: the event what is shown comes from, which a follower whose load showed it is not
-      // shown again; `asked`, a message the turn wrote, shown to followers alone (a prompter knows its own).
-      const broadcast = (list: SessionUpdate[], about?: number, asked?: Event) => {
+      // shown again; `asked`, a message the turn wrote, shown to followers alone (a prompter knows
+      // its own); `held`, what its followers are shown only once its message is.
+      const broadcast = (list: SessionUpdate[], about?: number, asked?: Event, held = false) => {
         for (const sub of run.subscribers) {
           const upTo = run.followers.get(sub);
-          if (upTo !== undefined && about !== undefined && about <= upTo) continue;
+          if (upTo !== undefined && (held || (about !== undefined && about <= upTo))) continue;
           for (const update of list) sub.send(update);
-          if (asked && upTo !== undefined) for (const update of askedUpdates(asked)) sub.send(update);
+          if (asked && upTo !== undefined && !run.prompters.has(sub)) for (const update of askedUpdates(asked)) sub.send(update);
         }
       };
       // The conversation's call names, read while the model is asked: a call is shown only once
@@ -228,9 +262,17 @@ export class Turns {
       const show = (report: TurnEvent) => {
         const list = updates.map(report);
         switch (report.type) {
+          case "asked":
+            // Its first: what it writes comes after `after`, its message first.
+            if (shown.from === undefined) {
+              shown.from = report.after;
+              shown.awaiting = true;
+            }
+            shown.cut = Math.max(shown.cut ?? 0, report.after);
+            return;
           case "text":
             shown.streamed += report.delta;
-            return broadcast(list);
+            return broadcast(list, undefined, undefined, shown.awaiting);
           case "event": {
             const e = report.event;
             shown.cut = Math.max(shown.cut ?? 0, report.n);
@@ -239,7 +281,13 @@ export class Turns {
               shown.answer = report.n;
               shown.streamed = "";
             }
-            return broadcast(list, report.n, (e.kind === EVENT_KINDS.message && e.role === "user") || e.kind === EVENT_KINDS.command ? e : undefined);
+            broadcast(list, report.n, (e.kind === EVENT_KINDS.message && e.role === "user") || e.kind === EVENT_KINDS.command ? e : undefined);
+            // Its message shown (the first event it writes): then what it streamed before, to its followers.
+            if (shown.awaiting) {
+              shown.awaiting = false;
+              if (shown.streamed.length > 0) for (const [sub, upTo] of run.followers) if (upTo < report.n) sub.send(textUpdate(shown.streamed));
+            }
+            return;
           }
           case "tool_call":
             return broadcast(list, shown.answer);
@@ -263,13 +311,14 @@ export class Turns {
           // Each message the turn took is answered by its last answer from the message it writes now on.
           if (report.type === "asked") {
             run.writing = true;
-            // What the turn writes comes after it, each shown as it is written.
-            shown.cut = Math.max(shown.cut ?? 0, report.after);
             for (const w of answered) w.owing?.mark(report.after, report.through);
             naming ??= current.names?.(report.after).then(
               (names) => updates.seed(names),
               (e: unknown) => this.onError(key, e),
             ).finally(showHeld);
+            // Where what it shows stands moves with what is shown, after what is held.
+            if (held) held.push(report);
+            else show(report);
           } else if (held) held.push(report);
           else if (report.type === "tool_call" && naming !== undefined && !named) held = [report];
           else show(report);

@@ -614,22 +614,21 @@ describe("a session shown again while its turn runs a call", () => {
   it("shows the call the turn runs in progress, not failed, and once the turn is over, a call left without its result as failed", async () => {
     const go = deferred();
     const started = deferred();
-    const { agent, state } = setup(async () => {
+    const t = "2026-01-01T00:00:00.000Z";
+    const call = (id: string): Event => ({ v: 1, kind: "message", role: "assistant", time: t, text: "", model: "m", provider: "p", latency_ms: 1, stop: "tool_calls", tool_calls: [{ id, name: "x__y", arguments: "{}" }] });
+    // The running turn writes its question and its call, as a turn does, then runs the call.
+    const { agent, state } = setup(async (input, listener) => {
+      const through = paths(input.agent).conversation(input.thread);
+      listener({ type: "asked", after: 2, through });
+      for (const event of [{ v: 1, kind: "message", role: "user", time: t, text: "now", header: "" } as Event, call("running")]) listener({ type: "event", n: await appendEvent(through, event), event });
+      listener({ type: "tool_call", id: "running", name: "x__y", arguments: {} });
       started.resolve();
       await go.promise;
       return done();
     });
     const conv = paths(agent).conversation("busy");
-    const t = "2026-01-01T00:00:00.000Z";
-    const call = (id: string): Event => ({ v: 1, kind: "message", role: "assistant", time: t, text: "", model: "m", provider: "p", latency_ms: 1, stop: "tool_calls", tool_calls: [{ id, name: "x__y", arguments: "{}" }] });
-    // A call an earlier turn left without its result, then the running turn's question and its call.
-    for (const event of [
-      { v: 1, kind: "message", role: "user", time: t, text: "before", header: "" } as Event,
-      call("old"),
-      { v: 1, kind: "message", role: "user", time: t, text: "now", header: "" } as Event,
-      call("running"),
-    ])
-      await appendEvent(conv, event);
+    // A call an earlier turn left without its result.
+    for (const event of [{ v: 1, kind: "message", role: "user", time: t, text: "before", header: "" } as Event, call("old")]) await appendEvent(conv, event);
     const prompter = await connect(state);
     await prompter.agent.request(acp.methods.agent.session.resume, { sessionId: "busy", cwd: "/", mcpServers: [] });
     const prompting = prompter.agent.request(acp.methods.agent.session.prompt, { sessionId: "busy", prompt: [{ type: "text", text: "go" }] });
@@ -752,5 +751,43 @@ describe("a session loaded on another connection while its turn runs", () => {
       expect({ at, view: shownView(c.updates.map((n) => n.update)) }).toEqual({ at, view: whole });
       for (const x of [a, b, c]) x.close();
     }
+  });
+});
+
+describe("a session loaded while its turn runs and a command is written beside it", () => {
+  it("shows the command another writer added after where the turn stood, as a load after the turn does", async () => {
+    const t = "2026-01-01T00:00:00.000Z";
+    const gate = deferred();
+    const paused = deferred();
+    const { state } = setup(async (input, listener) => {
+      const conv = paths(input.agent).conversation(input.thread);
+      const write = async (event: Event) => listener({ type: "event", n: await appendEvent(conv, event), event });
+      listener({ type: "asked", after: readEventsFrom(conv, 1).length, through: conv });
+      await write({ v: 1, kind: "message", role: "user", time: t, text: "look it up", header: "" });
+      listener({ type: "text", delta: "Let me " });
+      paused.resolve();
+      await gate.promise;
+      listener({ type: "text", delta: "look." });
+      await write({ v: 1, kind: "message", role: "assistant", time: t, text: "Let me look.", model: "m", provider: "p", latency_ms: 1, stop: "end_turn" });
+      return done();
+    });
+    const a = await connect(state);
+    const { sessionId } = await a.agent.request(acp.methods.agent.session.new, { cwd: "/", mcpServers: [] });
+    const prompting = a.agent.request(acp.methods.agent.session.prompt, { sessionId, prompt: [{ type: "text", text: "look it up" }] });
+    await paused.promise;
+    // The owner chooses a model while the turn runs: written at once, without the turn's lock.
+    await a.agent.request(acp.methods.agent.session.prompt, { sessionId, prompt: [{ type: "text", text: "/model:set other-model" }] });
+    const b = await connect(state);
+    await b.agent.request(acp.methods.agent.session.load, { sessionId, cwd: "/", mcpServers: [] });
+    gate.resolve();
+    await prompting;
+    // (Two messages of the owner's one after the other read as one run of its text.)
+    const whole = ["user: look it up/model:set other-model", "agent: Let me look."];
+    for (let i = 0; i < 200 && !shownView(b.updates.map((n) => n.update)).includes("agent: Let me look."); i++) await new Promise((resolve) => setTimeout(resolve, 5));
+    const c = await connect(state);
+    await c.agent.request(acp.methods.agent.session.load, { sessionId, cwd: "/", mcpServers: [] });
+    expect(shownView(c.updates.map((n) => n.update))).toEqual(whole);
+    expect(shownView(b.updates.map((n) => n.update))).toEqual(whole);
+    for (const x of [a, b, c]) x.close();
   });
 });

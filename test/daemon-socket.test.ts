@@ -250,9 +250,8 @@ describe("the control socket", () => {
     await until(() => answerText(b.updates).endsWith("eight"), "the follower's answer");
     // The load's own updates, then the turn's: nothing after the load's answer came from a load.
     expect(b.updates.slice(loaded).every((n) => n.update.sessionUpdate !== "user_message_chunk")).toBe(true);
-    const said = (kind: string) =>
-      b.updates.flatMap((n) => (n.update.sessionUpdate === kind && n.update.content.type === "text" ? [n.update.content.text] : [])).join("|");
-    expect(said("user_message_chunk")).toBe("first|count for me");
+    const asked = b.updates.flatMap((n) => (n.update.sessionUpdate === "user_message_chunk" && n.update.content.type === "text" ? [n.update.content.text] : []));
+    expect(asked.join("|")).toBe("first|count for me");
     expect(answerText(b.updates)).toBe(`Earlier.${answer}`);
     // As the prompting client saw it, and as a load after the turn shows it.
     expect(answerText(a.updates).endsWith(answer)).toBe(true);

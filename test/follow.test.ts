@@ -1,0 +1,164 @@
+// A load that follows a running turn (Turns.follow): what the turn shows each follower from where
+// its load stood, whatever the turn is doing as the load begins.
+import type { SessionUpdate } from "@agentclientprotocol/sdk";
+import { describe, expect, it } from "vitest";
+import { CallNames } from "../acp/call-names.js";
+import { Turns, type StartTurn, type Subscriber } from "../acp/turns.js";
+import type { Event } from "../protocol/index.js";
+import type { TurnListener, TurnOutcome } from "../turn/types.js";
+import { deferred } from "./fixtures/deferred.js";
+
+const t = "2026-01-01T00:00:00.000Z";
+const through = { dir: "/chat" } as never;
+const user = (text: string): Event => ({ v: 1, kind: "message", role: "user", time: t, text, header: "" });
+const answer = (text: string, calls?: { id: string; name: string; arguments: string }[]): Event =>
+  ({ v: 1, kind: "message", role: "assistant", time: t, text, model: "m", provider: "p", latency_ms: 1, stop: calls ? "tool_calls" : "end_turn", ...(calls ? { tool_calls: calls } : {}) }) as Event;
+const result = (id: string): Event => ({ v: 1, kind: "tool_result", time: t, call_id: id, tool: "x__y", text: "ok", error: false });
+const done: TurnOutcome = { stop: "end_turn", modelMs: 0 };
+const call = [{ id: "c1", name: "x__y", arguments: "{}" }];
+
+/** A subscriber that keeps what it is sent, in a few words each. */
+function subscriber(): Subscriber & { view(): string[] } {
+  const got: SessionUpdate[] = [];
+  return {
+    send: (u) => void got.push(u),
+    view: () =>
+      got.map((u) => {
+        if (u.sessionUpdate === "agent_message_chunk" || u.sessionUpdate === "user_message_chunk") return `${u.sessionUpdate === "user_message_chunk" ? "user" : "agent"}: ${(u.content as { text: string }).text}`;
+        if (u.sessionUpdate === "tool_call" || u.sessionUpdate === "tool_call_update") return `${u.sessionUpdate} ${u.toolCallId}: ${u.status ?? ""}`;
+        return u.sessionUpdate;
+      }),
+  };
+}
+
+const settle = () => new Promise((resolve) => setTimeout(resolve, 10));
+
+describe("a load that follows a running turn", () => {
+  it("is shown nothing its load showed when a message steers the turn while its calls wait for their names", async () => {
+    const names = deferred<CallNames>();
+    const paused = deferred();
+    const gate = deferred();
+    const start: StartTurn = async (_m, _s, _signal, l: TurnListener) => {
+      l({ type: "asked", after: 0, through });
+      l({ type: "event", n: 1, event: user("q") });
+      l({ type: "text", delta: "Let me." });
+      l({ type: "event", n: 2, event: answer("Let me.", call) });
+      // Held from here until the conversation's call names are read.
+      l({ type: "tool_call", id: "c1", name: "x__y", arguments: {} });
+      l({ type: "event", n: 3, event: result("c1") });
+      l({ type: "tool_result", id: "c1", name: "x__y", status: "completed", text: "ok" });
+      l({ type: "text", delta: "Done." });
+      l({ type: "event", n: 4, event: answer("Done.") });
+      // A message that steers it, written.
+      l({ type: "event", n: 5, event: user("and more") });
+      l({ type: "asked", after: 4, through });
+      paused.resolve();
+      await gate.promise;
+      return done;
+    };
+    const turns = new Turns();
+    const answered = turns.prompt("/chat", { text: "q" }, "all", start, subscriber(), undefined, () => names.promise);
+    await paused.promise;
+    const follower = subscriber();
+    const following = turns.follow("/chat", undefined, follower, () => 99);
+    names.resolve(new CallNames());
+    await settle();
+    gate.resolve();
+    await answered;
+    // Its load shows up to the answer that made the call (in progress): the turn shows it the rest, once.
+    expect(following?.upTo).toBe(2);
+    expect(follower.view()).toEqual(["tool_call_update c1: completed", "agent: Done.", "user: and more"]);
+  });
+
+  it("still skips what its load showed once it steers the turn itself, and is not shown its own message again", async () => {
+    const names = deferred<CallNames>();
+    const paused = deferred();
+    const gate = deferred();
+    const steered = deferred();
+    const start: StartTurn = async (_m, steering, _signal, l: TurnListener) => {
+      l({ type: "asked", after: 0, through });
+      l({ type: "event", n: 1, event: user("q") });
+      l({ type: "event", n: 2, event: answer("Let me.", call) });
+      l({ type: "tool_call", id: "c1", name: "x__y", arguments: {} });
+      paused.resolve();
+      await gate.promise;
+      l({ type: "event", n: 3, event: result("c1") });
+      l({ type: "tool_result", id: "c1", name: "x__y", status: "completed", text: "ok" });
+      await steered.promise;
+      for (const m of steering.take()) l({ type: "event", n: 4, event: user(m.text) });
+      l({ type: "asked", after: 3, through });
+      l({ type: "event", n: 5, event: answer("Done.") });
+      return done;
+    };
+    const turns = new Turns();
+    const answered = turns.prompt("/chat", { text: "q" }, "all", start, subscriber(), undefined, () => names.promise);
+    await paused.promise;
+    const follower = subscriber();
+    const following = turns.follow("/chat", undefined, follower, () => 99);
+    // The follower's client sends a message of its own: it steers the turn.
+    const steering = turns.prompt("/chat", { text: "also this" }, "all", start, follower);
+    steered.resolve();
+    names.resolve(new CallNames());
+    await settle();
+    gate.resolve();
+    await Promise.all([answered, steering]);
+    expect(following?.upTo).toBe(2);
+    expect(follower.view()).toEqual(["tool_call_update c1: completed", "agent: Done."]);
+  });
+
+  it("is shown the turn's message before the text the model streamed while it was written", async () => {
+    const paused = deferred();
+    const gate = deferred();
+    const start: StartTurn = async (_m, _s, _signal, l: TurnListener) => {
+      l({ type: "asked", after: 2, through });
+      // The model answers while the message is still being flushed.
+      l({ type: "text", delta: "Hel" });
+      paused.resolve();
+      await gate.promise;
+      l({ type: "text", delta: "l" });
+      l({ type: "event", n: 3, event: user("q") });
+      l({ type: "text", delta: "o." });
+      l({ type: "event", n: 4, event: answer("Hello.") });
+      return done;
+    };
+    const turns = new Turns();
+    const prompter = subscriber();
+    const answered = turns.prompt("/chat", { text: "q" }, "all", start, prompter, undefined, async () => new CallNames());
+    await paused.promise;
+    const follower = subscriber();
+    const following = turns.follow("/chat", undefined, follower, () => 99);
+    gate.resolve();
+    await answered;
+    expect(following?.upTo).toBe(2);
+    expect(follower.view()).toEqual(["user: q", "agent: Hell", "agent: o."]);
+    // The prompter was shown the text as it came, and not its own message.
+    expect(prompter.view()).toEqual(["agent: Hel", "agent: l", "agent: o."]);
+  });
+
+  it("follows the turn of a conversation the chat's session writes as its current one, and stops when its load failed", async () => {
+    const paused = deferred();
+    const gate = deferred();
+    const start: StartTurn = async (_m, _s, _signal, l: TurnListener) => {
+      l({ type: "asked", after: 0, through });
+      l({ type: "event", n: 1, event: user("q") });
+      paused.resolve();
+      await gate.promise;
+      l({ type: "event", n: 2, event: answer("Found.") });
+      return done;
+    };
+    const turns = new Turns();
+    // A session naming the conversation (`<thread>~main`) prompts it; the chat's own session loads.
+    const answered = turns.prompt("/chat\u0000main", { text: "q" }, "all", start, subscriber(), undefined, async () => new CallNames());
+    await paused.promise;
+    const follower = subscriber();
+    const failed = subscriber();
+    expect(turns.follow("/chat", undefined, follower, () => 99)?.upTo).toBe(1);
+    turns.follow("/chat", undefined, failed, () => 99)?.stop();
+    // Another conversation's session follows nothing of it.
+    expect(turns.follow("/chat", "other", subscriber(), () => 99)).toBeUndefined();
+    gate.resolve();
+    await answered;
+    expect(follower.view()).toEqual(["agent: Found."]);
+    expect(failed.view()).toEqual([]);
+  });
+});
