@@ -82,7 +82,7 @@ interface Running {
   shown: Shown;
   /** The subscribers that follow it from a load: each with the last event that load showed. */
   readonly followers: Map<Subscriber, number>;
-  /** The subscribers that sent it a message: their own messages are not shown them again. */
+  /** The followers that sent it a message since their load: their own messages are not shown them again. */
   readonly prompters: Set<Subscriber>;
 }
 
@@ -153,13 +153,13 @@ export class Turns {
     const run = this.running.get(key);
     if (run) {
       run.subscribers.add(subscriber);
-      // Its own messages are its client's already: not shown it again as a follower's would be.
-      run.prompters.add(subscriber);
+      // A follower's own message is its client's already: not shown it again.
+      if (run.followers.has(subscriber)) run.prompters.add(subscriber);
       (run.controller.signal.aborted ? run.after : run.queue).push(waiting);
       return answer;
     }
     this.started = true;
-    const started: Running = { controller: new AbortController(), queue: [], after: [], subscribers: new Set([subscriber]), writing: false, shown: fresh(), followers: new Map(), prompters: new Set([subscriber]) };
+    const started: Running = { controller: new AbortController(), queue: [], after: [], subscribers: new Set([subscriber]), writing: false, shown: fresh(), followers: new Map(), prompters: new Set() };
     this.running.set(key, started);
     started.done = this.drive(key, started, waiting).catch((e: unknown) => this.onError(key, e));
     return answer;
@@ -180,14 +180,18 @@ export class Turns {
     const before = run.subscribers.has(subscriber);
     run.subscribers.add(subscriber);
     run.followers.set(subscriber, upTo);
+    // Its load shows the conversation anew: every message after where it stands is shown it, its own too.
+    run.prompters.delete(subscriber);
     // What it streamed before its message is shown follows the message (show, "event").
     if (!shown.awaiting && shown.streamed.length > 0) subscriber.send(textUpdate(shown.streamed));
     return {
       upTo,
       from: shown.from,
       stop: () => {
+        // One that sent the turn a message since is answered by it: it stays subscribed.
+        const prompted = run.prompters.delete(subscriber);
         run.followers.delete(subscriber);
-        if (!before && !run.prompters.has(subscriber)) run.subscribers.delete(subscriber);
+        if (!before && !prompted) run.subscribers.delete(subscriber);
       },
     };
   }

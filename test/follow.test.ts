@@ -162,3 +162,28 @@ describe("a load that follows a running turn", () => {
     expect(failed.view()).toEqual([]);
   });
 });
+
+describe("the connection that prompted a turn, loading its session while the turn runs", () => {
+  it("is shown its own message when its load stood before the turn wrote it: the load shows the conversation anew", async () => {
+    const paused = deferred();
+    const gate = deferred();
+    const start: StartTurn = async (_m, _s, _signal, l: TurnListener) => {
+      l({ type: "asked", after: 2, through });
+      paused.resolve();
+      await gate.promise;
+      l({ type: "event", n: 3, event: user("q") });
+      l({ type: "text", delta: "Hi." });
+      l({ type: "event", n: 4, event: answer("Hi.") });
+      return done;
+    };
+    const turns = new Turns();
+    const prompter = subscriber();
+    const answered = turns.prompt("/chat", { text: "q" }, "all", start, prompter, undefined, async () => new CallNames());
+    await paused.promise;
+    // Its own load, while the turn's message is still being written.
+    expect(turns.follow("/chat", undefined, prompter, () => 99)?.upTo).toBe(2);
+    gate.resolve();
+    await answered;
+    expect(prompter.view()).toEqual(["user: q", "agent: Hi."]);
+  });
+});
