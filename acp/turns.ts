@@ -51,6 +51,9 @@ interface Waiting {
   verbosity: Verbosity;
   /** How its own session starts a turn: one that arrived too late to steer runs as its own. */
   start: StartTurn;
+  /** Who sent it, and when (Turns' clock): a follower is not shown again a message it sent after its load. */
+  from: Subscriber;
+  at: number;
   resolve(outcome: TurnOutcome): void;
   reject(error: unknown): void;
 }
@@ -80,10 +83,16 @@ interface Running {
   writing: boolean;
   /** What its turn has shown so far, for a load that follows it (Turns.follow). */
   shown: Shown;
-  /** The subscribers that follow it from a load: each with the last event that load showed. */
-  readonly followers: Map<Subscriber, number>;
-  /** The followers that sent it a message since their load: their own messages are not shown them again. */
-  readonly prompters: Set<Subscriber>;
+  /** The subscribers that sent it a message: each is answered by it. */
+  readonly senders: Set<Subscriber>;
+  /** The subscribers that follow it from a load: each with where that load stood. */
+  readonly followers: Map<Subscriber, Follower>;
+}
+
+/** A load that follows a run: the last event it showed itself, and when it began (Turns' clock). */
+interface Follower {
+  upTo: number;
+  since: number;
 }
 
 /**
@@ -112,7 +121,7 @@ export interface Following {
   upTo: number;
   /** The event the turn's message came after, once it said: a call after it without its result yet is one it runs. */
   from: number | undefined;
-  /** Stops following (the load failed): what the turn sends from now on goes to its prompters alone. */
+  /** Stops following (the load failed): the connection is shown what it was before the load. */
   stop(): void;
 }
 
@@ -124,6 +133,8 @@ const message = (e: unknown) => (e instanceof Error ? e.message : String(e));
 export class Turns {
   private readonly running = new Map<string, Running>();
   private stopping = false;
+  /** Orders messages and loads: which came first. */
+  private clock = 0;
 
   constructor(private readonly onError: (key: string, error: unknown) => void = () => undefined) {}
 
@@ -148,18 +159,17 @@ export class Turns {
     if (this.stopping) return Promise.reject(new StoppingError());
     let waiting!: Waiting;
     const answer = new Promise<TurnOutcome>((resolve, reject) => {
-      waiting = { message: msg, owing, names, verbosity, start, resolve, reject };
+      waiting = { message: msg, owing, names, verbosity, start, from: subscriber, at: ++this.clock, resolve, reject };
     });
     const run = this.running.get(key);
     if (run) {
       run.subscribers.add(subscriber);
-      // A follower's own message is its client's already: not shown it again.
-      if (run.followers.has(subscriber)) run.prompters.add(subscriber);
+      run.senders.add(subscriber);
       (run.controller.signal.aborted ? run.after : run.queue).push(waiting);
       return answer;
     }
     this.started = true;
-    const started: Running = { controller: new AbortController(), queue: [], after: [], subscribers: new Set([subscriber]), writing: false, shown: fresh(), followers: new Map(), prompters: new Set() };
+    const started: Running = { controller: new AbortController(), queue: [], after: [], subscribers: new Set([subscriber]), writing: false, shown: fresh(), senders: new Set([subscriber]), followers: new Map() };
     this.running.set(key, started);
     started.done = this.drive(key, started, waiting).catch((e: unknown) => this.onError(key, e));
     return answer;
@@ -173,35 +183,37 @@ export class Turns {
    * for a turn that has not said yet where it writes (every event it writes is shown then).
    */
   follow(dir: string, conversation: string | undefined, subscriber: Subscriber, onDisk: () => number): Following | undefined {
-    const run = this.runIn(dir, conversation);
+    const runs = this.runsIn(dir, conversation);
+    const [run] = runs;
     if (!run) return undefined;
     const { shown } = run;
-    const upTo = shown.cut ?? onDisk();
-    const before = run.subscribers.has(subscriber);
-    run.subscribers.add(subscriber);
-    run.followers.set(subscriber, upTo);
-    // Its load shows the conversation anew: every message after where it stands is shown it, its own too.
-    run.prompters.delete(subscriber);
+    const follower: Follower = { upTo: shown.cut ?? onDisk(), since: ++this.clock };
+    // A run waiting for the lock behind the one that writes: all it writes comes after, followed too.
+    const undo = runs.map((r) => {
+      const before = { subscribed: r.subscribers.has(subscriber), following: r.followers.get(subscriber) };
+      r.subscribers.add(subscriber);
+      r.followers.set(subscriber, follower);
+      return () => {
+        if (before.following) r.followers.set(subscriber, before.following);
+        else r.followers.delete(subscriber);
+        // One that sent the run a message is answered by it: it stays subscribed.
+        if (!before.subscribed && !r.senders.has(subscriber)) r.subscribers.delete(subscriber);
+      };
+    });
     // What it streamed before its message is shown follows the message (show, "event").
     if (!shown.awaiting && shown.streamed.length > 0) subscriber.send(textUpdate(shown.streamed));
-    return {
-      upTo,
-      from: shown.from,
-      stop: () => {
-        // One that sent the turn a message since is answered by it: it stays subscribed.
-        const prompted = run.prompters.delete(subscriber);
-        run.followers.delete(subscriber);
-        if (!before && !prompted) run.subscribers.delete(subscriber);
-      },
-    };
+    return { upTo: follower.upTo, from: shown.from, stop: () => undo.forEach((f) => f()) };
   }
 
-  /** The run of a session's conversation: its own key's, else, for the chat's current conversation, the one that writes it now (cancelIn). */
-  private runIn(dir: string, conversation: string | undefined): Running | undefined {
+  /**
+   * The runs of a session's conversation, the one that writes now first: its own key's, and, for the
+   * chat's current conversation, the one a session naming it runs, holding the chat's lock (cancelIn).
+   */
+  private runsIn(dir: string, conversation: string | undefined): Running[] {
     const own = this.running.get(turnKey(dir, conversation));
-    if ((own && own.writing) || conversation !== undefined) return own;
-    for (const [k, run] of this.running) if (run.writing && k.startsWith(`${dir}${KEY_SEPARATOR}`)) return run;
-    return own;
+    if ((own && own.writing) || conversation !== undefined) return own ? [own] : [];
+    for (const [k, run] of this.running) if (run.writing && k.startsWith(`${dir}${KEY_SEPARATOR}`)) return own ? [run, own] : [run];
+    return own ? [own] : [];
   }
 
   /**
@@ -249,14 +261,17 @@ export class Turns {
       // `about`: the event what is shown comes from, which a follower whose load showed it is not
       // shown again; `asked`, a message the turn wrote, shown to followers alone (a prompter knows
       // its own); `held`, what its followers are shown only once its message is.
-      const broadcast = (list: SessionUpdate[], about?: number, asked?: Event, held = false) => {
+      const broadcast = (list: SessionUpdate[], about?: number, asked?: { event: Event; from: Waiting | undefined }, held = false) => {
         for (const sub of run.subscribers) {
-          const upTo = run.followers.get(sub);
-          if (upTo !== undefined && (held || (about !== undefined && about <= upTo))) continue;
+          const follower = run.followers.get(sub);
+          if (follower !== undefined && (held || (about !== undefined && about <= follower.upTo))) continue;
           for (const update of list) sub.send(update);
-          if (asked && upTo !== undefined && !run.prompters.has(sub)) for (const update of askedUpdates(asked)) sub.send(update);
+          const own = asked?.from?.from === sub && asked.from.at > (follower?.since ?? 0);
+          if (asked && follower !== undefined && !own) for (const update of askedUpdates(asked.event)) sub.send(update);
         }
       };
+      // The messages it writes are those it answers, in order: the first is its own, then those that steered it.
+      let written = 0;
       // The conversation's call names, read while the model is asked: a call is shown only once
       // they are, and what the turn reports after it waits with it, in order.
       let naming: Promise<void> | undefined;
@@ -285,11 +300,11 @@ export class Turns {
               shown.answer = report.n;
               shown.streamed = "";
             }
-            broadcast(list, report.n, (e.kind === EVENT_KINDS.message && e.role === "user") || e.kind === EVENT_KINDS.command ? e : undefined);
+            broadcast(list, report.n, e.kind === EVENT_KINDS.message && e.role === "user" ? { event: e, from: answered[written++] } : undefined);
             // Its message shown (the first event it writes): then what it streamed before, to its followers.
             if (shown.awaiting) {
               shown.awaiting = false;
-              if (shown.streamed.length > 0) for (const [sub, upTo] of run.followers) if (upTo < report.n) sub.send(textUpdate(shown.streamed));
+              if (shown.streamed.length > 0) for (const [sub, follower] of run.followers) if (follower.upTo < report.n) sub.send(textUpdate(shown.streamed));
             }
             return;
           }

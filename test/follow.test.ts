@@ -187,3 +187,93 @@ describe("the connection that prompted a turn, loading its session while the tur
     expect(prompter.view()).toEqual(["user: q", "agent: Hi."]);
   });
 });
+
+describe("a load that follows, with several connections sending messages", () => {
+  it("is shown the messages others send after its own: only its own is not shown it again", async () => {
+    const paused = deferred();
+    const gate = deferred();
+    const start: StartTurn = async (_m, steering, _signal, l: TurnListener) => {
+      l({ type: "asked", after: 0, through });
+      l({ type: "event", n: 1, event: user("q") });
+      paused.resolve();
+      await gate.promise;
+      let n = 1;
+      for (const m of steering.take()) {
+        l({ type: "event", n: ++n, event: user(m.text) });
+        l({ type: "asked", after: n - 1, through });
+      }
+      l({ type: "event", n: n + 1, event: answer("Done.") });
+      return done;
+    };
+    const turns = new Turns();
+    const prompter = subscriber();
+    const answered = turns.prompt("/chat", { text: "q" }, "all", start, prompter, undefined, async () => new CallNames());
+    await paused.promise;
+    const follower = subscriber();
+    turns.follow("/chat", undefined, follower, () => 99);
+    // The follower's client steers the turn, then the first prompter's does too.
+    const mine = turns.prompt("/chat", { text: "mine" }, "all", start, follower);
+    const theirs = turns.prompt("/chat", { text: "theirs" }, "all", start, prompter);
+    gate.resolve();
+    await Promise.all([answered, mine, theirs]);
+    expect(follower.view()).toEqual(["user: theirs", "agent: Done."]);
+  });
+
+  it("follows too the turn of the chat's own session that waits for the lock a session naming its conversation holds", async () => {
+    const namedPaused = deferred();
+    const namedGate = deferred();
+    const lock = deferred();
+    const named: StartTurn = async (_m, _s, _signal, l: TurnListener) => {
+      l({ type: "asked", after: 0, through });
+      l({ type: "event", n: 1, event: user("q") });
+      namedPaused.resolve();
+      await namedGate.promise;
+      l({ type: "event", n: 2, event: answer("One.") });
+      lock.resolve();
+      return done;
+    };
+    const own: StartTurn = async (_m, _s, _signal, l: TurnListener) => {
+      // Waits for the chat's lock.
+      await lock.promise;
+      l({ type: "asked", after: 2, through });
+      l({ type: "event", n: 3, event: user("second") });
+      l({ type: "event", n: 4, event: answer("Two.") });
+      return done;
+    };
+    const turns = new Turns();
+    const first = turns.prompt("/chat\u0000main", { text: "q" }, "all", named, subscriber(), undefined, async () => new CallNames());
+    await namedPaused.promise;
+    const second = turns.prompt("/chat", { text: "second" }, "all", own, subscriber(), undefined, async () => new CallNames());
+    await settle();
+    const follower = subscriber();
+    const failed = subscriber();
+    expect(turns.follow("/chat", undefined, follower, () => 1)?.upTo).toBe(1);
+    turns.follow("/chat", undefined, failed, () => 1)?.stop();
+    namedGate.resolve();
+    await Promise.all([first, second]);
+    expect(follower.view()).toEqual(["agent: One.", "user: second", "agent: Two."]);
+    expect(failed.view()).toEqual([]);
+  });
+
+  it("a second load that failed leaves the connection following as its first load had it", async () => {
+    const paused = deferred();
+    const gate = deferred();
+    const start: StartTurn = async (_m, _s, _signal, l: TurnListener) => {
+      l({ type: "asked", after: 0, through });
+      l({ type: "event", n: 1, event: user("q") });
+      paused.resolve();
+      await gate.promise;
+      l({ type: "event", n: 2, event: answer("Done.") });
+      return done;
+    };
+    const turns = new Turns();
+    const answered = turns.prompt("/chat", { text: "q" }, "all", start, subscriber(), undefined, async () => new CallNames());
+    await paused.promise;
+    const follower = subscriber();
+    turns.follow("/chat", undefined, follower, () => 99);
+    turns.follow("/chat", undefined, follower, () => 99)?.stop();
+    gate.resolve();
+    await answered;
+    expect(follower.view()).toEqual(["agent: Done."]);
+  });
+});
