@@ -33,6 +33,37 @@ function subscriber(): Subscriber & { view(): string[] } {
 
 const settle = () => new Promise((resolve) => setTimeout(resolve, 10));
 
+/** A turn that reports what `before` does, stops until `open` is called, then reports what `after` does. */
+function pausing(before: (l: TurnListener) => void, after: (l: TurnListener) => void = () => undefined) {
+  const paused = deferred();
+  const gate = deferred();
+  const start: StartTurn = async (_m, _s, _signal, l: TurnListener) => {
+    before(l);
+    paused.resolve();
+    await gate.promise;
+    after(l);
+    return done;
+  };
+  return { start, paused: paused.promise, open: () => gate.resolve() };
+}
+
+/** Prompts `turn` under `key` for `sub` and waits until it stops: its answer, to come. */
+async function begin(turns: Turns, turn: ReturnType<typeof pausing>, sub: Subscriber, key = "/chat"): Promise<{ answered: Promise<TurnOutcome> }> {
+  const answered = turns.prompt(key, { text: "q" }, "all", turn.start, sub, undefined, async () => new CallNames());
+  await turn.paused;
+  return { answered };
+}
+
+/** A turn that writes its message (event 1), stops, then answers `text` (event 2). */
+const answering = (text: string) =>
+  pausing(
+    (l) => {
+      l({ type: "asked", after: 0, through });
+      l({ type: "event", n: 1, event: user("q") });
+    },
+    (l) => l({ type: "event", n: 2, event: answer(text) }),
+  );
+
 describe("a load that follows a running turn", () => {
   it("is shown nothing its load showed when a message steers the turn while its calls wait for their names", async () => {
     const names = deferred<CallNames>();
@@ -107,27 +138,25 @@ describe("a load that follows a running turn", () => {
   });
 
   it("is shown the turn's message before the text the model streamed while it was written", async () => {
-    const paused = deferred();
-    const gate = deferred();
-    const start: StartTurn = async (_m, _s, _signal, l: TurnListener) => {
-      l({ type: "asked", after: 2, through });
-      // The model answers while the message is still being flushed.
-      l({ type: "text", delta: "Hel" });
-      paused.resolve();
-      await gate.promise;
-      l({ type: "text", delta: "l" });
-      l({ type: "event", n: 3, event: user("q") });
-      l({ type: "text", delta: "o." });
-      l({ type: "event", n: 4, event: answer("Hello.") });
-      return done;
-    };
+    const turn = pausing(
+      (l) => {
+        l({ type: "asked", after: 2, through });
+        // The model answers while the message is still being flushed.
+        l({ type: "text", delta: "Hel" });
+      },
+      (l) => {
+        l({ type: "text", delta: "l" });
+        l({ type: "event", n: 3, event: user("q") });
+        l({ type: "text", delta: "o." });
+        l({ type: "event", n: 4, event: answer("Hello.") });
+      },
+    );
     const turns = new Turns();
     const prompter = subscriber();
-    const answered = turns.prompt("/chat", { text: "q" }, "all", start, prompter, undefined, async () => new CallNames());
-    await paused.promise;
+    const { answered } = await begin(turns, turn, prompter);
     const follower = subscriber();
     const following = turns.follow("/chat", undefined, follower, () => 99);
-    gate.resolve();
+    turn.open();
     await answered;
     expect(following?.upTo).toBe(2);
     expect(follower.view()).toEqual(["user: q", "agent: Hell", "agent: o."]);
@@ -136,27 +165,17 @@ describe("a load that follows a running turn", () => {
   });
 
   it("follows the turn of a conversation the chat's session writes as its current one, and stops when its load failed", async () => {
-    const paused = deferred();
-    const gate = deferred();
-    const start: StartTurn = async (_m, _s, _signal, l: TurnListener) => {
-      l({ type: "asked", after: 0, through });
-      l({ type: "event", n: 1, event: user("q") });
-      paused.resolve();
-      await gate.promise;
-      l({ type: "event", n: 2, event: answer("Found.") });
-      return done;
-    };
+    const turn = answering("Found.");
     const turns = new Turns();
     // A session naming the conversation (`<thread>~main`) prompts it; the chat's own session loads.
-    const answered = turns.prompt("/chat\u0000main", { text: "q" }, "all", start, subscriber(), undefined, async () => new CallNames());
-    await paused.promise;
+    const { answered } = await begin(turns, turn, subscriber(), "/chat\u0000main");
     const follower = subscriber();
     const failed = subscriber();
     expect(turns.follow("/chat", undefined, follower, () => 99)?.upTo).toBe(1);
     turns.follow("/chat", undefined, failed, () => 99)?.stop();
     // Another conversation's session follows nothing of it.
     expect(turns.follow("/chat", "other", subscriber(), () => 99)).toBeUndefined();
-    gate.resolve();
+    turn.open();
     await answered;
     expect(follower.view()).toEqual(["agent: Found."]);
     expect(failed.view()).toEqual([]);
@@ -165,24 +184,20 @@ describe("a load that follows a running turn", () => {
 
 describe("the connection that prompted a turn, loading its session while the turn runs", () => {
   it("is shown its own message when its load stood before the turn wrote it: the load shows the conversation anew", async () => {
-    const paused = deferred();
-    const gate = deferred();
-    const start: StartTurn = async (_m, _s, _signal, l: TurnListener) => {
-      l({ type: "asked", after: 2, through });
-      paused.resolve();
-      await gate.promise;
-      l({ type: "event", n: 3, event: user("q") });
-      l({ type: "text", delta: "Hi." });
-      l({ type: "event", n: 4, event: answer("Hi.") });
-      return done;
-    };
+    const turn = pausing(
+      (l) => l({ type: "asked", after: 2, through }),
+      (l) => {
+        l({ type: "event", n: 3, event: user("q") });
+        l({ type: "text", delta: "Hi." });
+        l({ type: "event", n: 4, event: answer("Hi.") });
+      },
+    );
     const turns = new Turns();
     const prompter = subscriber();
-    const answered = turns.prompt("/chat", { text: "q" }, "all", start, prompter, undefined, async () => new CallNames());
-    await paused.promise;
+    const { answered } = await begin(turns, turn, prompter);
     // Its own load, while the turn's message is still being written.
     expect(turns.follow("/chat", undefined, prompter, () => 99)?.upTo).toBe(2);
-    gate.resolve();
+    turn.open();
     await answered;
     expect(prompter.view()).toEqual(["user: q", "agent: Hi."]);
   });
@@ -256,23 +271,13 @@ describe("a load that follows, with several connections sending messages", () =>
   });
 
   it("a second load that failed leaves the connection following as its first load had it", async () => {
-    const paused = deferred();
-    const gate = deferred();
-    const start: StartTurn = async (_m, _s, _signal, l: TurnListener) => {
-      l({ type: "asked", after: 0, through });
-      l({ type: "event", n: 1, event: user("q") });
-      paused.resolve();
-      await gate.promise;
-      l({ type: "event", n: 2, event: answer("Done.") });
-      return done;
-    };
+    const turn = answering("Done.");
     const turns = new Turns();
-    const answered = turns.prompt("/chat", { text: "q" }, "all", start, subscriber(), undefined, async () => new CallNames());
-    await paused.promise;
+    const { answered } = await begin(turns, turn, subscriber());
     const follower = subscriber();
     turns.follow("/chat", undefined, follower, () => 99);
     turns.follow("/chat", undefined, follower, () => 99)?.stop();
-    gate.resolve();
+    turn.open();
     await answered;
     expect(follower.view()).toEqual(["agent: Done."]);
   });
