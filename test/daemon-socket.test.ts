@@ -10,7 +10,7 @@ import type { ContentBlock } from "@agentclientprotocol/sdk";
 import { describe, expect, it, onTestFailed } from "vitest";
 import { paths, readEventsFrom } from "../store/index.js";
 import { answerText, configure, daemonTestHooks, openClient, scriptedSettings, socketStream, startDaemon, tempDir, until, type Client, type Daemon } from "./acp-client.js";
-import { BIN } from "./fixtures/built.js";
+import { BIN, ROOT } from "./fixtures/built.js";
 import { lastUserText, type ModelServer } from "./model-server.js";
 
 let server: ModelServer;
@@ -228,6 +228,33 @@ describe("the control socket", () => {
     await b.agent.request(acp.methods.agent.session.load, { sessionId, cwd: dir, mcpServers: [] });
     expect(answerText(b.updates)).toBe("Done while you were away.");
     expect(d.child.exitCode).toBeNull();
+  });
+
+  it("a client that loads the session while another's turn runs a tool follows it: the call in progress, then its result and the answer, once", async () => {
+    const { dir, socket } = place();
+    const everything = `"${process.execPath}" "${join(ROOT, "node_modules/@modelcontextprotocol/server-everything/dist/index.js")}" stdio`;
+    await serving(dir, socket, { LNK_TOOL_EVERYTHING: everything });
+    const a = await client(socket);
+    const { sessionId } = await a.agent.request(acp.methods.agent.session.new, { cwd: dir, mcpServers: [] });
+    server.script({ tool_calls: [{ name: "everything__trigger-long-running-operation", arguments: { duration: 1.5, steps: 3 } }] }, { text: "All done." });
+    const prompting = a.agent.request(acp.methods.agent.session.prompt, { sessionId, prompt: text("run the long operation") });
+    const call = await a.waitForUpdate((n) => n.update.sessionUpdate === "tool_call");
+    const id = call.update.sessionUpdate === "tool_call" ? call.update.toolCallId : "";
+    const b = await client(socket);
+    await b.agent.request(acp.methods.agent.session.load, { sessionId, cwd: dir, mcpServers: [] });
+    const statuses = (c: Client) => c.updates.flatMap((n) => (n.update.sessionUpdate === "tool_call" || n.update.sessionUpdate === "tool_call_update" ? [`${n.update.sessionUpdate} ${n.update.status ?? ""}`] : []));
+    // Shown by the load as the turn runs it.
+    expect(statuses(b)).toEqual(["tool_call in_progress"]);
+    await prompting;
+    await until(() => answerText(b.updates) === "All done.", "the follower's answer");
+    expect(statuses(b)).toEqual(["tool_call in_progress", "tool_call_update completed"]);
+    expect(b.updates.every((n) => !("toolCallId" in n.update) || n.update.toolCallId === id)).toBe(true);
+    expect(b.updates.flatMap((n) => (n.update.sessionUpdate === "user_message_chunk" && n.update.content.type === "text" ? [n.update.content.text] : []))).toEqual(["run the long operation"]);
+    // As a load after the turn shows it.
+    const c = await client(socket);
+    await c.agent.request(acp.methods.agent.session.load, { sessionId, cwd: dir, mcpServers: [] });
+    expect(statuses(c)).toEqual(["tool_call completed", "tool_call_update completed"]);
+    expect(answerText(c.updates)).toBe("All done.");
   });
 
   it("a client that loads the session while another's turn streams follows that turn live: the question, the text streamed so far and the rest, once", async () => {
