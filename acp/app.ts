@@ -285,8 +285,9 @@ export function createAgentApp(state: AcpState, outbox: Outbox, connection = new
             following,
           );
           announceCommands(client, session.id, session.cwd, false);
+          following.loaded();
         } catch (e) {
-          following?.stop();
+          following.stop();
           throw e;
         } finally {
           release();

@@ -331,10 +331,10 @@ export class Sessions {
    * conversation's own events for a chat of several, to pair each tool call with its result (their
    * numbers alone kept) and count its choices, then again to show them, up to the last event the
    * first pass read. A conversation of up to LOAD_KEEP events is shown from what was read before.
-   * `following`: a turn of the session's conversation runs now, and the load follows it
-   * (Turns.follow): the turn shows its own events after `upTo`, so the load shows of those only the
-   * commands (written by others, without the lock: a model chosen meanwhile); and a call after the
-   * turn's message without its result yet is one the turn still runs, shown in progress.
+   * `following`: where the load follows the session's turns from (Turns.follow): a turn shows its
+   * own events after `upTo`, so the load shows of those only the commands (written by others,
+   * without the lock: a model chosen meanwhile); and a call after the running turn's message
+   * (`from`) without its result yet is one the turn still runs, shown in progress.
    */
   async showAgain(
     session: SessionState,

@@ -123,6 +123,17 @@ export interface Following {
   from: number | undefined;
   /** Stops following (the load failed): the connection is shown what it was before the load. */
   stop(): void;
+  /** The load is over: a turn that begins from now on is not followed (the next load shows it). */
+  loaded(): void;
+}
+
+/** A load under way: a turn of its conversation that begins meanwhile is followed from its start. */
+interface Watch {
+  key: string;
+  subscriber: Subscriber;
+  follower: Follower;
+  /** Undoes each run it joined. */
+  joined: (() => void)[];
 }
 
 /** The answer to a message that no turn took because the conversation was stopped. */
@@ -130,11 +141,25 @@ const cancelled = (): TurnOutcome => ({ stop: "cancelled", modelMs: 0 });
 
 const message = (e: unknown) => (e instanceof Error ? e.message : String(e));
 
+/** Has `subscriber` follow `run` from `follower`; returns what undoes it. */
+function join(run: Running, subscriber: Subscriber, follower: Follower): () => void {
+  const before = { subscribed: run.subscribers.has(subscriber), following: run.followers.get(subscriber) };
+  run.subscribers.add(subscriber);
+  run.followers.set(subscriber, follower);
+  return () => {
+    if (before.following) run.followers.set(subscriber, before.following);
+    else run.followers.delete(subscriber);
+    // One that sent the run a message is answered by it: it stays subscribed.
+    if (!before.subscribed && !run.senders.has(subscriber)) run.subscribers.delete(subscriber);
+  };
+}
+
 export class Turns {
   private readonly running = new Map<string, Running>();
   private stopping = false;
   /** Orders messages and loads: which came first. */
   private clock = 0;
+  private readonly watching = new Set<Watch>();
 
   constructor(private readonly onError: (key: string, error: unknown) => void = () => undefined) {}
 
@@ -171,6 +196,8 @@ export class Turns {
     this.started = true;
     const started: Running = { controller: new AbortController(), queue: [], after: [], subscribers: new Set([subscriber]), writing: false, shown: fresh(), senders: new Set([subscriber]), followers: new Map() };
     this.running.set(key, started);
+    // A load of its conversation under way follows it from its start: all it writes comes after what the load shows.
+    for (const w of this.watching) if (w.key === key) w.joined.push(join(started, w.subscriber, w.follower));
     started.done = this.drive(key, started, waiting).catch((e: unknown) => this.onError(key, e));
     return answer;
   }
@@ -179,30 +206,28 @@ export class Turns {
    * Has `subscriber` (a connection that loads a session of the chat in `dir`) follow the turn of the
    * session's conversation that runs now (found as cancelIn finds it), from where it stands: what
    * the turn streamed that no event holds yet at once, and everything it shows from now on, the
-   * messages it writes too. Undefined when no turn runs. `onDisk`: the conversation's last event,
-   * for a turn that has not said yet where it writes (every event it writes is shown then).
+   * messages it writes too; and, until the load is over, a turn of it that begins meanwhile, from its
+   * start. `onDisk`: the conversation's last event, where the load stops when no turn has said yet
+   * where it writes (every event a turn writes after it is shown then).
    */
-  follow(dir: string, conversation: string | undefined, subscriber: Subscriber, onDisk: () => number): Following | undefined {
+  follow(dir: string, conversation: string | undefined, subscriber: Subscriber, onDisk: () => number): Following {
     const runs = this.runsIn(dir, conversation);
-    const [run] = runs;
-    if (!run) return undefined;
-    const { shown } = run;
-    const follower: Follower = { upTo: shown.cut ?? onDisk(), since: ++this.clock };
+    const shown = runs[0]?.shown;
+    const follower: Follower = { upTo: shown?.cut ?? onDisk(), since: ++this.clock };
     // A run waiting for the lock behind the one that writes: all it writes comes after, followed too.
-    const undo = runs.map((r) => {
-      const before = { subscribed: r.subscribers.has(subscriber), following: r.followers.get(subscriber) };
-      r.subscribers.add(subscriber);
-      r.followers.set(subscriber, follower);
-      return () => {
-        if (before.following) r.followers.set(subscriber, before.following);
-        else r.followers.delete(subscriber);
-        // One that sent the run a message is answered by it: it stays subscribed.
-        if (!before.subscribed && !r.senders.has(subscriber)) r.subscribers.delete(subscriber);
-      };
-    });
+    const watch: Watch = { key: turnKey(dir, conversation), subscriber, follower, joined: runs.map((r) => join(r, subscriber, follower)) };
+    this.watching.add(watch);
     // What it streamed before its message is shown follows the message (show, "event").
-    if (!shown.awaiting && shown.streamed.length > 0) subscriber.send(textUpdate(shown.streamed));
-    return { upTo: follower.upTo, from: shown.from, stop: () => undo.forEach((f) => f()) };
+    if (shown && !shown.awaiting && shown.streamed.length > 0) subscriber.send(textUpdate(shown.streamed));
+    return {
+      upTo: follower.upTo,
+      from: shown?.from,
+      stop: () => {
+        this.watching.delete(watch);
+        for (const undo of watch.joined) undo();
+      },
+      loaded: () => void this.watching.delete(watch),
+    };
   }
 
   /**

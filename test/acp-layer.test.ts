@@ -791,3 +791,48 @@ describe("a session loaded while its turn runs and a command is written beside i
     for (const x of [a, b, c]) x.close();
   });
 });
+
+describe("a session loaded when a turn of it begins on another connection during the load", () => {
+  it("shows what was there when the load began, then that turn from its start, once", async () => {
+    const t = "2026-01-01T00:00:00.000Z";
+    const { agent, state } = setup(async (input, listener) => {
+      const conv = paths(input.agent).conversation(input.thread);
+      const write = async (event: Event) => listener({ type: "event", n: await appendEvent(conv, event), event });
+      listener({ type: "asked", after: readEventsFrom(conv, 1).length, through: conv });
+      await write({ v: 1, kind: "message", role: "user", time: t, text: "meanwhile", header: "" });
+      listener({ type: "text", delta: "Seen " });
+      listener({ type: "text", delta: "it." });
+      await write({ v: 1, kind: "message", role: "assistant", time: t, text: "Seen it.", model: "m", provider: "p", latency_ms: 1, stop: "end_turn" });
+      return done();
+    });
+    const conv = paths(agent).conversation("long");
+    ensureConversation(conv);
+    // Long enough to be shown in several lots, the event loop let go between.
+    for (let i = 0; i < 600; i++) {
+      writeFileSync(conv.event(2 * i + 1), `${JSON.stringify({ v: 1, kind: "message", role: "user", time: t, text: `q${i}`, header: "" })}\n`);
+      writeFileSync(conv.event(2 * i + 2), `${JSON.stringify({ v: 1, kind: "message", role: "assistant", time: t, text: `a${i}`, model: "m", provider: "p", latency_ms: 1, stop: "end_turn" })}\n`);
+    }
+    const a = await connect(state);
+    await a.agent.request(acp.methods.agent.session.resume, { sessionId: "long", cwd: "/", mcpServers: [] });
+    let prompting: Promise<unknown> | undefined;
+    const seen: SessionUpdate[] = [];
+    const b = acp
+      .client()
+      .onNotification(acp.methods.client.session.update, ({ params }) => {
+        seen.push(params.update);
+        // The load under way: another connection's prompt begins a turn.
+        if (!prompting && params.update.sessionUpdate === "user_message_chunk") prompting = a.agent.request(acp.methods.agent.session.prompt, { sessionId: "long", prompt: [{ type: "text", text: "meanwhile" }] });
+      })
+      .connect(createAgentApp(state, new Outbox()));
+    await b.agent.request(acp.methods.agent.initialize, { protocolVersion: 1, clientCapabilities: {} });
+    await b.agent.request(acp.methods.agent.session.load, { sessionId: "long", cwd: "/", mcpServers: [] });
+    await prompting;
+    for (let i = 0; i < 200 && !shownView(seen).includes("agent: Seen it."); i++) await new Promise((resolve) => setTimeout(resolve, 5));
+    const view = shownView(seen);
+    expect(view).toHaveLength(1202);
+    expect(view.slice(0, 2)).toEqual(["user: q0", "agent: a0"]);
+    expect(view.slice(-4)).toEqual(["user: q599", "agent: a599", "user: meanwhile", "agent: Seen it."]);
+    b.close();
+    a.close();
+  });
+});

@@ -174,9 +174,11 @@ describe("a load that follows a running turn", () => {
     expect(turns.follow("/chat", undefined, follower, () => 99)?.upTo).toBe(1);
     turns.follow("/chat", undefined, failed, () => 99)?.stop();
     // Another conversation's session follows nothing of it.
-    expect(turns.follow("/chat", "other", subscriber(), () => 99)).toBeUndefined();
+    const other = subscriber();
+    turns.follow("/chat", "other", other, () => 99);
     turn.open();
     await answered;
+    expect(other.view()).toEqual([]);
     expect(follower.view()).toEqual(["agent: Found."]);
     expect(failed.view()).toEqual([]);
   });
@@ -280,5 +282,25 @@ describe("a load that follows, with several connections sending messages", () =>
     turn.open();
     await answered;
     expect(follower.view()).toEqual(["agent: Done."]);
+  });
+});
+
+describe("a load under way when a turn of its conversation begins", () => {
+  it("follows that turn from its start until the load is over; one that begins after is not followed", async () => {
+    const turns = new Turns();
+    const loading = subscriber();
+    const following = turns.follow("/chat", undefined, loading, () => 0);
+    // No turn ran: the load shows what was there when it began.
+    expect(following.upTo).toBe(0);
+    const first = answering("One.");
+    const { answered } = await begin(turns, first, subscriber());
+    first.open();
+    await answered;
+    following.loaded();
+    const second = answering("Two.");
+    const next = await begin(turns, second, subscriber());
+    second.open();
+    await next.answered;
+    expect(loading.view()).toEqual(["user: q", "agent: One."]);
   });
 });
