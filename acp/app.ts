@@ -273,7 +273,7 @@ export function createAgentApp(state: AcpState, outbox: Outbox, connection = new
           try {
             return lastEventNumber(conv);
           } catch {
-            return 0;
+            return Number.POSITIVE_INFINITY;
           }
         });
         try {

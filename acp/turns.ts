@@ -129,11 +129,14 @@ export interface Following {
 
 /** A load under way: a turn of its conversation that begins meanwhile is followed from its start. */
 interface Watch {
-  key: string;
+  dir: string;
+  conversation: string | undefined;
   subscriber: Subscriber;
   follower: Follower;
-  /** Undoes each run it joined. */
-  joined: (() => void)[];
+  /** The conversation's last event on disk, where the load stops once a run it did not find begins. */
+  onDisk: () => number;
+  /** Each run it joined, with what undoes it. */
+  joined: Map<Running, () => void>;
 }
 
 /** The answer to a message that no turn took because the conversation was stopped. */
@@ -147,6 +150,8 @@ function join(run: Running, subscriber: Subscriber, follower: Follower): () => v
   run.subscribers.add(subscriber);
   run.followers.set(subscriber, follower);
   return () => {
+    // Another load of the connection's since follows it now: left as that load has it.
+    if (run.followers.get(subscriber) !== follower) return;
     if (before.following) run.followers.set(subscriber, before.following);
     else run.followers.delete(subscriber);
     // One that sent the run a message is answered by it: it stays subscribed.
@@ -197,7 +202,7 @@ export class Turns {
     const started: Running = { controller: new AbortController(), queue: [], after: [], subscribers: new Set([subscriber]), writing: false, shown: fresh(), senders: new Set([subscriber]), followers: new Map() };
     this.running.set(key, started);
     // A load of its conversation under way follows it from its start: all it writes comes after what the load shows.
-    for (const w of this.watching) if (w.key === key) w.joined.push(join(started, w.subscriber, w.follower));
+    for (const w of this.watchersOf(key, false)) this.joinWatch(w, started);
     started.done = this.drive(key, started, waiting).catch((e: unknown) => this.onError(key, e));
     return answer;
   }
@@ -213,21 +218,44 @@ export class Turns {
   follow(dir: string, conversation: string | undefined, subscriber: Subscriber, onDisk: () => number): Following {
     const runs = this.runsIn(dir, conversation);
     const shown = runs[0]?.shown;
-    const follower: Follower = { upTo: shown?.cut ?? onDisk(), since: ++this.clock };
+    // With no turn running, the load shows all it reads, until a turn begins (Turns.joinWatch).
+    const follower: Follower = { upTo: shown ? (shown.cut ?? onDisk()) : Number.POSITIVE_INFINITY, since: ++this.clock };
+    const watch: Watch = { dir, conversation, subscriber, follower, onDisk, joined: new Map() };
     // A run waiting for the lock behind the one that writes: all it writes comes after, followed too.
-    const watch: Watch = { key: turnKey(dir, conversation), subscriber, follower, joined: runs.map((r) => join(r, subscriber, follower)) };
+    for (const run of runs) this.joinWatch(watch, run);
     this.watching.add(watch);
     // What it streamed before its message is shown follows the message (show, "event").
     if (shown && !shown.awaiting && shown.streamed.length > 0) subscriber.send(textUpdate(shown.streamed));
     return {
-      upTo: follower.upTo,
+      get upTo() {
+        return follower.upTo;
+      },
       from: shown?.from,
       stop: () => {
         this.watching.delete(watch);
-        for (const undo of watch.joined) undo();
+        for (const undo of watch.joined.values()) undo();
       },
       loaded: () => void this.watching.delete(watch),
     };
+  }
+
+  /**
+   * Has a load under way follow a run of its conversation. One that begins while the load runs
+   * writes after the conversation's last event then, where the load stops showing what it reads:
+   * the run shows what it writes.
+   */
+  private joinWatch(watch: Watch, run: Running): void {
+    if (watch.joined.has(run)) return;
+    if (watch.follower.upTo === Number.POSITIVE_INFINITY) watch.follower.upTo = watch.onDisk();
+    watch.joined.set(run, join(run, watch.subscriber, watch.follower));
+  }
+
+  /**
+   * The loads under way that a run of `key` is followed by as it begins (`writing`: it takes the
+   * chat's lock): those of its own conversation, and, once it writes, those of the chat's current one.
+   */
+  private watchersOf(key: string, writing: boolean): Watch[] {
+    return [...this.watching].filter((w) => key === turnKey(w.dir, w.conversation) || (writing && w.conversation === undefined && key.startsWith(`${w.dir}${KEY_SEPARATOR}`)));
   }
 
   /**
@@ -354,6 +382,8 @@ export class Turns {
         outcome = await current.start(current.message, steering, run.controller.signal, (report) => {
           // Each message the turn took is answered by its last answer from the message it writes now on.
           if (report.type === "asked") {
+            // A run of a session naming the chat's current conversation, which it writes from now: followed by the chat's loads under way.
+            if (!run.writing) for (const w of this.watchersOf(key, true)) this.joinWatch(w, run);
             run.writing = true;
             for (const w of answered) w.owing?.mark(report.after, report.through);
             naming ??= current.names?.(report.after).then(

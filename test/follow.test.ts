@@ -290,10 +290,12 @@ describe("a load under way when a turn of its conversation begins", () => {
     const turns = new Turns();
     const loading = subscriber();
     const following = turns.follow("/chat", undefined, loading, () => 0);
-    // No turn ran: the load shows what was there when it began.
-    expect(following.upTo).toBe(0);
+    // No turn runs: the load shows all it reads, until one begins.
+    expect(following.upTo).toBe(Number.POSITIVE_INFINITY);
     const first = answering("One.");
     const { answered } = await begin(turns, first, subscriber());
+    // Then what was there as it began: the turn shows the rest.
+    expect(following.upTo).toBe(0);
     first.open();
     await answered;
     following.loaded();
@@ -302,5 +304,43 @@ describe("a load under way when a turn of its conversation begins", () => {
     second.open();
     await next.answered;
     expect(loading.view()).toEqual(["user: q", "agent: One."]);
+  });
+});
+
+describe("a load of the chat's session under way when a session naming its conversation begins writing it", () => {
+  it("follows that session's turn once it writes, whether it began during the load or waited for the lock as it began", async () => {
+    for (const before of [false, true]) {
+      const turns = new Turns();
+      const turn = pausing(() => undefined, (l) => {
+        l({ type: "asked", after: 0, through });
+        l({ type: "event", n: 1, event: user("q") });
+        l({ type: "event", n: 2, event: answer("One.") });
+      });
+      // Waiting for the chat's lock as the load begins, or prompted during it.
+      const early = before ? await begin(turns, turn, subscriber(), "/chat\u0000main") : undefined;
+      const loading = subscriber();
+      const following = turns.follow("/chat", undefined, loading, () => 0);
+      const { answered } = early ?? (await begin(turns, turn, subscriber(), "/chat\u0000main"));
+      turn.open();
+      await answered;
+      following.loaded();
+      expect({ before, upTo: following.upTo, view: loading.view() }).toEqual({ before, upTo: 0, view: ["user: q", "agent: One."] });
+    }
+  });
+});
+
+describe("two loads of one connection at once", () => {
+  it("the first failing leaves the second following", async () => {
+    const turns = new Turns();
+    const connection = subscriber();
+    const first = turns.follow("/chat", undefined, connection, () => 0);
+    const second = turns.follow("/chat", undefined, connection, () => 0);
+    const turn = answering("One.");
+    const { answered } = await begin(turns, turn, subscriber());
+    first.stop();
+    second.loaded();
+    turn.open();
+    await answered;
+    expect(connection.view()).toEqual(["user: q", "agent: One."]);
   });
 });
