@@ -81,6 +81,8 @@ interface Running {
   done?: Promise<void>;
   /** Its turn holds the chat's lock and writes: it said where it writes its message. */
   writing: boolean;
+  /** The chat's conversation its turn writes, once it said. */
+  writes?: string;
   /** What its turn has shown so far, for a load that follows it (Turns.follow). */
   shown: Shown;
   /** The subscribers that sent it a message: each is answered by it. */
@@ -202,7 +204,7 @@ export class Turns {
     const started: Running = { controller: new AbortController(), queue: [], after: [], subscribers: new Set([subscriber]), writing: false, shown: fresh(), senders: new Set([subscriber]), followers: new Map() };
     this.running.set(key, started);
     // A load of its conversation under way follows it from its start: all it writes comes after what the load shows.
-    for (const w of this.watchersOf(key, false)) this.joinWatch(w, started);
+    for (const w of this.watchersOf(key)) this.joinWatch(w, started);
     started.done = this.drive(key, started, waiting).catch((e: unknown) => this.onError(key, e));
     return answer;
   }
@@ -251,21 +253,31 @@ export class Turns {
   }
 
   /**
-   * The loads under way that a run of `key` is followed by as it begins (`writing`: it takes the
-   * chat's lock): those of its own conversation, and, once it writes, those of the chat's current one.
+   * The loads under way that a run of `key` is followed by as it begins, and once it writes
+   * (`writes`: the conversation it writes, holding the chat's lock): those of its own key; then those
+   * of the chat's current conversation (of the chat's own session, for a run of a session naming
+   * it) and those of a session naming the conversation the chat's own run writes.
    */
-  private watchersOf(key: string, writing: boolean): Watch[] {
-    return [...this.watching].filter((w) => key === turnKey(w.dir, w.conversation) || (writing && w.conversation === undefined && key.startsWith(`${w.dir}${KEY_SEPARATOR}`)));
+  private watchersOf(key: string, writes?: string): Watch[] {
+    return [...this.watching].filter((w) => key === turnKey(w.dir, w.conversation) || (writes !== undefined && this.writesFor(key, writes, w.dir, w.conversation)));
+  }
+
+  /** Whether a run of `key` that writes `writes` writes what a session of the chat in `dir` (naming `conversation`) shows. */
+  private writesFor(key: string, writes: string, dir: string, conversation: string | undefined): boolean {
+    if (conversation === undefined) return key.startsWith(`${dir}${KEY_SEPARATOR}`);
+    return key === dir && writes === conversation;
   }
 
   /**
-   * The runs of a session's conversation, the one that writes now first: its own key's, and, for the
-   * chat's current conversation, the one a session naming it runs, holding the chat's lock (cancelIn).
+   * The runs of a session's conversation, the one that writes now first: its own key's, and another
+   * that writes the conversation now, holding the chat's lock: for the chat's current conversation,
+   * one a session naming it runs (cancelIn); for a conversation a session names, the chat's own
+   * session's, while that conversation is the chat's current one.
    */
   private runsIn(dir: string, conversation: string | undefined): Running[] {
     const own = this.running.get(turnKey(dir, conversation));
-    if ((own && own.writing) || conversation !== undefined) return own ? [own] : [];
-    for (const [k, run] of this.running) if (run.writing && k.startsWith(`${dir}${KEY_SEPARATOR}`)) return own ? [run, own] : [run];
+    if (own?.writing) return [own];
+    for (const [k, run] of this.running) if (run.writing && this.writesFor(k, run.writes ?? "", dir, conversation)) return own ? [run, own] : [run];
     return own ? [own] : [];
   }
 
@@ -383,8 +395,9 @@ export class Turns {
           // Each message the turn took is answered by its last answer from the message it writes now on.
           if (report.type === "asked") {
             // A run of a session naming the chat's current conversation, which it writes from now: followed by the chat's loads under way.
-            if (!run.writing) for (const w of this.watchersOf(key, true)) this.joinWatch(w, run);
+            if (!run.writing) for (const w of this.watchersOf(key, report.conversation ?? "")) this.joinWatch(w, run);
             run.writing = true;
+            run.writes ??= report.conversation;
             for (const w of answered) w.owing?.mark(report.after, report.through);
             naming ??= current.names?.(report.after).then(
               (names) => updates.seed(names),

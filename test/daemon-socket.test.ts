@@ -257,7 +257,10 @@ describe("the control socket", () => {
     expect(answerText(c.updates)).toBe("All done.");
   });
 
-  it("a client that loads the session while another's turn streams follows that turn live: the question, the text streamed so far and the rest, once", async () => {
+  it.each([
+    ["the session", ""],
+    ["the session naming its conversation (<thread>~main)", "~main"],
+  ])("a client that loads %s while another's turn streams follows that turn live: the question, the text streamed so far and the rest, once", async (_, named) => {
     const { dir, socket } = place();
     await serving(dir, socket);
     const a = await client(socket);
@@ -270,7 +273,7 @@ describe("the control socket", () => {
     // Some of the answer has reached the prompting client; the rest is still to come.
     await a.waitForUpdate((n) => n.update.sessionUpdate === "agent_message_chunk" && n.update.content.type === "text" && n.update.content.text.includes("two"));
     const b = await client(socket);
-    await b.agent.request(acp.methods.agent.session.load, { sessionId, cwd: dir, mcpServers: [] });
+    await b.agent.request(acp.methods.agent.session.load, { sessionId: `${sessionId}${named}`, cwd: dir, mcpServers: [] });
     const loaded = b.updates.length;
     expect(answerText(b.updates)).not.toContain("eight");
     await prompting;

@@ -344,3 +344,34 @@ describe("two loads of one connection at once", () => {
     expect(connection.view()).toEqual(["user: q", "agent: One."]);
   });
 });
+
+describe("a load of a session naming a conversation the chat's own session writes", () => {
+  it("follows the chat's own turn while it writes that conversation, whether it wrote it as the load began or began during it", async () => {
+    for (const before of [true, false]) {
+      const turns = new Turns();
+      const turn = pausing(
+        (l) => {
+          if (!before) return;
+          l({ type: "asked", after: 0, through, conversation: "main" });
+          l({ type: "event", n: 1, event: user("q") });
+        },
+        (l) => {
+          if (!before) {
+            l({ type: "asked", after: 0, through, conversation: "main" });
+            l({ type: "event", n: 1, event: user("q") });
+          }
+          l({ type: "event", n: 2, event: answer("One.") });
+        },
+      );
+      const { answered } = await begin(turns, turn, subscriber());
+      const named = subscriber();
+      const other = subscriber();
+      const following = turns.follow("/chat", "main", named, () => 0);
+      turns.follow("/chat", "other", other, () => 0);
+      turn.open();
+      await answered;
+      following.loaded();
+      expect({ before, upTo: following.upTo, named: named.view(), other: other.view() }).toEqual({ before, upTo: before ? 1 : 0, named: before ? ["agent: One."] : ["user: q", "agent: One."], other: [] });
+    }
+  });
+});

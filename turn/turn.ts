@@ -7,6 +7,7 @@ import { runCalls } from "./calls.js";
 import { conversationShare, modelInputs, modelWindow, type ModelWindow } from "./facts.js";
 export { statusLines } from "./status.js";
 import { sectionPrints, windowPrint } from "./fingerprint.js";
+import { FIRST } from "./chat.js";
 import { forgetHistories, History, resumeEvent } from "./history.js";
 import { partsFor } from "./parts.js";
 import { askModel, ModelError, type ModelAnswer } from "./model.js";
@@ -285,7 +286,8 @@ class Turn {
     // The message is flushed while the model is asked; should writing it fail, the ask is cut short.
     const notWritten = new AbortController();
     const opening = this.writeAhead(userEvent(this.input.message, inputs), history);
-    this.listener({ type: "asked", after: (history.events.at(-1)?.n ?? 1) - 1, through: this.conv });
+    const writes = history.conversation ?? FIRST;
+    this.listener({ type: "asked", after: (history.events.at(-1)?.n ?? 1) - 1, through: this.conv, conversation: writes });
     this.question = opening;
     opening.catch((e: unknown) => notWritten.abort(e));
     const signal = either(this.signal, notWritten.signal);
@@ -300,7 +302,7 @@ class Turn {
       if (steering.length > 0) await windowKnown();
       for (const m of steering) {
         const n = await this.write(userEvent(m, inputs), history);
-        this.listener({ type: "asked", after: n - 1, through: this.conv });
+        this.listener({ type: "asked", after: n - 1, through: this.conv, conversation: writes });
       }
       const callNothing = round >= MAX_ROUNDS;
       const messages: ChatMessage[] = [{ role: "system", content: system }, ...eventsToMessages(history.window(), { tools: calls.length > 0 })];

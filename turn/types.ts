@@ -71,9 +71,10 @@ export type TurnEvent =
    * The turn's question, or a message that steers it, is written next after event `after`: the
    * turn's last answer from there on answers it, and every message the turn took before it.
    * `through`: the paths the turn's lock holds the conversation's folder by, for a file written
-   * beside its events while it holds it (store/folder.ts withFolder).
+   * beside its events while it holds it (store/folder.ts withFolder). `conversation`: the name of
+   * the chat's conversation it writes (`main` in a chat of one).
    */
-  | { type: "asked"; after: number; through: ConversationPaths }
+  | { type: "asked"; after: number; through: ConversationPaths; conversation?: string }
   /** Something went wrong that doesn't fail the turn (a derived file not written): for the log. */
   | { type: "warning"; message: string };
 
