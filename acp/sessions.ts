@@ -25,6 +25,7 @@ import { groupThread } from "./groups.js";
 import { ParamsError, type NewSessionLink } from "./meta.js";
 import { CallNames, callIds } from "./call-names.js";
 import { CallPairs, Replayer } from "./replay.js";
+import { turnKey } from "./turns.js";
 
 /** Events a session/load reads between passes of the event loop. */
 const LOAD_SLICE = 256;
@@ -321,7 +322,6 @@ export class Sessions {
     return this.open.size;
   }
 
-
   /**
    * Shows the session's conversation again (session/load): each update handed to `send` in order,
    * `written` waited for after every LOAD_AHEAD of them. Its events are read LOAD_SLICE at a time,
@@ -388,7 +388,7 @@ export class Sessions {
    */
   async callNames(session: SessionState, after: number): Promise<CallNames> {
     const conv = this.conversation(session.thread);
-    const key = `${conv.dir}\u0000${session.conversation ?? ""}`;
+    const key = turnKey(conv.dir, session.conversation);
     // One count of a conversation at a time: a turn's may still be under way as the next one's begins.
     const before = this.callNamesBusy.get(key);
     const mine = (async () => {

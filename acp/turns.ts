@@ -81,7 +81,7 @@ interface Running {
   done?: Promise<void>;
   /** Its turn holds the chat's lock and writes: it said where it writes its message. */
   writing: boolean;
-  /** The chat's conversation its turn writes, once it said. */
+  /** The chat's conversation its turn writes, once it said (each turn says again: the chat's current one may change between them). */
   writes?: string;
   /** What its turn has shown so far, for a load that follows it (Turns.follow). */
   shown: Shown;
@@ -290,7 +290,7 @@ export class Turns {
   cancelIn(dir: string, conversation: string | undefined): boolean {
     if (this.cancel(turnKey(dir, conversation))) return true;
     if (conversation !== undefined) return false;
-    for (const [k, run] of this.running) if (run.writing && k.startsWith(`${dir}${KEY_SEPARATOR}`)) return this.cancel(k);
+    for (const [k, run] of this.running) if (run.writing && this.writesFor(k, run.writes ?? "", dir, undefined)) return this.cancel(k);
     return false;
   }
 
@@ -397,7 +397,7 @@ export class Turns {
             // A run of a session naming the chat's current conversation, which it writes from now: followed by the chat's loads under way.
             if (!run.writing) for (const w of this.watchersOf(key, report.conversation ?? "")) this.joinWatch(w, run);
             run.writing = true;
-            run.writes ??= report.conversation;
+            run.writes = report.conversation;
             for (const w of answered) w.owing?.mark(report.after, report.through);
             naming ??= current.names?.(report.after).then(
               (names) => updates.seed(names),
