@@ -1,7 +1,7 @@
 // One connection's session/updates, sent in the order they were made.
 import * as acp from "@agentclientprotocol/sdk";
 import type { AgentContext, SessionUpdate } from "@agentclientprotocol/sdk";
-import type { Subscriber } from "./turns.js";
+import type { Load, Subscriber } from "./turns.js";
 
 /** The kinds of update whose text a client appends to the one before it. */
 const APPENDED = new Set(["agent_message_chunk", "agent_thought_chunk"]);
@@ -41,7 +41,8 @@ const HELD_MAX = 65_536;
 /** A session's updates held back while it is shown again: by how many loads, and settled once let go. */
 interface Held {
   loads: number;
-  updates: SessionUpdate[];
+  /** Each with the load that alone has the connection shown it, if one does (Subscriber.send). */
+  updates: { update: SessionUpdate; load: Load | undefined }[];
   gone: Promise<void>;
   over: () => void;
 }
@@ -105,10 +106,10 @@ export class Outbox {
     let sub = this.subscribers.get(sessionId);
     if (!sub) {
       sub = {
-        send: (update) => {
+        send: (update, load) => {
           const held = this.held.get(sessionId);
           if (held === undefined) return this.send(client, sessionId, update);
-          held.updates.push(update);
+          held.updates.push({ update, load });
           // A turn that says more than a load holds back is let through, in order, from then on.
           if (held.updates.length > HELD_MAX) this.letGo(client, sessionId, held);
         },
@@ -124,7 +125,8 @@ export class Outbox {
   /**
    * Holds back what a turn of the session sends this connection (its subscriber's updates) while
    * the session is shown again by `send`: sent in order once the returned function is called (by
-   * every load of the session under way), so a load's updates and a turn's never mingle.
+   * every load of the session under way), so a load's updates and a turn's never mingle. What only
+   * a load that failed had the connection shown is not sent.
    */
   hold(client: AgentContext, sessionId: string): () => void {
     let held = this.held.get(sessionId);
@@ -146,7 +148,7 @@ export class Outbox {
 
   private letGo(client: AgentContext, sessionId: string, held: Held): void {
     if (this.held.get(sessionId) === held) this.held.delete(sessionId);
-    for (const update of held.updates.splice(0)) this.send(client, sessionId, update);
+    for (const { update, load } of held.updates.splice(0)) if (!load?.failed) this.send(client, sessionId, update);
     held.over();
   }
 

@@ -11,7 +11,17 @@ import { textUpdate, TurnUpdates } from "./updates.js";
 
 /** Where a turn's updates go: one connection's view of the session. */
 export interface Subscriber {
-  send(update: SessionUpdate): void;
+  /**
+   * `load`: the load under way whose following alone has the connection shown the update (it sent
+   * the turn nothing, and no load of its own before that one follows the turn); an update a load
+   * held back (Outbox.hold) is not shown once that load has failed.
+   */
+  send(update: SessionUpdate, load?: Load): void;
+}
+
+/** A load that has a connection shown a turn's updates: whether it failed (its following stopped). */
+export interface Load {
+  readonly failed: boolean;
 }
 
 /** Starts one turn of the conversation. */
@@ -89,12 +99,35 @@ interface Running {
   readonly senders: Set<Subscriber>;
   /** The subscribers that follow it from a load: each with where that load stood. */
   readonly followers: Map<Subscriber, Follower>;
+  /** The subscribers shown its updates only because loads follow it, by those loads. */
+  readonly through: Map<Subscriber, Through>;
 }
 
-/** A load that follows a run: the last event it showed itself, and when it began (Turns' clock). */
-interface Follower {
+/** A load that follows a run: the last event it showed itself, when it began (Turns' clock), and whether it failed. */
+interface Follower extends Load {
   upTo: number;
   since: number;
+  failed: boolean;
+}
+
+/**
+ * The loads that have a connection which sent a run nothing shown its updates: the latest, and the
+ * one it followed the run from before that one. An update is owed unless every one of them failed.
+ */
+class Through implements Load {
+  constructor(
+    readonly follower: Follower,
+    readonly before: Through | undefined,
+  ) {}
+
+  get failed(): boolean {
+    return this.follower.failed && (this.before === undefined || this.before.failed);
+  }
+}
+
+/** The load whose following alone has `sub` shown what `run` shows: none for a connection that sent it a message. */
+function loadOf(run: Running, sub: Subscriber): Load | undefined {
+  return run.senders.has(sub) ? undefined : run.through.get(sub);
 }
 
 /**
@@ -148,14 +181,18 @@ const message = (e: unknown) => (e instanceof Error ? e.message : String(e));
 
 /** Has `subscriber` follow `run` from `follower`; returns what undoes it. */
 function join(run: Running, subscriber: Subscriber, follower: Follower): () => void {
-  const before = { subscribed: run.subscribers.has(subscriber), following: run.followers.get(subscriber) };
+  const before = { subscribed: run.subscribers.has(subscriber), following: run.followers.get(subscriber), through: run.through.get(subscriber) };
   run.subscribers.add(subscriber);
   run.followers.set(subscriber, follower);
+  // Shown the run's updates already for another reason than a load (it sent the run a message): owed them whatever this load does.
+  if (!before.subscribed || before.through !== undefined) run.through.set(subscriber, new Through(follower, before.through));
   return () => {
     // Another load of the connection's since follows it now: left as that load has it.
     if (run.followers.get(subscriber) !== follower) return;
     if (before.following) run.followers.set(subscriber, before.following);
     else run.followers.delete(subscriber);
+    if (before.through) run.through.set(subscriber, before.through);
+    else run.through.delete(subscriber);
     // One that sent the run a message is answered by it: it stays subscribed.
     if (!before.subscribed && !run.senders.has(subscriber)) run.subscribers.delete(subscriber);
   };
@@ -201,7 +238,7 @@ export class Turns {
       return answer;
     }
     this.started = true;
-    const started: Running = { controller: new AbortController(), queue: [], after: [], subscribers: new Set([subscriber]), writing: false, shown: fresh(), senders: new Set([subscriber]), followers: new Map() };
+    const started: Running = { controller: new AbortController(), queue: [], after: [], subscribers: new Set([subscriber]), writing: false, shown: fresh(), senders: new Set([subscriber]), followers: new Map(), through: new Map() };
     this.running.set(key, started);
     // A load of its conversation under way follows it from its start: all it writes comes after what the load shows.
     for (const w of this.watchersOf(key)) this.joinWatch(w, started);
@@ -221,19 +258,20 @@ export class Turns {
     const runs = this.runsIn(dir, conversation);
     const shown = runs[0]?.shown;
     // With no turn running, the load shows all it reads, until a turn begins (Turns.joinWatch).
-    const follower: Follower = { upTo: shown ? (shown.cut ?? onDisk()) : Number.POSITIVE_INFINITY, since: ++this.clock };
+    const follower: Follower = { upTo: shown ? (shown.cut ?? onDisk()) : Number.POSITIVE_INFINITY, since: ++this.clock, failed: false };
     const watch: Watch = { dir, conversation, subscriber, follower, onDisk, joined: new Map() };
     // A run waiting for the lock behind the one that writes: all it writes comes after, followed too.
     for (const run of runs) this.joinWatch(watch, run);
     this.watching.add(watch);
     // What it streamed before its message is shown follows the message (show, "event").
-    if (shown && !shown.awaiting && shown.streamed.length > 0) subscriber.send(textUpdate(shown.streamed));
+    if (shown && !shown.awaiting && shown.streamed.length > 0) subscriber.send(textUpdate(shown.streamed), follower);
     return {
       get upTo() {
         return follower.upTo;
       },
       from: shown?.from,
       stop: () => {
+        follower.failed = true;
         this.watching.delete(watch);
         for (const undo of watch.joined.values()) undo();
       },
@@ -330,9 +368,10 @@ export class Turns {
         for (const sub of run.subscribers) {
           const follower = run.followers.get(sub);
           if (follower !== undefined && (held || (about !== undefined && about <= follower.upTo))) continue;
-          for (const update of list) sub.send(update);
+          const load = loadOf(run, sub);
+          for (const update of list) sub.send(update, load);
           const own = asked?.from?.from === sub && asked.from.at > (follower?.since ?? 0);
-          if (asked && follower !== undefined && !own) for (const update of askedUpdates(asked.event)) sub.send(update);
+          if (asked && follower !== undefined && !own) for (const update of askedUpdates(asked.event)) sub.send(update, load);
         }
       };
       // The messages it writes are those it answers, in order: the first is its own, then those that steered it.
@@ -369,7 +408,7 @@ export class Turns {
             // Its message shown (the first event it writes): then what it streamed before, to its followers.
             if (shown.awaiting) {
               shown.awaiting = false;
-              if (shown.streamed.length > 0) for (const [sub, follower] of run.followers) if (follower.upTo < report.n) sub.send(textUpdate(shown.streamed));
+              if (shown.streamed.length > 0) for (const [sub, follower] of run.followers) if (follower.upTo < report.n) sub.send(textUpdate(shown.streamed), loadOf(run, sub));
             }
             return;
           }

@@ -1,7 +1,7 @@
 // The ACP layer in process, against a stand-in turn: sessions, steering, cancel, tool calls always
 // closed, errors, replay, prompt content and oversized lines.
 import { failure } from "./acp-client.js";
-import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
+import { mkdtempSync, rmSync, symlinkSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import * as acp from "@agentclientprotocol/sdk";
@@ -16,7 +16,7 @@ import { CallNames } from "../acp/call-names.js";
 import { replay } from "../acp/replay.js";
 import { limitLines, topLevelId } from "../daemon/lines.js";
 import type { Event, Numbered } from "../protocol/index.js";
-import { appendEvent, ensureConversation, paths, readEventsFrom, readToolsList, writeMark, writeSettings, type AgentRef, type ConversationPaths } from "../store/index.js";
+import { appendEvent, ensureConversation, forgetEvents, paths, readEventsFrom, readToolsList, writeMark, writeSettings, type AgentRef, type ConversationPaths } from "../store/index.js";
 import type { TurnEvent, TurnInput, TurnListener, TurnOutcome } from "../turn/types.js";
 import { Turns, type StartTurn } from "../acp/turns.js";
 import { deferred } from "./fixtures/deferred.js";
@@ -834,5 +834,62 @@ describe("a session loaded when a turn of it begins on another connection during
     expect(view.slice(-4)).toEqual(["user: q599", "agent: a599", "user: meanwhile", "agent: Seen it."]);
     b.close();
     a.close();
+  });
+});
+
+describe("a session whose load fails while its turn runs", () => {
+  const t = "2026-01-01T00:00:00.000Z";
+  const user = (text: string): Event => ({ v: 1, kind: "message", role: "user", time: t, text, header: "" });
+  const said = (text: string): Event => ({ v: 1, kind: "message", role: "assistant", time: t, text, model: "m", provider: "p", latency_ms: 1, stop: "end_turn" });
+
+  /** An app whose turn writes its message, streams "Let me ", stops until `go`, then streams "look." and writes its answer. */
+  function streaming() {
+    const gate = deferred();
+    const paused = deferred();
+    const app = setup(async (input, listener) => {
+      const conv = paths(input.agent).conversation(input.thread);
+      const write = async (event: Event) => listener({ type: "event", n: await appendEvent(conv, event), event });
+      listener({ type: "asked", after: readEventsFrom(conv, 1).length, through: conv });
+      await write(user("look it up"));
+      listener({ type: "text", delta: "Let me " });
+      paused.resolve();
+      await gate.promise;
+      listener({ type: "text", delta: "look." });
+      await write(said("Let me look."));
+      return done();
+    });
+    return { ...app, paused: paused.promise, go: () => gate.resolve() };
+  }
+
+  /** Makes event `n` a link, as another process reading the conversation finds it (this one's parsed events forgotten): a load refuses it. */
+  function spoil(conv: ConversationPaths, n: number): void {
+    rmSync(conv.event(n));
+    symlinkSync(conv.event(n + 1), conv.event(n));
+    forgetEvents();
+  }
+
+  const load = (c: Awaited<ReturnType<typeof connect>>, sessionId: string) => c.agent.request(acp.methods.agent.session.load, { sessionId, cwd: "/", mcpServers: [] });
+
+  it("is shown nothing of that turn on a connection whose load failed, its prompter all of it", async () => {
+    const { agent, state, paused, go } = streaming();
+    const conv = paths(agent).conversation("s");
+    await appendEvent(conv, user("hello"));
+    await appendEvent(conv, said("Hi."));
+    const a = await connect(state);
+    await a.agent.request(acp.methods.agent.session.resume, { sessionId: "s", cwd: "/", mcpServers: [] });
+    const prompting = a.agent.request(acp.methods.agent.session.prompt, { sessionId: "s", prompt: [{ type: "text", text: "look it up" }] });
+    await paused;
+    spoil(conv, 1);
+    const b = await connect(state);
+    await expect(load(b, "s")).rejects.toThrow();
+    // The prompter's own load fails too: it is still shown its turn, once.
+    await expect(load(a, "s")).rejects.toThrow();
+    go();
+    await prompting;
+    await new Promise((resolve) => setTimeout(resolve, 20));
+    expect(shownView(a.updates.map((n) => n.update))).toEqual(["agent: Let me look."]);
+    expect(shownView(b.updates.map((n) => n.update))).toEqual([]);
+    a.close();
+    b.close();
   });
 });

@@ -1,8 +1,9 @@
 // A load that follows a running turn (Turns.follow): what the turn shows each follower from where
 // its load stood, whatever the turn is doing as the load begins.
-import type { SessionUpdate } from "@agentclientprotocol/sdk";
+import type { AgentContext, SessionUpdate } from "@agentclientprotocol/sdk";
 import { describe, expect, it } from "vitest";
 import { CallNames } from "../acp/call-names.js";
+import { Outbox } from "../acp/outbox.js";
 import { Turns, type StartTurn, type Subscriber } from "../acp/turns.js";
 import type { Event } from "../protocol/index.js";
 import type { TurnListener, TurnOutcome } from "../turn/types.js";
@@ -373,5 +374,64 @@ describe("a load of a session naming a conversation the chat's own session write
       following.loaded();
       expect({ before, upTo: following.upTo, named: named.view(), other: other.view() }).toEqual({ before, upTo: before ? 1 : 0, named: before ? ["agent: One."] : ["user: q", "agent: One."], other: [] });
     }
+  });
+});
+
+describe("what a load held back, once it failed", () => {
+  /** A connection's outbox, and the text it sent its client (chunks sent in one pass leave as one). */
+  function connection() {
+    const got: SessionUpdate[] = [];
+    const client = { notify: async (_method: string, params: { update: SessionUpdate }) => void got.push(params.update) } as unknown as AgentContext;
+    const outbox = new Outbox();
+    const view = async () => {
+      await outbox.flushed();
+      return got.map((u) => `${u.sessionUpdate}: ${(u as { content?: { text?: string } }).content?.text ?? ""}`).join(" ");
+    };
+    return { outbox, sub: outbox.subscriber(client, "s"), hold: () => outbox.hold(client, "s"), view };
+  }
+
+  it("is not shown; what a load before it that still follows the turn is owed, is", async () => {
+    const turn = pausing(
+      (l) => {
+        l({ type: "asked", after: 0, through });
+        l({ type: "event", n: 1, event: user("q") });
+        l({ type: "text", delta: "Hel" });
+      },
+      (l) => {
+        l({ type: "text", delta: "lo." });
+        l({ type: "event", n: 2, event: answer("Hello.") });
+      },
+    );
+    const turns = new Turns();
+    const { answered } = await begin(turns, turn, subscriber());
+    // Loaded once: shown what the turn streamed so far, and following it.
+    const c = connection();
+    const first = c.hold();
+    turns.follow("/chat", undefined, c.sub, () => 99).loaded();
+    first();
+    // Loaded again: that load fails while the turn goes on.
+    const second = c.hold();
+    const failing = turns.follow("/chat", undefined, c.sub, () => 99);
+    turn.open();
+    await answered;
+    failing.stop();
+    second();
+    // Its own showing of what was streamed is left out; the rest of the turn, owed to the first load, is not.
+    expect((await c.view()).replace(/ agent_message_chunk: /g, "")).toBe("agent_message_chunk: Hello.");
+    // A connection whose only load failed is shown nothing of it.
+    const other = pausing((l) => {
+      l({ type: "asked", after: 0, through });
+      l({ type: "event", n: 1, event: user("q") });
+      l({ type: "text", delta: "Hel" });
+    }, (l) => l({ type: "text", delta: "lo." }));
+    const d = connection();
+    const next = await begin(turns, other, subscriber());
+    const only = d.hold();
+    const load = turns.follow("/chat", undefined, d.sub, () => 99);
+    other.open();
+    await next.answered;
+    load.stop();
+    only();
+    expect(await d.view()).toBe("");
   });
 });
