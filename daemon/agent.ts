@@ -106,14 +106,24 @@ export async function readyAhead(settings: Settings, env: NodeJS.ProcessEnv = pr
   await ready(settings, undefined, env);
 }
 
-/** Messages to the front's sink, telling the connection each answer once it is written to the client. */
+/**
+ * Messages to the front's sink, telling the connection each answer once it is written to the client.
+ * The SDK's connection takes a writer of its writable for each message it sends, writes the message
+ * and lets the writer go (@agentclientprotocol/sdk 2.4, core/jsonrpc.js sendMessage), one message at
+ * a time: a writer that hands each message straight to the sink is all it needs. A WritableStream's
+ * own queue and promises cost a steady turn's seven or so messages some tenths of a millisecond.
+ */
 function sendTo(send: MessageSink, conn: LinkConnection): WritableStream<AnyMessage> {
-  return new WritableStream({
-    write(message) {
+  const writer = {
+    write(message: AnyMessage): Promise<void> {
       const answer = responseId(message);
       return send.write(message, answer === undefined ? undefined : () => conn.responded(answer));
     },
-  });
+    releaseLock(): void {
+      // Nothing is held: each write is handed on at once.
+    },
+  };
+  return { getWriter: () => writer } as unknown as WritableStream<AnyMessage>;
 }
 
 /** The output, telling the connection each answer once it is written to the client. */
