@@ -110,7 +110,8 @@ export class Outbox {
           const held = this.held.get(sessionId);
           if (held === undefined) return this.send(client, sessionId, update);
           held.updates.push({ update, load });
-          // A turn that says more than a load holds back is let through, in order, from then on.
+          // A turn that says more than a load holds back is let through, in order, from then on
+          // (should the load fail after, what was let through stays shown).
           if (held.updates.length > HELD_MAX) this.letGo(client, sessionId, held);
         },
       };

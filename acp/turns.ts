@@ -99,8 +99,10 @@ interface Running {
   readonly senders: Set<Subscriber>;
   /** The subscribers that follow it from a load: each with where that load stood. */
   readonly followers: Map<Subscriber, Follower>;
-  /** The subscribers shown its updates only because loads follow it, by those loads. */
+  /** The loads each follower follows it by, the latest first. */
   readonly through: Map<Subscriber, Through>;
+  /** The text its followers that sent it a message were not shown as it came, its message not shown yet. */
+  readonly withheld: Map<Subscriber, string>;
 }
 
 /** A load that follows a run: the last event it showed itself, when it began (Turns' clock), and whether it failed. */
@@ -111,13 +113,16 @@ interface Follower extends Load {
 }
 
 /**
- * The loads that have a connection which sent a run nothing shown its updates: the latest, and the
- * one it followed the run from before that one. An update is owed unless every one of them failed.
+ * The loads a connection follows a run by: the latest, and the one it followed the run by before
+ * that one; `base`, whether it was shown the run's updates before any load followed it. What only
+ * following shows (a message echoed, text shown again after the message) is owed unless every one
+ * of the loads failed.
  */
 class Through implements Load {
   constructor(
     readonly follower: Follower,
     readonly before: Through | undefined,
+    readonly base: boolean,
   ) {}
 
   get failed(): boolean {
@@ -125,7 +130,7 @@ class Through implements Load {
   }
 }
 
-/** The load whose following alone has `sub` shown what `run` shows: none for a connection that sent it a message. */
+/** The loads whose following alone has `sub` shown what `run` shows to all: none for a connection that sent it a message. */
 function loadOf(run: Running, sub: Subscriber): Load | undefined {
   return run.senders.has(sub) ? undefined : run.through.get(sub);
 }
@@ -179,22 +184,33 @@ const cancelled = (): TurnOutcome => ({ stop: "cancelled", modelMs: 0 });
 
 const message = (e: unknown) => (e instanceof Error ? e.message : String(e));
 
-/** Has `subscriber` follow `run` from `follower`; returns what undoes it. */
+/** Has `subscriber` follow `run` from `follower`; returns what undoes it (its load failed). */
 function join(run: Running, subscriber: Subscriber, follower: Follower): () => void {
-  const before = { subscribed: run.subscribers.has(subscriber), following: run.followers.get(subscriber), through: run.through.get(subscriber) };
+  const before = run.through.get(subscriber);
+  const mine = new Through(follower, before, before ? before.base : run.subscribers.has(subscriber));
   run.subscribers.add(subscriber);
   run.followers.set(subscriber, follower);
-  // Shown the run's updates already for another reason than a load (it sent the run a message): owed them whatever this load does.
-  if (!before.subscribed || before.through !== undefined) run.through.set(subscriber, new Through(follower, before.through));
+  run.through.set(subscriber, mine);
   return () => {
     // Another load of the connection's since follows it now: left as that load has it.
-    if (run.followers.get(subscriber) !== follower) return;
-    if (before.following) run.followers.set(subscriber, before.following);
-    else run.followers.delete(subscriber);
-    if (before.through) run.through.set(subscriber, before.through);
-    else run.through.delete(subscriber);
-    // One that sent the run a message is answered by it: it stays subscribed.
-    if (!before.subscribed && !run.senders.has(subscriber)) run.subscribers.delete(subscriber);
+    if (run.through.get(subscriber) !== mine) return;
+    // Followed as the latest of its loads before this one that did not fail has it.
+    let still = before;
+    while (still?.follower.failed) still = still.before;
+    if (still) {
+      run.followers.set(subscriber, still.follower);
+      run.through.set(subscriber, still);
+      return;
+    }
+    run.followers.delete(subscriber);
+    run.through.delete(subscriber);
+    // One that sent the run a message is answered by it: it stays subscribed, and is shown the
+    // text that was held back from it while it followed; none other is.
+    if (run.senders.has(subscriber)) {
+      const text = run.withheld.get(subscriber);
+      run.withheld.delete(subscriber);
+      if (text) subscriber.send(textUpdate(text));
+    } else if (!mine.base) run.subscribers.delete(subscriber);
   };
 }
 
@@ -238,7 +254,7 @@ export class Turns {
       return answer;
     }
     this.started = true;
-    const started: Running = { controller: new AbortController(), queue: [], after: [], subscribers: new Set([subscriber]), writing: false, shown: fresh(), senders: new Set([subscriber]), followers: new Map(), through: new Map() };
+    const started: Running = { controller: new AbortController(), queue: [], after: [], subscribers: new Set([subscriber]), writing: false, shown: fresh(), senders: new Set([subscriber]), followers: new Map(), through: new Map(), withheld: new Map() };
     this.running.set(key, started);
     // A load of its conversation under way follows it from its start: all it writes comes after what the load shows.
     for (const w of this.watchersOf(key)) this.joinWatch(w, started);
@@ -371,7 +387,7 @@ export class Turns {
           const load = loadOf(run, sub);
           for (const update of list) sub.send(update, load);
           const own = asked?.from?.from === sub && asked.from.at > (follower?.since ?? 0);
-          if (asked && follower !== undefined && !own) for (const update of askedUpdates(asked.event)) sub.send(update, load);
+          if (asked && follower !== undefined && !own) for (const update of askedUpdates(asked.event)) sub.send(update, run.through.get(sub));
         }
       };
       // The messages it writes are those it answers, in order: the first is its own, then those that steered it.
@@ -395,6 +411,8 @@ export class Turns {
             return;
           case "text":
             shown.streamed += report.delta;
+            // Held back from its followers: from one that sent it a message, owed all the same.
+            if (shown.awaiting) for (const sub of run.followers.keys()) if (run.senders.has(sub)) run.withheld.set(sub, (run.withheld.get(sub) ?? "") + report.delta);
             return broadcast(list, undefined, undefined, shown.awaiting);
           case "event": {
             const e = report.event;
@@ -408,7 +426,15 @@ export class Turns {
             // Its message shown (the first event it writes): then what it streamed before, to its followers.
             if (shown.awaiting) {
               shown.awaiting = false;
-              if (shown.streamed.length > 0) for (const [sub, follower] of run.followers) if (follower.upTo < report.n) sub.send(textUpdate(shown.streamed), loadOf(run, sub));
+              // What was shown as it came is shown again for the loads alone; what was held back is owed.
+              for (const [sub, follower] of run.followers) {
+                if (follower.upTo >= report.n) continue;
+                const owed = run.withheld.get(sub) ?? "";
+                const again = shown.streamed.slice(0, shown.streamed.length - owed.length);
+                if (again) sub.send(textUpdate(again), run.through.get(sub));
+                if (owed) sub.send(textUpdate(owed));
+              }
+              run.withheld.clear();
             }
             return;
           }
@@ -464,6 +490,9 @@ export class Turns {
           : (outcome?.failure?.message ?? "the turn ended before this call was answered");
       run.writing = false;
       broadcast(updates.finish(why));
+      // Text held back from a follower that sent it a message, the turn's own never shown: shown now.
+      for (const [sub, text] of run.withheld) if (text) sub.send(textUpdate(text));
+      run.withheld.clear();
 
       for (const w of answered) {
         if (outcome && (stopped || !outcome.failure)) w.resolve(outcome);

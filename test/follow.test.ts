@@ -434,4 +434,99 @@ describe("what a load held back, once it failed", () => {
     only();
     expect(await d.view()).toBe("");
   });
+
+  it("of two loads of a connection at once that both failed, is not shown, nor anything of the turn after them", async () => {
+    const turn = answering("Hello.");
+    const turns = new Turns();
+    const { answered } = await begin(turns, turn, subscriber());
+    const c = connection();
+    const firstHeld = c.hold();
+    const first = turns.follow("/chat", undefined, c.sub, () => 1);
+    const secondHeld = c.hold();
+    const second = turns.follow("/chat", undefined, c.sub, () => 1);
+    first.stop();
+    firstHeld();
+    second.stop();
+    secondHeld();
+    turn.open();
+    await answered;
+    expect(await c.view()).toBe("");
+  });
+
+  /**
+   * A turn of `c`'s own whose steps run one after another, each once `next` is called: it asks,
+   * streams "Hel", writes its message, streams "lo." and answers "Hello.".
+   */
+  function own(c: ReturnType<typeof connection>) {
+    const steps: ((l: TurnListener) => void)[] = [
+      (l) => l({ type: "asked", after: 0, through }),
+      (l) => l({ type: "text", delta: "Hel" }),
+      (l) => l({ type: "event", n: 1, event: user("q") }),
+      (l) => l({ type: "text", delta: "lo." }),
+      (l) => l({ type: "event", n: 2, event: answer("Hello.") }),
+    ];
+    const gates = steps.map(() => deferred());
+    const start: StartTurn = async (_m, _s, _signal, l: TurnListener) => {
+      for (const [i, step] of steps.entries()) {
+        await gates[i]?.promise;
+        step(l);
+      }
+      return done;
+    };
+    const turns = new Turns();
+    const answered = turns.prompt("/chat", { text: "q" }, "all", start, c.sub, undefined, async () => new CallNames());
+    let ran = 0;
+    /** Runs the turn's steps up to and including `step` (0: it asks). */
+    const upTo = async (step: number) => {
+      for (; ran <= step; ran++) gates[ran]?.resolve();
+      await new Promise((resolve) => setImmediate(resolve));
+    };
+    return { turns, answered, upTo };
+  }
+
+  it("leaves the connection that prompted the turn shown it once, as it streamed, whichever step its load began and failed at", async () => {
+    // [the last step run as the load began, the last as it failed]: before the message, across it, after it.
+    for (const [began, failed] of [[0, 1], [1, 1], [0, 2], [1, 2], [2, 3], [0, 4]] as const) {
+      const c = connection();
+      const { turns, answered, upTo } = own(c);
+      await upTo(began);
+      const held = c.hold();
+      const load = turns.follow("/chat", undefined, c.sub, () => 0);
+      await upTo(failed);
+      load.stop();
+      held();
+      await upTo(4);
+      await answered;
+      expect({ began, failed, view: (await c.view()).replace(/ agent_message_chunk: /g, "") }).toEqual({ began, failed, view: "agent_message_chunk: Hello." });
+    }
+  });
+
+  it("shows the connection that prompted the turn the text held back from it as it followed, when the turn ends before its message is written", async () => {
+    const c = connection();
+    const turns = new Turns();
+    const asked = deferred();
+    const gate = deferred();
+    const answered = turns.prompt(
+      "/chat",
+      { text: "q" },
+      "all",
+      async (_m, _s, _signal, l) => {
+        l({ type: "asked", after: 0, through });
+        asked.resolve();
+        await gate.promise;
+        l({ type: "text", delta: "Hel" });
+        return done;
+      },
+      c.sub,
+      undefined,
+      async () => new CallNames(),
+    );
+    await asked.promise;
+    const held = c.hold();
+    turns.follow("/chat", undefined, c.sub, () => 0).loaded();
+    held();
+    gate.resolve();
+    await answered;
+    expect(await c.view()).toBe("agent_message_chunk: Hel");
+  });
 });
