@@ -276,6 +276,7 @@ export function createAgentApp(state: AcpState, outbox: Outbox, connection = new
             return Number.POSITIVE_INFINITY;
           }
         });
+        let shown = false;
         try {
           await sessions.showAgain(
             session,
@@ -286,11 +287,12 @@ export function createAgentApp(state: AcpState, outbox: Outbox, connection = new
           );
           announceCommands(client, session.id, session.cwd, false);
           following.loaded();
+          shown = true;
         } catch (e) {
           following.stop();
           throw e;
         } finally {
-          release();
+          release(shown);
         }
         await outbox.flushed();
         return { configOptions: await configOptions(sessions, session, settings, state.agentModel) };

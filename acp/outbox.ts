@@ -1,7 +1,7 @@
 // One connection's session/updates, sent in the order they were made.
 import * as acp from "@agentclientprotocol/sdk";
 import type { AgentContext, SessionUpdate } from "@agentclientprotocol/sdk";
-import type { Load, Subscriber } from "./turns.js";
+import { shownAfter, type HeldFor, type Subscriber } from "./turns.js";
 
 /** The kinds of update whose text a client appends to the one before it. */
 const APPENDED = new Set(["agent_message_chunk", "agent_thought_chunk"]);
@@ -41,8 +41,10 @@ const HELD_MAX = 65_536;
 /** A session's updates held back while it is shown again: by how many loads, and settled once let go. */
 interface Held {
   loads: number;
-  /** Each with the load that alone has the connection shown it, if one does (Subscriber.send). */
-  updates: { update: SessionUpdate; load: Load | undefined }[];
+  /** Where the last load that showed the session whole began among the updates: those before it are in what it showed. */
+  shownFrom: number;
+  /** Each with the load it is shown as the end of (Subscriber.send). */
+  updates: { update: SessionUpdate; heldFor: HeldFor | undefined }[];
   gone: Promise<void>;
   over: () => void;
 }
@@ -106,10 +108,11 @@ export class Outbox {
     let sub = this.subscribers.get(sessionId);
     if (!sub) {
       sub = {
-        send: (update, load) => {
+        send: (update, heldFor) => {
           const held = this.held.get(sessionId);
-          if (held === undefined) return this.send(client, sessionId, update);
-          held.updates.push({ update, load });
+          // Not held back (its load is over, or said more than is held): shown now as that load stands.
+          if (held === undefined) return shownAfter(heldFor) ? this.send(client, sessionId, update) : undefined;
+          held.updates.push({ update, heldFor });
           // A turn that says more than a load holds back is let through, in order, from then on
           // (should the load fail after, what was let through stays shown).
           if (held.updates.length > HELD_MAX) this.letGo(client, sessionId, held);
@@ -126,30 +129,35 @@ export class Outbox {
   /**
    * Holds back what a turn of the session sends this connection (its subscriber's updates) while
    * the session is shown again by `send`: sent in order once the returned function is called (by
-   * every load of the session under way), so a load's updates and a turn's never mingle. What only
-   * a load that failed had the connection shown is not sent.
+   * every load of the session under way), so a load's updates and a turn's never mingle. Each is
+   * sent as the load it was held for ended (Subscriber.send); what was held before a load began
+   * that showed the session whole (`shown`) is not: that load showed it.
    */
-  hold(client: AgentContext, sessionId: string): () => void {
+  hold(client: AgentContext, sessionId: string): (shown?: boolean) => void {
     let held = this.held.get(sessionId);
     if (held === undefined) {
       let over!: () => void;
       const gone = new Promise<void>((resolve) => (over = resolve));
-      held = { loads: 0, updates: [], gone, over };
+      held = { loads: 0, shownFrom: 0, updates: [], gone, over };
     }
     held.loads++;
     this.held.set(sessionId, held);
     let done = false;
     const mine = held;
-    return () => {
+    const from = held.updates.length;
+    return (shown = false) => {
       if (done) return;
       done = true;
+      if (shown) mine.shownFrom = Math.max(mine.shownFrom, from);
       if (--mine.loads === 0) this.letGo(client, sessionId, mine);
     };
   }
 
   private letGo(client: AgentContext, sessionId: string, held: Held): void {
     if (this.held.get(sessionId) === held) this.held.delete(sessionId);
-    for (const { update, load } of held.updates.splice(0)) if (!load?.failed) this.send(client, sessionId, update);
+    const updates = held.updates.splice(0);
+    for (const { update, heldFor } of updates.slice(held.shownFrom)) if (shownAfter(heldFor)) this.send(client, sessionId, update);
+    held.shownFrom = 0;
     held.over();
   }
 

@@ -12,16 +12,26 @@ import { textUpdate, TurnUpdates } from "./updates.js";
 /** Where a turn's updates go: one connection's view of the session. */
 export interface Subscriber {
   /**
-   * `load`: the load under way whose following alone has the connection shown the update (it sent
-   * the turn nothing, and no load of its own before that one follows the turn); an update a load
-   * held back (Outbox.hold) is not shown once that load has failed.
+   * `heldFor`: an update the connection is shown with a load of it that follows the turn, or without
+   * it, not both (heldFor): held back while the load runs (Outbox.hold), it is shown as the load ends.
    */
-  send(update: SessionUpdate, load?: Load): void;
+  send(update: SessionUpdate, heldFor?: HeldFor): void;
 }
 
-/** A load that has a connection shown a turn's updates: whether it failed (its following stopped). */
+/** A load that follows a turn: whether it failed (its following stopped). */
 export interface Load {
   readonly failed: boolean;
+}
+
+/** An update shown only if `load` failed (`failed`: as the connection would be shown it without that load), or only if it did not. */
+export interface HeldFor {
+  load: Load;
+  failed: boolean;
+}
+
+/** Whether an update is shown, as far as the load it was held for says (none: whatever it does). */
+export function shownAfter(heldFor: HeldFor | undefined): boolean {
+  return heldFor === undefined || heldFor.load.failed === heldFor.failed;
 }
 
 /** Starts one turn of the conversation. */
@@ -101,7 +111,7 @@ interface Running {
   readonly followers: Map<Subscriber, Follower>;
   /** The loads each follower follows it by, the latest first. */
   readonly through: Map<Subscriber, Through>;
-  /** The text its followers that sent it a message were not shown as it came, its message not shown yet. */
+  /** The text its followers that sent it a message were not shown as it came, its message not shown yet (shown once the turn is over, should its message never be). */
   readonly withheld: Map<Subscriber, string>;
 }
 
@@ -114,25 +124,33 @@ interface Follower extends Load {
 
 /**
  * The loads a connection follows a run by: the latest, and the one it followed the run by before
- * that one; `base`, whether it was shown the run's updates before any load followed it. What only
- * following shows (a message echoed, text shown again after the message) is owed unless every one
- * of the loads failed.
+ * that one; `base`, whether it was shown the run's updates before any load followed it.
  */
-class Through implements Load {
+class Through {
   constructor(
     readonly follower: Follower,
     readonly before: Through | undefined,
     readonly base: boolean,
   ) {}
 
-  get failed(): boolean {
-    return this.follower.failed && (this.before === undefined || this.before.failed);
+  /** The latest load before this one that did not fail: what the connection follows the run by, should this one fail. */
+  get still(): Through | undefined {
+    let before = this.before;
+    while (before?.follower.failed) before = before.before;
+    return before;
   }
 }
 
-/** The loads whose following alone has `sub` shown what `run` shows to all: none for a connection that sent it a message. */
-function loadOf(run: Running, sub: Subscriber): Load | undefined {
-  return run.senders.has(sub) ? undefined : run.through.get(sub);
+/**
+ * How an update goes to a connection that follows a run by `load`, shown with it (`withIt`) or
+ * without it (`without`, as the connection was shown the run before that load): null, not at all;
+ * undefined, whatever the load does; else as the load ends.
+ */
+function heldFor(load: Follower, withIt: boolean, without: boolean): HeldFor | undefined | null {
+  if (withIt && without) return undefined;
+  if (withIt) return { load, failed: false };
+  if (without) return { load, failed: true };
+  return null;
 }
 
 /**
@@ -195,8 +213,7 @@ function join(run: Running, subscriber: Subscriber, follower: Follower): () => v
     // Another load of the connection's since follows it now: left as that load has it.
     if (run.through.get(subscriber) !== mine) return;
     // Followed as the latest of its loads before this one that did not fail has it.
-    let still = before;
-    while (still?.follower.failed) still = still.before;
+    const still = mine.still;
     if (still) {
       run.followers.set(subscriber, still.follower);
       run.through.set(subscriber, still);
@@ -204,13 +221,10 @@ function join(run: Running, subscriber: Subscriber, follower: Follower): () => v
     }
     run.followers.delete(subscriber);
     run.through.delete(subscriber);
-    // One that sent the run a message is answered by it: it stays subscribed, and is shown the
-    // text that was held back from it while it followed; none other is.
-    if (run.senders.has(subscriber)) {
-      const text = run.withheld.get(subscriber);
-      run.withheld.delete(subscriber);
-      if (text) subscriber.send(textUpdate(text));
-    } else if (!mine.base) run.subscribers.delete(subscriber);
+    // The text held back from it was sent as it came, for the view without the load (broadcast).
+    run.withheld.delete(subscriber);
+    // One that sent the run a message is answered by it: it stays subscribed.
+    if (!mine.base && !run.senders.has(subscriber)) run.subscribers.delete(subscriber);
   };
 }
 
@@ -280,7 +294,7 @@ export class Turns {
     for (const run of runs) this.joinWatch(watch, run);
     this.watching.add(watch);
     // What it streamed before its message is shown follows the message (show, "event").
-    if (shown && !shown.awaiting && shown.streamed.length > 0) subscriber.send(textUpdate(shown.streamed), follower);
+    if (shown && !shown.awaiting && shown.streamed.length > 0) subscriber.send(textUpdate(shown.streamed), { load: follower, failed: false });
     return {
       get upTo() {
         return follower.upTo;
@@ -380,14 +394,23 @@ export class Turns {
       // `about`: the event what is shown comes from, which a follower whose load showed it is not
       // shown again; `asked`, a message the turn wrote, shown to followers alone (a prompter knows
       // its own); `held`, what its followers are shown only once its message is.
+      // A connection a load follows it by is shown what it is shown with that load, and, should the
+      // load fail, what it would have been shown without it (the two held for the load's end).
       const broadcast = (list: SessionUpdate[], about?: number, asked?: { event: Event; from: Waiting | undefined }, held = false) => {
+        const shows = (follower: Follower | undefined) => follower === undefined || !(held || (about !== undefined && about <= follower.upTo));
+        const echoes = (sub: Subscriber, follower: Follower | undefined) => asked !== undefined && follower !== undefined && !(asked.from?.from === sub && asked.from.at > follower.since);
         for (const sub of run.subscribers) {
-          const follower = run.followers.get(sub);
-          if (follower !== undefined && (held || (about !== undefined && about <= follower.upTo))) continue;
-          const load = loadOf(run, sub);
-          for (const update of list) sub.send(update, load);
-          const own = asked?.from?.from === sub && asked.from.at > (follower?.since ?? 0);
-          if (asked && follower !== undefined && !own) for (const update of askedUpdates(asked.event)) sub.send(update, run.through.get(sub));
+          const through = run.through.get(sub);
+          if (through === undefined) {
+            for (const update of list) sub.send(update);
+            continue;
+          }
+          const still = through.still?.follower;
+          const was = through.base || run.senders.has(sub) || still !== undefined;
+          const listed = heldFor(through.follower, shows(through.follower), was && shows(still));
+          if (listed !== null) for (const update of list) sub.send(update, listed);
+          const echoed = heldFor(through.follower, echoes(sub, through.follower), was && echoes(sub, still));
+          if (echoed !== null && asked) for (const update of askedUpdates(asked.event)) sub.send(update, echoed);
         }
       };
       // The messages it writes are those it answers, in order: the first is its own, then those that steered it.
@@ -426,13 +449,13 @@ export class Turns {
             // Its message shown (the first event it writes): then what it streamed before, to its followers.
             if (shown.awaiting) {
               shown.awaiting = false;
-              // What was shown as it came is shown again for the loads alone; what was held back is owed.
-              for (const [sub, follower] of run.followers) {
-                if (follower.upTo >= report.n) continue;
-                const owed = run.withheld.get(sub) ?? "";
-                const again = shown.streamed.slice(0, shown.streamed.length - owed.length);
-                if (again) sub.send(textUpdate(again), run.through.get(sub));
-                if (owed) sub.send(textUpdate(owed));
+              // Shown again to the loads that rebuild the view (one that failed had it sent as it came).
+              if (shown.streamed.length > 0) {
+                for (const [sub, through] of run.through) {
+                  const still = through.still?.follower;
+                  const again = heldFor(through.follower, through.follower.upTo < report.n, still !== undefined && still.upTo < report.n);
+                  if (again !== null) sub.send(textUpdate(shown.streamed), again);
+                }
               }
               run.withheld.clear();
             }
@@ -491,7 +514,11 @@ export class Turns {
       run.writing = false;
       broadcast(updates.finish(why));
       // Text held back from a follower that sent it a message, the turn's own never shown: shown now.
-      for (const [sub, text] of run.withheld) if (text) sub.send(textUpdate(text));
+      for (const [sub, text] of run.withheld) {
+        const through = run.through.get(sub);
+        const now = through ? heldFor(through.follower, true, through.still !== undefined) : undefined;
+        if (text && now !== null) sub.send(textUpdate(text), now);
+      }
       run.withheld.clear();
 
       for (const w of answered) {

@@ -4,9 +4,9 @@ import type { AgentContext, SessionUpdate } from "@agentclientprotocol/sdk";
 import { describe, expect, it } from "vitest";
 import { CallNames } from "../acp/call-names.js";
 import { Outbox } from "../acp/outbox.js";
-import { Turns, type StartTurn, type Subscriber } from "../acp/turns.js";
+import { shownAfter, Turns, type StartTurn, type Subscriber } from "../acp/turns.js";
 import type { Event } from "../protocol/index.js";
-import type { TurnListener, TurnOutcome } from "../turn/types.js";
+import type { SteerQueue, TurnListener, TurnOutcome } from "../turn/types.js";
 import { deferred } from "./fixtures/deferred.js";
 
 const t = "2026-01-01T00:00:00.000Z";
@@ -18,11 +18,11 @@ const result = (id: string): Event => ({ v: 1, kind: "tool_result", time: t, cal
 const done: TurnOutcome = { stop: "end_turn", modelMs: 0 };
 const call = [{ id: "c1", name: "x__y", arguments: "{}" }];
 
-/** A subscriber that keeps what it is sent, in a few words each. */
+/** A subscriber that keeps what it is sent, in a few words each (as a connection whose loads are over is shown it: Outbox). */
 function subscriber(): Subscriber & { view(): string[] } {
   const got: SessionUpdate[] = [];
   return {
-    send: (u) => void got.push(u),
+    send: (u, heldFor) => void (shownAfter(heldFor) && got.push(u)),
     view: () =>
       got.map((u) => {
         if (u.sessionUpdate === "agent_message_chunk" || u.sessionUpdate === "user_message_chunk") return `${u.sessionUpdate === "user_message_chunk" ? "user" : "agent"}: ${(u.content as { text: string }).text}`;
@@ -378,14 +378,21 @@ describe("a load of a session naming a conversation the chat's own session write
 });
 
 describe("what a load held back, once it failed", () => {
-  /** A connection's outbox, and the text it sent its client (chunks sent in one pass leave as one). */
+  /** A connection's outbox, and what it sent its client: the kind of each update, with its text; text chunks one after another joined. */
   function connection() {
     const got: SessionUpdate[] = [];
     const client = { notify: async (_method: string, params: { update: SessionUpdate }) => void got.push(params.update) } as unknown as AgentContext;
     const outbox = new Outbox();
     const view = async () => {
       await outbox.flushed();
-      return got.map((u) => `${u.sessionUpdate}: ${(u as { content?: { text?: string } }).content?.text ?? ""}`).join(" ");
+      const seen: string[] = [];
+      for (const u of got) {
+        const text = (u as { content?: { text?: string } }).content?.text;
+        const kind = u.sessionUpdate === "agent_message_chunk" ? "agent" : u.sessionUpdate === "user_message_chunk" ? "user" : u.sessionUpdate;
+        if (kind === "agent" && seen.at(-1)?.startsWith("agent: ")) seen[seen.length - 1] += text ?? "";
+        else seen.push(text === undefined ? kind : `${kind}: ${text}`);
+      }
+      return seen.join(" | ");
     };
     return { outbox, sub: outbox.subscriber(client, "s"), hold: () => outbox.hold(client, "s"), view };
   }
@@ -417,7 +424,7 @@ describe("what a load held back, once it failed", () => {
     failing.stop();
     second();
     // Its own showing of what was streamed is left out; the rest of the turn, owed to the first load, is not.
-    expect((await c.view()).replace(/ agent_message_chunk: /g, "")).toBe("agent_message_chunk: Hello.");
+    expect(await c.view()).toBe("agent: Hello.");
     // A connection whose only load failed is shown nothing of it.
     const other = pausing((l) => {
       l({ type: "asked", after: 0, through });
@@ -453,51 +460,131 @@ describe("what a load held back, once it failed", () => {
     expect(await c.view()).toBe("");
   });
 
-  /**
-   * A turn of `c`'s own whose steps run one after another, each once `next` is called: it asks,
-   * streams "Hel", writes its message, streams "lo." and answers "Hello.".
-   */
-  function own(c: ReturnType<typeof connection>) {
-    const steps: ((l: TurnListener) => void)[] = [
-      (l) => l({ type: "asked", after: 0, through }),
-      (l) => l({ type: "text", delta: "Hel" }),
-      (l) => l({ type: "event", n: 1, event: user("q") }),
-      (l) => l({ type: "text", delta: "lo." }),
-      (l) => l({ type: "event", n: 2, event: answer("Hello.") }),
-    ];
+  /** A step of a turn: what it reports (and takes of the messages that steer it). */
+  type Step = (l: TurnListener, steering: SteerQueue) => void;
+
+  /** A turn that asks, streams "Hel", writes its message, streams "lo." and answers "Hello.". */
+  const hello: Step[] = [
+    (l) => l({ type: "asked", after: 0, through }),
+    (l) => l({ type: "text", delta: "Hel" }),
+    (l) => l({ type: "event", n: 1, event: user("q") }),
+    (l) => l({ type: "text", delta: "lo." }),
+    (l) => l({ type: "event", n: 2, event: answer("Hello.") }),
+  ];
+
+  /** A turn of `c`'s own whose steps run one after another, each once `upTo` lets it. */
+  function own(c: ReturnType<typeof connection>, steps: Step[] = hello) {
     const gates = steps.map(() => deferred());
-    const start: StartTurn = async (_m, _s, _signal, l: TurnListener) => {
+    const start: StartTurn = async (_m, steering, _signal, l: TurnListener) => {
       for (const [i, step] of steps.entries()) {
         await gates[i]?.promise;
-        step(l);
+        step(l, steering);
       }
       return done;
     };
     const turns = new Turns();
-    const answered = turns.prompt("/chat", { text: "q" }, "all", start, c.sub, undefined, async () => new CallNames());
+    const answered = [turns.prompt("/chat", { text: "q" }, "all", start, c.sub, undefined, async () => new CallNames())];
     let ran = 0;
-    /** Runs the turn's steps up to and including `step` (0: it asks). */
+    /** Runs the turn's steps up to and including `step` (0: the first). */
     const upTo = async (step: number) => {
       for (; ran <= step; ran++) gates[ran]?.resolve();
       await new Promise((resolve) => setImmediate(resolve));
     };
-    return { turns, answered, upTo };
+    /** A message `c` sends the turn: it steers it. */
+    const steer = (text: string) => answered.push(turns.prompt("/chat", { text }, "all", start, c.sub));
+    /** A load of `c` that stands at `at`: held back, and following. */
+    const load = (at: number) => ({ release: c.hold(), following: turns.follow("/chat", undefined, c.sub, () => at) });
+    return { turns, answered: () => Promise.all(answered), upTo, steer, load, last: steps.length - 1 };
   }
 
   it("leaves the connection that prompted the turn shown it once, as it streamed, whichever step its load began and failed at", async () => {
     // [the last step run as the load began, the last as it failed]: before the message, across it, after it.
     for (const [began, failed] of [[0, 1], [1, 1], [0, 2], [1, 2], [2, 3], [0, 4]] as const) {
       const c = connection();
-      const { turns, answered, upTo } = own(c);
+      const { answered, upTo, load, last } = own(c);
       await upTo(began);
-      const held = c.hold();
-      const load = turns.follow("/chat", undefined, c.sub, () => 0);
+      const { release, following } = load(0);
       await upTo(failed);
-      load.stop();
-      held();
-      await upTo(4);
-      await answered;
-      expect({ began, failed, view: (await c.view()).replace(/ agent_message_chunk: /g, "") }).toEqual({ began, failed, view: "agent_message_chunk: Hello." });
+      following.stop();
+      release();
+      await upTo(last);
+      await answered();
+      expect({ began, failed, view: await c.view() }).toEqual({ began, failed, view: "agent: Hello." });
+    }
+  });
+
+  it("leaves the connection that prompted the turn shown the call its load would have shown itself", async () => {
+    const c = connection();
+    const { answered, upTo, load, last } = own(c, [
+      (l) => l({ type: "asked", after: 0, through }),
+      (l) => l({ type: "event", n: 1, event: user("q") }),
+      (l) => l({ type: "event", n: 2, event: answer("Let me.", call) }),
+      (l) => l({ type: "tool_call", id: "c1", name: "x__y", arguments: {} }),
+      (l) => l({ type: "event", n: 3, event: result("c1") }),
+      (l) => l({ type: "tool_result", id: "c1", name: "x__y", status: "completed", text: "ok" }),
+    ]);
+    // Loaded as the call's answer was written, before the call was shown: the load would show it (in progress).
+    await upTo(2);
+    const { release, following } = load(2);
+    await upTo(3);
+    following.stop();
+    release();
+    await upTo(last);
+    await answered();
+    expect(await c.view()).toBe("agent: Let me. | tool_call | tool_call_update");
+  });
+
+  it("does not show the connection its own message that steered the turn, when a second load of it fails", async () => {
+    const c = connection();
+    const { answered, upTo, load, steer, last } = own(c, [
+      (l) => l({ type: "asked", after: 0, through }),
+      (l) => l({ type: "event", n: 1, event: user("q") }),
+      (l) => l({ type: "event", n: 2, event: answer("Hi.") }),
+      (l, steering) => {
+        for (const m of steering.take()) l({ type: "event", n: 3, event: user(m.text) });
+        l({ type: "asked", after: 2, through });
+      },
+      (l) => l({ type: "event", n: 4, event: answer("Ok.") }),
+    ]);
+    await upTo(2);
+    const first = load(2);
+    first.following.loaded();
+    first.release(true);
+    // It steers after its first load; its second, begun after, fails as the turn writes that message.
+    steer("more");
+    const second = load(2);
+    await upTo(3);
+    second.following.stop();
+    second.release();
+    await upTo(last);
+    await answered();
+    expect(await c.view()).toBe("agent: Hi.Ok.");
+  });
+
+  it("shows the connection the turn once when, of two loads of it at once, one fails and the other shows the session whole", async () => {
+    for (const firstFails of [true, false]) {
+      const c = connection();
+      const { answered, upTo, load, last } = own(c);
+      await upTo(0);
+      const first = load(0);
+      await upTo(3);
+      const second = load(1);
+      // The one that shows the session whole shows all the turn showed before it began.
+      if (firstFails) {
+        first.following.stop();
+        first.release();
+        second.following.loaded();
+        second.release(true);
+      } else {
+        second.following.stop();
+        second.release();
+        first.following.loaded();
+        first.release(true);
+      }
+      await upTo(last);
+      await answered();
+      // The first load, begun before the turn's message was written, shows it; the second began after.
+      expect({ firstFails, view: await c.view() }).toEqual({ firstFails, view: firstFails ? "agent: Hello." : "user: q | agent: Hello." });
     }
   });
 
@@ -527,6 +614,6 @@ describe("what a load held back, once it failed", () => {
     held();
     gate.resolve();
     await answered;
-    expect(await c.view()).toBe("agent_message_chunk: Hel");
+    expect(await c.view()).toBe("agent: Hel");
   });
 });
