@@ -12,8 +12,8 @@ import { textUpdate, TurnUpdates } from "./updates.js";
 /** Where a turn's updates go: one connection's view of the session. */
 export interface Subscriber {
   /**
-   * `heldFor`: an update the connection is shown with a load of it that follows the turn, or without
-   * it, not both (heldFor): held back while the load runs (Outbox.hold), it is shown as the load ends.
+   * `heldFor`: an update the connection is shown with some of the loads of it that follow the turn
+   * and not with others: held back while they run (Outbox.hold), it is shown as they end (shownAfter).
    */
   send(update: SessionUpdate, heldFor?: HeldFor): void;
 }
@@ -23,15 +23,22 @@ export interface Load {
   readonly failed: boolean;
 }
 
-/** An update shown only if `load` failed (`failed`: as the connection would be shown it without that load), or only if it did not. */
+/**
+ * Whether an update is shown once `load` is over: as the connection's view with that load has it
+ * (`kept`), or, should it fail, as the view without it (`failed`): each whether it is shown, or
+ * as the load before it ends.
+ */
 export interface HeldFor {
   load: Load;
-  failed: boolean;
+  kept: boolean | HeldFor;
+  failed: boolean | HeldFor;
 }
 
-/** Whether an update is shown, as far as the load it was held for says (none: whatever it does). */
+/** Whether an update is shown, as the loads it was held for stand (one under way, as if it will not fail; none: shown). */
 export function shownAfter(heldFor: HeldFor | undefined): boolean {
-  return heldFor === undefined || heldFor.load.failed === heldFor.failed;
+  let at: boolean | HeldFor = heldFor ?? true;
+  while (typeof at === "object") at = at.load.failed ? at.failed : at.kept;
+  return at;
 }
 
 /** Starts one turn of the conversation. */
@@ -142,15 +149,20 @@ class Through {
 }
 
 /**
- * How an update goes to a connection that follows a run by `load`, shown with it (`withIt`) or
- * without it (`without`, as the connection was shown the run before that load): null, not at all;
- * undefined, whatever the load does; else as the load ends.
+ * Whether a connection that follows a run by the loads `through` is shown an update, as they end:
+ * `shows`, whether the view with a load does; `none`, whether the view with none of them does.
  */
-function heldFor(load: Follower, withIt: boolean, without: boolean): HeldFor | undefined | null {
-  if (withIt && without) return undefined;
-  if (withIt) return { load, failed: false };
-  if (without) return { load, failed: true };
-  return null;
+function heldFor(through: Through | undefined, shows: (follower: Follower) => boolean, none: boolean): boolean | HeldFor {
+  if (through === undefined) return none;
+  const kept = shows(through.follower);
+  const failed = heldFor(through.before, shows, none);
+  return kept === failed ? kept : { load: through.follower, kept, failed };
+}
+
+/** Sends `updates` as `heldFor` says: not at all, at once, or held for the loads' end. */
+function sendAs(sub: Subscriber, updates: readonly SessionUpdate[], heldFor: boolean | HeldFor): void {
+  if (heldFor === false) return;
+  for (const update of updates) sub.send(update, heldFor === true ? undefined : heldFor);
 }
 
 /**
@@ -294,7 +306,7 @@ export class Turns {
     for (const run of runs) this.joinWatch(watch, run);
     this.watching.add(watch);
     // What it streamed before its message is shown follows the message (show, "event").
-    if (shown && !shown.awaiting && shown.streamed.length > 0) subscriber.send(textUpdate(shown.streamed), { load: follower, failed: false });
+    if (shown && !shown.awaiting && shown.streamed.length > 0) subscriber.send(textUpdate(shown.streamed), { load: follower, kept: true, failed: false });
     return {
       get upTo() {
         return follower.upTo;
@@ -397,20 +409,12 @@ export class Turns {
       // A connection a load follows it by is shown what it is shown with that load, and, should the
       // load fail, what it would have been shown without it (the two held for the load's end).
       const broadcast = (list: SessionUpdate[], about?: number, asked?: { event: Event; from: Waiting | undefined }, held = false) => {
-        const shows = (follower: Follower | undefined) => follower === undefined || !(held || (about !== undefined && about <= follower.upTo));
-        const echoes = (sub: Subscriber, follower: Follower | undefined) => asked !== undefined && follower !== undefined && !(asked.from?.from === sub && asked.from.at > follower.since);
+        const shows = (follower: Follower) => !(held || (about !== undefined && about <= follower.upTo));
         for (const sub of run.subscribers) {
           const through = run.through.get(sub);
-          if (through === undefined) {
-            for (const update of list) sub.send(update);
-            continue;
-          }
-          const still = through.still?.follower;
-          const was = through.base || run.senders.has(sub) || still !== undefined;
-          const listed = heldFor(through.follower, shows(through.follower), was && shows(still));
-          if (listed !== null) for (const update of list) sub.send(update, listed);
-          const echoed = heldFor(through.follower, echoes(sub, through.follower), was && echoes(sub, still));
-          if (echoed !== null && asked) for (const update of askedUpdates(asked.event)) sub.send(update, echoed);
+          sendAs(sub, list, heldFor(through, shows, through === undefined || through.base || run.senders.has(sub)));
+          // Its own message, sent after the load began, the connection knows.
+          if (asked) sendAs(sub, askedUpdates(asked.event), heldFor(through, (follower) => !(asked.from?.from === sub && asked.from.at > follower.since), false));
         }
       };
       // The messages it writes are those it answers, in order: the first is its own, then those that steered it.
@@ -451,11 +455,7 @@ export class Turns {
               shown.awaiting = false;
               // Shown again to the loads that rebuild the view (one that failed had it sent as it came).
               if (shown.streamed.length > 0) {
-                for (const [sub, through] of run.through) {
-                  const still = through.still?.follower;
-                  const again = heldFor(through.follower, through.follower.upTo < report.n, still !== undefined && still.upTo < report.n);
-                  if (again !== null) sub.send(textUpdate(shown.streamed), again);
-                }
+                for (const [sub, through] of run.through) sendAs(sub, [textUpdate(shown.streamed)], heldFor(through, (follower) => follower.upTo < report.n, false));
               }
               run.withheld.clear();
             }
@@ -514,11 +514,8 @@ export class Turns {
       run.writing = false;
       broadcast(updates.finish(why));
       // Text held back from a follower that sent it a message, the turn's own never shown: shown now.
-      for (const [sub, text] of run.withheld) {
-        const through = run.through.get(sub);
-        const now = through ? heldFor(through.follower, true, through.still !== undefined) : undefined;
-        if (text && now !== null) sub.send(textUpdate(text), now);
-      }
+      // (Without any load it was shown as it came.)
+      for (const [sub, text] of run.withheld) if (text) sendAs(sub, [textUpdate(text)], heldFor(run.through.get(sub), () => true, false));
       run.withheld.clear();
 
       for (const w of answered) {

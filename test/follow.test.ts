@@ -561,6 +561,78 @@ describe("what a load held back, once it failed", () => {
     expect(await c.view()).toBe("agent: Hi.Ok.");
   });
 
+  it("leaves the connection that prompted the turn shown it once, as it streamed, when two loads of it at once both fail", async () => {
+    for (const failed of [1, 2, 3]) {
+      const c = connection();
+      const { answered, upTo, load, last } = own(c);
+      await upTo(0);
+      const first = load(0);
+      const second = load(0);
+      await upTo(failed);
+      first.following.stop();
+      first.release();
+      second.following.stop();
+      second.release();
+      await upTo(last);
+      await answered();
+      expect({ failed, view: await c.view() }).toEqual({ failed, view: "agent: Hello." });
+    }
+  });
+
+  it("shows a connection that steered the turn during its load, which failed, the turn from its message on, as it would have been without the load", async () => {
+    const c = connection();
+    const turns = new Turns();
+    const steps: ((l: TurnListener, steering: SteerQueue) => void)[] = [
+      (l) => l({ type: "asked", after: 0, through }),
+      (l) => l({ type: "event", n: 1, event: user("q") }),
+      (l) => l({ type: "text", delta: "Hel" }),
+      (l, steering) => {
+        for (const m of steering.take()) l({ type: "event", n: 2, event: user(m.text) });
+        l({ type: "asked", after: 1, through });
+        l({ type: "text", delta: "lo." });
+      },
+      (l) => l({ type: "event", n: 3, event: answer("Hello.") }),
+    ];
+    const gates = steps.map(() => deferred());
+    const start: StartTurn = async (_m, steering, _signal, l) => {
+      for (const [i, step] of steps.entries()) {
+        await gates[i]?.promise;
+        step(l, steering);
+      }
+      return done;
+    };
+    // Another connection prompts; this one loads, and steers while it loads.
+    const answered = turns.prompt("/chat", { text: "q" }, "all", start, subscriber(), undefined, async () => new CallNames());
+    gates[0]?.resolve();
+    gates[1]?.resolve();
+    await new Promise((resolve) => setImmediate(resolve));
+    const release = c.hold();
+    const following = turns.follow("/chat", undefined, c.sub, () => 1);
+    gates[2]?.resolve();
+    await new Promise((resolve) => setImmediate(resolve));
+    const steered = turns.prompt("/chat", { text: "more" }, "all", start, c.sub);
+    gates[3]?.resolve();
+    await new Promise((resolve) => setImmediate(resolve));
+    following.stop();
+    release();
+    gates[4]?.resolve();
+    await Promise.all([answered, steered]);
+    // Without the load: nothing before its message, then what the turn streamed.
+    expect(await c.view()).toBe("agent: lo.");
+  });
+
+  it("shows the connection that prompted the turn the text held back from it once, when the turn ends before its message is written and its load fails after", async () => {
+    const c = connection();
+    const { answered, upTo, load } = own(c, [(l) => l({ type: "asked", after: 0, through }), (l) => l({ type: "text", delta: "Hel" })]);
+    await upTo(0);
+    const { release, following } = load(0);
+    await upTo(1);
+    await answered();
+    following.stop();
+    release();
+    expect(await c.view()).toBe("agent: Hel");
+  });
+
   it("shows the connection the turn once when, of two loads of it at once, one fails and the other shows the session whole", async () => {
     for (const firstFails of [true, false]) {
       const c = connection();
