@@ -114,9 +114,7 @@ interface Running {
   shown: Shown;
   /** The subscribers that sent it a message: each is answered by it. */
   readonly senders: Set<Subscriber>;
-  /** The subscribers that follow it from a load: each with where that load stood. */
-  readonly followers: Map<Subscriber, Follower>;
-  /** The loads each follower follows it by, the latest first. */
+  /** The subscribers that follow it from a load: the loads each follows it by, the latest (where it stood) first. */
   readonly through: Map<Subscriber, Through>;
   /** The text its followers that sent it a message were not shown as it came, its message not shown yet (shown once the turn is over, should its message never be). */
   readonly withheld: Map<Subscriber, string>;
@@ -219,7 +217,6 @@ function join(run: Running, subscriber: Subscriber, follower: Follower): () => v
   const before = run.through.get(subscriber);
   const mine = new Through(follower, before, before ? before.base : run.subscribers.has(subscriber));
   run.subscribers.add(subscriber);
-  run.followers.set(subscriber, follower);
   run.through.set(subscriber, mine);
   return () => {
     // Another load of the connection's since follows it now: left as that load has it.
@@ -227,11 +224,9 @@ function join(run: Running, subscriber: Subscriber, follower: Follower): () => v
     // Followed as the latest of its loads before this one that did not fail has it.
     const still = mine.still;
     if (still) {
-      run.followers.set(subscriber, still.follower);
       run.through.set(subscriber, still);
       return;
     }
-    run.followers.delete(subscriber);
     run.through.delete(subscriber);
     // The text held back from it was sent as it came, for the view without the load (broadcast).
     run.withheld.delete(subscriber);
@@ -280,7 +275,7 @@ export class Turns {
       return answer;
     }
     this.started = true;
-    const started: Running = { controller: new AbortController(), queue: [], after: [], subscribers: new Set([subscriber]), writing: false, shown: fresh(), senders: new Set([subscriber]), followers: new Map(), through: new Map(), withheld: new Map() };
+    const started: Running = { controller: new AbortController(), queue: [], after: [], subscribers: new Set([subscriber]), writing: false, shown: fresh(), senders: new Set([subscriber]), through: new Map(), withheld: new Map() };
     this.running.set(key, started);
     // A load of its conversation under way follows it from its start: all it writes comes after what the load shows.
     for (const w of this.watchersOf(key)) this.joinWatch(w, started);
@@ -439,7 +434,7 @@ export class Turns {
           case "text":
             shown.streamed += report.delta;
             // Held back from its followers: from one that sent it a message, owed all the same.
-            if (shown.awaiting) for (const sub of run.followers.keys()) if (run.senders.has(sub)) run.withheld.set(sub, (run.withheld.get(sub) ?? "") + report.delta);
+            if (shown.awaiting) for (const sub of run.through.keys()) if (run.senders.has(sub)) run.withheld.set(sub, (run.withheld.get(sub) ?? "") + report.delta);
             return broadcast(list, undefined, undefined, shown.awaiting);
           case "event": {
             const e = report.event;
