@@ -157,7 +157,6 @@ export class Outbox {
     if (this.held.get(sessionId) === held) this.held.delete(sessionId);
     const updates = held.updates.splice(0);
     for (const { update, heldFor } of updates.slice(held.shownFrom)) if (shownAfter(heldFor)) this.send(client, sessionId, update);
-    held.shownFrom = 0;
     held.over();
   }
 
