@@ -4,7 +4,7 @@
 // live process holds, once, and removes the file once that answer in turn was written.
 import { randomBytes } from "node:crypto";
 import { EVENT_KINDS, type Event, type Numbered, type RecoveredAnswer } from "../protocol/index.js";
-import { claimOwed, listOwed, owedName, processAlive, readEventsFrom, removeOwed, writeOwed, type AgentRef, type ConversationPaths, type Owed } from "../store/index.js";
+import { claimOwed, listOwed, owedBase, owedName, processAlive, readEventsFrom, removeOwed, writeOwed, type AgentRef, type ConversationPaths, type Owed } from "../store/index.js";
 import type { Logger } from "./deps.js";
 import type { Owing } from "./turns.js";
 
@@ -41,8 +41,8 @@ export function owe(conv: ConversationPaths, log: Logger): Debt {
   const name = owedName(owedIds.toString(16).padStart(16, "0"));
   const path = `${conv.dir}/${name}`;
   live.add(path);
-  /** Whether the file is there: each write resolves it, one that fails as the write before it left it. */
-  let made = Promise.resolve(false);
+  /** The name it is owed under (its mark in it): each write resolves it, one that fails as the write before it left it. */
+  let made = Promise.resolve<string | undefined>(undefined);
   /** The paths it was written through: the folder the turn's lock holds, while it holds it. */
   let where = conv;
   let settled = false;
@@ -50,18 +50,20 @@ export function owe(conv: ConversationPaths, log: Logger): Debt {
     mark(after, through) {
       if (settled) return;
       const before = made;
-      made = new Promise<boolean>((resolve) =>
-        setImmediate(() => {
-          try {
-            // Through the folder the turn's lock holds, while it holds it: not one opened for it alone.
-            where = through.dir === conv.dir ? through : conv;
-            writeOwed(where, name, after);
-            resolve(true);
-          } catch (e) {
-            log.warn("the prompt's answer can't be recovered should it not reach the client", { thread: conv.thread, error: (e as Error).message });
-            resolve(before);
-          }
-        }),
+      made = before.then(
+        (previous) =>
+          new Promise<string | undefined>((resolve) =>
+            setImmediate(() => {
+              try {
+                // Through the folder the turn's lock holds, while it holds it: not one opened for it alone.
+                where = through.dir === conv.dir ? through : conv;
+                resolve(writeOwed(where, name, after, previous));
+              } catch (e) {
+                log.warn("the prompt's answer can't be recovered should it not reach the client", { thread: conv.thread, error: (e as Error).message });
+                resolve(previous);
+              }
+            }),
+          ),
       );
     },
     settle(written) {
@@ -70,7 +72,7 @@ export function owe(conv: ConversationPaths, log: Logger): Debt {
         live.delete(path);
         // Through the turn's folder while its lock still holds it (the answer is written before
         // the lock is let go), else through one opened for it.
-        if (ok && owed) removeOwed(where, name);
+        if (ok && owed !== undefined) removeOwed(where, owed);
       });
     },
   };
@@ -124,7 +126,7 @@ export function recover(agent: AgentRef, written: Promise<boolean>, log: Logger,
   let size = 0;
   let more = false;
   for (const listed of owed.sort((a, b) => a.thread.localeCompare(b.thread) || a.after - b.after)) {
-    const listedPath = `${listed.conv.dir}/${listed.name}`;
+    const listedPath = `${listed.conv.dir}/${owedBase(listed.name)}`;
     if (live.has(listedPath) || handed.has(listedPath)) continue;
     // Another live process owes it: its own client may still get it.
     if (listed.pid !== process.pid && processAlive(listed.pid)) continue;
@@ -137,7 +139,7 @@ export function recover(agent: AgentRef, written: Promise<boolean>, log: Logger,
       continue;
     }
     if (o === undefined) continue;
-    const path = `${o.conv.dir}/${o.name}`;
+    const path = `${o.conv.dir}/${owedBase(o.name)}`;
     let found: Numbered | undefined;
     try {
       found = answerAfter(o.conv, o.after);
@@ -163,7 +165,7 @@ export function recover(agent: AgentRef, written: Promise<boolean>, log: Logger,
   }
   void written.then((ok) => {
     for (const o of taken) {
-      handed.delete(`${o.conv.dir}/${o.name}`);
+      handed.delete(`${o.conv.dir}/${owedBase(o.name)}`);
       if (ok) removeOwed(o.conv, o.name);
     }
   });

@@ -78,7 +78,45 @@ const CREATE = fs.constants.O_WRONLY | fs.constants.O_CREAT | fs.constants.O_EXC
  * The lock file's text: who holds it. The token tells this process's locks from those of a process
  * that had its pid before; within the process, one turn at a time holds a conversation's lock.
  */
-const OWNER_TEXT = JSON.stringify({ pid: process.pid, host: hostname(), token: randomUUID() });
+const TOKEN = randomUUID();
+const OWNER_TEXT = JSON.stringify({ pid: process.pid, host: hostname(), token: TOKEN });
+
+/**
+ * The name of this process's holder in a conversation's folder: the one file its locks of that
+ * conversation are, each a second name linked to it (see holderLock). Its pid, so what a process
+ * that is gone left can be told apart, and its token, so no other process's (on another machine
+ * sharing the folder, or one that had its pid before) is ever taken for it.
+ */
+const HOLDER = `.holder-${process.pid}-${TOKEN.replaceAll("-", "").slice(0, 12)}`;
+const HOLDER_NAME = /^\.holder-(\d{1,10})-[0-9a-f]{12}$/;
+
+/** The start of the holders' names a process of this pid made. */
+export function holderPrefix(pid: number): string {
+  return `.holder-${pid}-`;
+}
+
+/**
+ * Whether a lock is made as a second name of the holder (a hard link, no new file) or, where the
+ * file system takes no hard link, as a file of its own: found at the first lock that tries.
+ */
+let linking = true;
+
+/** The conversations' folders (their paths) by the path their lock is being taken at, while it is. */
+const taking = new Map<string, string>();
+
+/** The holders this process made, by their path through the conversation's path: removed as it exits. */
+const holders = new Set<string>();
+let exitHooked = false;
+
+function removeHoldersAtExit(): void {
+  for (const path of holders) {
+    try {
+      fs.unlinkSync(path);
+    } catch {
+      // gone already
+    }
+  }
+}
 
 /**
  * The lock files this process made and holds, kept open: while a descriptor holds a file, no other
@@ -126,30 +164,171 @@ function removeLock(path: string): void {
   }
 }
 
+/** Makes a lock as a file of its own, made exclusively (O_EXCL) with its holder's pid and host in it, and keeps it open. */
+function createLock(path: string): void {
+  const fd = fs.openSync(path, CREATE, FILE_MODE);
+  try {
+    fs.fchmodSync(fd, FILE_MODE);
+    writeAll(fd, OWNER_TEXT);
+    const st = fs.fstatSync(fd);
+    letGo(path);
+    kept.set(path, { fd, dev: st.dev, ino: st.ino });
+  } catch (e) {
+    // A lock that names no one could only go stale: none is left.
+    fs.closeSync(fd);
+    fs.unlinkSync(path);
+    throw e;
+  }
+}
+
+/** Whether a lock this process holds now is the file of `st`. */
+function heldHere(st: fs.Stats): boolean {
+  for (const k of kept.values()) if (k.dev === st.dev && k.ino === st.ino) return true;
+  return false;
+}
+
 /**
- * The file calls proper-lockfile makes, with the lock a file rather than a folder: made exclusively
- * (O_EXCL) with its holder's pid and host in it, its time refreshed, and unlinked. Removing a
- * folder costs this file system about half a millisecond more than unlinking a file, at every
- * turn. Each is a quick metadata call, made at once rather than through the thread pool, where
- * each would wait its turn behind the disk's flushes.
+ * Opens this process's holder in the lock's folder: the plain file of its text (its other names are
+ * owed files of this process's prompts, and the lock while a turn holds it), where a lock no turn of
+ * this process holds (one its release could not remove, or a name another gave it) is removed. Made
+ * again where it is missing or anything else (a FIFO, a link, another text): whether it was made.
+ */
+function openHolder(path: string, lock: string): { fd: number; made: boolean } {
+  try {
+    const fd = fs.openSync(path, fs.constants.O_RDONLY | fs.constants.O_NOFOLLOW | fs.constants.O_NONBLOCK);
+    const st = fs.fstatSync(fd);
+    if (st.isFile() && st.size === Buffer.byteLength(OWNER_TEXT)) {
+      if (st.nlink > 1 && !heldHere(st)) {
+        const there = lstatOrUndefined(lock);
+        if (there !== undefined && there.dev === st.dev && there.ino === st.ino) fs.unlinkSync(lock);
+      }
+      return { fd, made: false };
+    }
+    fs.closeSync(fd);
+    fs.unlinkSync(path);
+  } catch (e) {
+    // A FIFO, a folder or a link there is refused by the open (ELOOP, ENXIO, EISDIR): replaced.
+    if (!isErrno(e, "ENOENT") && !isErrno(e, "ELOOP") && !isErrno(e, "EISDIR") && !isErrno(e, "ENXIO")) throw e;
+    if (!isErrno(e, "ENOENT")) fs.rmSync(path, { recursive: true, force: true });
+  }
+  const fd = fs.openSync(path, CREATE, FILE_MODE);
+  try {
+    fs.fchmodSync(fd, FILE_MODE);
+    writeAll(fd, OWNER_TEXT);
+  } catch (e) {
+    fs.closeSync(fd);
+    fs.unlinkSync(path);
+    throw e;
+  }
+  return { fd, made: true };
+}
+
+function lstatOrUndefined(path: string): fs.Stats | undefined {
+  try {
+    return fs.lstatSync(path);
+  } catch {
+    return undefined;
+  }
+}
+
+/**
+ * Makes a lock as a second name of this process's holder in the conversation's folder: one link,
+ * where a file of its own cost a new inode at every turn and freed one at its end. On a file
+ * system without a journal, ext4 skips each inode freed in the last minute or more when it makes a
+ * file, so a turn's new files cost more the more turns came before (up to a millisecond each, seen
+ * here). The holder's time is set first, so the lock is fresh the moment it is there; a link that
+ * fails as the name is taken is the lock held by another (EEXIST). Keeps the holder open while the
+ * lock is held: no other file can take its inode meanwhile (see stillHeld).
+ */
+function holderLock(path: string): void {
+  const holderPath = `${path.slice(0, path.lastIndexOf("/"))}/${HOLDER}`;
+  const { fd, made } = openHolder(holderPath, path);
+  if (made) madeHolder(path);
+  try {
+    const t = new Date();
+    fs.futimesSync(fd, t, t);
+    const st = fs.fstatSync(fd);
+    fs.linkSync(holderPath, path);
+    letGo(path);
+    kept.set(path, { fd, dev: st.dev, ino: st.ino });
+  } catch (e) {
+    fs.closeSync(fd);
+    throw e;
+  }
+}
+
+/**
+ * Gives this process's holder in a conversation's folder one more name (no file made): an owed file
+ * (store/owed.ts), while the process's lock of the folder holds it. False where it has no holder
+ * there: locks made as files of their own, or a folder it holds no lock of.
+ */
+export function linkHolder(folderBase: string, name: string): boolean {
+  if (!linking) return false;
+  try {
+    fs.linkSync(`${folderBase}/${HOLDER}`, `${folderBase}/${name}`);
+    return true;
+  } catch (e) {
+    if (isErrno(e, "ENOENT") || isErrno(e, "EPERM") || isErrno(e, "EXDEV") || isErrno(e, "EMLINK")) return false;
+    throw e;
+  }
+}
+
+/** Notes a holder made for the lock at `path`: removed as the process exits; and looks, once, for those gone processes left beside it. */
+function madeHolder(path: string): void {
+  const conv = taking.get(path);
+  if (conv === undefined) return;
+  holders.add(`${conv}/${HOLDER}`);
+  if (!exitHooked) {
+    exitHooked = true;
+    process.once("exit", removeHoldersAtExit);
+  }
+  setImmediate(() => void sweepHolders(conv).catch(() => undefined));
+}
+
+/**
+ * Removes the holders processes of this machine that are gone left in a conversation's folder (a
+ * kill between turns leaves its holder; one during a turn, its lock too, which takeOverDead takes).
+ * Another machine's are left: whether its process lives can't be known from here.
+ */
+async function sweepHolders(dir: string): Promise<void> {
+  for (const name of await fs.promises.readdir(dir)) {
+    const m = HOLDER_NAME.exec(name);
+    if (!m || name === HOLDER) continue;
+    const pid = Number(m[1]);
+    if (processAlive(pid)) continue;
+    const path = join(dir, name);
+    try {
+      const owner = Owner.safeParse(JSON.parse(readNoFollow(path, { max: LIMITS.lock })));
+      if (owner.success && owner.data.host === hostname() && owner.data.pid === pid) fs.unlinkSync(path);
+    } catch {
+      // Gone meanwhile, or not a holder's text: left.
+    }
+  }
+}
+
+/**
+ * The file calls proper-lockfile makes, with the lock a file rather than a folder: a second name of
+ * this process's holder (holderLock), or where hard links can't be made a file of its own (with its
+ * holder's pid and host in it, made exclusively), its time refreshed, and unlinked. Removing a folder
+ * costs this file system about half a millisecond more than unlinking a file, at every turn. Each is
+ * a quick metadata call, made at once rather than through the thread pool, where each would wait its
+ * turn behind the disk's flushes.
  */
 const lockFs = {
   ...fs,
   mkdir: (path: string, cb: Callback<void>) =>
     now(() => {
-      const fd = fs.openSync(path, CREATE, FILE_MODE);
-      try {
-        fs.fchmodSync(fd, FILE_MODE);
-        writeAll(fd, OWNER_TEXT);
-        const st = fs.fstatSync(fd);
-        letGo(path);
-        kept.set(path, { fd, dev: st.dev, ino: st.ino });
-      } catch (e) {
-        // A lock that names no one could only go stale: none is left.
-        fs.closeSync(fd);
-        fs.unlinkSync(path);
-        throw e;
+      if (linking) {
+        try {
+          holderLock(path);
+          return;
+        } catch (e) {
+          // A file system that takes no hard link (or no second one of this file): a file of its own, from now on.
+          if (!isErrno(e, "EPERM") && !isErrno(e, "EXDEV") && !isErrno(e, "ENOTSUP") && !isErrno(e, "EOPNOTSUPP") && !isErrno(e, "EMLINK") && !isErrno(e, "ENOSYS")) throw e;
+          linking = false;
+        }
       }
+      createLock(path);
     }, cb),
   // The lock itself, never what a link there points to.
   stat: (path: string, cb: Callback<fs.Stats>) => now(() => fs.lstatSync(path), cb),
@@ -228,8 +407,8 @@ function takeOverDead(lock: string): boolean {
     return false;
   }
   rmSync(aside, { recursive: true, force: true });
-  // What it was writing when it died is of no use to anyone: its temporary files go too.
-  removeTempsOf(dirname(lock), owner.pid);
+  // What it was writing when it died is of no use to anyone: its temporary files go too, and its holder.
+  removeTempsOf(dirname(lock), owner.pid, [holderPrefix(owner.pid)]);
   return true;
 }
 
@@ -297,6 +476,7 @@ export async function withConversationLock<T>(conv: ConversationPaths, fn: () =>
     try {
       for (let delay = 20; ; delay = Math.min(delay * 2, 250)) {
         try {
+          taking.set(lock, conv.dir);
           release = await lockfile.lock(conv.dir, {
             lockfilePath: lock,
             fs: lockFs,
@@ -318,9 +498,11 @@ export async function withConversationLock<T>(conv: ConversationPaths, fn: () =>
         }
       }
     } catch (e) {
+      taking.delete(lock);
       folder.close();
       throw e;
     }
+    taking.delete(lock);
     folder.guard = () => stillHeld(conv, lock, stale, () => compromised);
     try {
       return await holdWhile(folder, fn);

@@ -1,18 +1,22 @@
-// What a process owes its client: one small file a prompt, `owed-<pid>-<id>` in the
-// conversation's folder, made before its turn runs and removed once the prompt's answer was written
-// to the client. It holds no answer: only the last event before the prompt came, so the answer is
-// read from the events, which are the truth. A kill at any point leaves either no file (the answer
-// reached the client) or one whose answer, if its turn finished one, `_link/recover` hands over.
-import { readdirSync, renameSync } from "node:fs";
+// What a process owes its client: one name a prompt, `owed-<pid>-<id>-<after>` in the conversation's
+// folder, made before its turn runs and removed once the prompt's answer was written to the client.
+// It holds no answer: only the last event before the prompt came (`after`, in its name), so the
+// answer is read from the events, which are the truth. The name is one more of the process's lock
+// holder (store/lock.ts linkHolder): no file is made for it; where there is none, a file of its own
+// holding the mark. An earlier version's `owed-<pid>-<id>` holds the mark as JSON, read as before. A
+// kill at any point leaves either no name (the answer reached the client) or one whose answer, if
+// its turn finished one, `_link/recover` hands over.
+import { lstatSync, readdirSync, renameSync } from "node:fs";
 import { join } from "node:path";
 import { OwedMark, StoreError, describeIssues } from "../protocol/index.js";
 import { isErrno } from "./errno.js";
 import { listThreads } from "./events.js";
 import { jsonFault, readNoFollow, unlinkQuiet, writeTemp } from "./files.js";
 import { removeQuiet, withFolder } from "./folder.js";
+import { linkHolder } from "./lock.js";
 import { isThread, paths, type AgentRef, type ConversationPaths } from "./paths.js";
 
-const OWED_NAME = /^owed-(\d{1,10})-([0-9a-f]{16})$/;
+const OWED_NAME = /^owed-(\d{1,10})-([0-9a-f]{16})(?:-(\d{1,15}))?$/;
 /** An owed file is a few dozen bytes. */
 const OWED_MAX = 4096;
 
@@ -32,18 +36,41 @@ export function owedName(id: string): string {
   return `owed-${process.pid}-${id}`;
 }
 
-/** Writes the owed file, whole or not at all: a temp file renamed to its name, in the checked folder. */
-export function writeOwed(conv: ConversationPaths, name: string, after: number): void {
-  const text = `${JSON.stringify({ v: 1, after, time: new Date().toISOString() } satisfies OwedMark)}\n`;
+/** An owed name without the mark its name carries: the prompt's, whatever its mark. */
+export function owedBase(name: string): string {
+  const m = OWED_NAME.exec(name);
+  return m ? `owed-${m[1]}-${m[2]}` : name;
+}
+
+/**
+ * Owes a prompt's answer after event `after`, in the checked folder: `name` (owedName) with the mark,
+ * as one more name of the process's holder, or where it has none there a file of its own written
+ * whole (a temp file renamed to it). `previous`, the name an earlier mark of the prompt gave it, is
+ * renamed to the new mark. Returns the name it is owed under now.
+ */
+export function writeOwed(conv: ConversationPaths, name: string, after: number, previous?: string): string {
+  const marked = `${name}-${after}`;
   return withFolder(conv, (folder) => {
+    if (previous !== undefined) {
+      if (previous === marked) return marked;
+      try {
+        renameSync(folder.at(previous), folder.at(marked));
+        return marked;
+      } catch (e) {
+        if (!isErrno(e, "ENOENT")) throw e;
+      }
+    }
+    if (linkHolder(folder.base, marked)) return marked;
+    const text = `${JSON.stringify({ v: 1, after, time: new Date().toISOString() } satisfies OwedMark)}\n`;
     // Not flushed: a kill of the process loses nothing the kernel holds; the answer itself is flushed.
     const tmp = writeTemp(folder.base, text, undefined, false);
     try {
-      renameSync(tmp, folder.at(name));
+      renameSync(tmp, folder.at(marked));
     } catch (e) {
       unlinkQuiet(tmp);
       throw e;
     }
+    return marked;
   });
 }
 
@@ -60,9 +87,10 @@ export function removeOwed(conv: ConversationPaths, name: string): void {
  */
 export function claimOwed(o: Owed): Owed | undefined {
   if (o.pid === process.pid) return o;
-  const id = OWED_NAME.exec(o.name)?.[2];
+  const m = OWED_NAME.exec(o.name);
+  const id = m?.[2];
   if (id === undefined) return undefined;
-  const name = owedName(id);
+  const name = m?.[3] === undefined ? owedName(id) : `${owedName(id)}-${m[3]}`;
   try {
     withFolder(o.conv, (folder) => renameSync(folder.at(o.name), folder.at(name)), { make: false });
   } catch (e) {
@@ -93,6 +121,12 @@ export function listOwed(agent: AgentRef): { owed: Owed[]; faults: string[] } {
       if (!m) continue;
       const path = join(conv.dir, name);
       try {
+        if (m[3] !== undefined) {
+          // Its mark in its name: one more name of its process's holder, or a file of its own.
+          if (!lstatSync(path).isFile()) throw new StoreError(`${path} is not a file`, path);
+          owed.push({ thread, conv, name, pid: Number(m[1]), after: Number(m[3]) });
+          continue;
+        }
         const text = readNoFollow(path, { max: OWED_MAX });
         let json: unknown;
         try {

@@ -148,7 +148,7 @@ function listing(root: string, skip?: string): string[] {
       if (path === skip) continue;
       // A prompt's owed file goes once its answer was written, which may be while the next request is
       // being answered: a prompt's own, never one a refusal writes (it is made once the prompt is taken).
-      if (/^owed-\d+-[0-9a-f]+$/.test(d.name)) continue;
+      if (/^owed-\d+-[0-9a-f]+(-\d+)?$/.test(d.name)) continue;
       if (d.isDirectory()) {
         out.push(`${relative(root, path)}${sep}`);
         walk(path);

@@ -171,8 +171,12 @@ describe("permissions", { timeout: 60_000 }, () => {
       expect([mode(paths({ dir }).chats), mode(conv.dir)]).toEqual([0o700, 0o700]);
       for (const name of readdirSync(conv.dir)) expect([name, mode(join(conv.dir, name))]).toEqual([name, 0o600]);
       // The prompt's owed file (lnk-link-harness-acp(7), RECOVERY) is removed just after its answer is written: it may still be there.
-      expect(readdirSync(conv.dir).filter((n) => !n.startsWith("owed-")).sort()).toEqual(["000000000001.json", "000000000002.json", "transcript.md", "window.json"]);
+      const names = readdirSync(conv.dir).filter((n) => !n.startsWith("owed-"));
+      // The file its locks are second names of (lnk-link-harness-folder(5), LOCK), kept while it runs.
+      expect(names.filter((n) => n.startsWith(".holder-"))).toEqual([expect.stringMatching(new RegExp(`^\\.holder-${d.child.pid}-[0-9a-f]{12}$`))]);
+      expect(names.filter((n) => !n.startsWith(".holder-")).sort()).toEqual(["000000000001.json", "000000000002.json", "transcript.md", "window.json"]);
       await d.stop();
+      expect(readdirSync(conv.dir).filter((n) => n.startsWith(".holder-")), "removed as the daemon stops").toEqual([]);
     }
   });
 });

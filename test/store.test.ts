@@ -1,7 +1,7 @@
 // The store on disk: numbered events under many writers, the conversation lock across processes,
 // names, files that fail their schema, links, and the derived files beside the events.
 import { spawnSync } from "node:child_process";
-import { existsSync, linkSync, mkdirSync, mkdtempSync, readFileSync, readdirSync, rmSync, symlinkSync, utimesSync, writeFileSync } from "node:fs";
+import { existsSync, linkSync, lstatSync, mkdirSync, mkdtempSync, readFileSync, readdirSync, rmSync, symlinkSync, utimesSync, writeFileSync } from "node:fs";
 import { hostname, tmpdir } from "node:os";
 import { dirname, join } from "node:path";
 import fc from "fast-check";
@@ -10,6 +10,7 @@ import { EVENT_VERSION, Event, StoreError, Thread, type WindowMark } from "../pr
 import {
   InvalidNameError,
   listSkills,
+  listOwed,
   appendEvent,
   appendEventAfter,
   appendTranscript,
@@ -161,7 +162,141 @@ describe("many processes on one conversation", () => {
     expect(Number(line.split(" ")[1]) - killedAt).toBeLessThan(2_000 + 3_000);
     expect((await taker.exit()).code).toBe(0);
     expect(existsSync(conv.lock), "released").toBe(false);
+    // The killed process's holder, which its lock was a second name of, goes with its lock; the taker's went as it exited.
+    expect(readdirSync(conv.dir).filter((n) => n.startsWith(".holder-"))).toEqual([]);
   }, 20_000);
+
+  it("a lock is a second name of the process's holder: no file made or freed at a turn, the same one turn after turn", async () => {
+    const dir = tempDir();
+    const conv = paths({ dir }).conversation("linked");
+    ensureConversation(conv);
+    const seen: { ino: number; nlink: number; holders: string[] }[] = [];
+    for (let i = 0; i < 3; i++) {
+      await withConversationLock(conv, async () => {
+        const st = lstatSync(conv.lock);
+        seen.push({ ino: st.ino, nlink: st.nlink, holders: readdirSync(conv.dir).filter((n) => n.startsWith(".holder-")) });
+      });
+    }
+    const holder = `.holder-${process.pid}-`;
+    expect(seen.map((s) => s.nlink)).toEqual([2, 2, 2]);
+    expect(new Set(seen.map((s) => s.ino)).size, "one file, every turn").toBe(1);
+    expect(seen.every((s) => s.holders.length === 1 && s.holders[0]?.startsWith(holder))).toBe(true);
+    // Between turns only the holder is there, its one name, holding who it is.
+    expect(existsSync(conv.lock)).toBe(false);
+    const [name] = seen[0]?.holders ?? [];
+    const st = lstatSync(join(conv.dir, String(name)));
+    expect([st.ino, st.nlink, st.mode & 0o777]).toEqual([seen[0]?.ino, 1, 0o600]);
+    expect(JSON.parse(readFileSync(join(conv.dir, String(name)), "utf8"))).toMatchObject({ pid: process.pid, host: hostname() });
+  });
+
+  it("a lock that is this process's holder and held by none of its turns (a release that could not remove it, a name another gave it) is taken at once", async () => {
+    const dir = tempDir();
+    const conv = paths({ dir }).conversation("leftover");
+    ensureConversation(conv);
+    await withConversationLock(conv, async () => undefined);
+    const [name] = readdirSync(conv.dir).filter((n) => n.startsWith(".holder-"));
+    linkSync(join(conv.dir, String(name)), conv.lock);
+    const began = Date.now();
+    await withConversationLock(conv, async () => {
+      expect(lstatSync(conv.lock).nlink).toBe(2);
+    }, { wait: 1_000 });
+    expect(Date.now() - began).toBeLessThan(1_000);
+    expect(existsSync(conv.lock)).toBe(false);
+  });
+
+  it("a holder given a second name is kept; one that is not its file (a FIFO, a link) is made again; the lock still holds", async () => {
+    const dir = tempDir();
+    const conv = paths({ dir }).conversation("spoilt");
+    ensureConversation(conv);
+    await withConversationLock(conv, async () => undefined);
+    const [name] = readdirSync(conv.dir).filter((n) => n.startsWith(".holder-"));
+    const path = join(conv.dir, String(name));
+    const outside = join(dir, "outside.txt");
+    const spoil = [
+      () => linkSync(path, join(dir, "second-name")),
+      () => {
+        rmSync(path);
+        spawnSync("mkfifo", [path]);
+      },
+      () => {
+        rmSync(path);
+        writeFileSync(outside, "not a holder");
+        symlinkSync(outside, path);
+      },
+    ];
+    for (const make of spoil) {
+      make();
+      await withConversationLock(conv, async () => {
+        expect(lstatSync(conv.lock).isFile()).toBe(true);
+        expect(JSON.parse(readFileSync(conv.lock, "utf8"))).toMatchObject({ pid: process.pid });
+      }, { wait: 1_000 });
+      expect(lstatSync(path).isFile()).toBe(true);
+    }
+    // Nothing outside was written to.
+    expect(readFileSync(outside, "utf8")).toBe("not a holder");
+  });
+
+  it("holders a process of this machine that is gone left (killed between turns) are removed when another makes its own; another machine's are left", async () => {
+    const dir = tempDir();
+    const conv = paths({ dir }).conversation("swept");
+    ensureConversation(conv);
+    const gone = spawnSync(process.execPath, ["-e", "process.stdout.write(String(process.pid))"], { encoding: "utf8" });
+    const deadPid = Number(gone.stdout);
+    const dead = join(conv.dir, `.holder-${deadPid}-0123456789ab`);
+    writeFileSync(dead, JSON.stringify({ pid: deadPid, host: hostname(), token: "t" }), { mode: 0o600 });
+    const elsewhere = join(conv.dir, `.holder-${deadPid}-ba9876543210`);
+    writeFileSync(elsewhere, JSON.stringify({ pid: deadPid, host: `${hostname()}-other`, token: "t" }), { mode: 0o600 });
+    await withConversationLock(conv, async () => undefined);
+    for (let i = 0; i < 50 && existsSync(dead); i++) await new Promise((r) => setTimeout(r, 20));
+    expect(existsSync(dead)).toBe(false);
+    expect(existsSync(elsewhere)).toBe(true);
+  });
+
+  it("a prompt owed under a held lock is one more name of the holder, its mark in its name; marked again, renamed; an earlier version's file still read", async () => {
+    const dir = tempDir();
+    const conv = paths({ dir }).conversation("owing");
+    ensureConversation(conv);
+    const id = "00000000000000ab";
+    const name = `owed-${process.pid}-${id}`;
+    let owed = "";
+    await withConversationLock(conv, async () => {
+      owed = writeOwed(conv, name, 4);
+      expect(owed).toBe(`${name}-4`);
+      const holder = readdirSync(conv.dir).find((n) => n.startsWith(".holder-"));
+      expect([lstatSync(join(conv.dir, owed)).ino, lstatSync(join(conv.dir, owed)).nlink]).toEqual([lstatSync(join(conv.dir, String(holder))).ino, 3]);
+      // A message that steered the turn: the same prompt, owed after it now.
+      owed = writeOwed(conv, name, 6, owed);
+    });
+    expect(readdirSync(conv.dir).filter((n) => n.startsWith("owed-"))).toEqual([`${name}-6`]);
+    // An earlier version's file, its mark inside.
+    const earlier = `owed-${process.pid}-00000000000000cd`;
+    writeFileSync(join(conv.dir, earlier), JSON.stringify({ v: 1, after: 2, time: new Date().toISOString() }), { mode: 0o600 });
+    const listed = listOwed({ dir }).owed.map((o) => [o.name, o.after, o.pid]).sort();
+    expect(listed).toEqual([[earlier, 2, process.pid], [`${name}-6`, 6, process.pid]].sort());
+    // A holder that outlived its lock: the next turn takes the lock with the owed name still there.
+    await withConversationLock(conv, async () => undefined, { wait: 1_000 });
+    removeOwed(conv, owed);
+    expect(readdirSync(conv.dir).filter((n) => n.startsWith("owed-"))).toEqual([earlier]);
+  });
+
+  it("owed names that are no file (a FIFO, a folder, a link to a file outside) are named as faults and never opened; the rest are listed", async () => {
+    const dir = tempDir();
+    const conv = paths({ dir }).conversation("planted");
+    ensureConversation(conv);
+    const secret = join(dir, "secret.txt");
+    writeFileSync(secret, "never read", { mode: 0o600 });
+    spawnSync("mkfifo", [join(conv.dir, "owed-1-00000000000000a1-3")]);
+    mkdirSync(join(conv.dir, "owed-1-00000000000000a2-3"));
+    symlinkSync(secret, join(conv.dir, "owed-1-00000000000000a3-3"));
+    writeFileSync(join(conv.dir, "owed-1-00000000000000a4-999999999999999"), "", { mode: 0o600 });
+    // Not owed names at all: left alone.
+    writeFileSync(join(conv.dir, "owed-1-00000000000000a5-1e3"), "", { mode: 0o600 });
+    writeFileSync(join(conv.dir, "owed-1-00000000000000a6-9999999999999999"), "", { mode: 0o600 });
+    const { owed, faults } = listOwed({ dir });
+    expect(owed.map((o) => [o.name, o.after])).toEqual([["owed-1-00000000000000a4-999999999999999", 999_999_999_999_999]]);
+    expect(faults.map((f) => f.replace(/^.*\/(owed-[^ :]+).*$/, "$1")).sort()).toEqual(["owed-1-00000000000000a1-3", "owed-1-00000000000000a2-3", "owed-1-00000000000000a3-3"]);
+    expect(readFileSync(secret, "utf8")).toBe("never read");
+  });
 
   it("a lock folder an earlier version left, its holder gone, is taken over at once", async () => {
     const dir = tempDir();
@@ -568,10 +703,10 @@ describe("an event over the most one holds", () => {
 describe("the derived files beside the events", () => {
   it("an owed file's removal never makes again a conversation folder that is gone", () => {
     const conv = paths({ dir: tempDir() }).conversation("t");
-    writeOwed(conv, "owed-1-a", 0);
-    expect(readdirSync(conv.dir)).toContain("owed-1-a");
+    const name = writeOwed(conv, "owed-1-a", 0);
+    expect(readdirSync(conv.dir)).toContain(name);
     rmSync(conv.dir, { recursive: true });
-    removeOwed(conv, "owed-1-a");
+    removeOwed(conv, name);
     expect(existsSync(conv.dir)).toBe(false);
   });
 
@@ -589,8 +724,8 @@ describe("the derived files beside the events", () => {
     rmSync(dir);
     // Its own folder there, a conversation's folder and chats/ are made as before.
     mkdirSync(dir);
-    writeOwed(conv, "owed-1-a", 0);
-    expect(readdirSync(conv.dir)).toEqual(["owed-1-a"]);
+    expect(writeOwed(conv, "owed-1-a", 0)).toBe("owed-1-a-0");
+    expect(readdirSync(conv.dir)).toEqual(["owed-1-a-0"]);
   });
 
   it("the transcript is added to, read, tailed and made again", () => {
