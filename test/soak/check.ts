@@ -17,14 +17,18 @@ export interface Conversation {
   events: EventT[];
   /** Temp files a write cut short left behind (never numbered, never read). */
   temps: number;
+  /** Lock holders (store/lock.ts) left behind: a killed process's, not removed by a process after it. */
+  holders: number;
 }
 
 /** Reads a conversation's folder, adding to `violations` what breaks the numbering or a file. */
 export function readConversation(dir: string, thread: string, violations: string[]): Conversation {
   const numbers: number[] = [];
   let temps = 0;
+  let holders = 0;
   for (const name of readdirSync(dir)) {
     if (name.startsWith(".tmp-")) temps++;
+    if (name.startsWith(".holder-")) holders++;
     if (!/^\d/.test(name)) continue;
     const n = eventNumber(name);
     if (n === undefined) violations.push(`${thread}/${name}: numbered, but not an event's name`);
@@ -50,7 +54,7 @@ export function readConversation(dir: string, thread: string, violations: string
     else if (!text.endsWith("\n")) violations.push(`${thread}/${n}: not whole (no final newline)`);
     else events.push(parsed.data);
   }
-  return { thread, events, temps };
+  return { thread, events, temps, holders };
 }
 
 export interface CallFigures {

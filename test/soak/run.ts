@@ -54,6 +54,7 @@ interface Summary {
   answered: number;
   unanswered: number;
   temps: number;
+  holders: number;
   /** FIFOs planted where a derived file was, between kills. */
   fifos: number;
   violations: string[];
@@ -207,7 +208,7 @@ async function soak(o: Options & { dir: string }): Promise<Summary> {
     current = undefined;
 
     violations.push(...record.violations, ...record.errors.map((e) => `a prompt was answered with an error: ${e}`));
-    const totals = { events: 0, calls: 0, answered: 0, unanswered: 0, temps: 0 };
+    const totals = { events: 0, calls: 0, answered: 0, unanswered: 0, temps: 0, holders: 0 };
     for (const thread of threads) {
       const dir = join(agent, "chats", thread);
       const conv = readConversation(dir, thread, violations);
@@ -216,11 +217,14 @@ async function soak(o: Options & { dir: string }): Promise<Summary> {
       checkTranscript(dir, conv, violations);
       totals.events += conv.events.length;
       totals.temps += conv.temps;
+      totals.holders += conv.holders;
       totals.calls += calls.calls;
       totals.answered += calls.answered;
       totals.unanswered += calls.unanswered;
     }
     if (record.acks.length === 0) violations.push("no turn was acknowledged: the soak tested nothing");
+    // A killed daemon's holder is removed by the next that locks its conversation; the last removed its own as it stopped.
+    if (totals.holders > 0) violations.push(`${totals.holders} lock holders left in the conversations' folders`);
     const copy = join(o.dir, "hard-linked");
     mkdirSync(copy, { recursive: true });
     checkHardLinkedCopy(agent, copy, threads, violations);
@@ -255,7 +259,7 @@ function print(s: Summary): void {
   say(`seed ${s.seed}, ${s.conversations} conversations, tool over ${s.tool}, ${s.kills} kills${s.kills < s.killsAsked ? ` of ${s.killsAsked} asked (stopped by the time limit)` : ""} in ${s.seconds} s`);
   say(`kills by moment: ${moments || "none"}`);
   say(`${s.prompts} prompts sent, ${s.acknowledged} turns acknowledged, ${s.refused} answered with an error, ${s.recovered} answers recovered at the end`);
-  say(`${s.events} events; ${s.calls} tool calls: ${s.answered} answered, ${s.unanswered} answered as unanswered at the next turn; ${s.temps} temp files left by kills`);
+  say(`${s.events} events; ${s.calls} tool calls: ${s.answered} answered, ${s.unanswered} answered as unanswered at the next turn; ${s.temps} temp files and ${s.holders} lock holders left by kills`);
   say(`notes.md 1.5 GB sparse; ${s.fifos} FIFOs planted where a derived file was; a hard-linked copy of the conversations read back`);
   for (const v of s.violations.slice(0, 40)) say(`violation: ${v}`);
   if (s.violations.length > 40) say(`… and ${s.violations.length - 40} more`);
