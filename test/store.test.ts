@@ -57,6 +57,11 @@ function worker(...args: string[]): Child {
   return new Child(process.execPath, [WORKER, ...args]);
 }
 
+/** The pid of a process that has ended: it names no one (or someone else, whom a lock doesn't name by host). */
+function gonePid(): number {
+  return Number(spawnSync(process.execPath, ["-e", "process.stdout.write(String(process.pid))"], { encoding: "utf8" }).stdout);
+}
+
 function userMessage(text: string): Event {
   return { v: EVENT_VERSION, time: new Date().toISOString(), kind: "message", role: "user", text, header: "test" };
 }
@@ -240,8 +245,7 @@ describe("many processes on one conversation", () => {
     const dir = tempDir();
     const conv = paths({ dir }).conversation("swept");
     ensureConversation(conv);
-    const gone = spawnSync(process.execPath, ["-e", "process.stdout.write(String(process.pid))"], { encoding: "utf8" });
-    const deadPid = Number(gone.stdout);
+    const deadPid = gonePid();
     const dead = join(conv.dir, `.holder-${deadPid}-0123456789ab`);
     writeFileSync(dead, JSON.stringify({ pid: deadPid, host: hostname(), token: "t" }), { mode: 0o600 });
     const elsewhere = join(conv.dir, `.holder-${deadPid}-ba9876543210`);
@@ -302,12 +306,11 @@ describe("many processes on one conversation", () => {
     const dir = tempDir();
     const conv = paths({ dir }).conversation("earlier");
     ensureConversation(conv);
-    // A process that has ended: its pid names no one (or someone else, whom the lock doesn't name by host).
-    const gone = spawnSync(process.execPath, ["-e", "process.stdout.write(String(process.pid))"], { encoding: "utf8" });
+    const gone = gonePid();
     mkdirSync(conv.lock);
-    writeFileSync(join(conv.lock, "owner"), JSON.stringify({ pid: Number(gone.stdout), host: hostname() }));
+    writeFileSync(join(conv.lock, "owner"), JSON.stringify({ pid: gone, host: hostname() }));
     // What it was writing when it died, and a temporary file of a live process, which stays.
-    writeFileSync(join(conv.dir, `.tmp-${gone.stdout}-abc-1`), "{\"v\":1");
+    writeFileSync(join(conv.dir, `.tmp-${gone}-abc-1`), "{\"v\":1");
     writeFileSync(join(conv.dir, `.tmp-${process.pid}-abc-1`), "{}");
     const made = Date.now();
     utimesSync(conv.lock, new Date(made), new Date(made));
