@@ -245,9 +245,12 @@ function holderLock(path: string): void {
   const { fd, made } = openHolder(holderPath, path);
   if (made) madeHolder(path);
   try {
+    const st = fs.fstatSync(fd);
+    // Held by another turn of this process (the folder named by another path): taken, and its time
+    // left as it is, which that lock's refresh would find changed and take for lost.
+    if (heldHere(st)) throw Object.assign(new Error(`EEXIST: ${path} is held by another turn of this process`), { code: "EEXIST" });
     const t = new Date();
     fs.futimesSync(fd, t, t);
-    const st = fs.fstatSync(fd);
     fs.linkSync(holderPath, path);
     letGo(path);
     kept.set(path, { fd, dev: st.dev, ino: st.ino });

@@ -256,6 +256,29 @@ describe("many processes on one conversation", () => {
     expect(existsSync(elsewhere)).toBe(true);
   });
 
+  it("a conversation's lock held by one turn is not touched by another turn of the process that names its folder by another path: it waits, and the first is never taken for lost", async () => {
+    const real = tempDir();
+    const alias = join(tempDir(), "alias");
+    symlinkSync(real, alias);
+    const first = paths({ dir: real }).conversation("two-paths");
+    const second = paths({ dir: alias }).conversation("two-paths");
+    ensureConversation(first);
+    const lost: string[] = [];
+    let busy: unknown;
+    await withConversationLock(
+      first,
+      async () => {
+        busy = await withConversationLock(second, async () => "entered", { wait: 300, stale: 2_000 }).catch((e: unknown) => e);
+        // Past the first lock's refresh (every half stale period), which finds its time as it left it.
+        await new Promise((r) => setTimeout(r, 1_500));
+      },
+      { stale: 2_000, onCompromised: (e) => lost.push(e.message) },
+    );
+    expect(busy).toBeInstanceOf(Error);
+    expect((busy as Error).message).toMatch(/busy/);
+    expect(lost).toEqual([]);
+  });
+
   it("a prompt owed under a held lock is one more name of the holder, its mark in its name; marked again, renamed; an earlier version's file still read", async () => {
     const dir = tempDir();
     const conv = paths({ dir }).conversation("owing");
