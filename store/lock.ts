@@ -1,5 +1,5 @@
 // One turn at a time per conversation: an async mutex inside the process, a lock file across processes.
-import { randomUUID } from "node:crypto";
+import { createHash, randomUUID } from "node:crypto";
 import * as fs from "node:fs";
 import { renameSync, rmSync } from "node:fs";
 import { hostname } from "node:os";
@@ -9,7 +9,7 @@ import { z } from "zod";
 import { StoreError } from "../protocol/index.js";
 import { isErrno } from "./errno.js";
 import { FILE_MODE, LIMITS, readNoFollow, removeTempsOf, writeAll } from "./files.js";
-import { ConversationFolder, holdWhile } from "./folder.js";
+import { ConversationFolder, holdWhile, withFolder } from "./folder.js";
 export { flushHeld } from "./folder.js";
 import type { ConversationPaths } from "./paths.js";
 
@@ -81,18 +81,34 @@ const CREATE = fs.constants.O_WRONLY | fs.constants.O_CREAT | fs.constants.O_EXC
 const TOKEN = randomUUID();
 const OWNER_TEXT = JSON.stringify({ pid: process.pid, host: hostname(), token: TOKEN });
 
-/**
- * The name of this process's holder in a conversation's folder: the one file its locks of that
- * conversation are, each a second name linked to it (see holderLock). Its pid, so what a process
- * that is gone left can be told apart, and its token, so no other process's (on another machine
- * sharing the folder, or one that had its pid before) is ever taken for it.
- */
-const HOLDER = `.holder-${process.pid}-${TOKEN.replaceAll("-", "").slice(0, 12)}`;
-const HOLDER_NAME = /^\.holder-(\d{1,10})-[0-9a-f]{12}$/;
+/** This process's token as holders' names carry it. */
+const TOKEN_TAG = TOKEN.replaceAll("-", "").slice(0, 12);
 
-/** The start of the holders' names a process of this pid made. */
-export function holderPrefix(pid: number): string {
-  return `.holder-${pid}-`;
+/**
+ * The name of this process's holder in a conversation's folder, named by `dir`: the one file its
+ * locks of that conversation are, each a second name linked to it (see holderLock). Its pid, so
+ * what a process that is gone left can be told apart; its token, so no other process's (on another
+ * machine sharing the folder, or one that had its pid before) is ever taken for it; and a hash of
+ * the path the folder is named by, so that two turns of the process that name one folder by two
+ * paths (a link to the agent's folder) hold locks that are files of their own, told apart as any
+ * two processes' are.
+ */
+function holderName(dir: string): string {
+  let name = holderNames.get(dir);
+  if (name === undefined) {
+    name = `${holderPrefix(process.pid, TOKEN_TAG)}-${createHash("sha256").update(dir).digest("hex").slice(0, 8)}`;
+    if (holderNames.size >= HOLDER_NAMES_KEPT) holderNames.clear();
+    holderNames.set(dir, name);
+  }
+  return name;
+}
+const holderNames = new Map<string, string>();
+const HOLDER_NAMES_KEPT = 4096;
+const HOLDER_NAME = /^\.holder-(\d{1,10})-[0-9a-f]{12}-[0-9a-f]{8}$/;
+
+/** The start of the holders' names a process of this pid made (of the one of this token, with it). */
+export function holderPrefix(pid: number, token?: string): string {
+  return token === undefined ? `.holder-${pid}-` : `.holder-${pid}-${token}`;
 }
 
 /**
@@ -101,8 +117,15 @@ export function holderPrefix(pid: number): string {
  */
 let linking = true;
 
-/** The conversations' folders (their paths) by the path their lock is being taken at, while it is. */
-const taking = new Map<string, string>();
+/** The conversations, and their locks' stale periods, by the path their lock is being taken at, while it is. */
+const taking = new Map<string, { conv: ConversationPaths; stale: number }>();
+
+/**
+ * When this process last looked in a conversation's folder for the holders gone processes left, by
+ * its path: it looks again at a lock it takes a stale period after (a process killed between turns
+ * leaves its holder, and no lock to take over).
+ */
+const swept = new Map<string, number>();
 
 /** The holders this process made, by their path through the conversation's path: removed as it exits. */
 const holders = new Set<string>();
@@ -187,17 +210,25 @@ function heldHere(st: fs.Stats): boolean {
   return false;
 }
 
+/** Whether the file open at `fd` holds this process's holder's text exactly. */
+function holdsOwnText(fd: number): boolean {
+  const want = Buffer.from(OWNER_TEXT);
+  const got = Buffer.alloc(want.length + 1);
+  return fs.readSync(fd, got, 0, got.length, 0) === want.length && got.subarray(0, want.length).equals(want);
+}
+
 /**
  * Opens this process's holder in the lock's folder: the plain file of its text (its other names are
  * owed files of this process's prompts, and the lock while a turn holds it), where a lock no turn of
  * this process holds (one its release could not remove, or a name another gave it) is removed. Made
- * again where it is missing or anything else (a FIFO, a link, another text): whether it was made.
+ * again where it is missing or anything else (a FIFO, a link, another text, one a second name of
+ * another's): whether it was made.
  */
 function openHolder(path: string, lock: string): { fd: number; made: boolean } {
   try {
     const fd = fs.openSync(path, fs.constants.O_RDONLY | fs.constants.O_NOFOLLOW | fs.constants.O_NONBLOCK);
     const st = fs.fstatSync(fd);
-    if (st.isFile() && st.size === Buffer.byteLength(OWNER_TEXT)) {
+    if (st.isFile() && st.size === Buffer.byteLength(OWNER_TEXT) && holdsOwnText(fd)) {
       if (st.nlink > 1 && !heldHere(st)) {
         const there = lstatOrUndefined(lock);
         if (there !== undefined && there.dev === st.dev && there.ino === st.ino) fs.unlinkSync(lock);
@@ -231,44 +262,63 @@ function lstatOrUndefined(path: string): fs.Stats | undefined {
   }
 }
 
+/** The error a lock held already is: what making it exclusively says. */
+function taken(path: string, why: string): NodeJS.ErrnoException {
+  return Object.assign(new Error(`EEXIST: ${path} ${why}`), { code: "EEXIST" });
+}
+
 /**
  * Makes a lock as a second name of this process's holder in the conversation's folder: one link,
  * where a file of its own cost a new inode at every turn and freed one at its end. On a file
- * system without a journal, ext4 skips each inode freed in the last minute or more when it makes a
- * file, so a turn's new files cost more the more turns came before (up to a millisecond each, seen
- * here). The holder's time is set first, so the lock is fresh the moment it is there; a link that
- * fails as the name is taken is the lock held by another (EEXIST). Keeps the holder open while the
- * lock is held: no other file can take its inode meanwhile (see stillHeld).
+ * system without a journal, ext4 passes over each inode freed in the last minute or more when it
+ * makes a file, so a turn's new files cost more the more turns came before (up to a millisecond
+ * each, seen here). The holder's time is set first, so the lock is fresh the moment it is there; a
+ * link that fails as the name is taken is the lock held by another (EEXIST). Keeps the holder open
+ * while the lock is held: no other file can take its inode meanwhile (see stillHeld). A holder
+ * removed between its open and its link is made again, once.
  */
 function holderLock(path: string): void {
-  const holderPath = `${path.slice(0, path.lastIndexOf("/"))}/${HOLDER}`;
-  const { fd, made } = openHolder(holderPath, path);
-  if (made) madeHolder(path);
-  try {
-    const st = fs.fstatSync(fd);
-    // Held by another turn of this process (the folder named by another path): taken, and its time
-    // left as it is, which that lock's refresh would find changed and take for lost.
-    if (heldHere(st)) throw Object.assign(new Error(`EEXIST: ${path} is held by another turn of this process`), { code: "EEXIST" });
-    const t = new Date();
-    fs.futimesSync(fd, t, t);
-    fs.linkSync(holderPath, path);
-    letGo(path);
-    kept.set(path, { fd, dev: st.dev, ino: st.ino });
-  } catch (e) {
-    fs.closeSync(fd);
-    throw e;
+  const pending = taking.get(path);
+  const conv = pending?.conv;
+  const stale = pending?.stale ?? defaultStale();
+  const holderPath = `${path.slice(0, path.lastIndexOf("/"))}/${holderName(conv?.dir ?? path)}`;
+  for (let again = true; ; again = false) {
+    const { fd, made } = openHolder(holderPath, path);
+    if (made && conv !== undefined) madeHolder(conv, stale);
+    try {
+      const st = fs.fstatSync(fd);
+      // Held by this process already (a turn of it waits its turn): its time is left as it is, which
+      // that lock's refresh would find changed and take for lost.
+      if (heldHere(st)) throw taken(path, "is held by this process");
+      const t = new Date();
+      fs.futimesSync(fd, t, t);
+      fs.linkSync(holderPath, path);
+      letGo(path);
+      kept.set(path, { fd, dev: st.dev, ino: st.ino });
+    } catch (e) {
+      fs.closeSync(fd);
+      if (again && isErrno(e, "ENOENT")) continue;
+      throw e;
+    }
+    if (!made && conv !== undefined && Date.now() - (swept.get(conv.dir) ?? 0) > stale) sweepLater(conv, stale);
+    return;
   }
 }
 
 /**
  * Gives this process's holder in a conversation's folder one more name (no file made): an owed file
- * (store/owed.ts), while the process's lock of the folder holds it. False where it has no holder
- * there: locks made as files of their own, or a folder it holds no lock of.
+ * (store/owed.ts), while the process's lock of the folder holds it, the holder at its name still
+ * the file the lock is. False where it has none there: locks made as files of their own, a folder
+ * it holds no lock of, or a holder someone put something else in place of.
  */
-export function linkHolder(folderBase: string, name: string): boolean {
+export function linkHolder(folderBase: string, conv: ConversationPaths, name: string): boolean {
   if (!linking) return false;
+  const own = kept.get(`${folderBase}/.lock`);
+  const holderPath = `${folderBase}/${holderName(conv.dir)}`;
+  const there = lstatOrUndefined(holderPath);
+  if (own === undefined || there === undefined || !there.isFile() || there.dev !== own.dev || there.ino !== own.ino) return false;
   try {
-    fs.linkSync(`${folderBase}/${HOLDER}`, `${folderBase}/${name}`);
+    fs.linkSync(holderPath, `${folderBase}/${name}`);
     return true;
   } catch (e) {
     if (isErrno(e, "ENOENT") || isErrno(e, "EPERM") || isErrno(e, "EXDEV") || isErrno(e, "EMLINK")) return false;
@@ -276,37 +326,59 @@ export function linkHolder(folderBase: string, name: string): boolean {
   }
 }
 
-/** Notes a holder made for the lock at `path`: removed as the process exits; and looks, once, for those gone processes left beside it. */
-function madeHolder(path: string): void {
-  const conv = taking.get(path);
-  if (conv === undefined) return;
-  holders.add(`${conv}/${HOLDER}`);
+/** Notes a holder made in a conversation's folder: removed as the process exits; and looks for those gone processes left beside it. */
+function madeHolder(conv: ConversationPaths, stale: number): void {
+  holders.add(`${conv.dir}/${holderName(conv.dir)}`);
   if (!exitHooked) {
     exitHooked = true;
     process.once("exit", removeHoldersAtExit);
   }
-  setImmediate(() => void sweepHolders(conv).catch(() => undefined));
+  sweepLater(conv, stale);
+}
+
+/** Looks for the holders gone processes left in a conversation's folder, once the event loop comes round, off the turn's way. */
+function sweepLater(conv: ConversationPaths, stale: number): void {
+  if (swept.size >= HOLDER_NAMES_KEPT) swept.clear();
+  swept.set(conv.dir, Date.now());
+  setImmediate(() => void sweepHolders(conv, stale).catch(() => undefined));
 }
 
 /**
  * Removes the holders processes of this machine that are gone left in a conversation's folder (a
- * kill between turns leaves its holder; one during a turn, its lock too, which takeOverDead takes).
- * Another machine's are left: whether its process lives can't be known from here.
+ * kill between turns leaves its holder; one during a turn, its lock too, which takeOverDead takes),
+ * and one a process was killed while making (no text of a holder's) once it is older than the
+ * stale period. Another machine's are left: whether its process lives can't be known from here.
+ * Through the folder as checked (never a link), made never again.
  */
-async function sweepHolders(dir: string): Promise<void> {
-  for (const name of await fs.promises.readdir(dir)) {
-    const m = HOLDER_NAME.exec(name);
-    if (!m || name === HOLDER) continue;
-    const pid = Number(m[1]);
-    if (processAlive(pid)) continue;
-    const path = join(dir, name);
-    try {
-      const owner = Owner.safeParse(JSON.parse(readNoFollow(path, { max: LIMITS.lock })));
-      if (owner.success && owner.data.host === hostname() && owner.data.pid === pid) fs.unlinkSync(path);
-    } catch {
-      // Gone meanwhile, or not a holder's text: left.
-    }
-  }
+async function sweepHolders(conv: ConversationPaths, stale: number): Promise<void> {
+  const names = await fs.promises.readdir(conv.dir);
+  withFolder(
+    conv,
+    (folder) => {
+      for (const name of names) {
+        const m = HOLDER_NAME.exec(name);
+        if (!m || name === holderName(conv.dir)) continue;
+        const pid = Number(m[1]);
+        if (processAlive(pid)) continue;
+        const path = folder.at(name);
+        try {
+          let owner: { pid: number; host: string } | undefined;
+          try {
+            const parsed = Owner.safeParse(JSON.parse(readNoFollow(path, { max: LIMITS.lock })));
+            owner = parsed.success ? parsed.data : undefined;
+          } catch (e) {
+            if (isErrno(e, "ENOENT")) continue;
+            owner = undefined;
+          }
+          const gone = owner !== undefined ? owner.host === hostname() && owner.pid === pid : Date.now() - fs.lstatSync(path).mtimeMs > stale;
+          if (gone) fs.unlinkSync(path);
+        } catch {
+          // Gone meanwhile: nothing to remove.
+        }
+      }
+    },
+    { make: false },
+  );
 }
 
 /**
@@ -326,8 +398,10 @@ const lockFs = {
           holderLock(path);
           return;
         } catch (e) {
-          // A file system that takes no hard link (or no second one of this file): a file of its own, from now on.
-          if (!isErrno(e, "EPERM") && !isErrno(e, "EXDEV") && !isErrno(e, "ENOTSUP") && !isErrno(e, "EOPNOTSUPP") && !isErrno(e, "EMLINK") && !isErrno(e, "ENOSYS")) throw e;
+          // A holder with as many names as the file system takes: a file of its own, this time.
+          if (isErrno(e, "EMLINK")) return createLock(path);
+          // A file system that takes no hard link: a file of its own, from now on.
+          if (!isErrno(e, "EPERM") && !isErrno(e, "EXDEV") && !isErrno(e, "ENOTSUP") && !isErrno(e, "EOPNOTSUPP") && !isErrno(e, "ENOSYS")) throw e;
           linking = false;
         }
       }
@@ -341,6 +415,7 @@ const lockFs = {
 };
 
 const Owner = z.object({ pid: z.number().int(), host: z.string() });
+const TokenOf = z.object({ token: z.string() });
 
 /** Whether a process of this pid is there on this machine (one of another user's included). */
 export function processAlive(pid: number): boolean {
@@ -411,7 +486,8 @@ function takeOverDead(lock: string): boolean {
   }
   rmSync(aside, { recursive: true, force: true });
   // What it was writing when it died is of no use to anyone: its temporary files go too, and its holder.
-  removeTempsOf(dirname(lock), owner.pid, [holderPrefix(owner.pid)]);
+  const token = TokenOf.safeParse(JSON.parse(text));
+  removeTempsOf(dirname(lock), owner.pid, [holderPrefix(owner.pid, token.success ? token.data.token.replaceAll("-", "").slice(0, 12) : undefined)]);
   return true;
 }
 
@@ -479,7 +555,7 @@ export async function withConversationLock<T>(conv: ConversationPaths, fn: () =>
     try {
       for (let delay = 20; ; delay = Math.min(delay * 2, 250)) {
         try {
-          taking.set(lock, conv.dir);
+          taking.set(lock, { conv, stale });
           release = await lockfile.lock(conv.dir, {
             lockfilePath: lock,
             fs: lockFs,

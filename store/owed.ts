@@ -60,7 +60,7 @@ export function writeOwed(conv: ConversationPaths, name: string, after: number, 
         if (!isErrno(e, "ENOENT")) throw e;
       }
     }
-    if (linkHolder(folder.base, marked)) return marked;
+    if (linkHolder(folder.base, conv, marked)) return marked;
     const text = `${JSON.stringify({ v: 1, after, time: new Date().toISOString() } satisfies OwedMark)}\n`;
     // Not flushed: a kill of the process loses nothing the kernel holds; the answer itself is flushed.
     const tmp = writeTemp(folder.base, text, undefined, false);

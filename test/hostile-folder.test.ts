@@ -173,7 +173,7 @@ describe("permissions", { timeout: 60_000 }, () => {
       // The prompt's owed file (lnk-link-harness-acp(7), RECOVERY) is removed just after its answer is written: it may still be there.
       const names = readdirSync(conv.dir).filter((n) => !n.startsWith("owed-"));
       // The file its locks are second names of (lnk-link-harness-folder(5), LOCK), kept while it runs.
-      expect(names.filter((n) => n.startsWith(".holder-"))).toEqual([expect.stringMatching(new RegExp(`^\\.holder-${d.child.pid}-[0-9a-f]{12}$`))]);
+      expect(names.filter((n) => n.startsWith(".holder-"))).toEqual([expect.stringMatching(new RegExp(`^\\.holder-${d.child.pid}-[0-9a-f]{12}-[0-9a-f]{8}$`))]);
       expect(names.filter((n) => !n.startsWith(".holder-")).sort()).toEqual(["000000000001.json", "000000000002.json", "transcript.md", "window.json"]);
       await d.stop();
       expect(readdirSync(conv.dir).filter((n) => n.startsWith(".holder-")), "removed as the daemon stops").toEqual([]);

@@ -36,6 +36,7 @@ import {
   replaceTranscript,
   transcriptTail,
   withConversationLock,
+  LockLostError,
   writeMark,
   writeOwed,
   writeSettings,
@@ -246,15 +247,83 @@ describe("many processes on one conversation", () => {
     const conv = paths({ dir }).conversation("swept");
     ensureConversation(conv);
     const deadPid = gonePid();
-    const dead = join(conv.dir, `.holder-${deadPid}-0123456789ab`);
+    const dead = join(conv.dir, `.holder-${deadPid}-0123456789ab-01234567`);
     writeFileSync(dead, JSON.stringify({ pid: deadPid, host: hostname(), token: "t" }), { mode: 0o600 });
-    const elsewhere = join(conv.dir, `.holder-${deadPid}-ba9876543210`);
+    const elsewhere = join(conv.dir, `.holder-${deadPid}-ba9876543210-01234567`);
     writeFileSync(elsewhere, JSON.stringify({ pid: deadPid, host: `${hostname()}-other`, token: "t" }), { mode: 0o600 });
+    // One it was killed while making (no text yet): removed once older than the stale period, not before.
+    const half = join(conv.dir, `.holder-${deadPid}-aaaaaaaaaaaa-01234567`);
+    writeFileSync(half, "", { mode: 0o600 });
+    const halfNew = join(conv.dir, `.holder-${deadPid}-bbbbbbbbbbbb-01234567`);
+    writeFileSync(halfNew, "", { mode: 0o600 });
+    const old = new Date(Date.now() - 60_000);
+    utimesSync(half, old, old);
     await withConversationLock(conv, async () => undefined);
-    for (let i = 0; i < 50 && existsSync(dead); i++) await new Promise((r) => setTimeout(r, 20));
-    expect(existsSync(dead)).toBe(false);
-    expect(existsSync(elsewhere)).toBe(true);
+    for (let i = 0; i < 50 && (existsSync(dead) || existsSync(half)); i++) await new Promise((r) => setTimeout(r, 20));
+    expect([existsSync(dead), existsSync(half)]).toEqual([false, false]);
+    expect([existsSync(elsewhere), existsSync(halfNew)]).toEqual([true, true]);
   });
+
+  it("a holder a process killed between turns left is removed by a process that has its own there already, a stale period on", async () => {
+    const dir = tempDir();
+    const conv = paths({ dir }).conversation("killed-between");
+    ensureConversation(conv);
+    await withConversationLock(conv, async () => undefined, { stale: 2_000 });
+    const script = `import(${JSON.stringify(join(ROOT, "dist/store/index.js"))}).then(async (s) => {
+      await s.withConversationLock(s.paths({ dir: ${JSON.stringify(dir)} }).conversation("killed-between"), async () => undefined);
+      process.stdout.write("between\\n");
+      setInterval(() => undefined, 60_000);
+    });`;
+    const other = new Child(process.execPath, ["-e", script]);
+    await other.line((l) => l === "between");
+    const pid = other.proc.pid as number;
+    other.proc.kill("SIGKILL");
+    await other.exit();
+    const left = () => readdirSync(conv.dir).filter((n) => n.startsWith(`.holder-${pid}-`));
+    expect(left(), "left by the kill").toHaveLength(1);
+    await new Promise((r) => setTimeout(r, 2_100));
+    await withConversationLock(conv, async () => undefined, { stale: 2_000 });
+    for (let i = 0; i < 50 && left().length > 0; i++) await new Promise((r) => setTimeout(r, 20));
+    expect(left()).toEqual([]);
+  }, 20_000);
+
+  it("of two turns of one process naming one folder by two paths, the one whose lock went writes nothing once the other holds it, and letting go leaves the other's lock", async () => {
+    const real = tempDir();
+    const alias = join(tempDir(), "alias");
+    symlinkSync(real, alias);
+    const first = paths({ dir: real }).conversation("t");
+    const second = paths({ dir: alias }).conversation("t");
+    ensureConversation(first);
+    let wrote1: unknown;
+    let wrote2: unknown;
+    let lockThere: boolean | undefined;
+    let entered!: () => void;
+    const in2 = new Promise<void>((r) => (entered = r));
+    let leave!: () => void;
+    const left = new Promise<void>((r) => (leave = r));
+    let turn2: Promise<void> | undefined;
+    await withConversationLock(first, async () => {
+      // Its lock removed, as a takeover by another process that let it go since would.
+      rmSync(first.lock);
+      turn2 = withConversationLock(
+        second,
+        async () => {
+          entered();
+          await left;
+          lockThere = existsSync(second.lock);
+          wrote2 = await appendEvent(second, userMessage("turn 2")).then(() => "wrote", (e: unknown) => e);
+        },
+        { wait: 2_000 },
+      );
+      await in2;
+      wrote1 = await appendEvent(first, userMessage("turn 1, its lock gone")).then(() => "wrote", (e: unknown) => e);
+    }).catch(() => undefined);
+    leave();
+    await turn2;
+    expect(wrote1).toBeInstanceOf(LockLostError);
+    expect(lockThere, "the first turn's letting go left the second's lock").toBe(true);
+    expect(wrote2).toBe("wrote");
+  }, 20_000);
 
   it("a conversation's lock held by one turn is not touched by another turn of the process that names its folder by another path: it waits, and the first is never taken for lost", async () => {
     const real = tempDir();
