@@ -319,7 +319,8 @@ describe("an import killed midway", () => {
     );
     const staging = () => (existsSync(chats) ? readdirSync(chats).filter((n) => n.startsWith(".import-")) : []);
     await until(() => staging().some((n) => readdirSync(join(chats, n)).length >= 20), "the import part written");
-    for (const n of staging()) rmSync(join(chats, n), { recursive: true, force: true });
+    // Removed while the import still writes in it: a file it makes as the folder is emptied is removed at the next try.
+    for (const n of staging()) rmSync(join(chats, n), { recursive: true, force: true, maxRetries: 10, retryDelay: 10 });
     const failed = await importing;
     expect(failed).toBeInstanceOf(Error);
     // Refused by the write under way, or found short before it is put in place.
