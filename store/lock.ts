@@ -8,7 +8,7 @@ import lockfile from "proper-lockfile";
 import { z } from "zod";
 import { StoreError } from "../protocol/index.js";
 import { isErrno } from "./errno.js";
-import { FILE_MODE, LIMITS, readNoFollow, removeTempsOf, writeAll } from "./files.js";
+import { FILE_MODE, LIMITS, readNoFollow, removeTempsOf, unlinkQuiet, writeAll } from "./files.js";
 import { ConversationFolder, holdWhile, withFolder } from "./folder.js";
 export { flushHeld } from "./folder.js";
 import type { ConversationPaths } from "./paths.js";
@@ -104,7 +104,7 @@ function holderName(dir: string): string {
 }
 const holderNames = new Map<string, string>();
 const HOLDER_NAMES_KEPT = 4096;
-const HOLDER_NAME = /^\.holder-(\d{1,10})-[0-9a-f]{12}-[0-9a-f]{8}$/;
+const HOLDER_NAME = /^\.holder-(\d{1,10})-([0-9a-f]{12})-[0-9a-f]{8}$/;
 
 /** The start of the holders' names a process of this pid made (of the one of this token, with it). */
 export function holderPrefix(pid: number, token?: string): string {
@@ -227,13 +227,18 @@ function holdsOwnText(fd: number): boolean {
 function openHolder(path: string, lock: string): { fd: number; made: boolean } {
   try {
     const fd = fs.openSync(path, fs.constants.O_RDONLY | fs.constants.O_NOFOLLOW | fs.constants.O_NONBLOCK);
-    const st = fs.fstatSync(fd);
-    if (st.isFile() && st.size === Buffer.byteLength(OWNER_TEXT) && holdsOwnText(fd)) {
-      if (st.nlink > 1 && !heldHere(st)) {
-        const there = lstatOrUndefined(lock);
-        if (there !== undefined && there.dev === st.dev && there.ino === st.ino) fs.unlinkSync(lock);
+    try {
+      const st = fs.fstatSync(fd);
+      if (st.isFile() && st.size === Buffer.byteLength(OWNER_TEXT) && holdsOwnText(fd)) {
+        if (st.nlink > 1 && !heldHere(st)) {
+          const there = lstatOrUndefined(lock);
+          if (there !== undefined && there.dev === st.dev && there.ino === st.ino) unlinkQuiet(lock);
+        }
+        return { fd, made: false };
       }
-      return { fd, made: false };
+    } catch (e) {
+      fs.closeSync(fd);
+      throw e;
     }
     fs.closeSync(fd);
     fs.unlinkSync(path);
@@ -317,6 +322,8 @@ export function linkHolder(folderBase: string, conv: ConversationPaths, name: st
   const holderPath = `${folderBase}/${holderName(conv.dir)}`;
   const there = lstatOrUndefined(holderPath);
   if (own === undefined || there === undefined || !there.isFile() || there.dev !== own.dev || there.ino !== own.ino) return false;
+  const lock = lstatOrUndefined(`${folderBase}/.lock`);
+  if (lock === undefined || lock.dev !== own.dev || lock.ino !== own.ino) return false;
   try {
     fs.linkSync(holderPath, `${folderBase}/${name}`);
     return true;
@@ -359,7 +366,7 @@ async function sweepHolders(conv: ConversationPaths, stale: number): Promise<voi
         const m = HOLDER_NAME.exec(name);
         if (!m || name === holderName(conv.dir)) continue;
         const pid = Number(m[1]);
-        if (processAlive(pid)) continue;
+        if (!gone(pid, m[2])) continue;
         const path = folder.at(name);
         try {
           let owner: { pid: number; host: string } | undefined;
@@ -417,6 +424,17 @@ const lockFs = {
 const Owner = z.object({ pid: z.number().int(), host: z.string() });
 const TokenOf = z.object({ token: z.string() });
 
+/**
+ * Whether the process of this machine that made a lock or a holder is gone: no process has its pid,
+ * or this one has it and the token it left is not this one's (a process that had the pid before it,
+ * as a daemon restarted in a container is pid 1 again). `token`: as the lock holds it, or as the
+ * holder's name carries it (its first 12 hex digits); unknown, a pid this process has is its own.
+ */
+function gone(pid: number, token: string | undefined): boolean {
+  if (pid !== process.pid) return !processAlive(pid);
+  return token !== undefined && token !== TOKEN && token !== TOKEN_TAG;
+}
+
 /** Whether a process of this pid is there on this machine (one of another user's included). */
 export function processAlive(pid: number): boolean {
   try {
@@ -471,7 +489,7 @@ function takeOverDead(lock: string): boolean {
   const text = readOwner(lock);
   if (text === undefined) return false;
   const owner = Owner.parse(JSON.parse(text));
-  if (owner.host !== hostname() || owner.pid === process.pid || processAlive(owner.pid)) return false;
+  if (owner.host !== hostname() || !gone(owner.pid, TokenOf.safeParse(JSON.parse(text)).data?.token)) return false;
   const aside = `${lock}.dead-${process.pid}-${Date.now()}`;
   try {
     renameSync(lock, aside);
@@ -487,7 +505,8 @@ function takeOverDead(lock: string): boolean {
   rmSync(aside, { recursive: true, force: true });
   // What it was writing when it died is of no use to anyone: its temporary files go too, and its holder.
   const token = TokenOf.safeParse(JSON.parse(text));
-  removeTempsOf(dirname(lock), owner.pid, [holderPrefix(owner.pid, token.success ? token.data.token.replaceAll("-", "").slice(0, 12) : undefined)]);
+  // Its temporary files are told by its pid alone: where that is this process's too, they are left.
+  removeTempsOf(dirname(lock), owner.pid, [holderPrefix(owner.pid, token.success ? token.data.token.replaceAll("-", "").slice(0, 12) : undefined)], owner.pid !== process.pid);
   return true;
 }
 

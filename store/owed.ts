@@ -51,6 +51,8 @@ export function owedBase(name: string): string {
 export function writeOwed(conv: ConversationPaths, name: string, after: number, previous?: string): string {
   const marked = `${name}-${after}`;
   return withFolder(conv, (folder) => {
+    // Through a folder a lock holds, only while it still does: a turn that lost it writes nothing more.
+    folder.guard?.();
     if (previous !== undefined) {
       if (previous === marked) return marked;
       try {

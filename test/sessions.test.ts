@@ -3,7 +3,7 @@
 // events give the same form again, which replays over session/load as the source does and sends the
 // model the same history at its next turn; bad input is refused naming the field, with nothing written.
 import { spawn, spawnSync } from "node:child_process";
-import { existsSync, mkdirSync, readFileSync, readdirSync, realpathSync, rmSync, symlinkSync, writeFileSync } from "node:fs";
+import { existsSync, mkdirSync, readFileSync, readdirSync, realpathSync, renameSync, rmSync, symlinkSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import * as acp from "@agentclientprotocol/sdk";
 import type { ContentBlock } from "@agentclientprotocol/sdk";
@@ -319,9 +319,13 @@ describe("an import killed midway", () => {
     );
     const staging = () => (existsSync(chats) ? readdirSync(chats).filter((n) => n.startsWith(".import-")) : []);
     await until(() => staging().some((n) => readdirSync(join(chats, n)).length >= 20), "the import part written");
-    // Removed while the import still writes in it: a file it makes as the folder is emptied is removed at the next try.
-    for (const n of staging()) rmSync(join(chats, n), { recursive: true, force: true, maxRetries: 10, retryDelay: 10 });
+    // Taken away from where the import writes, at once (a removal file by file races the import's
+    // next file), and removed once the import has failed.
+    const away = join(dir.path, "away");
+    mkdirSync(away);
+    for (const n of staging()) renameSync(join(chats, n), join(away, n));
     const failed = await importing;
+    rmSync(away, { recursive: true, force: true });
     expect(failed).toBeInstanceOf(Error);
     // Refused by the write under way, or found short before it is put in place.
     expect((failed as Error).message).toMatch(/^(the folder session swept was being written in was removed meanwhile: nothing of it is kept|refused: )/);

@@ -287,6 +287,52 @@ describe("many processes on one conversation", () => {
     expect(left()).toEqual([]);
   }, 20_000);
 
+  it("what a gone process that had this process's pid left (a daemon restarted in a container is pid 1 again): its lock taken at once, its holder removed, this process's own left", async () => {
+    const dir = tempDir();
+    const conv = paths({ dir }).conversation("same-pid");
+    ensureConversation(conv);
+    const text = JSON.stringify({ pid: process.pid, host: hostname(), token: "0123456789ab-cdef-0123-4567-89abcdef0123" });
+    // Its holder, linked as the lock it held when it was killed, fresh: not stale for 10 s.
+    const gone = join(conv.dir, `.holder-${process.pid}-0123456789ab-01234567`);
+    writeFileSync(gone, text, { mode: 0o600 });
+    linkSync(gone, conv.lock);
+    const mine = join(conv.dir, `.tmp-${process.pid}-abc-1`);
+    writeFileSync(mine, "{}", { mode: 0o600 });
+    const began = Date.now();
+    await withConversationLock(conv, async () => undefined, { wait: 1_000 });
+    expect(Date.now() - began).toBeLessThan(1_000);
+    expect(existsSync(gone), "its holder, with its lock").toBe(false);
+    // A temporary file is told by its pid alone: one that may be this process's is left.
+    expect(existsSync(mine)).toBe(true);
+    // Killed between turns, its holder alone: removed when this process looks again, a stale period on.
+    writeFileSync(gone, text, { mode: 0o600 });
+    await new Promise((r) => setTimeout(r, 2_100));
+    await withConversationLock(conv, async () => undefined, { stale: 2_000 });
+    for (let i = 0; i < 50 && existsSync(gone); i++) await new Promise((r) => setTimeout(r, 20));
+    expect(existsSync(gone)).toBe(false);
+    expect(readdirSync(conv.dir).filter((n) => n.startsWith(`.holder-${process.pid}-`))).toHaveLength(1);
+  }, 20_000);
+
+  it("a prompt marked after its turn's lock went to another process makes no owed name", async () => {
+    const dir = tempDir();
+    const conv = paths({ dir }).conversation("lost-owed");
+    ensureConversation(conv);
+    const other = join(dir, "other-lock");
+    let wrote: unknown;
+    await withConversationLock(conv, async () => {
+      rmSync(conv.lock);
+      writeFileSync(other, JSON.stringify({ pid: 1, host: `${hostname()}-other`, token: "x" }), { mode: 0o600 });
+      linkSync(other, conv.lock);
+      try {
+        wrote = writeOwed(conv, `owed-${process.pid}-00000000000000ab`, 4);
+      } catch (e) {
+        wrote = e;
+      }
+    }).catch(() => undefined);
+    expect(wrote).toBeInstanceOf(LockLostError);
+    expect(readdirSync(conv.dir).filter((n) => n.startsWith("owed-"))).toEqual([]);
+  });
+
   it("of two turns of one process naming one folder by two paths, the one whose lock went writes nothing once the other holds it, and letting go leaves the other's lock", async () => {
     const real = tempDir();
     const alias = join(tempDir(), "alias");
