@@ -229,18 +229,17 @@ function tempPrefix(pid: number): string {
 
 /**
  * Removes the temporary files a process of this machine that is gone left in a folder (a kill
- * between writing one and linking or renaming it), unless `temps` is false, and the names starting
- * with `also` (its lock's holder). Lists the folder: for recovery, not every turn. Returns how many
- * it removed.
+ * between writing one and linking or renaming it), and the names starting with `also` (its lock's
+ * holder). Lists the folder: for recovery, not every turn. Returns how many it removed.
  */
-export function removeTempsOf(dir: string, pid: number, also: readonly string[] = [], temps = true): number {
+export function removeTempsOf(dir: string, pid: number, also: readonly string[] = []): number {
   let names: string[];
   try {
     names = readdirSync(dir);
   } catch {
     return 0;
   }
-  const prefixes = temps ? [tempPrefix(pid), ...also] : [...also];
+  const prefixes = [tempPrefix(pid), ...also];
   let removed = 0;
   for (const name of names) {
     if (!prefixes.some((prefix) => name.startsWith(prefix))) continue;

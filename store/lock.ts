@@ -366,9 +366,9 @@ async function sweepHolders(conv: ConversationPaths, stale: number): Promise<voi
         const m = HOLDER_NAME.exec(name);
         if (!m || name === holderName(conv.dir)) continue;
         const pid = Number(m[1]);
-        if (!gone(pid, m[2])) continue;
         const path = folder.at(name);
         try {
+          if (!holderGone(pid, m[2] as string, path, stale)) continue;
           let owner: { pid: number; host: string } | undefined;
           try {
             const parsed = Owner.safeParse(JSON.parse(readNoFollow(path, { max: LIMITS.lock })));
@@ -425,14 +425,17 @@ const Owner = z.object({ pid: z.number().int(), host: z.string() });
 const TokenOf = z.object({ token: z.string() });
 
 /**
- * Whether the process of this machine that made a lock or a holder is gone: no process has its pid,
- * or this one has it and the token it left is not this one's (a process that had the pid before it,
- * as a daemon restarted in a container is pid 1 again). `token`: as the lock holds it, or as the
- * holder's name carries it (its first 12 hex digits); unknown, a pid this process has is its own.
+ * Whether the holder `name` (its pid, and its token's tag) is of a process of this machine that is
+ * gone: no process has its pid; or this one has it, its tag is not this one's, and it is older than
+ * the stale period (a process that had the pid before, as a daemon restarted in a container is pid
+ * 1 again; or a live one of another pid namespace that shares the host's name, whose holder, made
+ * again at its next lock, is all it loses). A lock's holder is taken over only by the first rule:
+ * one of this pid and another token may be a live process of another namespace, and waits to go
+ * stale.
  */
-function gone(pid: number, token: string | undefined): boolean {
+function holderGone(pid: number, tag: string, path: string, stale: number): boolean {
   if (pid !== process.pid) return !processAlive(pid);
-  return token !== undefined && token !== TOKEN && token !== TOKEN_TAG;
+  return tag !== TOKEN_TAG && Date.now() - fs.lstatSync(path).mtimeMs > stale;
 }
 
 /** Whether a process of this pid is there on this machine (one of another user's included). */
@@ -489,7 +492,7 @@ function takeOverDead(lock: string): boolean {
   const text = readOwner(lock);
   if (text === undefined) return false;
   const owner = Owner.parse(JSON.parse(text));
-  if (owner.host !== hostname() || !gone(owner.pid, TokenOf.safeParse(JSON.parse(text)).data?.token)) return false;
+  if (owner.host !== hostname() || owner.pid === process.pid || processAlive(owner.pid)) return false;
   const aside = `${lock}.dead-${process.pid}-${Date.now()}`;
   try {
     renameSync(lock, aside);
@@ -505,8 +508,7 @@ function takeOverDead(lock: string): boolean {
   rmSync(aside, { recursive: true, force: true });
   // What it was writing when it died is of no use to anyone: its temporary files go too, and its holder.
   const token = TokenOf.safeParse(JSON.parse(text));
-  // Its temporary files are told by its pid alone: where that is this process's too, they are left.
-  removeTempsOf(dirname(lock), owner.pid, [holderPrefix(owner.pid, token.success ? token.data.token.replaceAll("-", "").slice(0, 12) : undefined)], owner.pid !== process.pid);
+  removeTempsOf(dirname(lock), owner.pid, [holderPrefix(owner.pid, token.success ? token.data.token.replaceAll("-", "").slice(0, 12) : undefined)]);
   return true;
 }
 

@@ -287,31 +287,61 @@ describe("many processes on one conversation", () => {
     expect(left()).toEqual([]);
   }, 20_000);
 
-  it("what a gone process that had this process's pid left (a daemon restarted in a container is pid 1 again): its lock taken at once, its holder removed, this process's own left", async () => {
+  it("a lock of this process's pid and another token (a daemon restarted as pid 1, or a live one of another pid namespace) waits to go stale; such a holder is removed once older than the stale period, this process's own left", async () => {
     const dir = tempDir();
     const conv = paths({ dir }).conversation("same-pid");
     ensureConversation(conv);
     const text = JSON.stringify({ pid: process.pid, host: hostname(), token: "0123456789ab-cdef-0123-4567-89abcdef0123" });
-    // Its holder, linked as the lock it held when it was killed, fresh: not stale for 10 s.
-    const gone = join(conv.dir, `.holder-${process.pid}-0123456789ab-01234567`);
-    writeFileSync(gone, text, { mode: 0o600 });
-    linkSync(gone, conv.lock);
-    const mine = join(conv.dir, `.tmp-${process.pid}-abc-1`);
-    writeFileSync(mine, "{}", { mode: 0o600 });
-    const began = Date.now();
-    await withConversationLock(conv, async () => undefined, { wait: 1_000 });
-    expect(Date.now() - began).toBeLessThan(1_000);
-    expect(existsSync(gone), "its holder, with its lock").toBe(false);
-    // A temporary file is told by its pid alone: one that may be this process's is left.
-    expect(existsSync(mine)).toBe(true);
-    // Killed between turns, its holder alone: removed when this process looks again, a stale period on.
-    writeFileSync(gone, text, { mode: 0o600 });
+    // Its holder, linked as the lock it holds (or held when it was killed), fresh.
+    const other = join(conv.dir, `.holder-${process.pid}-0123456789ab-01234567`);
+    writeFileSync(other, text, { mode: 0o600 });
+    linkSync(other, conv.lock);
+    await expect(withConversationLock(conv, async () => undefined, { wait: 500, stale: 2_000 })).rejects.toThrow(/busy/);
+    expect(existsSync(conv.lock)).toBe(true);
+    // Gone stale: taken over.
+    const old = new Date(Date.now() - 60_000);
+    utimesSync(other, old, old);
+    await withConversationLock(conv, async () => undefined, { wait: 1_000, stale: 2_000 });
+    // Its holder, older than the stale period: removed when this process looks again, a stale period on.
     await new Promise((r) => setTimeout(r, 2_100));
     await withConversationLock(conv, async () => undefined, { stale: 2_000 });
-    for (let i = 0; i < 50 && existsSync(gone); i++) await new Promise((r) => setTimeout(r, 20));
-    expect(existsSync(gone)).toBe(false);
-    expect(readdirSync(conv.dir).filter((n) => n.startsWith(`.holder-${process.pid}-`))).toHaveLength(1);
+    for (let i = 0; i < 50 && existsSync(other); i++) await new Promise((r) => setTimeout(r, 20));
+    expect(existsSync(other), "its holder, older than the stale period").toBe(false);
+    const mine = readdirSync(conv.dir).filter((n) => n.startsWith(`.holder-${process.pid}-`));
+    expect(mine).toHaveLength(1);
+    // A fresh one (its process may live, in another namespace) is left until it is older than that.
+    writeFileSync(other, text, { mode: 0o600 });
+    await new Promise((r) => setTimeout(r, 2_100));
+    utimesSync(other, new Date(), new Date());
+    await withConversationLock(conv, async () => undefined, { stale: 2_000 });
+    await new Promise((r) => setTimeout(r, 200));
+    expect(existsSync(other)).toBe(true);
   }, 20_000);
+
+  it.skipIf(spawnSync("unshare", ["--pid", "--fork", "--mount-proc", "true"]).status !== 0)("two live processes of one pid and host name (each pid 1 of a pid namespace of its own): one never takes the other's lock, nor breaks it", async () => {
+    const dir = tempDir();
+    const conv = paths({ dir }).conversation("shared");
+    ensureConversation(conv);
+    const store = JSON.stringify(join(ROOT, "dist/store/index.js"));
+    const inNamespace = (script: string) => new Child("unshare", ["--pid", "--fork", "--mount-proc", process.execPath, "-e", script]);
+    const holding = inNamespace(`import(${store}).then(async (s) => {
+      const conv = s.paths({ dir: ${JSON.stringify(dir)} }).conversation("shared");
+      const r = await s.withConversationLock(conv, async () => {
+        process.stdout.write("holding pid=" + process.pid + "\\n");
+        await new Promise((r) => setTimeout(r, 3000));
+        return "kept";
+      }).catch((e) => "lost: " + e.message);
+      process.stdout.write("first " + r + "\\n");
+    });`);
+    expect(await holding.line((l) => l.startsWith("holding"))).toBe("holding pid=1");
+    const second = inNamespace(`import(${store}).then(async (s) => {
+      const conv = s.paths({ dir: ${JSON.stringify(dir)} }).conversation("shared");
+      const r = await s.withConversationLock(conv, async () => "entered", { wait: 1000 }).catch((e) => "busy: " + e.message);
+      process.stdout.write("second " + r + "\\n");
+    });`);
+    expect((await second.line((l) => l.startsWith("second "))).replace(/:.*/, "")).toBe("second busy");
+    expect(await holding.line((l) => l.startsWith("first "))).toBe("first kept");
+  }, 30_000);
 
   it("a prompt marked after its turn's lock went to another process makes no owed name", async () => {
     const dir = tempDir();
