@@ -223,7 +223,8 @@ export function tempName(dir: string): string {
   return join(dir, `${tempPrefix(process.pid)}${Date.now().toString(36)}-${tmpCounter}`);
 }
 
-function tempPrefix(pid: number): string {
+/** The start of the names of the temporary files a process of this pid makes. */
+export function tempPrefix(pid: number): string {
   return `.tmp-${pid}-`;
 }
 

@@ -8,7 +8,7 @@ import lockfile from "proper-lockfile";
 import { z } from "zod";
 import { StoreError } from "../protocol/index.js";
 import { isErrno } from "./errno.js";
-import { FILE_MODE, LIMITS, readNoFollow, removeTempsOf, unlinkQuiet, writeAll } from "./files.js";
+import { FILE_MODE, LIMITS, readNoFollow, removeTempsOf, tempPrefix, unlinkQuiet, writeAll } from "./files.js";
 import { ConversationFolder, holdWhile, withFolder } from "./folder.js";
 export { flushHeld } from "./folder.js";
 import type { ConversationPaths } from "./paths.js";
@@ -378,7 +378,12 @@ async function sweepHolders(conv: ConversationPaths, stale: number): Promise<voi
             owner = undefined;
           }
           const gone = owner !== undefined ? owner.host === hostname() && owner.pid === pid : Date.now() - fs.lstatSync(path).mtimeMs > stale;
-          if (gone) fs.unlinkSync(path);
+          if (!gone) continue;
+          fs.unlinkSync(path);
+          // What it was writing when it was killed (an owed mark made as a file of its own after its
+          // lock went, say) goes too: a process of this machine that is gone, its temporary files told
+          // by its pid. Not where the pid is this process's own.
+          if (owner !== undefined && pid !== process.pid) for (const temp of names) if (temp.startsWith(tempPrefix(pid))) unlinkQuiet(folder.at(temp));
         } catch {
           // Gone meanwhile: nothing to remove.
         }

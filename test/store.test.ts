@@ -249,6 +249,11 @@ describe("many processes on one conversation", () => {
     const deadPid = gonePid();
     const dead = join(conv.dir, `.holder-${deadPid}-0123456789ab-01234567`);
     writeFileSync(dead, JSON.stringify({ pid: deadPid, host: hostname(), token: "t" }), { mode: 0o600 });
+    // What it was writing when it was killed, with no lock left to take over; and a live process's, which stays.
+    const deadTemp = join(conv.dir, `.tmp-${deadPid}-abc-1`);
+    writeFileSync(deadTemp, "{", { mode: 0o600 });
+    const liveTemp = join(conv.dir, `.tmp-${process.pid}-abc-1`);
+    writeFileSync(liveTemp, "{", { mode: 0o600 });
     const elsewhere = join(conv.dir, `.holder-${deadPid}-ba9876543210-01234567`);
     writeFileSync(elsewhere, JSON.stringify({ pid: deadPid, host: `${hostname()}-other`, token: "t" }), { mode: 0o600 });
     // One it was killed while making (no text yet): removed once older than the stale period, not before.
@@ -260,8 +265,8 @@ describe("many processes on one conversation", () => {
     utimesSync(half, old, old);
     await withConversationLock(conv, async () => undefined);
     for (let i = 0; i < 50 && (existsSync(dead) || existsSync(half)); i++) await new Promise((r) => setTimeout(r, 20));
-    expect([existsSync(dead), existsSync(half)]).toEqual([false, false]);
-    expect([existsSync(elsewhere), existsSync(halfNew)]).toEqual([true, true]);
+    expect([existsSync(dead), existsSync(half), existsSync(deadTemp)]).toEqual([false, false, false]);
+    expect([existsSync(elsewhere), existsSync(halfNew), existsSync(liveTemp)]).toEqual([true, true, true]);
   });
 
   it("a holder a process killed between turns left is removed by a process that has its own there already, a stale period on", async () => {
