@@ -81,8 +81,11 @@ const CREATE = fs.constants.O_WRONLY | fs.constants.O_CREAT | fs.constants.O_EXC
 const TOKEN = randomUUID();
 const OWNER_TEXT = JSON.stringify({ pid: process.pid, host: hostname(), token: TOKEN });
 
-/** This process's token as holders' names carry it. */
-const TOKEN_TAG = TOKEN.replaceAll("-", "").slice(0, 12);
+/** A token as holders' names carry it: its first 12 hex digits. */
+function tokenTag(token: string): string {
+  return token.replaceAll("-", "").slice(0, 12);
+}
+const TOKEN_TAG = tokenTag(TOKEN);
 
 /**
  * The name of this process's holder in a conversation's folder, named by `dir`: the one file its
@@ -132,13 +135,7 @@ const holders = new Set<string>();
 let exitHooked = false;
 
 function removeHoldersAtExit(): void {
-  for (const path of holders) {
-    try {
-      fs.unlinkSync(path);
-    } catch {
-      // gone already
-    }
-  }
+  for (const path of holders) unlinkQuiet(path);
 }
 
 /**
@@ -187,21 +184,29 @@ function removeLock(path: string): void {
   }
 }
 
-/** Makes a lock as a file of its own, made exclusively (O_EXCL) with its holder's pid and host in it, and keeps it open. */
-function createLock(path: string): void {
+/**
+ * Makes a file holding this process's owner text, exclusively (O_EXCL), private; open, with how it
+ * stands. One that could not be written is removed: a lock or a holder that names no one could only
+ * go stale.
+ */
+function makeOwnerFile(path: string): { fd: number; st: fs.Stats } {
   const fd = fs.openSync(path, CREATE, FILE_MODE);
   try {
     fs.fchmodSync(fd, FILE_MODE);
     writeAll(fd, OWNER_TEXT);
-    const st = fs.fstatSync(fd);
-    letGo(path);
-    kept.set(path, { fd, dev: st.dev, ino: st.ino });
+    return { fd, st: fs.fstatSync(fd) };
   } catch (e) {
-    // A lock that names no one could only go stale: none is left.
     fs.closeSync(fd);
     fs.unlinkSync(path);
     throw e;
   }
+}
+
+/** Makes a lock as a file of its own, with its holder's pid and host in it, and keeps it open. */
+function createLock(path: string): void {
+  const { fd, st } = makeOwnerFile(path);
+  letGo(path);
+  kept.set(path, { fd, dev: st.dev, ino: st.ino });
 }
 
 /** Whether a lock this process holds now is the file of `st`. */
@@ -224,7 +229,7 @@ function holdsOwnText(fd: number): boolean {
  * again where it is missing or anything else (a FIFO, a link, another text, one a second name of
  * another's): whether it was made.
  */
-function openHolder(path: string, lock: string): { fd: number; made: boolean } {
+function openHolder(path: string, lock: string): { fd: number; st: fs.Stats; made: boolean } {
   try {
     const fd = fs.openSync(path, fs.constants.O_RDONLY | fs.constants.O_NOFOLLOW | fs.constants.O_NONBLOCK);
     try {
@@ -234,7 +239,7 @@ function openHolder(path: string, lock: string): { fd: number; made: boolean } {
           const there = lstatOrUndefined(lock);
           if (there !== undefined && there.dev === st.dev && there.ino === st.ino) unlinkQuiet(lock);
         }
-        return { fd, made: false };
+        return { fd, st, made: false };
       }
     } catch (e) {
       fs.closeSync(fd);
@@ -247,16 +252,7 @@ function openHolder(path: string, lock: string): { fd: number; made: boolean } {
     if (!isErrno(e, "ENOENT") && !isErrno(e, "ELOOP") && !isErrno(e, "EISDIR") && !isErrno(e, "ENXIO")) throw e;
     if (!isErrno(e, "ENOENT")) fs.rmSync(path, { recursive: true, force: true });
   }
-  const fd = fs.openSync(path, CREATE, FILE_MODE);
-  try {
-    fs.fchmodSync(fd, FILE_MODE);
-    writeAll(fd, OWNER_TEXT);
-  } catch (e) {
-    fs.closeSync(fd);
-    fs.unlinkSync(path);
-    throw e;
-  }
-  return { fd, made: true };
+  return { ...makeOwnerFile(path), made: true };
 }
 
 function lstatOrUndefined(path: string): fs.Stats | undefined {
@@ -288,10 +284,9 @@ function holderLock(path: string): void {
   const stale = pending?.stale ?? defaultStale();
   const holderPath = `${path.slice(0, path.lastIndexOf("/"))}/${holderName(conv?.dir ?? path)}`;
   for (let again = true; ; again = false) {
-    const { fd, made } = openHolder(holderPath, path);
+    const { fd, st, made } = openHolder(holderPath, path);
     if (made && conv !== undefined) madeHolder(conv, stale);
     try {
-      const st = fs.fstatSync(fd);
       // Held by this process already (a turn of it waits its turn): its time is left as it is, which
       // that lock's refresh would find changed and take for lost.
       if (heldHere(st)) throw taken(path, "is held by this process");
@@ -362,13 +357,15 @@ async function sweepHolders(conv: ConversationPaths, stale: number): Promise<voi
   withFolder(
     conv,
     (folder) => {
+      const own = holderName(conv.dir);
       for (const name of names) {
         const m = HOLDER_NAME.exec(name);
-        if (!m || name === holderName(conv.dir)) continue;
+        if (!m || name === own) continue;
         const pid = Number(m[1]);
         const path = folder.at(name);
         try {
-          if (!holderGone(pid, m[2] as string, path, stale)) continue;
+          const old = Date.now() - fs.lstatSync(path).mtimeMs > stale;
+          if (!holderGone(pid, m[2] as string, old)) continue;
           let owner: { pid: number; host: string } | undefined;
           try {
             const parsed = Owner.safeParse(JSON.parse(readNoFollow(path, { max: LIMITS.lock })));
@@ -377,7 +374,7 @@ async function sweepHolders(conv: ConversationPaths, stale: number): Promise<voi
             if (isErrno(e, "ENOENT")) continue;
             owner = undefined;
           }
-          const gone = owner !== undefined ? owner.host === hostname() && owner.pid === pid : Date.now() - fs.lstatSync(path).mtimeMs > stale;
+          const gone = owner !== undefined ? owner.host === hostname() && owner.pid === pid : old;
           if (!gone) continue;
           fs.unlinkSync(path);
           // What it was writing when it was killed (an owed mark made as a file of its own after its
@@ -430,17 +427,17 @@ const Owner = z.object({ pid: z.number().int(), host: z.string() });
 const TokenOf = z.object({ token: z.string() });
 
 /**
- * Whether the holder `name` (its pid, and its token's tag) is of a process of this machine that is
- * gone: no process has its pid; or this one has it, its tag is not this one's, and it is older than
- * the stale period (a process that had the pid before, as a daemon restarted in a container is pid
+ * Whether a holder (its pid, its token's tag, and whether it is older than the stale period) is of a
+ * process of this machine that is gone: no process has its pid; or this one has it, its tag is not
+ * this one's, and it is older than the stale period (a process that had the pid before, as a daemon restarted in a container is pid
  * 1 again; or a live one of another pid namespace that shares the host's name, whose holder, made
  * again at its next lock, is all it loses). A lock's holder is taken over only by the first rule:
  * one of this pid and another token may be a live process of another namespace, and waits to go
  * stale.
  */
-function holderGone(pid: number, tag: string, path: string, stale: number): boolean {
+function holderGone(pid: number, tag: string, old: boolean): boolean {
   if (pid !== process.pid) return !processAlive(pid);
-  return tag !== TOKEN_TAG && Date.now() - fs.lstatSync(path).mtimeMs > stale;
+  return tag !== TOKEN_TAG && old;
 }
 
 /** Whether a process of this pid is there on this machine (one of another user's included). */
@@ -513,7 +510,7 @@ function takeOverDead(lock: string): boolean {
   rmSync(aside, { recursive: true, force: true });
   // What it was writing when it died is of no use to anyone: its temporary files go too, and its holder.
   const token = TokenOf.safeParse(JSON.parse(text));
-  removeTempsOf(dirname(lock), owner.pid, [holderPrefix(owner.pid, token.success ? token.data.token.replaceAll("-", "").slice(0, 12) : undefined)]);
+  removeTempsOf(dirname(lock), owner.pid, [holderPrefix(owner.pid, token.success ? tokenTag(token.data.token) : undefined)]);
   return true;
 }
 
