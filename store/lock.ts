@@ -342,7 +342,17 @@ function madeHolder(conv: ConversationPaths, stale: number): void {
 function sweepLater(conv: ConversationPaths, stale: number): void {
   if (swept.size >= HOLDER_NAMES_KEPT) swept.clear();
   swept.set(conv.dir, Date.now());
-  setImmediate(() => void sweepHolders(conv, stale).catch(() => undefined));
+  const sweep = new Promise<void>((resolve) => setImmediate(() => void sweepHolders(conv, stale).catch(() => undefined).finally(resolve)));
+  sweeping.add(sweep);
+  void sweep.finally(() => sweeping.delete(sweep));
+}
+
+/** The sweeps under way, each holding a folder open for a moment. */
+const sweeping = new Set<Promise<void>>();
+
+/** Resolves once the sweeps of holders under way are done (each holds a folder open meanwhile). */
+export async function sweepsSettled(): Promise<void> {
+  await Promise.allSettled([...sweeping]);
 }
 
 /**

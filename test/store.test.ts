@@ -36,6 +36,7 @@ import {
   replaceTranscript,
   transcriptTail,
   withConversationLock,
+  sweepsSettled,
   LockLostError,
   writeMark,
   writeOwed,
@@ -1101,6 +1102,8 @@ describe("hostile files in the agent's folder", () => {
     const conv = paths({ dir: tempDir() }).conversation("t");
     ensureConversation(conv);
     const fds = () => readdirSync("/proc/self/fd").length;
+    // Another test's look for gone processes' holders, under way, holds a folder open for a moment.
+    await sweepsSettled();
     const before = fds();
     let text = "";
     const outcome = withConversationLock(conv, async () => {
@@ -1117,9 +1120,11 @@ describe("hostile files in the agent's folder", () => {
     // The other's lock is left where it is: letting go of a lost lock never removes the one there now.
     expect(readFileSync(conv.lock, "utf8")).toBe(text);
     // The lock's own file, kept open while held, is let go with it.
+    await sweepsSettled();
     expect(fds()).toBe(before);
     rmSync(conv.lock);
     expect(await withConversationLock(conv, async () => fds())).toBe(before + 2);
+    await sweepsSettled();
     expect(fds()).toBe(before);
   });
 
