@@ -46,9 +46,13 @@ export function owedBase(name: string): string {
  * Owes a prompt's answer after event `after`, in the checked folder: `name` (owedName) with the mark,
  * as one more name of the process's holder, or where it has none there a file of its own written
  * whole (a temp file renamed to it). `previous`, the name an earlier mark of the prompt gave it, is
- * renamed to the new mark. Returns the name it is owed under now.
+ * renamed to the new mark. Returns the name it is owed under now. `namesOnly`: nothing is made but a
+ * name (the costly call on a disk is making a file); undefined, and nothing written, where a file
+ * would be needed.
  */
-export function writeOwed(conv: ConversationPaths, name: string, after: number, previous?: string): string {
+export function writeOwed(conv: ConversationPaths, name: string, after: number, previous?: string): string;
+export function writeOwed(conv: ConversationPaths, name: string, after: number, previous: string | undefined, namesOnly: true): string | undefined;
+export function writeOwed(conv: ConversationPaths, name: string, after: number, previous?: string, namesOnly = false): string | undefined {
   const marked = `${name}-${after}`;
   return withFolder(conv, (folder) => {
     // Through a folder a lock holds, only while it still does: a turn that lost it writes nothing more.
@@ -63,6 +67,7 @@ export function writeOwed(conv: ConversationPaths, name: string, after: number, 
       }
     }
     if (linkHolder(folder.base, conv, marked)) return marked;
+    if (namesOnly) return undefined;
     const text = `${JSON.stringify({ v: 1, after, time: new Date().toISOString() } satisfies OwedMark)}\n`;
     // Not flushed: a kill of the process loses nothing the kernel holds; the answer itself is flushed.
     const tmp = writeTemp(folder.base, text, undefined, false);

@@ -457,6 +457,32 @@ describe("many processes on one conversation", () => {
     expect(readdirSync(conv.dir).filter((n) => n.startsWith("owed-"))).toEqual([earlier]);
   });
 
+  it("a mark asked to be a name only is one (a link to the holder, or the mark before renamed), or nothing at all where it would be a file", async () => {
+    const dir = tempDir();
+    const conv = paths({ dir }).conversation("names-only");
+    ensureConversation(conv);
+    const name = `owed-${process.pid}-00000000000000ef`;
+    const owedNames = () => readdirSync(conv.dir).filter((n) => n.startsWith("owed-"));
+    // No lock held, so no holder to link: nothing written, and the full write makes a file.
+    expect(writeOwed(conv, name, 1, undefined, true)).toBeUndefined();
+    expect(owedNames()).toEqual([]);
+    const filed = writeOwed(conv, name, 1);
+    expect(lstatSync(join(conv.dir, filed)).nlink).toBe(1);
+    // The mark before, renamed: a name only, even without a holder.
+    expect(writeOwed(conv, name, 2, filed, true)).toBe(`${name}-2`);
+    expect(owedNames()).toEqual([`${name}-2`]);
+    removeOwed(conv, `${name}-2`);
+    // Under a held lock: one more name of the holder.
+    await withConversationLock(conv, async () => {
+      const linked = writeOwed(conv, name, 3, undefined, true);
+      expect(linked).toBe(`${name}-3`);
+      const holder = readdirSync(conv.dir).find((n) => n.startsWith(".holder-"));
+      expect(lstatSync(join(conv.dir, String(linked))).ino).toBe(lstatSync(join(conv.dir, String(holder))).ino);
+      removeOwed(conv, String(linked));
+    });
+    expect(owedNames()).toEqual([]);
+  });
+
   it("owed names that are no file (a FIFO, a folder, a link to a file outside) are named as faults and never opened; the rest are listed", async () => {
     const dir = tempDir();
     const conv = paths({ dir }).conversation("planted");
