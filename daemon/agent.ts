@@ -158,7 +158,7 @@ export function startAgent(o: AgentOptions): RunningAgent {
     ...(held ? { settings: typeof held === "function" ? held : () => held } : {}),
     // Each agent's turn runs with its own environment: its model's key and the secrets kept out of errors.
     // Answered once its events are on disk; its copy and mark are made after, under its lock.
-    runTurn: async (input, listener) => (await turnModule()).runTurn({ ...input, env: input.env ?? env }, listener, { early: true }),
+    runTurn: async (input, listener) => (await turnModule()).runTurn({ ...input, env: input.env ?? env }, listener, { early: true, spare: true }),
     status: async (input) => (await turnModule()).statusLines(input),
     ready: (settings, agentModel) => void ready(settings, agentModel, env),
     toolHost: () => (host = toolHost()),

@@ -5,6 +5,7 @@ import { Event, StoreError, describeIssues, quickEvent, quickEventText, type Num
 import { checkNoLinks, dropTemp, isErrno, jsonFault, LIMITS, makeTemp, readNoFollow, unlinkQuiet, writeTempAsync, type MadeFile } from "./files.js";
 import { removeQuiet, withFolder } from "./folder.js";
 import { eventName, eventNumber, type ConversationPaths } from "./paths.js";
+import { takeSpare } from "./spares.js";
 
 /**
  * Parsed events by number, per conversation folder. Event files never change once written, so
@@ -220,13 +221,13 @@ export interface PreparedEvent {
 
 /**
  * Makes the file of an event to come ahead of it (while the model answers, say), in the folder the
- * caller's lock holds; undefined when no lock holds it (a folder opened for this call alone is closed
- * after it, and its files' names with it). Written by beginEvent (`into`), or let go by dropEvent;
- * made off the event loop, so it is named through the held folder until it is settled: the caller
- * waits for it before its lock is let go.
+ * caller's lock holds, or takes a spare made for it (store/spares.ts); undefined when no lock holds
+ * it (a folder opened for this call alone is closed after it, and its files' names with it). Written
+ * by beginEvent (`into`), or let go by dropEvent; made off the event loop, so it is named through the
+ * held folder until it is settled: the caller waits for it before its lock is let go.
  */
 export async function prepareEvent(conv: ConversationPaths): Promise<PreparedEvent | undefined> {
-  return withFolder(conv, async (folder) => (folder.held ? { made: await makeTemp(folder.base) } : undefined), { make: false });
+  return withFolder(conv, async (folder) => (folder.held ? { made: takeSpare(conv, folder) ?? (await makeTemp(folder.base)) } : undefined), { make: false });
 }
 
 /** Lets a file made ahead for an event that never came go. */
@@ -290,9 +291,11 @@ function begin(conv: ConversationPaths, event: Event, into: PreparedEvent | unde
   // By its name in the folder: a folder opened for this write alone is closed once it is written.
   // A file made ahead is the held folder's (prepareEvent), which this write goes through too.
   // One its writer waits on at once (a turn's answer), through the only folder held, is flushed on the event loop.
+  // Into a spare, under a lock, when none was made for it: no file is made, so nothing waits for the loop.
   const written = withFolder(conv, async (folder) => {
-    if (o.later) await new Promise((resolve) => setImmediate(resolve));
-    return basename(await writeTempAsync(folder.base, text, undefined, into?.made, o.waited === true && folder.alone));
+    const spare = into === undefined && folder.held ? takeSpare(conv, folder) : undefined;
+    if (o.later && !spare) await new Promise((resolve) => setImmediate(resolve));
+    return basename(await writeTempAsync(folder.base, text, undefined, into?.made ?? spare, o.waited === true && folder.alone));
   });
   written.catch(() => undefined);
   return { written, chars: text.length };

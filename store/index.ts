@@ -6,4 +6,5 @@ export * from "./settings.js";
 export * from "./conversation.js";
 export * from "./answers.js";
 export * from "./owed.js";
+export * from "./spares.js";
 export * from "./tree.js";

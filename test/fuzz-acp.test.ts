@@ -149,6 +149,9 @@ function listing(root: string, skip?: string): string[] {
       // A prompt's owed file goes once its answer was written, which may be while the next request is
       // being answered: a prompt's own, never one a refusal writes (it is made once the prompt is taken).
       if (/^owed-\d+-[0-9a-f]+(-\d+)?$/.test(d.name)) continue;
+      // The next turn's files, made once a turn's lock is let go, which may be while the next request
+      // is being answered: a turn's own, never made for a refusal (the last test counts them).
+      if (/^\.tmp-\d+-/.test(d.name) && statSync(path, { throwIfNoEntry: false })?.size === 0) continue;
       if (d.isDirectory()) {
         out.push(`${relative(root, path)}${sep}`);
         walk(path);
@@ -808,6 +811,13 @@ describe("after all of it", () => {
       });
     expect(notJson).toEqual([]);
     expect(listing(outer, agent)).toEqual(outside);
+    // The temporary files left in the agent's folder are the daemon's spares only: two a conversation at most, empty.
+    const chats = join(agent, "chats");
+    for (const thread of readdirSync(chats)) {
+      const temps = readdirSync(join(chats, thread)).filter((n) => n.startsWith(".tmp-"));
+      expect(temps.length, thread).toBeLessThanOrEqual(2);
+      for (const n of temps) expect([n, statSync(join(chats, thread, n)).size]).toEqual([expect.stringMatching(new RegExp(`^\\.tmp-${daemon.child.pid}-`)), 0]);
+    }
     expect(readdirSync(tmpdir()).filter((n) => n.startsWith("fz-escape"))).toEqual([]);
   });
 });

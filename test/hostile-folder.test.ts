@@ -174,9 +174,19 @@ describe("permissions", { timeout: 60_000 }, () => {
       const names = readdirSync(conv.dir).filter((n) => !n.startsWith("owed-"));
       // The file its locks are second names of (lnk-link-harness-folder(5), LOCK), kept while it runs.
       expect(names.filter((n) => n.startsWith(".holder-"))).toEqual([expect.stringMatching(new RegExp(`^\\.holder-${d.child.pid}-[0-9a-f]{12}-[0-9a-f]{8}$`))]);
-      expect(names.filter((n) => !n.startsWith(".holder-")).sort()).toEqual(["000000000001.json", "000000000002.json", "transcript.md", "window.json"]);
+      // The next turn's files, made once the lock is let go (lnk-link-harness-folder(5), SPARE FILES), and private too.
+      const spares = () => readdirSync(conv.dir).filter((n) => n.startsWith(`.tmp-${d.child.pid}-`));
+      await until(() => spares().length === 2, "the next turn's files made");
+      expect(names.filter((n) => !n.startsWith(".holder-") && !n.startsWith(".tmp-")).sort()).toEqual(["000000000001.json", "000000000002.json", "transcript.md", "window.json"]);
+      for (const name of spares()) expect([name, mode(join(conv.dir, name)), statSync(join(conv.dir, name)).size]).toEqual([name, 0o600, 0]);
+      const made = spares().map((n) => statSync(join(conv.dir, n)).ino);
+      // They are the next turn's question and answer.
+      expect(await prompt(c, sessionId, "again")).toMatchObject({ stopReason: "end_turn" });
+      expect([conv.event(3), conv.event(4)].map((f) => statSync(f).ino).sort()).toEqual(made.sort());
+      await until(() => spares().length === 2, "the turn after's files made");
       await d.stop();
       expect(readdirSync(conv.dir).filter((n) => n.startsWith(".holder-")), "removed as the daemon stops").toEqual([]);
+      expect(spares(), "removed as the daemon stops").toEqual([]);
     }
   });
 });

@@ -1,7 +1,7 @@
 // The store on disk: numbered events under many writers, the conversation lock across processes,
 // names, files that fail their schema, links, and the derived files beside the events.
 import { spawnSync } from "node:child_process";
-import { existsSync, linkSync, lstatSync, mkdirSync, mkdtempSync, readFileSync, readdirSync, rmSync, symlinkSync, utimesSync, writeFileSync } from "node:fs";
+import { appendFileSync, existsSync, linkSync, lstatSync, mkdirSync, mkdtempSync, readFileSync, readdirSync, renameSync, rmSync, symlinkSync, utimesSync, writeFileSync } from "node:fs";
 import { hostname, tmpdir } from "node:os";
 import { dirname, join } from "node:path";
 import fc from "fast-check";
@@ -41,6 +41,12 @@ import {
   writeMark,
   writeOwed,
   writeSettings,
+  beginEvent,
+  prepareEvent,
+  makeSpares,
+  dropSpares,
+  sparesKept,
+  SPARE_CONVERSATIONS,
 } from "../store/index.js";
 import { LIMITS } from "../store/files.js";
 import { ROOT, assertBuilt } from "./fixtures/built.js";
@@ -539,6 +545,111 @@ describe("many processes on one conversation", () => {
     expect(after).toBeGreaterThanOrEqual(2_000);
     expect(after).toBeLessThan(2_000 + 2_000);
     expect((await taker.exit()).code).toBe(0);
+  }, 20_000);
+});
+
+describe("files made ahead for a conversation's next events (spares)", () => {
+  afterEach(() => dropSpares());
+
+  /** The temp files of process `pid` in the conversation's folder, with their inodes. */
+  const temps = (conv: { dir: string }, pid = process.pid) =>
+    readdirSync(conv.dir)
+      .filter((n) => n.startsWith(`.tmp-${pid}-`))
+      .map((n) => ({ name: n, ino: lstatSync(join(conv.dir, n)).ino }));
+
+  /** A turn's writes, as the turn makes them: the answer's file prepared, the question begun, both linked. */
+  async function turnWrites(conv: ReturnType<ReturnType<typeof paths>["conversation"]>, question: string, answer: string): Promise<void> {
+    await withConversationLock(conv, async () => {
+      const prepared = await prepareEvent(conv);
+      const asked = beginEvent(conv, userMessage(question), undefined, { later: true });
+      const answered = beginEvent(conv, { v: EVENT_VERSION, time: new Date().toISOString(), kind: "message", role: "assistant", text: answer, model: "m", provider: "p", latency_ms: 1, stop: "end_turn" }, prepared, { waited: true });
+      await asked.link();
+      await answered.link();
+    });
+  }
+
+  it("a turn writes its question and its answer into them: its events are those files, and none is left but those kept", async () => {
+    const conv = paths({ dir: tempDir() }).conversation("spared");
+    ensureConversation(conv);
+    await makeSpares(conv);
+    const made = temps(conv);
+    expect(made).toHaveLength(2);
+    for (const t of made) expect([t.name, lstatSync(join(conv.dir, t.name)).mode & 0o777, lstatSync(join(conv.dir, t.name)).size]).toEqual([t.name, 0o600, 0]);
+    // Made again while they are kept: nothing more.
+    await makeSpares(conv);
+    expect(temps(conv)).toEqual(made);
+    await turnWrites(conv, "asked", "answered");
+    expect(readEventsFrom(conv, 1).map((e) => (e.event as { text: string }).text)).toEqual(["asked", "answered"]);
+    expect([eventName(1), eventName(2)].map((n) => lstatSync(join(conv.dir, n)).ino).sort()).toEqual(made.map((t) => t.ino).sort());
+    expect([sparesKept(), temps(conv)]).toEqual([0, []]);
+    // None kept: the next turn makes its files as before.
+    await turnWrites(conv, "again", "answered again");
+    expect(readEventsFrom(conv, 3).map((e) => (e.event as { text: string }).text)).toEqual(["again", "answered again"]);
+    expect(temps(conv)).toEqual([]);
+  });
+
+  it("one that is not as it was made is never written into: another file at its name, a second name, a FIFO, written to", async () => {
+    const conv = paths({ dir: tempDir() }).conversation("spoiled");
+    ensureConversation(conv);
+    await makeSpares(conv);
+    const [replaced, linked] = temps(conv).map((t) => join(conv.dir, t.name));
+    // Another file renamed over the first's name; a second name given to the second.
+    writeFileSync(join(conv.dir, "theirs"), "theirs", { mode: 0o600 });
+    renameSync(join(conv.dir, "theirs"), String(replaced));
+    const second = join(conv.dir, "second-name");
+    linkSync(String(linked), second);
+    await turnWrites(conv, "asked", "answered");
+    expect(readEventsFrom(conv, 1).map((e) => (e.event as { text: string }).text)).toEqual(["asked", "answered"]);
+    // Another's file is left as it is; the spare with a second name has its own name removed, and nothing written to it.
+    expect(readFileSync(String(replaced), "utf8")).toBe("theirs");
+    expect(existsSync(String(linked))).toBe(false);
+    expect([readFileSync(second, "utf8"), lstatSync(second).nlink]).toEqual(["", 1]);
+    rmSync(String(replaced));
+
+    await makeSpares(conv);
+    const [fifo, written] = temps(conv).map((t) => join(conv.dir, t.name));
+    rmSync(String(fifo));
+    expect(spawnSync("mkfifo", ["-m", "600", String(fifo)]).status).toBe(0);
+    appendFileSync(String(written), "planted");
+    await turnWrites(conv, "asked again", "answered again");
+    expect(readEventsFrom(conv, 3).map((e) => (e.event as { text: string }).text)).toEqual(["asked again", "answered again"]);
+    expect(lstatSync(String(fifo)).isFIFO()).toBe(true);
+    expect(existsSync(String(written))).toBe(false);
+    expect([sparesKept(), temps(conv).map((t) => join(conv.dir, t.name))]).toEqual([0, [fifo]]);
+  });
+
+  it(`are kept for the ${SPARE_CONVERSATIONS} conversations used most lately: the others' are removed`, async () => {
+    const dir = tempDir();
+    const convs = Array.from({ length: SPARE_CONVERSATIONS + 2 }, (_, i) => paths({ dir }).conversation(`c${i}`));
+    for (const conv of convs) {
+      ensureConversation(conv);
+      await makeSpares(conv);
+    }
+    // The first used again: kept, and the second and third let go.
+    await makeSpares(convs[0]!);
+    expect(convs.map((c) => temps(c).length)).toEqual([2, 0, 0, ...Array.from({ length: SPARE_CONVERSATIONS - 1 }, () => 2)]);
+    expect(sparesKept()).toBe(2 * SPARE_CONVERSATIONS);
+  });
+
+  it("a process's go as it exits; a killed process's go with its holder, when another process locks there", async () => {
+    const dir = tempDir();
+    const conv = paths({ dir }).conversation("left");
+    const ending = worker("spares", dir, conv.thread);
+    await ending.line((l) => l === "spared");
+    expect(temps(conv, ending.proc.pid)).toHaveLength(2);
+    ending.send("stop\n");
+    expect((await ending.exit()).code).toBe(0);
+    expect(temps(conv, ending.proc.pid)).toEqual([]);
+
+    const killed = worker("spares", dir, conv.thread);
+    await killed.line((l) => l === "spared");
+    killed.proc.kill("SIGKILL");
+    expect((await killed.exit()).signal).toBe("SIGKILL");
+    expect(temps(conv, killed.proc.pid)).toHaveLength(2);
+    await withConversationLock(conv, async () => undefined);
+    await sweepsSettled();
+    expect(temps(conv, killed.proc.pid)).toEqual([]);
+    expect(readdirSync(conv.dir).filter((n) => n.startsWith(`.holder-${killed.proc.pid}-`))).toEqual([]);
   }, 20_000);
 });
 

@@ -1,7 +1,7 @@
 // One turn, stateless: reads what it needs through the store, asks the model, runs tools in rounds,
 // and writes every event as it happens. It reports through a callback of plain events, never ACP.
 import { parsedArguments, type AssistantMessage, type Event, type Failure, type ModelInput, type PromptPrints, type Settings, type StopReason, type ToolCall, type Usage, type UserMessage } from "../protocol/index.js";
-import { beginEvent, dropEvent, flushHeld, prepareEvent, type BeginOptions, type BegunEvent, type PreparedEvent, forgetEvents, forgetSettings, LockLostError, paths, readSettings, readToolsList, withConversationLock, type ConversationPaths } from "../store/index.js";
+import { beginEvent, dropEvent, dropSpares, flushHeld, makeSpares, prepareEvent, type BeginOptions, type BegunEvent, type PreparedEvent, forgetEvents, forgetSettings, LockLostError, paths, readSettings, readToolsList, withConversationLock, type ConversationPaths } from "../store/index.js";
 import { forgetBodies } from "./body.js";
 import { runCalls } from "./calls.js";
 import { conversationShare, modelInputs, modelWindow, type ModelWindow } from "./facts.js";
@@ -442,7 +442,7 @@ class Turn {
 
 /**
  * Forgets all a process keeps between turns: parsed events and settings, each conversation's count,
- * the last request's bytes. Each is a cache of what is on disk, so this changes no answer, only how
+ * the last request's bytes, the files made ahead for the next turns (spares). Each is a cache of what is on disk, so this changes no answer, only how
  * long a turn takes: as in a process that just started.
  */
 export function forgetProcessState(): void {
@@ -450,6 +450,7 @@ export function forgetProcessState(): void {
   forgetSettings();
   forgetHistories();
   forgetBodies();
+  dropSpares();
 }
 
 /** Turns that answered and still bring their derived files up to date and let their lock go. */
@@ -463,9 +464,11 @@ export async function turnsSettled(): Promise<void> {
 /**
  * Runs one turn of a conversation, holding its lock (one turn at a time per conversation). Resolves
  * once the lock is let go; with `early`, once the turn's events are on disk, their names flushed,
- * while its derived files are brought up to date and its lock let go after (turnsSettled).
+ * while its derived files are brought up to date and its lock let go after (turnsSettled). With
+ * `spare`, once its lock is let go, the files of the conversation's next turn are made (a long-lived
+ * process's: store/spares.ts).
  */
-export async function runTurn(input: TurnInput, listener: TurnListener, o: { early?: boolean } = {}): Promise<TurnOutcome> {
+export async function runTurn(input: TurnInput, listener: TurnListener, o: { early?: boolean; spare?: boolean } = {}): Promise<TurnOutcome> {
   const conv = paths(input.agent).conversation(input.thread);
   const lost = new AbortController();
   const signal = input.signal ? either(input.signal, lost.signal) : lost.signal;
@@ -496,6 +499,8 @@ export async function runTurn(input: TurnInput, listener: TurnListener, o: { ear
         onCompromised: (err) => lost.abort(err),
       },
     );
+    // The conversation's next events' files, made now that nothing waits for them (store/spares.ts).
+    if (o.spare) setImmediate(() => void makeSpares(conv).catch(() => undefined));
     // Stopped because the lock was lost, not by the client: said as that, never as a cancel.
     if (lost.signal.aborted) throw lostError();
     return outcome;

@@ -1,0 +1,141 @@
+// Files made ahead for a conversation's next events, once a turn of it is done and its lock let go:
+// the next turn writes its question and its answer into them, so that no file is made while it
+// runs. Making a file is the costly call of a turn's on a disk (the thread pool's, a quarter of a
+// millisecond to over one on ext4 without a journal, a round trip on a network file system); between
+// turns nothing waits for it. Each is an empty private temp file of this process's
+// (`.tmp-<pid>-…`, so a gone process's are removed with its holder: store/lock.ts), kept open.
+// Bounded: two a conversation, for the conversations used most lately. Nothing of it matters: a
+// turn that finds none, or one that is not as it was made, makes its files as before.
+import { closeSync, fstatSync, lstatSync } from "node:fs";
+import { basename, join } from "node:path";
+import { dropTemp, makeTemp, unlinkQuiet, type MadeFile } from "./files.js";
+import { removeQuiet, withFolder } from "./folder.js";
+import type { ConversationPaths } from "./paths.js";
+
+/** A turn writes two events of its own when it calls no tool: its question and its answer. */
+export const SPARES_PER_CONVERSATION = 2;
+/** The conversations whose spares are kept, the ones used most lately: each spare holds a file descriptor. */
+export const SPARE_CONVERSATIONS = 8;
+
+interface Spare {
+  name: string;
+  fd: number;
+  dev: number;
+  ino: number;
+}
+
+interface Kept {
+  conv: ConversationPaths;
+  spares: Spare[];
+}
+
+/** By conversation folder, the one used most lately last. */
+const kept = new Map<string, Kept>();
+/** The conversations whose spares are being made. */
+const making = new Set<string>();
+let exitHooked = false;
+
+/** How many spares are kept now, in all (tests). */
+export function sparesKept(): number {
+  let n = 0;
+  for (const k of kept.values()) n += k.spares.length;
+  return n;
+}
+
+/** Notes a conversation as used now: its spares are the last to go. */
+function touch(conv: ConversationPaths): Kept {
+  let k = kept.get(conv.dir);
+  if (k) kept.delete(conv.dir);
+  else k = { conv, spares: [] };
+  kept.set(conv.dir, k);
+  while (kept.size > SPARE_CONVERSATIONS) {
+    const [dir, oldest] = kept.entries().next().value as [string, Kept];
+    kept.delete(dir);
+    for (const s of oldest.spares) drop(oldest.conv, s);
+  }
+  return k;
+}
+
+function closeQuiet(fd: number): void {
+  try {
+    closeSync(fd);
+  } catch {
+    // Closed already.
+  }
+}
+
+/** Lets a spare go: closed, and its name removed through the conversation's checked folder. */
+function drop(conv: ConversationPaths, s: Spare): void {
+  closeQuiet(s.fd);
+  removeQuiet(conv, s.name);
+}
+
+/** As the process exits, its spares' names go: nothing of a live process's is left behind. */
+function removeAtExit(): void {
+  for (const k of kept.values()) for (const s of k.spares) unlinkQuiet(join(k.conv.dir, s.name));
+}
+
+/**
+ * Makes a conversation's spares, up to SPARES_PER_CONVERSATION, through its folder opened and
+ * checked for this (no lock held: temp files of this process's are no other's concern). Made in the
+ * thread pool; a folder that can't take them costs only their gain.
+ */
+export async function makeSpares(conv: ConversationPaths): Promise<void> {
+  const k = touch(conv);
+  if (k.spares.length >= SPARES_PER_CONVERSATION || making.has(conv.dir)) return;
+  if (!exitHooked) {
+    exitHooked = true;
+    process.once("exit", removeAtExit);
+  }
+  making.add(conv.dir);
+  try {
+    await withFolder(
+      conv,
+      async (folder) => {
+        while (k.spares.length < SPARES_PER_CONVERSATION) {
+          const made = await makeTemp(folder.base);
+          // Let go meanwhile (used less lately than SPARE_CONVERSATIONS others): not kept.
+          if (kept.get(conv.dir) !== k) {
+            dropTemp(made);
+            return;
+          }
+          const st = fstatSync(made.fd);
+          k.spares.push({ name: basename(made.path), fd: made.fd, dev: st.dev, ino: st.ino });
+        }
+      },
+      { make: false },
+    );
+  } finally {
+    making.delete(conv.dir);
+  }
+}
+
+/**
+ * A spare of the conversation's for an event's file, named through `folder` (the turn's, which its
+ * lock holds); undefined when none is kept. One whose name is no longer the file made (removed,
+ * replaced, given a second name, written to) is let go, and the next looked at.
+ */
+export function takeSpare(conv: ConversationPaths, folder: { at(name: string): string }): MadeFile | undefined {
+  const k = kept.get(conv.dir);
+  for (let s = k?.spares.shift(); s !== undefined; s = k?.spares.shift()) {
+    const path = folder.at(s.name);
+    let st;
+    try {
+      st = lstatSync(path);
+    } catch {
+      st = undefined;
+    }
+    const same = st !== undefined && st.isFile() && st.dev === s.dev && st.ino === s.ino;
+    if (same && st?.nlink === 1 && st.size === 0) return { path, fd: s.fd };
+    // Not as made: closed; its name removed only while it is still the file made (another's is left).
+    if (same) drop(conv, s);
+    else closeQuiet(s.fd);
+  }
+  return undefined;
+}
+
+/** Lets every spare go (tests; a process that stops removes them as it exits). */
+export function dropSpares(): void {
+  for (const k of kept.values()) for (const s of k.spares) drop(k.conv, s);
+  kept.clear();
+}
