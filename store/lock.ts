@@ -395,9 +395,38 @@ async function sweepHolders(conv: ConversationPaths, stale: number): Promise<voi
           // Gone meanwhile: nothing to remove.
         }
       }
+      removeGoneTemps(folder, names, stale);
     },
     { make: false },
   );
+}
+
+/** A temporary file's name, with the pid of the process that made it (store/files.ts tempName). */
+const TEMP_NAME = /^\.tmp-(\d{1,10})-/;
+
+/**
+ * Removes the temporary files a process of this machine that is gone left where it held no lock (a
+ * `usage` killed between writing its count's temp file and renaming it, say): files only, once older
+ * than the stale period, so that another machine's writer of the same pid, in a folder shared with
+ * it, is never cut short in a write (its spares, were they taken, would be made again).
+ */
+function removeGoneTemps(folder: { at(name: string): string }, names: readonly string[], stale: number): void {
+  const alive = new Map<number, boolean>();
+  for (const name of names) {
+    const m = TEMP_NAME.exec(name);
+    if (!m) continue;
+    const pid = Number(m[1]);
+    if (pid === process.pid) continue;
+    let live = alive.get(pid);
+    if (live === undefined) alive.set(pid, (live = processAlive(pid)));
+    if (live) continue;
+    try {
+      const st = fs.lstatSync(folder.at(name));
+      if (st.isFile() && Date.now() - st.mtimeMs > stale) fs.unlinkSync(folder.at(name));
+    } catch {
+      // Gone meanwhile: nothing to remove.
+    }
+  }
 }
 
 /**

@@ -276,6 +276,39 @@ describe("many processes on one conversation", () => {
     expect([existsSync(elsewhere), existsSync(halfNew), existsSync(liveTemp)]).toEqual([true, true, true]);
   });
 
+  it("temporary files a gone process left where it held no lock (a killed `usage`) are removed once older than the stale period; a live process's, a new one and no file are left", async () => {
+    const dir = tempDir();
+    const conv = paths({ dir }).conversation("temps");
+    ensureConversation(conv);
+    const deadPid = gonePid();
+    const old = new Date(Date.now() - 60_000);
+    const plant = (name: string, aged: boolean) => {
+      const path = join(conv.dir, name);
+      writeFileSync(path, "{", { mode: 0o600 });
+      if (aged) utimesSync(path, old, old);
+      return path;
+    };
+    const deadOld = plant(`.tmp-${deadPid}-abc-1`, true);
+    const deadNew = plant(`.tmp-${deadPid}-abc-2`, false);
+    // The parent of this process is alive: its temporary file stays, however old.
+    const liveOld = plant(`.tmp-${process.ppid}-abc-1`, true);
+    const folderThere = join(conv.dir, `.tmp-${deadPid}-abc-3`);
+    mkdirSync(folderThere);
+    utimesSync(folderThere, old, old);
+    const fifo = join(conv.dir, `.tmp-${deadPid}-abc-4`);
+    expect(spawnSync("mkfifo", [fifo]).status).toBe(0);
+    utimesSync(fifo, old, old);
+    const outside = plant("outside", false);
+    const link = join(conv.dir, `.tmp-${deadPid}-abc-5`);
+    symlinkSync(outside, link);
+    // Pids past any a process has, and past what a signal can name: gone, so an old file of theirs goes.
+    const huge = plant(".tmp-9999999999-abc-6", true);
+    await withConversationLock(conv, async () => undefined);
+    await sweepsSettled();
+    expect([deadOld, deadNew, liveOld, folderThere, fifo, huge].map((p) => existsSync(p))).toEqual([false, true, true, true, true, false]);
+    expect([lstatSync(link).isSymbolicLink(), readFileSync(outside, "utf8")]).toEqual([true, "{"]);
+  });
+
   it("a holder a process killed between turns left is removed by a process that has its own there already, a stale period on", async () => {
     const dir = tempDir();
     const conv = paths({ dir }).conversation("killed-between");
