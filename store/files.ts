@@ -440,8 +440,7 @@ export interface MadeFile {
  * loop: making a file costs this disk from a quarter of a millisecond to one, best spent while
  * nothing waits for it.
  */
-export async function makeTemp(dir: string, mode = FILE_MODE): Promise<MadeFile> {
-  const path = tempName(dir);
+export async function makeTemp(dir: string, mode = FILE_MODE, path = tempName(dir)): Promise<MadeFile> {
   return { path, fd: await createAsync(path, mode) };
 }
 

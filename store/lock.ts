@@ -120,6 +120,15 @@ export function holderPrefix(pid: number, token?: string): string {
  */
 let linking = true;
 
+/**
+ * Whether this process's locks are names of its holders (the file system takes hard links): where
+ * they are not, no holder is left in a folder, and nothing the process leaves there is looked for
+ * by the processes after it but with a lock it left.
+ */
+export function hardLinksWork(): boolean {
+  return linking;
+}
+
 /** The conversations, and their locks' stale periods, by the path their lock is being taken at, while it is. */
 const taking = new Map<string, { conv: ConversationPaths; stale: number }>();
 
@@ -406,9 +415,11 @@ const TEMP_NAME = /^\.tmp-(\d{1,10})-/;
 
 /**
  * Removes the temporary files a process of this machine that is gone left where it held no lock (a
- * `usage` killed between writing its count's temp file and renaming it, say): files only, once older
- * than the stale period, so that another machine's writer of the same pid, in a folder shared with
- * it, is never cut short in a write (its spares, were they taken, would be made again).
+ * `usage` killed between writing its count's temp file and renaming it, a daemon's spares whose
+ * holder went first, say): files only, once older than the stale period, so that another machine's
+ * writer of the same pid, in a folder shared with it, is never cut short in a write (its spares,
+ * were they taken, would be made again). Of this process's own pid, those older than the process
+ * too: a gone process's that had its pid (a daemon restarted in a container is pid 1 again).
  */
 function removeGoneTemps(folder: { at(name: string): string }, names: readonly string[], stale: number): void {
   const alive = new Map<number, boolean>();
@@ -416,13 +427,13 @@ function removeGoneTemps(folder: { at(name: string): string }, names: readonly s
     const m = TEMP_NAME.exec(name);
     if (!m) continue;
     const pid = Number(m[1]);
-    if (pid === process.pid) continue;
     let live = alive.get(pid);
-    if (live === undefined) alive.set(pid, (live = processAlive(pid)));
+    if (live === undefined) alive.set(pid, (live = pid !== process.pid && processAlive(pid)));
     if (live) continue;
     try {
       const st = fs.lstatSync(folder.at(name));
-      if (st.isFile() && Date.now() - st.mtimeMs > stale) fs.unlinkSync(folder.at(name));
+      const old = Date.now() - st.mtimeMs > stale && (pid !== process.pid || st.mtimeMs < performance.timeOrigin);
+      if (st.isFile() && old) fs.unlinkSync(folder.at(name));
     } catch {
       // Gone meanwhile: nothing to remove.
     }

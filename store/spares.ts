@@ -8,8 +8,9 @@
 // turn that finds none, or one that is not as it was made, makes its files as before.
 import { closeSync, fstatSync, lstatSync } from "node:fs";
 import { basename, join } from "node:path";
-import { dropTemp, makeTemp, unlinkQuiet, type MadeFile } from "./files.js";
-import { removeQuiet, withFolder } from "./folder.js";
+import { dropTemp, FILE_MODE, makeTemp, tempName, unlinkQuiet, type MadeFile } from "./files.js";
+import { withFolder } from "./folder.js";
+import { hardLinksWork } from "./lock.js";
 import type { ConversationPaths } from "./paths.js";
 
 /** A turn writes two events of its own when it calls no tool: its question and its answer. */
@@ -33,6 +34,8 @@ interface Kept {
 const kept = new Map<string, Kept>();
 /** The conversations whose spares are being made. */
 const making = new Set<string>();
+/** The paths of the spares being made (named before they are), removed too should the process exit meanwhile. */
+const pending = new Set<string>();
 let exitHooked = false;
 
 /** How many spares are kept now, in all (tests). */
@@ -64,23 +67,40 @@ function closeQuiet(fd: number): void {
   }
 }
 
-/** Lets a spare go: closed, and its name removed through the conversation's checked folder. */
-function drop(conv: ConversationPaths, s: Spare): void {
-  closeQuiet(s.fd);
-  removeQuiet(conv, s.name);
+/** Removes a spare's name at `path` while it is still the file made: another file at its name is left. */
+function removeIfMade(path: string, s: Spare): void {
+  try {
+    const st = lstatSync(path);
+    if (st.isFile() && st.dev === s.dev && st.ino === s.ino) unlinkQuiet(path);
+  } catch {
+    // Gone already.
+  }
 }
 
-/** As the process exits, its spares' names go: nothing of a live process's is left behind. */
+/** Lets a spare go: its name removed through the conversation's checked folder, then closed (its inode no other file's meanwhile). */
+function drop(conv: ConversationPaths, s: Spare): void {
+  try {
+    withFolder(conv, (folder) => removeIfMade(folder.at(s.name), s), { make: false });
+  } catch {
+    // The folder is gone, or is a link now: nothing of it is removed.
+  }
+  closeQuiet(s.fd);
+}
+
+/** As the process exits, its spares' names go, and those of spares being made: nothing of a live process's is left behind. */
 function removeAtExit(): void {
-  for (const k of kept.values()) for (const s of k.spares) unlinkQuiet(join(k.conv.dir, s.name));
+  for (const k of kept.values()) for (const s of k.spares) removeIfMade(join(k.conv.dir, s.name), s);
+  for (const path of pending) unlinkQuiet(path);
 }
 
 /**
  * Makes a conversation's spares, up to SPARES_PER_CONVERSATION, through its folder opened and
  * checked for this (no lock held: temp files of this process's are no other's concern). Made in the
- * thread pool; a folder that can't take them costs only their gain.
+ * thread pool; a folder that can't take them costs only their gain. None where the process leaves
+ * no holder (no hard links): nothing would look for those of a killed process.
  */
 export async function makeSpares(conv: ConversationPaths): Promise<void> {
+  if (!hardLinksWork()) return;
   const k = touch(conv);
   if (k.spares.length >= SPARES_PER_CONVERSATION || making.has(conv.dir)) return;
   if (!exitHooked) {
@@ -93,7 +113,15 @@ export async function makeSpares(conv: ConversationPaths): Promise<void> {
       conv,
       async (folder) => {
         while (k.spares.length < SPARES_PER_CONVERSATION) {
-          const made = await makeTemp(folder.base);
+          const path = tempName(folder.base);
+          const named = join(conv.dir, basename(path));
+          pending.add(named);
+          let made: MadeFile;
+          try {
+            made = await makeTemp(folder.base, FILE_MODE, path);
+          } finally {
+            pending.delete(named);
+          }
           // Let go meanwhile (used less lately than SPARE_CONVERSATIONS others): not kept.
           if (kept.get(conv.dir) !== k) {
             dropTemp(made);

@@ -5,7 +5,7 @@
 import { existsSync, mkdirSync, mkdtempSync, readdirSync, rmSync, statSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { connect } from "node:net";
-import { join, relative, sep } from "node:path";
+import { dirname, join, relative, sep } from "node:path";
 import { createInterface } from "node:readline";
 import type { Readable } from "node:stream";
 import fc from "fast-check";
@@ -150,8 +150,8 @@ function listing(root: string, skip?: string): string[] {
       // being answered: a prompt's own, never one a refusal writes (it is made once the prompt is taken).
       if (/^owed-\d+-[0-9a-f]+(-\d+)?$/.test(d.name)) continue;
       // The next turn's files, made once a turn's lock is let go, which may be while the next request
-      // is being answered: a turn's own, never made for a refusal (the last test counts them).
-      if (/^\.tmp-\d+-/.test(d.name) && statSync(path, { throwIfNoEntry: false })?.size === 0) continue;
+      // is being answered: a turn's own, in a conversation's folder, never made for a refusal (the last test counts them).
+      if (/^\.tmp-\d+-/.test(d.name) && dirname(dir) === join(agent, "chats") && statSync(path, { throwIfNoEntry: false })?.size === 0) continue;
       if (d.isDirectory()) {
         out.push(`${relative(root, path)}${sep}`);
         walk(path);

@@ -664,6 +664,108 @@ describe("files made ahead for a conversation's next events (spares)", () => {
     expect(sparesKept()).toBe(2 * SPARE_CONVERSATIONS);
   });
 
+  it("letting them go (the least lately used, or all) removes a spare's name only while it is the file made", async () => {
+    const dir = tempDir();
+    const first = paths({ dir }).conversation("first");
+    ensureConversation(first);
+    await makeSpares(first);
+    const [replaced, kept] = temps(first).map((t) => join(first.dir, t.name));
+    writeFileSync(join(first.dir, "theirs"), "theirs", { mode: 0o600 });
+    renameSync(join(first.dir, "theirs"), String(replaced));
+    for (let i = 0; i < SPARE_CONVERSATIONS; i++) {
+      const other = paths({ dir }).conversation(`other${i}`);
+      ensureConversation(other);
+      await makeSpares(other);
+    }
+    // The first let go: another's file at its spare's name is left; its other spare is removed.
+    expect([readFileSync(String(replaced), "utf8"), existsSync(String(kept))]).toEqual(["theirs", false]);
+    const last = paths({ dir }).conversation(`other${SPARE_CONVERSATIONS - 1}`);
+    const [theirs] = temps(last).map((t) => join(last.dir, t.name));
+    rmSync(String(theirs));
+    writeFileSync(String(theirs), "theirs too", { mode: 0o600 });
+    dropSpares();
+    expect([readFileSync(String(theirs), "utf8"), temps(last).length]).toEqual(["theirs too", 1]);
+  });
+
+  it("none are made where the file system takes no hard link (the process leaves no holder to find them by)", async () => {
+    const dir = tempDir();
+    const conv = paths({ dir }).conversation("no-links");
+    const preload = join(dir, "no-links.mjs");
+    writeFileSync(
+      preload,
+      `import fs from "node:fs"; import { syncBuiltinESMExports } from "node:module";
+fs.linkSync = () => { throw Object.assign(new Error("EPERM: operation not permitted, link"), { code: "EPERM" }); };
+syncBuiltinESMExports();\n`,
+    );
+    const child = new Child(process.execPath, [
+      "--import",
+      preload,
+      "--input-type=module",
+      "-e",
+      `import { makeSpares, paths, withConversationLock } from ${JSON.stringify(join(ROOT, "dist/store/index.js"))};
+      const p = paths({ dir: ${JSON.stringify(dir)} });
+      // Its first lock finds that links can't be made; the conversation's lock is a file of its own.
+      await withConversationLock(p.conversation("elsewhere"), async () => undefined);
+      const conv = p.conversation(${JSON.stringify(conv.thread)});
+      await withConversationLock(conv, async () => undefined);
+      await makeSpares(conv);
+      console.log("spared");
+      setInterval(() => undefined, 60_000);`,
+    ]);
+    await child.line((l) => l === "spared");
+    expect(readdirSync(conv.dir).filter((n) => n.startsWith(".holder-") || n.startsWith(".tmp-"))).toEqual([]);
+    child.proc.kill("SIGKILL");
+    await child.exit();
+  }, 20_000);
+
+  it("a process that exits while its spares are being made leaves none behind", async () => {
+    const dir = tempDir();
+    const conv = paths({ dir }).conversation("exiting");
+    const child = new Child(process.execPath, [
+      "--input-type=module",
+      "-e",
+      `import { makeSpares, paths, withConversationLock } from ${JSON.stringify(join(ROOT, "dist/store/index.js"))};
+      const conv = paths({ dir: ${JSON.stringify(dir)} }).conversation(${JSON.stringify(conv.thread)});
+      await withConversationLock(conv, async () => undefined);
+      void makeSpares(conv);
+      // The file is made in the thread pool meanwhile; the event loop never comes round to take it.
+      const t = Date.now(); while (Date.now() - t < 200) {}
+      process.exit(0);`,
+    ]);
+    expect(await child.exit(), child.stderr).toEqual({ code: 0, signal: null });
+    expect(readdirSync(conv.dir).filter((n) => n.startsWith(`.tmp-${child.proc.pid}-`) || n.startsWith(`.holder-${child.proc.pid}-`))).toEqual([]);
+  }, 20_000);
+
+  it.skipIf(spawnSync("unshare", ["--pid", "--fork", "--mount-proc", "true"]).status !== 0)("a daemon killed as pid 1 leaves spares the next pid 1 removes (once older than the stale period and than itself)", async () => {
+    const dir = tempDir();
+    const conv = paths({ dir }).conversation("container");
+    const store = JSON.stringify(join(ROOT, "dist/store/index.js"));
+    const inNamespace = (script: string) => new Child("unshare", ["--pid", "--fork", "--mount-proc", "--kill-child", process.execPath, "--input-type=module", "-e", script]);
+    const head = `import { makeSpares, paths, withConversationLock, sweepsSettled } from ${store};
+      const conv = paths({ dir: ${JSON.stringify(dir)} }).conversation(${JSON.stringify(conv.thread)});
+      if (process.pid !== 1) throw new Error("not pid 1: " + process.pid);`;
+    const first = inNamespace(`${head}
+      await withConversationLock(conv, async () => undefined, { stale: 2000 });
+      await makeSpares(conv);
+      console.log("spared");
+      setInterval(() => undefined, 60_000);`);
+    await first.line((l) => l === "spared");
+    expect(temps(conv, 1)).toHaveLength(2);
+    first.proc.kill("SIGKILL");
+    await first.exit();
+    // Some time on, as a restarted container's daemon comes up.
+    const old = new Date(Date.now() - 60_000);
+    for (const n of readdirSync(conv.dir).filter((n) => n.startsWith(".holder-1-") || n.startsWith(".tmp-1-"))) utimesSync(join(conv.dir, n), old, old);
+    const next = inNamespace(`${head}
+      await withConversationLock(conv, async () => undefined, { stale: 2000 });
+      await makeSpares(conv);
+      await sweepsSettled();
+      console.log("swept " + JSON.stringify((await import("node:fs")).readdirSync(conv.dir).filter((n) => n.startsWith(".tmp-1-")).length));`);
+    // Its own two spares are left, the gone one's removed.
+    expect(await next.line((l) => l.startsWith("swept "))).toBe("swept 2");
+    expect(await next.exit()).toEqual({ code: 0, signal: null });
+  }, 20_000);
+
   it("a process's go as it exits; a killed process's go with its holder, when another process locks there", async () => {
     const dir = tempDir();
     const conv = paths({ dir }).conversation("left");

@@ -499,8 +499,9 @@ export async function runTurn(input: TurnInput, listener: TurnListener, o: { ear
         onCompromised: (err) => lost.abort(err),
       },
     );
-    // The conversation's next events' files, made now that nothing waits for them (store/spares.ts).
-    if (o.spare) setImmediate(() => void makeSpares(conv).catch(() => undefined));
+    // The conversation's next events' files, made now that nothing waits for them (store/spares.ts);
+    // none once its lock was lost: another process holds the conversation now.
+    if (o.spare && !lost.signal.aborted) setImmediate(() => void makeSpares(conv).catch(() => undefined));
     // Stopped because the lock was lost, not by the client: said as that, never as a cancel.
     if (lost.signal.aborted) throw lostError();
     return outcome;
