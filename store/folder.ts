@@ -67,6 +67,11 @@ export class ConversationFolder {
     this.fd = fd;
   }
 
+  /** Which folder this is on its file system (its device and inode): the same by any path, another for a copy. */
+  get id(): string {
+    return `${this.stat.dev}:${this.stat.ino}`;
+  }
+
   /**
    * Makes the conversation's folder (and chats/) where missing, each 0700, and opens it: chats/ and
    * the conversation's folder must be folders, never links. A folder an earlier version made open to

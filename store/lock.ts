@@ -77,9 +77,17 @@ const CREATE = fs.constants.O_WRONLY | fs.constants.O_CREAT | fs.constants.O_EXC
 /**
  * The lock file's text: who holds it. The token tells this process's locks from those of a process
  * that had its pid before; within the process, one turn at a time holds a conversation's lock.
+ * `folder`, the conversation's folder it was made in (ConversationFolder.id): a lock found in
+ * another folder is a copy's (`cp -al` of a folder while a turn held it, whose lock is then a name
+ * of the live process's holder, refreshed at each of its turns there), which no one holds.
  */
 const TOKEN = randomUUID();
-const OWNER_TEXT = JSON.stringify({ pid: process.pid, host: hostname(), token: TOKEN });
+const OWNER = { pid: process.pid, host: hostname(), token: TOKEN };
+
+/** This process's owner text for a lock or holder made in the folder `folder` (its id), where known. */
+function ownerText(folder: string | undefined): string {
+  return JSON.stringify(folder === undefined ? OWNER : { ...OWNER, folder });
+}
 
 /** A token as holders' names carry it: its first 12 hex digits. */
 function tokenTag(token: string): string {
@@ -130,7 +138,7 @@ export function hardLinksWork(): boolean {
 }
 
 /** The conversations, and their locks' stale periods, by the path their lock is being taken at, while it is. */
-const taking = new Map<string, { conv: ConversationPaths; stale: number }>();
+const taking = new Map<string, { conv: ConversationPaths; stale: number; folder: string }>();
 
 /**
  * When this process last looked in a conversation's folder for the holders gone processes left, by
@@ -198,11 +206,11 @@ function removeLock(path: string): void {
  * stands. One that could not be written is removed: a lock or a holder that names no one could only
  * go stale.
  */
-function makeOwnerFile(path: string): { fd: number; st: fs.Stats } {
+function makeOwnerFile(path: string, text: string): { fd: number; st: fs.Stats } {
   const fd = fs.openSync(path, CREATE, FILE_MODE);
   try {
     fs.fchmodSync(fd, FILE_MODE);
-    writeAll(fd, OWNER_TEXT);
+    writeAll(fd, text);
     return { fd, st: fs.fstatSync(fd) };
   } catch (e) {
     fs.closeSync(fd);
@@ -213,7 +221,7 @@ function makeOwnerFile(path: string): { fd: number; st: fs.Stats } {
 
 /** Makes a lock as a file of its own, with its holder's pid and host in it, and keeps it open. */
 function createLock(path: string): void {
-  const { fd, st } = makeOwnerFile(path);
+  const { fd, st } = makeOwnerFile(path, ownerText(taking.get(path)?.folder));
   letGo(path);
   kept.set(path, { fd, dev: st.dev, ino: st.ino });
 }
@@ -224,9 +232,9 @@ function heldHere(st: fs.Stats): boolean {
   return false;
 }
 
-/** Whether the file open at `fd` holds this process's holder's text exactly. */
-function holdsOwnText(fd: number): boolean {
-  const want = Buffer.from(OWNER_TEXT);
+/** Whether the file open at `fd` holds this process's holder's text exactly (`text`). */
+function holdsOwnText(fd: number, text: string): boolean {
+  const want = Buffer.from(text);
   const got = Buffer.alloc(want.length + 1);
   return fs.readSync(fd, got, 0, got.length, 0) === want.length && got.subarray(0, want.length).equals(want);
 }
@@ -238,12 +246,12 @@ function holdsOwnText(fd: number): boolean {
  * again where it is missing or anything else (a FIFO, a link, another text, one a second name of
  * another's): whether it was made.
  */
-function openHolder(path: string, lock: string): { fd: number; st: fs.Stats; made: boolean } {
+function openHolder(path: string, lock: string, text: string): { fd: number; st: fs.Stats; made: boolean } {
   try {
     const fd = fs.openSync(path, fs.constants.O_RDONLY | fs.constants.O_NOFOLLOW | fs.constants.O_NONBLOCK);
     try {
       const st = fs.fstatSync(fd);
-      if (st.isFile() && st.size === Buffer.byteLength(OWNER_TEXT) && holdsOwnText(fd)) {
+      if (st.isFile() && st.size === Buffer.byteLength(text) && holdsOwnText(fd, text)) {
         if (st.nlink > 1 && !heldHere(st)) {
           const there = lstatOrUndefined(lock);
           if (there !== undefined && there.dev === st.dev && there.ino === st.ino) unlinkQuiet(lock);
@@ -261,7 +269,7 @@ function openHolder(path: string, lock: string): { fd: number; st: fs.Stats; mad
     if (!isErrno(e, "ENOENT") && !isErrno(e, "ELOOP") && !isErrno(e, "EISDIR") && !isErrno(e, "ENXIO")) throw e;
     if (!isErrno(e, "ENOENT")) fs.rmSync(path, { recursive: true, force: true });
   }
-  return { ...makeOwnerFile(path), made: true };
+  return { ...makeOwnerFile(path, text), made: true };
 }
 
 function lstatOrUndefined(path: string): fs.Stats | undefined {
@@ -293,7 +301,7 @@ function holderLock(path: string): void {
   const stale = pending?.stale ?? defaultStale();
   const holderPath = `${path.slice(0, path.lastIndexOf("/"))}/${holderName(conv?.dir ?? path)}`;
   for (let again = true; ; again = false) {
-    const { fd, st, made } = openHolder(holderPath, path);
+    const { fd, st, made } = openHolder(holderPath, path, ownerText(pending?.folder));
     if (made && conv !== undefined) madeHolder(conv, stale);
     try {
       // Held by this process already (a turn of it waits its turn): its time is left as it is, which
@@ -384,8 +392,7 @@ async function sweepHolders(conv: ConversationPaths, stale: number): Promise<voi
         const path = folder.at(name);
         try {
           const old = Date.now() - fs.lstatSync(path).mtimeMs > stale;
-          if (!holderGone(pid, m[2] as string, old)) continue;
-          let owner: { pid: number; host: string } | undefined;
+          let owner: { pid: number; host: string; folder?: string | undefined } | undefined;
           try {
             const parsed = Owner.safeParse(JSON.parse(readNoFollow(path, { max: LIMITS.lock })));
             owner = parsed.success ? parsed.data : undefined;
@@ -393,6 +400,12 @@ async function sweepHolders(conv: ConversationPaths, stale: number): Promise<voi
             if (isErrno(e, "ENOENT")) continue;
             owner = undefined;
           }
+          // A name a copy of another folder brought (`cp -al`): the holder is that folder's, live or not.
+          if (owner !== undefined && madeElsewhere(owner, folder.id)) {
+            fs.unlinkSync(path);
+            continue;
+          }
+          if (!holderGone(pid, m[2] as string, old)) continue;
           const gone = owner !== undefined ? owner.host === hostname() && owner.pid === pid : old;
           if (!gone) continue;
           fs.unlinkSync(path);
@@ -473,7 +486,7 @@ const lockFs = {
   rmdirSync: (path: string) => removeLock(path),
 };
 
-const Owner = z.object({ pid: z.number().int(), host: z.string() });
+const Owner = z.object({ pid: z.number().int(), host: z.string(), folder: z.string().optional() });
 const TokenOf = z.object({ token: z.string() });
 
 /**
@@ -545,23 +558,51 @@ function takeOverDead(lock: string): boolean {
   if (text === undefined) return false;
   const owner = Owner.parse(JSON.parse(text));
   if (owner.host !== hostname() || owner.pid === process.pid || processAlive(owner.pid)) return false;
+  if (!removeAsRead(lock, text)) return false;
+  // What it was writing when it died is of no use to anyone: its temporary files go too, and its holder.
+  const token = TokenOf.safeParse(JSON.parse(text));
+  removeTempsOf(dirname(lock), owner.pid, [holderPrefix(owner.pid, token.success ? tokenTag(token.data.token) : undefined)]);
+  return true;
+}
+
+/**
+ * Removes the lock at `lock` while it is still the one read (`text`): moved aside, then removed.
+ * Another process may have taken it over and locked again between the read and the move: then what
+ * was moved is its live lock, and it goes back.
+ */
+function removeAsRead(lock: string, text: string): boolean {
   const aside = `${lock}.dead-${process.pid}-${Date.now()}`;
   try {
     renameSync(lock, aside);
   } catch {
     return false;
   }
-  // Another process may have taken the dead lock over and locked again between the read and the
-  // rename: then what was moved is its live lock, and it goes back.
   if (readOwner(aside) !== text) {
     putBack(aside, lock);
     return false;
   }
   rmSync(aside, { recursive: true, force: true });
-  // What it was writing when it died is of no use to anyone: its temporary files go too, and its holder.
-  const token = TokenOf.safeParse(JSON.parse(text));
-  removeTempsOf(dirname(lock), owner.pid, [holderPrefix(owner.pid, token.success ? tokenTag(token.data.token) : undefined)]);
   return true;
+}
+
+/**
+ * Removes a lock made in another folder than `folder` (its id), its owner text says: a copy's (`cp
+ * -al` of a folder while a turn held it), which no turn holds, however fresh the live holder it is a
+ * name of keeps it. Only a lock of this machine's: another machine numbers the devices of a file
+ * system it shares with this one (NFS) its own way. Locks of versions that named no folder are left
+ * to the rules before.
+ */
+function removeCopied(lock: string, folder: string): boolean {
+  const text = readOwner(lock);
+  if (text === undefined) return false;
+  const owner = Owner.parse(JSON.parse(text));
+  if (!madeElsewhere(owner, folder)) return false;
+  return removeAsRead(lock, text);
+}
+
+/** Whether an owner text of this machine's names a folder other than `folder` (its id). */
+function madeElsewhere(owner: { host: string; folder?: string | undefined }, folder: string): boolean {
+  return owner.host === hostname() && owner.folder !== undefined && owner.folder !== folder;
 }
 
 /**
@@ -628,7 +669,7 @@ export async function withConversationLock<T>(conv: ConversationPaths, fn: () =>
     try {
       for (let delay = 20; ; delay = Math.min(delay * 2, 250)) {
         try {
-          taking.set(lock, { conv, stale });
+          taking.set(lock, { conv, stale, folder: folder.id });
           release = await lockfile.lock(conv.dir, {
             lockfilePath: lock,
             fs: lockFs,
@@ -643,7 +684,7 @@ export async function withConversationLock<T>(conv: ConversationPaths, fn: () =>
           break;
         } catch (e) {
           if ((e as { code?: string }).code !== "ELOCKED") throw e;
-          if (removeForeign(lock) || takeOverDead(lock)) continue;
+          if (removeForeign(lock) || takeOverDead(lock) || removeCopied(lock, folder.id)) continue;
           if (opts.signal?.aborted) throw opts.signal.reason ?? new Error("aborted");
           if (Date.now() > deadline) throw new LockTimeoutError(conv.thread);
           await sleep(delay);

@@ -154,6 +154,43 @@ describe("many processes on one conversation", () => {
     await holder.exit();
   }, 20_000);
 
+  it("a copy made with hard links (cp -al) of a folder while a live process held it is not held: its lock is taken at once, the original's left held", async () => {
+    const dir = tempDir();
+    const original = paths({ dir }).conversation("original");
+    const holder = worker("hold", dir, original.thread);
+    await holder.line((l) => l === "held");
+    const copy = paths({ dir }).conversation("copy");
+    expect(spawnSync("cp", ["-al", original.dir, copy.dir]).status).toBe(0);
+    // The copy's lock is a name of the live holder, which the holding process keeps fresh.
+    expect(lstatSync(copy.lock).ino).toBe(lstatSync(original.lock).ino);
+    const t0 = Date.now();
+    let held = false;
+    await withConversationLock(copy, async () => {
+      held = true;
+    }, { stale: 2_000, wait: 5_000 });
+    expect(held).toBe(true);
+    // At once, not once stale (the holder's time is kept fresh: it never would be).
+    expect(Date.now() - t0).toBeLessThan(1_500);
+    await sweepsSettled();
+    expect(holder.proc.exitCode, "the original's holder is still running").toBeNull();
+    const originalHolder = readdirSync(original.dir).filter((n) => n.startsWith(`.holder-${holder.proc.pid}-`));
+    expect(originalHolder).toHaveLength(1);
+    expect(lstatSync(original.lock).ino).toBe(lstatSync(join(original.dir, String(originalHolder[0]))).ino);
+    // The copy's name of the other process's holder went with the look for gone processes' holders.
+    expect(readdirSync(copy.dir).filter((n) => n.startsWith(`.holder-${holder.proc.pid}-`))).toEqual([]);
+    // The original stays held.
+    const other = worker("take", dir, original.thread, "300");
+    expect(await other.line((l) => l.startsWith("acquired ") || l === "busy")).toBe("busy");
+    await other.exit();
+    holder.proc.kill("SIGKILL");
+    await holder.exit();
+    // Another machine's lock naming another folder is left: that machine numbers a shared file system's devices its own way.
+    const shared = paths({ dir }).conversation("shared");
+    ensureConversation(shared);
+    writeFileSync(shared.lock, JSON.stringify({ pid: process.ppid, host: `${hostname()}-other`, token: "t", folder: "1:2" }), { mode: 0o600 });
+    await expect(withConversationLock(shared, async () => undefined, { stale: 2_000, wait: 500 })).rejects.toThrow(/busy/);
+  }, 20_000);
+
   it("a lock left by a process killed while holding it is taken over, within the stale period", async () => {
     const dir = tempDir();
     const conv = paths({ dir }).conversation("killed");
