@@ -606,6 +606,20 @@ function madeElsewhere(owner: { host: string; folder?: string | undefined }, fol
 }
 
 /**
+ * Whether the file at `path` (in a conversation's folder, of id `folder`) is a name of a holder or
+ * lock of this machine's made in another folder: a copy brought it (`cp -al`). Never through a link,
+ * never more than a lock holds; a file that is no owner text is not.
+ */
+export function ownerMadeElsewhere(path: string, folder: string): boolean {
+  try {
+    const owner = Owner.safeParse(JSON.parse(readNoFollow(path, { max: LIMITS.lock })));
+    return owner.success && madeElsewhere(owner.data, folder);
+  } catch {
+    return false;
+  }
+}
+
+/**
  * Removes a lock that no process could have made: a symbolic link (dangling or not), a FIFO, a
  * socket. Such a thing would hold the conversation until it went stale, or for good.
  */

@@ -13,7 +13,7 @@ import { isErrno } from "./errno.js";
 import { listThreads } from "./events.js";
 import { jsonFault, readNoFollow, unlinkQuiet, writeTemp } from "./files.js";
 import { removeQuiet, withFolder } from "./folder.js";
-import { linkHolder } from "./lock.js";
+import { linkHolder, ownerMadeElsewhere } from "./lock.js";
 import { isThread, paths, type AgentRef, type ConversationPaths } from "./paths.js";
 
 const OWED_NAME = /^owed-(\d{1,10})-([0-9a-f]{16})(?:-(\d{1,15}))?$/;
@@ -123,6 +123,8 @@ export function listOwed(agent: AgentRef): { owed: Owed[]; faults: string[] } {
       if (!isErrno(e, "ENOENT")) faults.push(`${conv.dir}: ${(e as Error).message}`);
       continue;
     }
+    /** The folder's id (ConversationFolder.id), once a name of another file asks for it. */
+    let folderId: string | undefined;
     for (const name of names) {
       const m = OWED_NAME.exec(name);
       if (!m) continue;
@@ -130,7 +132,16 @@ export function listOwed(agent: AgentRef): { owed: Owed[]; faults: string[] } {
       try {
         if (m[3] !== undefined) {
           // Its mark in its name: one more name of its process's holder, or a file of its own.
-          if (!lstatSync(path).isFile()) throw new StoreError(`${path} is not a file`, path);
+          const st = lstatSync(path);
+          if (!st.isFile()) throw new StoreError(`${path} is not a file`, path);
+          // A name a copy of another folder brought (`cp -al`): that folder's prompt, not this one's.
+          if (st.nlink > 1) {
+            if (folderId === undefined) {
+              const dir = lstatSync(conv.dir);
+              folderId = `${dir.dev}:${dir.ino}`;
+            }
+            if (ownerMadeElsewhere(path, folderId)) continue;
+          }
           owed.push({ thread, conv, name, pid: Number(m[1]), after: Number(m[3]) });
           continue;
         }

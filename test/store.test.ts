@@ -184,6 +184,17 @@ describe("many processes on one conversation", () => {
     await other.exit();
     holder.proc.kill("SIGKILL");
     await holder.exit();
+    // A prompt owed in a folder copied meanwhile is that folder's, not the copy's.
+    const owing = paths({ dir }).conversation("owing");
+    ensureConversation(owing);
+    const owedCopy = paths({ dir }).conversation("owing-copy");
+    let owedAs = "";
+    await withConversationLock(owing, async () => {
+      owedAs = writeOwed(owing, `owed-${process.pid}-00000000000000aa`, 0);
+      expect(spawnSync("cp", ["-al", owing.dir, owedCopy.dir]).status).toBe(0);
+    });
+    expect(existsSync(join(owedCopy.dir, owedAs))).toBe(true);
+    expect(listOwed({ dir }).owed.map((o) => [o.thread, o.name])).toEqual([["owing", owedAs]]);
     // Another machine's lock naming another folder is left: that machine numbers a shared file system's devices its own way.
     const shared = paths({ dir }).conversation("shared");
     ensureConversation(shared);
