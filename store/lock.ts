@@ -401,7 +401,7 @@ async function sweepHolders(conv: ConversationPaths, stale: number): Promise<voi
             owner = undefined;
           }
           // A name a copy of another folder brought (`cp -al`): the holder is that folder's, live or not.
-          if (owner !== undefined && madeElsewhere(owner, folder.id)) {
+          if (owner !== undefined && madeElsewhere(owner, folder.id) && namedElsewhere(path, names)) {
             fs.unlinkSync(path);
             continue;
           }
@@ -586,34 +586,61 @@ function removeAsRead(lock: string, text: string): boolean {
 }
 
 /**
- * Removes a lock made in another folder than `folder` (its id), its owner text says: a copy's (`cp
- * -al` of a folder while a turn held it), which no turn holds, however fresh the live holder it is a
- * name of keeps it. Only a lock of this machine's: another machine numbers the devices of a file
- * system it shares with this one (NFS) its own way. Locks of versions that named no folder are left
- * to the rules before.
+ * Removes a lock a copy brought (`cp -al` of a folder while a turn held it), which no turn holds,
+ * however fresh the live holder it is a name of keeps it: its owner text names another folder of
+ * the same file system, and the file has names outside this folder (the original's). See madeElsewhere.
  */
 function removeCopied(lock: string, folder: string): boolean {
   const text = readOwner(lock);
   if (text === undefined) return false;
   const owner = Owner.parse(JSON.parse(text));
-  if (!madeElsewhere(owner, folder)) return false;
+  if (!madeElsewhere(owner, folder) || !namedElsewhere(lock)) return false;
   return removeAsRead(lock, text);
 }
 
-/** Whether an owner text of this machine's names a folder other than `folder` (its id). */
+/**
+ * Whether an owner text names a folder other than `folder` (its id) on the same file system: only
+ * one of this machine's (another numbers a file system it shares with this one, NFS, its own way),
+ * only of the same device (the same files seen through another mount, a container's own, an
+ * overlay, have another device number). Texts of versions that named no folder never do.
+ */
 function madeElsewhere(owner: { host: string; folder?: string | undefined }, folder: string): boolean {
-  return owner.host === hostname() && owner.folder !== undefined && owner.folder !== folder;
+  if (owner.host !== hostname() || owner.folder === undefined) return false;
+  const [dev, ino] = owner.folder.split(":");
+  const [hereDev, hereIno] = folder.split(":");
+  return dev === hereDev && ino !== hereIno;
+}
+
+/**
+ * Whether the file at `path` has names outside its folder: more names than the folder holds of it.
+ * A copy's lock does (the original's holder, lock and owed names); a lock of this folder's does not,
+ * even on a file system whose inode numbers of folders change over time (a FUSE one without stable
+ * numbers), where its folder's id could seem another's. Reads the folder: only where a text said so.
+ */
+function namedElsewhere(path: string, names?: readonly string[]): boolean {
+  try {
+    const st = fs.lstatSync(path);
+    const dir = dirname(path);
+    let here = 0;
+    for (const name of names ?? fs.readdirSync(dir)) {
+      const other = lstatOrUndefined(join(dir, name));
+      if (other !== undefined && other.dev === st.dev && other.ino === st.ino) here++;
+    }
+    return st.nlink > here;
+  } catch {
+    return false;
+  }
 }
 
 /**
  * Whether the file at `path` (in a conversation's folder, of id `folder`) is a name of a holder or
- * lock of this machine's made in another folder: a copy brought it (`cp -al`). Never through a link,
- * never more than a lock holds; a file that is no owner text is not.
+ * lock of this machine's made in another folder, with names there: a copy brought it (`cp -al`).
+ * Never through a link, never more than a lock holds; a file that is no owner text is not.
  */
 export function ownerMadeElsewhere(path: string, folder: string): boolean {
   try {
     const owner = Owner.safeParse(JSON.parse(readNoFollow(path, { max: LIMITS.lock })));
-    return owner.success && madeElsewhere(owner.data, folder);
+    return owner.success && madeElsewhere(owner.data, folder) && namedElsewhere(path);
   } catch {
     return false;
   }

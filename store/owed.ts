@@ -13,7 +13,7 @@ import { isErrno } from "./errno.js";
 import { listThreads } from "./events.js";
 import { jsonFault, readNoFollow, unlinkQuiet, writeTemp } from "./files.js";
 import { removeQuiet, withFolder } from "./folder.js";
-import { linkHolder, ownerMadeElsewhere } from "./lock.js";
+import { linkHolder, ownerMadeElsewhere, processAlive } from "./lock.js";
 import { isThread, paths, type AgentRef, type ConversationPaths } from "./paths.js";
 
 const OWED_NAME = /^owed-(\d{1,10})-([0-9a-f]{16})(?:-(\d{1,15}))?$/;
@@ -134,8 +134,12 @@ export function listOwed(agent: AgentRef): { owed: Owed[]; faults: string[] } {
           // Its mark in its name: one more name of its process's holder, or a file of its own.
           const st = lstatSync(path);
           if (!st.isFile()) throw new StoreError(`${path} is not a file`, path);
-          // A name a copy of another folder brought (`cp -al`): that folder's prompt, not this one's.
-          if (st.nlink > 1) {
+          // A name a copy of another folder brought (`cp -al`): that folder's prompt, not this one's,
+          // while its process lives (that process owes it there). Once it is gone, the copy's is handed
+          // over too: a folder moved to another disk or restored from a copy (its marks naming the
+          // folder as it was) can't be told from a copy, and an answer is better handed over twice
+          // than lost.
+          if (st.nlink > 1 && processAlive(Number(m[1]))) {
             if (folderId === undefined) {
               const dir = lstatSync(conv.dir);
               folderId = `${dir.dev}:${dir.ino}`;

@@ -195,11 +195,75 @@ describe("many processes on one conversation", () => {
     });
     expect(existsSync(join(owedCopy.dir, owedAs))).toBe(true);
     expect(listOwed({ dir }).owed.map((o) => [o.thread, o.name])).toEqual([["owing", owedAs]]);
+    // A live lock naming another folder of this file system, with no name outside this one (a file
+    // system whose folders' numbers change over time): not a copy's, and left.
+    const renumbered = paths({ dir }).conversation("renumbered");
+    ensureConversation(renumbered);
+    const here = lstatSync(renumbered.dir);
+    const liveHolder = join(renumbered.dir, `.holder-${process.ppid}-0123456789ab-01234567`);
+    writeFileSync(liveHolder, JSON.stringify({ pid: process.ppid, host: hostname(), token: "t", folder: `${here.dev}:${here.ino + 1}` }), { mode: 0o600 });
+    linkSync(liveHolder, renumbered.lock);
+    await expect(withConversationLock(renumbered, async () => undefined, { stale: 60_000, wait: 500 })).rejects.toThrow(/busy/);
     // Another machine's lock naming another folder is left: that machine numbers a shared file system's devices its own way.
     const shared = paths({ dir }).conversation("shared");
     ensureConversation(shared);
     writeFileSync(shared.lock, JSON.stringify({ pid: process.ppid, host: `${hostname()}-other`, token: "t", folder: "1:2" }), { mode: 0o600 });
     await expect(withConversationLock(shared, async () => undefined, { stale: 2_000, wait: 500 })).rejects.toThrow(/busy/);
+  }, 20_000);
+
+  /** Whether this machine lets a process mount an overlay in a mount namespace of its own (root, unshare). */
+  const overlays = (() => {
+    const root = mkdtempSync(join(tmpdir(), "lnk-store-overlay-"));
+    for (const d of ["lower", "upper", "work", "seen"]) mkdirSync(join(root, d));
+    const ok = spawnSync("unshare", ["-m", "sh", "-c", `mount -t overlay overlay -o lowerdir=${root}/lower,upperdir=${root}/upper,workdir=${root}/work ${root}/seen`]).status === 0;
+    rmSync(root, { recursive: true, force: true });
+    return ok;
+  })();
+
+  it.skipIf(!overlays)("a live lock of this machine's, its folder seen through another mount (another device number), is not taken", async () => {
+    const root = tempDir();
+    const dir = join(root, "agent");
+    mkdirSync(dir);
+    const conv = paths({ dir }).conversation("seen-twice");
+    ensureConversation(conv);
+    mkdirSync(join(root, "lower"));
+    mkdirSync(join(root, "work"));
+    const mount = `mount -t overlay overlay -o lowerdir=${root}/lower,upperdir=${dir},workdir=${root}/work ${dir}`;
+    const holder = new Child("unshare", ["-m", "sh", "-c", `${mount} && exec "$0" "$@"`, process.execPath, WORKER, "hold", dir, conv.thread]);
+    await holder.line((l) => l === "held");
+    // A backup made with hard links meanwhile: the lock has names outside its folder too.
+    expect(spawnSync("cp", ["-al", conv.dir, join(root, "backup")]).status).toBe(0);
+    expect(lstatSync(conv.lock).nlink).toBeGreaterThan(2);
+    let entered = false;
+    await expect(
+      withConversationLock(conv, async () => {
+        entered = true;
+      }, { stale: 2_000, wait: 1_500 }),
+    ).rejects.toThrow(/busy/);
+    expect(entered, "a second turn ran while the live holder held the lock").toBe(false);
+    holder.proc.kill("SIGKILL");
+    await holder.exit();
+  }, 20_000);
+
+  it("a prompt owed by a process killed mid-turn is still owed once its agent's folder is restored from a copy (cp -a, a move across disks)", async () => {
+    const root = tempDir();
+    const dir = join(root, "agent");
+    mkdirSync(dir);
+    const conv = paths({ dir }).conversation("restored");
+    const owing = worker("owe", dir, conv.thread);
+    const name = (await owing.line((l) => l.startsWith("owed "))).slice("owed ".length);
+    owing.proc.kill("SIGKILL");
+    await owing.exit();
+    expect(listOwed({ dir }).owed.map((o) => o.name)).toEqual([name]);
+    // A copy with hard links (cp -al), the original there too: owed in each, its process gone.
+    const linked = join(root, "linked");
+    expect(spawnSync("cp", ["-al", dir, linked]).status).toBe(0);
+    expect(lstatSync(paths({ dir: linked }).conversation(conv.thread).dir).ino).not.toBe(lstatSync(conv.dir).ino);
+    expect(listOwed({ dir: linked }).owed.map((o) => o.name)).toEqual([name]);
+    expect(spawnSync("cp", ["-a", dir, `${dir}.restored`]).status).toBe(0);
+    rmSync(dir, { recursive: true });
+    renameSync(`${dir}.restored`, dir);
+    expect(listOwed({ dir }).owed.map((o) => o.name)).toEqual([name]);
   }, 20_000);
 
   it("a lock left by a process killed while holding it is taken over, within the stale period", async () => {
