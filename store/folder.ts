@@ -37,6 +37,11 @@ function openIn(parent: number, parentPath: string, name: string): number {
   return openSync(`${parentPath}/${name}`, DIRECTORY);
 }
 
+/** Which folder a folder's stat is on its file system (its device and inode): the same by any path, another for a copy. */
+export function folderId(st: { dev: number; ino: number }): string {
+  return `${st.dev}:${st.ino}`;
+}
+
 export class ConversationFolder {
   /** Checks that must still hold before each write: the conversation's lock, while a turn holds it. */
   guard: (() => void) | undefined;
@@ -67,9 +72,9 @@ export class ConversationFolder {
     this.fd = fd;
   }
 
-  /** Which folder this is on its file system (its device and inode): the same by any path, another for a copy. */
+  /** Which folder this is on its file system (folderId). */
   get id(): string {
-    return `${this.stat.dev}:${this.stat.ino}`;
+    return folderId(this.stat);
   }
 
   /**

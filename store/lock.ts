@@ -392,16 +392,9 @@ async function sweepHolders(conv: ConversationPaths, stale: number): Promise<voi
         const path = folder.at(name);
         try {
           const old = Date.now() - fs.lstatSync(path).mtimeMs > stale;
-          let owner: { pid: number; host: string; folder?: string | undefined } | undefined;
-          try {
-            const parsed = Owner.safeParse(JSON.parse(readNoFollow(path, { max: LIMITS.lock })));
-            owner = parsed.success ? parsed.data : undefined;
-          } catch (e) {
-            if (isErrno(e, "ENOENT")) continue;
-            owner = undefined;
-          }
+          const owner = ownerIn(path);
           // A name a copy of another folder brought (`cp -al`): the holder is that folder's, live or not.
-          if (owner !== undefined && madeElsewhere(owner, folder.id) && namedElsewhere(path, names)) {
+          if (owner !== undefined && broughtByCopy(owner, path, folder.id, names)) {
             fs.unlinkSync(path);
             continue;
           }
@@ -487,6 +480,7 @@ const lockFs = {
 };
 
 const Owner = z.object({ pid: z.number().int(), host: z.string(), folder: z.string().optional() });
+type Owner = z.infer<typeof Owner>;
 const TokenOf = z.object({ token: z.string() });
 
 /**
@@ -593,9 +587,16 @@ function removeAsRead(lock: string, text: string): boolean {
 function removeCopied(lock: string, folder: string): boolean {
   const text = readOwner(lock);
   if (text === undefined) return false;
-  const owner = Owner.parse(JSON.parse(text));
-  if (!madeElsewhere(owner, folder) || !namedElsewhere(lock)) return false;
+  if (!broughtByCopy(Owner.parse(JSON.parse(text)), lock, folder)) return false;
   return removeAsRead(lock, text);
+}
+
+/**
+ * Whether the file at `path`, of owner text `owner`, in the folder of id `folder` (whose `names`,
+ * where read already), was brought by a copy: see madeElsewhere and namedElsewhere.
+ */
+function broughtByCopy(owner: Owner, path: string, folder: string, names?: readonly string[]): boolean {
+  return madeElsewhere(owner, folder) && namedElsewhere(path, names);
 }
 
 /**
@@ -604,7 +605,7 @@ function removeCopied(lock: string, folder: string): boolean {
  * only of the same device (the same files seen through another mount, a container's own, an
  * overlay, have another device number). Texts of versions that named no folder never do.
  */
-function madeElsewhere(owner: { host: string; folder?: string | undefined }, folder: string): boolean {
+function madeElsewhere(owner: Owner, folder: string): boolean {
   if (owner.host !== hostname() || owner.folder === undefined) return false;
   const [dev, ino] = owner.folder.split(":");
   const [hereDev, hereIno] = folder.split(":");
@@ -638,11 +639,17 @@ function namedElsewhere(path: string, names?: readonly string[]): boolean {
  * Never through a link, never more than a lock holds; a file that is no owner text is not.
  */
 export function ownerMadeElsewhere(path: string, folder: string): boolean {
+  const owner = ownerIn(path);
+  return owner !== undefined && broughtByCopy(owner, path, folder);
+}
+
+/** The owner text of the file at `path`: never through a link, never more than a lock holds; undefined where it is none. */
+function ownerIn(path: string): Owner | undefined {
   try {
     const owner = Owner.safeParse(JSON.parse(readNoFollow(path, { max: LIMITS.lock })));
-    return owner.success && madeElsewhere(owner.data, folder) && namedElsewhere(path);
+    return owner.success ? owner.data : undefined;
   } catch {
-    return false;
+    return undefined;
   }
 }
 

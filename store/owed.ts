@@ -12,7 +12,7 @@ import { OwedMark, StoreError, describeIssues } from "../protocol/index.js";
 import { isErrno } from "./errno.js";
 import { listThreads } from "./events.js";
 import { jsonFault, readNoFollow, unlinkQuiet, writeTemp } from "./files.js";
-import { removeQuiet, withFolder } from "./folder.js";
+import { folderId, removeQuiet, withFolder } from "./folder.js";
 import { linkHolder, ownerMadeElsewhere, processAlive } from "./lock.js";
 import { isThread, paths, type AgentRef, type ConversationPaths } from "./paths.js";
 
@@ -123,8 +123,8 @@ export function listOwed(agent: AgentRef): { owed: Owed[]; faults: string[] } {
       if (!isErrno(e, "ENOENT")) faults.push(`${conv.dir}: ${(e as Error).message}`);
       continue;
     }
-    /** The folder's id (ConversationFolder.id), once a name of another file asks for it. */
-    let folderId: string | undefined;
+    /** The folder's id (folderId), once a name of another file asks for it. */
+    let here: string | undefined;
     for (const name of names) {
       const m = OWED_NAME.exec(name);
       if (!m) continue;
@@ -140,11 +140,8 @@ export function listOwed(agent: AgentRef): { owed: Owed[]; faults: string[] } {
           // folder as it was) can't be told from a copy, and an answer is better handed over twice
           // than lost.
           if (st.nlink > 1 && processAlive(Number(m[1]))) {
-            if (folderId === undefined) {
-              const dir = lstatSync(conv.dir);
-              folderId = `${dir.dev}:${dir.ino}`;
-            }
-            if (ownerMadeElsewhere(path, folderId)) continue;
+            here ??= folderId(lstatSync(conv.dir));
+            if (ownerMadeElsewhere(path, here)) continue;
           }
           owed.push({ thread, conv, name, pid: Number(m[1]), after: Number(m[3]) });
           continue;

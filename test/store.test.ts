@@ -40,6 +40,7 @@ import {
   LockLostError,
   writeMark,
   writeOwed,
+  type ConversationPaths,
   writeSettings,
   beginEvent,
   prepareEvent,
@@ -63,6 +64,16 @@ function tempDir(): string {
 
 function worker(...args: string[]): Child {
   return new Child(process.execPath, [WORKER, ...args]);
+}
+
+/** One conversation named by two paths: its agent's folder, and a link to it. Made. */
+function onePlaceTwoPaths(thread: string): [ConversationPaths, ConversationPaths] {
+  const real = tempDir();
+  const alias = join(tempDir(), "alias");
+  symlinkSync(real, alias);
+  const first = paths({ dir: real }).conversation(thread);
+  ensureConversation(first);
+  return [first, paths({ dir: alias }).conversation(thread)];
 }
 
 /** The pid of a process that has ended: it names no one (or someone else, whom a lock doesn't name by host). */
@@ -521,12 +532,7 @@ describe("many processes on one conversation", () => {
   });
 
   it("of two turns of one process naming one folder by two paths, the one whose lock went writes nothing once the other holds it, and letting go leaves the other's lock", async () => {
-    const real = tempDir();
-    const alias = join(tempDir(), "alias");
-    symlinkSync(real, alias);
-    const first = paths({ dir: real }).conversation("t");
-    const second = paths({ dir: alias }).conversation("t");
-    ensureConversation(first);
+    const [first, second] = onePlaceTwoPaths("t");
     let wrote1: unknown;
     let wrote2: unknown;
     let lockThere: boolean | undefined;
@@ -559,12 +565,7 @@ describe("many processes on one conversation", () => {
   }, 20_000);
 
   it("a conversation's lock held by one turn is not touched by another turn of the process that names its folder by another path: it waits, and the first is never taken for lost", async () => {
-    const real = tempDir();
-    const alias = join(tempDir(), "alias");
-    symlinkSync(real, alias);
-    const first = paths({ dir: real }).conversation("two-paths");
-    const second = paths({ dir: alias }).conversation("two-paths");
-    ensureConversation(first);
+    const [first, second] = onePlaceTwoPaths("two-paths");
     const lost: string[] = [];
     let busy: unknown;
     await withConversationLock(

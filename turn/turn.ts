@@ -442,8 +442,9 @@ class Turn {
 
 /**
  * Forgets all a process keeps between turns: parsed events and settings, each conversation's count,
- * the last request's bytes, the files made ahead for the next turns (spares). Each is a cache of what is on disk, so this changes no answer, only how
- * long a turn takes: as in a process that just started.
+ * the last request's bytes, the files made ahead for the next turns (spares). Each is a cache of
+ * what is on disk, so this changes no answer, only how long a turn takes: as in a process that just
+ * started.
  */
 export function forgetProcessState(): void {
   forgetEvents();
