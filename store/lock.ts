@@ -375,9 +375,9 @@ export async function sweepsSettled(): Promise<void> {
 /**
  * Removes the holders processes of this machine that are gone left in a conversation's folder (a
  * kill between turns leaves its holder; one during a turn, its lock too, which takeOverDead takes),
- * and one a process was killed while making (no text of a holder's) once it is older than the
- * stale period. Another machine's are left: whether its process lives can't be known from here.
- * Through the folder as checked (never a link), made never again.
+ * and one a process was killed while making (empty: at once; one with a text that is no owner's,
+ * once it is older than the stale period). Another machine's are left: whether its process lives
+ * can't be known from here. Through the folder as checked (never a link), made never again.
  */
 async function sweepHolders(conv: ConversationPaths, stale: number): Promise<void> {
   const names = await fs.promises.readdir(conv.dir);
@@ -391,7 +391,8 @@ async function sweepHolders(conv: ConversationPaths, stale: number): Promise<voi
         const pid = Number(m[1]);
         const path = folder.at(name);
         try {
-          const old = Date.now() - fs.lstatSync(path).mtimeMs > stale;
+          const st = fs.lstatSync(path);
+          const old = Date.now() - st.mtimeMs > stale;
           const owner = ownerIn(path);
           // A name a copy of another folder brought (`cp -al`): the holder is that folder's, live or not.
           if (owner !== undefined && broughtByCopy(owner, path, folder.id, names)) {
@@ -399,7 +400,12 @@ async function sweepHolders(conv: ConversationPaths, stale: number): Promise<voi
             continue;
           }
           if (!holderGone(pid, m[2] as string, old)) continue;
-          const gone = owner !== undefined ? owner.host === hostname() && owner.pid === pid : old;
+          // One with no text yet is one its process was killed while making (making a file alone
+          // takes up to a millisecond on a busy disk): empty, it goes at once, for a process that
+          // runs a while looks here once. Another machine's process of that pid, making its own
+          // holder at this very moment, loses only that file, and makes it again (holderLock).
+          const half = st.isFile() && st.size === 0 && stillEmpty(path, st);
+          const gone = owner !== undefined ? owner.host === hostname() && owner.pid === pid : old || half;
           if (!gone) continue;
           fs.unlinkSync(path);
           // What it was writing when it was killed (an owed mark made as a file of its own after its
@@ -414,6 +420,12 @@ async function sweepHolders(conv: ConversationPaths, stale: number): Promise<voi
     },
     { make: false },
   );
+}
+
+/** Whether the file at `path` is still the empty file of `st`, looked at again just before it is removed. */
+function stillEmpty(path: string, st: fs.Stats): boolean {
+  const now = lstatOrUndefined(path);
+  return now !== undefined && now.dev === st.dev && now.ino === st.ino && now.size === 0;
 }
 
 /** A temporary file's name, with the pid of the process that made it (store/files.ts tempName). */

@@ -386,17 +386,20 @@ describe("many processes on one conversation", () => {
     writeFileSync(liveTemp, "{", { mode: 0o600 });
     const elsewhere = join(conv.dir, `.holder-${deadPid}-ba9876543210-01234567`);
     writeFileSync(elsewhere, JSON.stringify({ pid: deadPid, host: `${hostname()}-other`, token: "t" }), { mode: 0o600 });
-    // One it was killed while making (no text yet): removed once older than the stale period, not before.
+    // One it was killed while making (empty, however new): removed at once. One with a text that is
+    // no owner's: removed once older than the stale period, not before.
     const half = join(conv.dir, `.holder-${deadPid}-aaaaaaaaaaaa-01234567`);
     writeFileSync(half, "", { mode: 0o600 });
-    const halfNew = join(conv.dir, `.holder-${deadPid}-bbbbbbbbbbbb-01234567`);
-    writeFileSync(halfNew, "", { mode: 0o600 });
+    const garbled = join(conv.dir, `.holder-${deadPid}-bbbbbbbbbbbb-01234567`);
+    writeFileSync(garbled, "{", { mode: 0o600 });
+    const garbledOld = join(conv.dir, `.holder-${deadPid}-cccccccccccc-01234567`);
+    writeFileSync(garbledOld, "{", { mode: 0o600 });
     const old = new Date(Date.now() - 60_000);
-    utimesSync(half, old, old);
+    utimesSync(garbledOld, old, old);
     await withConversationLock(conv, async () => undefined);
-    for (let i = 0; i < 50 && (existsSync(dead) || existsSync(half)); i++) await new Promise((r) => setTimeout(r, 20));
-    expect([existsSync(dead), existsSync(half), existsSync(deadTemp)]).toEqual([false, false, false]);
-    expect([existsSync(elsewhere), existsSync(halfNew), existsSync(liveTemp)]).toEqual([true, true, true]);
+    await sweepsSettled();
+    expect([existsSync(dead), existsSync(half), existsSync(garbledOld), existsSync(deadTemp)]).toEqual([false, false, false, false]);
+    expect([existsSync(elsewhere), existsSync(garbled), existsSync(liveTemp)]).toEqual([true, true, true]);
   });
 
   it("temporary files a gone process left where it held no lock (a killed `usage`) are removed once older than the stale period; a live process's, a new one and no file are left", async () => {

@@ -4,10 +4,10 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
 import { Event, type Settings } from "../protocol/index.js";
-import { appendEvent, eventName, paths, readEventsFrom, readMark, readStats, writeSettings, type AgentRef } from "../store/index.js";
+import { appendEvent, eventName, paths, readEventsFrom, readMark, readStats, sparesKept, writeSettings, type AgentRef } from "../store/index.js";
 import { History, keptHistoryChars } from "../turn/history.js";
 import { eventTokens, roughTokens } from "../turn/window.js";
-import { forgetProcessState, runTurn } from "../turn/turn.js";
+import { forgetProcessState, runTurn, turnsSettled } from "../turn/turn.js";
 import { CLIENTS_KEPT, clientsKept } from "../turn/model.js";
 import type { TurnEvent } from "../turn/types.js";
 import { assertBuilt, ROOT } from "./fixtures/built.js";
@@ -322,6 +322,23 @@ describe("a turn's writes", () => {
     expect(readdirSync(conv.dir).filter((n) => n.startsWith(".tmp-"))).toEqual([]);
     const kinds = readEventsFrom(conv, 1).map((e) => (e.event.kind === "message" ? `${e.event.role}: ${e.event.text.slice(0, 8)}` : e.event.kind));
     expect(kinds).toEqual(["user: one", "assistant: answered", "user: two", "failure", "user: three", expect.stringMatching(/^assistant: /)]);
+  });
+
+  it("a long-lived process's turn makes its conversation's next files once its lock is let go, and a process that stops waits for them", async () => {
+    const agent = agentWith();
+    const conv = paths(agent).conversation("spares");
+    server.fallback = () => ({ text: "answered" });
+    try {
+      const outcome = await runTurn({ agent, thread: "spares", message: { text: "one" } }, () => undefined, { early: true, spare: true });
+      expect(outcome.stop).toBe("end_turn");
+      // Once the turns settle, with no other wait: a process that exits then leaves no file half made.
+      await turnsSettled();
+      expect(sparesKept()).toBe(2);
+      expect(readdirSync(conv.dir).filter((n) => n.startsWith(`.tmp-${process.pid}-`))).toHaveLength(2);
+    } finally {
+      forgetProcessState();
+    }
+    expect(readdirSync(conv.dir).filter((n) => n.startsWith(".tmp-"))).toEqual([]);
   });
 
   it("a model set while a turn runs is the conversation's model at the next turn of the same process", async () => {

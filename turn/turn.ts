@@ -457,9 +457,19 @@ export function forgetProcessState(): void {
 /** Turns that answered and still bring their derived files up to date and let their lock go. */
 const settling = new Set<Promise<unknown>>();
 
-/** Resolves once every turn that answered early has let its lock go (a process waits for it to stop). */
+/**
+ * Resolves once every turn that answered early has let its lock go, and the files made ahead for
+ * the next turns are made (a process waits for it to stop: a file the thread pool made after the
+ * process's exit removed its name would be left behind).
+ */
 export async function turnsSettled(): Promise<void> {
-  await Promise.allSettled([...settling]);
+  while (settling.size > 0) await Promise.allSettled([...settling]);
+}
+
+/** Notes work that goes on after a turn, which a process waits for as it stops (turnsSettled). */
+function settleLater(work: Promise<unknown>): void {
+  settling.add(work);
+  void work.catch(() => undefined).finally(() => settling.delete(work));
 }
 
 /**
@@ -502,13 +512,12 @@ export async function runTurn(input: TurnInput, listener: TurnListener, o: { ear
     );
     // The conversation's next events' files, made now that nothing waits for them (store/spares.ts);
     // none once its lock was lost: another process holds the conversation now.
-    if (o.spare && !lost.signal.aborted) setImmediate(() => void makeSpares(conv).catch(() => undefined));
+    if (o.spare && !lost.signal.aborted) settleLater(new Promise((resolve) => setImmediate(() => void makeSpares(conv).catch(() => undefined).finally(() => resolve(undefined)))));
     // Stopped because the lock was lost, not by the client: said as that, never as a cancel.
     if (lost.signal.aborted) throw lostError();
     return outcome;
   })();
   if (!o.early) return whole;
-  settling.add(whole);
-  void whole.catch(() => undefined).finally(() => settling.delete(whole));
+  settleLater(whole);
   return Promise.race([answered, whole]);
 }

@@ -2,7 +2,7 @@
 // events numbered 1..N with nothing else numbered, each file whole and valid, every call answered (by
 // an event, or as unanswered in the next request), every acknowledged turn kept, and the copy for
 // people (derived, and made again when a kill left it behind) holding each answer once, in order.
-import { existsSync, readdirSync, readFileSync } from "node:fs";
+import { existsSync, lstatSync, readdirSync, readFileSync } from "node:fs";
 import { join } from "node:path";
 import { Event, type Event as EventT } from "../../protocol/index.js";
 import { eventName, eventNumber } from "../../store/index.js";
@@ -19,16 +19,18 @@ export interface Conversation {
   temps: number;
   /** Lock holders (store/lock.ts) left behind: a killed process's, not removed by a process after it. */
   holders: number;
+  /** Each holder left: its name, size, names and age, for the violation's message. */
+  holdersLeft: string[];
 }
 
 /** Reads a conversation's folder, adding to `violations` what breaks the numbering or a file. */
 export function readConversation(dir: string, thread: string, violations: string[]): Conversation {
   const numbers: number[] = [];
   let temps = 0;
-  let holders = 0;
+  const holdersLeft: string[] = [];
   for (const name of readdirSync(dir)) {
     if (name.startsWith(".tmp-")) temps++;
-    if (name.startsWith(".holder-")) holders++;
+    if (name.startsWith(".holder-")) holdersLeft.push(describeHolder(dir, thread, name));
     if (!/^\d/.test(name)) continue;
     const n = eventNumber(name);
     if (n === undefined) violations.push(`${thread}/${name}: numbered, but not an event's name`);
@@ -54,7 +56,18 @@ export function readConversation(dir: string, thread: string, violations: string
     else if (!text.endsWith("\n")) violations.push(`${thread}/${n}: not whole (no final newline)`);
     else events.push(parsed.data);
   }
-  return { thread, events, temps, holders };
+  return { thread, events, temps, holders: holdersLeft.length, holdersLeft };
+}
+
+/** A holder left, as a violation names it: its name, its size and names, its age, its text. */
+function describeHolder(dir: string, thread: string, name: string): string {
+  try {
+    const st = lstatSync(join(dir, name));
+    const text = st.isFile() && st.size <= 4096 ? JSON.stringify(readFileSync(join(dir, name), "utf8")) : "(not read)";
+    return `${thread}/${name}: ${st.size} bytes, ${st.nlink} names, ${Math.round(Date.now() - st.mtimeMs)} ms old, ${text}`;
+  } catch (e) {
+    return `${thread}/${name}: ${(e as Error).message}`;
+  }
 }
 
 export interface CallFigures {

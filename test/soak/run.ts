@@ -209,6 +209,7 @@ async function soak(o: Options & { dir: string }): Promise<Summary> {
 
     violations.push(...record.violations, ...record.errors.map((e) => `a prompt was answered with an error: ${e}`));
     const totals = { events: 0, calls: 0, answered: 0, unanswered: 0, temps: 0, holders: 0 };
+    const left: string[] = [];
     for (const thread of threads) {
       const dir = join(agent, "chats", thread);
       const conv = readConversation(dir, thread, violations);
@@ -218,13 +219,14 @@ async function soak(o: Options & { dir: string }): Promise<Summary> {
       totals.events += conv.events.length;
       totals.temps += conv.temps;
       totals.holders += conv.holders;
+      left.push(...conv.holdersLeft);
       totals.calls += calls.calls;
       totals.answered += calls.answered;
       totals.unanswered += calls.unanswered;
     }
     if (record.acks.length === 0) violations.push("no turn was acknowledged: the soak tested nothing");
     // A killed daemon's holder is removed by the next that locks its conversation; the last removed its own as it stopped.
-    if (totals.holders > 0) violations.push(`${totals.holders} lock holders left in the conversations' folders`);
+    if (totals.holders > 0) violations.push(`${totals.holders} lock holders left in the conversations' folders: ${left.join("; ")}`);
     const copy = join(o.dir, "hard-linked");
     mkdirSync(copy, { recursive: true });
     checkHardLinkedCopy(agent, copy, threads, violations);
