@@ -1,7 +1,7 @@
 // The store on disk: numbered events under many writers, the conversation lock across processes,
 // names, files that fail their schema, links, and the derived files beside the events.
 import { spawnSync } from "node:child_process";
-import { appendFileSync, existsSync, linkSync, lstatSync, mkdirSync, mkdtempSync, readFileSync, readdirSync, renameSync, rmSync, symlinkSync, utimesSync, writeFileSync } from "node:fs";
+import { appendFileSync, existsSync, linkSync, lstatSync, mkdirSync, mkdtempSync, readFileSync, readdirSync, renameSync, rmSync, statSync, symlinkSync, utimesSync, writeFileSync } from "node:fs";
 import { hostname, tmpdir } from "node:os";
 import { dirname, join } from "node:path";
 import fc from "fast-check";
@@ -401,6 +401,36 @@ describe("many processes on one conversation", () => {
     expect([existsSync(dead), existsSync(half), existsSync(garbledOld), existsSync(deadTemp)]).toEqual([false, false, false, false]);
     expect([existsSync(elsewhere), existsSync(garbled), existsSync(liveTemp)]).toEqual([true, true, true]);
   });
+
+  it("a holder a process was killed while making (the file made, no text in it yet) is removed at once by the next that makes its own", async () => {
+    const dir = tempDir();
+    const conv = paths({ dir }).conversation("killed-making");
+    ensureConversation(conv);
+    // Killed the moment its holder's file is made, before a byte of it is written.
+    const preload = join(dir, "killed-making.mjs");
+    writeFileSync(
+      preload,
+      `import fs from "node:fs"; import { syncBuiltinESMExports } from "node:module";
+const open = fs.openSync;
+fs.openSync = (path, flags, mode) => { const fd = open(path, flags, mode); if (String(path).includes("/.holder-") && typeof flags === "number" && (flags & fs.constants.O_CREAT)) process.kill(process.pid, "SIGKILL"); return fd; };
+syncBuiltinESMExports();\n`,
+    );
+    const child = new Child(process.execPath, [
+      "--import",
+      preload,
+      "--input-type=module",
+      "-e",
+      `import { paths, withConversationLock } from ${JSON.stringify(join(ROOT, "dist/store/index.js"))};
+      await withConversationLock(paths({ dir: ${JSON.stringify(dir)} }).conversation(${JSON.stringify(conv.thread)}), async () => undefined);`,
+    ]);
+    expect((await child.exit()).signal).toBe("SIGKILL");
+    const pid = child.proc.pid as number;
+    const left = () => readdirSync(conv.dir).filter((n) => n.startsWith(`.holder-${pid}-`));
+    expect(left().map((n) => statSync(join(conv.dir, n)).size), "left empty by the kill").toEqual([0]);
+    await withConversationLock(conv, async () => undefined);
+    await sweepsSettled();
+    expect(left()).toEqual([]);
+  }, 20_000);
 
   it("temporary files a gone process left where it held no lock (a killed `usage`) are removed once older than the stale period; a live process's, a new one and no file are left", async () => {
     const dir = tempDir();
