@@ -1,4 +1,5 @@
 // Reading and writing files of the agent's folder: never through a link, always whole.
+import { randomUUID } from "node:crypto";
 import { chmodSync, close as closeAsync, closeSync, constants, fchmodSync, fdatasync, fdatasyncSync, fstatSync, fsync, fsyncSync, lstatSync, mkdirSync, open, openSync, readdirSync, readSync, renameSync, statSync, unlinkSync, writeSync, type Stats } from "node:fs";
 import { dirname, join, relative, sep } from "node:path";
 import { StoreError } from "../protocol/index.js";
@@ -216,31 +217,48 @@ export function writeAll(fd: number, text: string): void {
   }
 }
 
+/**
+ * This process's token, told apart from any other process's, of this machine or another, that has
+ * or had its pid (store/lock.ts writes it in its locks); and its tag, as names carry it.
+ */
+export const PROCESS_TOKEN = randomUUID();
+
+/** A token as names carry it: its first 12 hex digits. */
+export function tokenTag(token: string): string {
+  return token.replaceAll("-", "").slice(0, 12);
+}
+export const PROCESS_TAG = tokenTag(PROCESS_TOKEN);
+
 let tmpCounter = 0;
-/** A temporary file's name holds its writer's pid, so what a process that died left can be told apart. */
+/**
+ * A temporary file's name holds its writer's pid and its token's tag, so what a process that died
+ * left can be told apart, and told to be the files of the process whose holder names the same two
+ * (store/lock.ts): another machine's, whose process can't be looked at from here.
+ */
 export function tempName(dir: string): string {
   tmpCounter += 1;
-  return join(dir, `${tempPrefix(process.pid)}${Date.now().toString(36)}-${tmpCounter}`);
+  return join(dir, `${tempPrefix(process.pid, PROCESS_TAG)}${Date.now().toString(36)}-${tmpCounter}`);
 }
 
-/** The start of the names of the temporary files a process of this pid makes. */
-export function tempPrefix(pid: number): string {
-  return `.tmp-${pid}-`;
+/** The start of the names of the temporary files a process of this pid makes (of the one of this tag, with it). */
+export function tempPrefix(pid: number, tag?: string): string {
+  return tag === undefined ? `.tmp-${pid}-` : `.tmp-${pid}-${tag}-`;
 }
 
 /**
  * Removes the temporary files a process of this machine that is gone left in a folder (a kill
- * between writing one and linking or renaming it), and the names starting with `also` (its lock's
- * holder). Lists the folder: for recovery, not every turn. Returns how many it removed.
+ * between writing one and linking or renaming it), those of its tag's where known, and the names
+ * starting with `also` (its lock's holder). Lists the folder: for recovery, not every turn.
+ * Returns how many it removed.
  */
-export function removeTempsOf(dir: string, pid: number, also: readonly string[] = []): number {
+export function removeTempsOf(dir: string, pid: number, tag: string | undefined, also: readonly string[] = []): number {
   let names: string[];
   try {
     names = readdirSync(dir);
   } catch {
     return 0;
   }
-  const prefixes = [tempPrefix(pid), ...also];
+  const prefixes = [tempPrefix(pid, tag), ...also];
   let removed = 0;
   for (const name of names) {
     if (!prefixes.some((prefix) => name.startsWith(prefix))) continue;

@@ -1,5 +1,5 @@
 // One turn at a time per conversation: an async mutex inside the process, a lock file across processes.
-import { createHash, randomUUID } from "node:crypto";
+import { createHash } from "node:crypto";
 import * as fs from "node:fs";
 import { renameSync, rmSync } from "node:fs";
 import { hostname } from "node:os";
@@ -8,7 +8,7 @@ import lockfile from "proper-lockfile";
 import { z } from "zod";
 import { StoreError } from "../protocol/index.js";
 import { isErrno } from "./errno.js";
-import { FILE_MODE, LIMITS, readNoFollow, removeTempsOf, tempPrefix, unlinkQuiet, writeAll } from "./files.js";
+import { FILE_MODE, LIMITS, PROCESS_TAG, PROCESS_TOKEN, readNoFollow, removeTempsOf, tempPrefix, tokenTag, unlinkQuiet, writeAll } from "./files.js";
 import { ConversationFolder, holdWhile, withFolder } from "./folder.js";
 export { flushHeld } from "./folder.js";
 import type { ConversationPaths } from "./paths.js";
@@ -81,19 +81,14 @@ const CREATE = fs.constants.O_WRONLY | fs.constants.O_CREAT | fs.constants.O_EXC
  * another folder is a copy's (`cp -al` of a folder while a turn held it, whose lock is then a name
  * of the live process's holder, refreshed at each of its turns there), which no one holds.
  */
-const TOKEN = randomUUID();
-const OWNER = { pid: process.pid, host: hostname(), token: TOKEN };
+const OWNER = { pid: process.pid, host: hostname(), token: PROCESS_TOKEN };
 
 /** This process's owner text for a lock or holder made in the folder `folder` (its id), where known. */
 function ownerText(folder: string | undefined): string {
   return JSON.stringify(folder === undefined ? OWNER : { ...OWNER, folder });
 }
 
-/** A token as holders' names carry it: its first 12 hex digits. */
-function tokenTag(token: string): string {
-  return token.replaceAll("-", "").slice(0, 12);
-}
-const TOKEN_TAG = tokenTag(TOKEN);
+const TOKEN_TAG = PROCESS_TAG;
 
 /**
  * The name of this process's holder in a conversation's folder, named by `dir`: the one file its
@@ -193,12 +188,18 @@ function removeLock(path: string): void {
     }
     return;
   }
+  // Another's, gone stale (proper-lockfile found it not refreshed for the stale period): what its
+  // process left here goes with it (removeLeftBy), which nothing else would ever remove were its
+  // pid another process's since, or the process another machine's. One only paused has lost the
+  // lock, writes nothing here again, and makes its holder again at its next lock.
+  const text = readOwner(path);
   try {
     fs.unlinkSync(path);
   } catch (e) {
     if (!isErrno(e, "EISDIR") && !isErrno(e, "EPERM")) throw e;
     fs.rmSync(path, { recursive: true, force: true });
   }
+  if (text !== undefined) removeLeftBy(dirname(path), text, false);
 }
 
 /**
@@ -385,6 +386,8 @@ async function sweepHolders(conv: ConversationPaths, stale: number): Promise<voi
     conv,
     (folder) => {
       const own = holderName(conv.dir);
+      /** The holders removed here: their temporary files are no longer theirs to keep. */
+      const removed = new Set<string>();
       for (const name of names) {
         const m = HOLDER_NAME.exec(name);
         if (!m || name === own) continue;
@@ -410,13 +413,14 @@ async function sweepHolders(conv: ConversationPaths, stale: number): Promise<voi
           fs.unlinkSync(path);
           // What it was writing when it was killed (an owed mark made as a file of its own after its
           // lock went, say) goes too: a process of this machine that is gone, its temporary files told
-          // by its pid. Not where the pid is this process's own.
-          if (owner !== undefined && pid !== process.pid) for (const temp of names) if (temp.startsWith(tempPrefix(pid))) unlinkQuiet(folder.at(temp));
+          // by its pid and its tag. Not where the pid is this process's own.
+          removed.add(name);
+          if (owner !== undefined && pid !== process.pid) for (const temp of names) if (temp.startsWith(tempPrefix(pid, m[2]))) unlinkQuiet(folder.at(temp));
         } catch {
           // Gone meanwhile: nothing to remove.
         }
       }
-      removeGoneTemps(folder, names, stale);
+      removeGoneTemps(folder, names.filter((n) => !removed.has(n)), stale);
     },
     { make: false },
   );
@@ -428,22 +432,34 @@ function stillEmpty(path: string, st: fs.Stats): boolean {
   return now !== undefined && now.dev === st.dev && now.ino === st.ino && now.size === 0;
 }
 
-/** A temporary file's name, with the pid of the process that made it (store/files.ts tempName). */
-const TEMP_NAME = /^\.tmp-(\d{1,10})-/;
+/**
+ * A temporary file's name, with the pid of the process that made it and its token's tag (store/files.ts
+ * tempName; earlier versions' carry no tag).
+ */
+const TEMP_NAME = /^\.tmp-(\d{1,10})-(?:([0-9a-f]{12})-)?/;
 
 /**
- * Removes the temporary files a process of this machine that is gone left where it held no lock (a
- * `usage` killed between writing its count's temp file and renaming it, a daemon's spares whose
- * holder went first, say): files only, once older than the stale period, so that another machine's
- * writer of the same pid, in a folder shared with it, is never cut short in a write (its spares,
- * were they taken, would be made again). Of this process's own pid, those older than the process
- * too: a gone process's that had its pid (a daemon restarted in a container is pid 1 again).
+ * Removes the temporary files a process of this machine that is gone left where it has no holder
+ * (a `usage` killed between writing its count's temp file and renaming it, a daemon's spares whose
+ * holder went first, say): files only, once older than the stale period, so that another
+ * machine's writer of the same pid, in a folder shared with it, is never cut short in a write.
+ * Those of a process whose holder is there (its tag's; of an earlier version, its pid's) are its
+ * holder's to keep, however old: spares and an answer's file wait for any time, and another
+ * machine's process can't be looked at from here. Of this process's own pid, those older than the
+ * process too: a gone process's that had its pid (a daemon restarted in a container is pid 1 again).
  */
 function removeGoneTemps(folder: { at(name: string): string }, names: readonly string[], stale: number): void {
   const alive = new Map<number, boolean>();
+  /** The pids, and pid and tag, of the holders there. */
+  const held = new Set<string>();
+  for (const name of names) {
+    const h = HOLDER_NAME.exec(name);
+    if (h) held.add(String(h[1])).add(`${h[1]}-${h[2]}`);
+  }
   for (const name of names) {
     const m = TEMP_NAME.exec(name);
     if (!m) continue;
+    if (held.has(m[2] === undefined ? String(m[1]) : `${m[1]}-${m[2]}`)) continue;
     const pid = Number(m[1]);
     let live = alive.get(pid);
     if (live === undefined) alive.set(pid, (live = pid !== process.pid && processAlive(pid)));
@@ -565,10 +581,23 @@ function takeOverDead(lock: string): boolean {
   const owner = Owner.parse(JSON.parse(text));
   if (owner.host !== hostname() || owner.pid === process.pid || processAlive(owner.pid)) return false;
   if (!removeAsRead(lock, text)) return false;
-  // What it was writing when it died is of no use to anyone: its temporary files go too, and its holder.
-  const token = TokenOf.safeParse(JSON.parse(text));
-  removeTempsOf(dirname(lock), owner.pid, [holderPrefix(owner.pid, token.success ? tokenTag(token.data.token) : undefined)]);
+  removeLeftBy(dirname(lock), text, true);
   return true;
+}
+
+/**
+ * Removes what the process of a lock taken over (its owner text, `text`) left in the lock's folder:
+ * what it was writing is of no use to anyone, its temporary files go, and its holder. Those of its
+ * token's tag; where the text has no token (an earlier version's), those of its pid when `gone`
+ * (known gone: a process of this machine), else none. Never this process's own.
+ */
+function removeLeftBy(dir: string, text: string, gone: boolean): void {
+  const owner = Owner.safeParse(JSON.parse(text));
+  if (!owner.success) return;
+  const token = TokenOf.safeParse(JSON.parse(text));
+  const tag = token.success ? tokenTag(token.data.token) : undefined;
+  if ((tag === undefined && !gone) || (owner.data.pid === process.pid && (tag === undefined || tag === TOKEN_TAG))) return;
+  removeTempsOf(dir, owner.data.pid, tag, [holderPrefix(owner.data.pid, tag)]);
 }
 
 /**
@@ -577,7 +606,9 @@ function takeOverDead(lock: string): boolean {
  * was moved is its live lock, and it goes back.
  */
 function removeAsRead(lock: string, text: string): boolean {
-  const aside = `${lock}.dead-${process.pid}-${Date.now()}`;
+  // A temporary file's name of this process's: should it be killed before it removes it, it goes
+  // with this process's holder, or once old, as any of a gone process's temporary files.
+  const aside = join(dirname(lock), `${tempPrefix(process.pid, TOKEN_TAG)}dead-${Date.now()}`);
   try {
     renameSync(lock, aside);
   } catch {

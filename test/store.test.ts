@@ -379,9 +379,14 @@ describe("many processes on one conversation", () => {
     const deadPid = gonePid();
     const dead = join(conv.dir, `.holder-${deadPid}-0123456789ab-01234567`);
     writeFileSync(dead, JSON.stringify({ pid: deadPid, host: hostname(), token: "t" }), { mode: 0o600 });
-    // What it was writing when it was killed, with no lock left to take over; and a live process's, which stays.
-    const deadTemp = join(conv.dir, `.tmp-${deadPid}-abc-1`);
+    // What it was writing when it was killed (its pid and tag), with no lock left to take over; and a live process's, which stays.
+    const deadTemp = join(conv.dir, `.tmp-${deadPid}-0123456789ab-abc-1`);
     writeFileSync(deadTemp, "{", { mode: 0o600 });
+    // Another machine's process of the same pid: its file, however old, is its holder's to keep (an
+    // answer's file waits for the model as long as it takes).
+    const elsewhereTemp = join(conv.dir, `.tmp-${deadPid}-ba9876543210-abc-1`);
+    writeFileSync(elsewhereTemp, "", { mode: 0o600 });
+    utimesSync(elsewhereTemp, new Date(Date.now() - 60_000), new Date(Date.now() - 60_000));
     const liveTemp = join(conv.dir, `.tmp-${process.pid}-abc-1`);
     writeFileSync(liveTemp, "{", { mode: 0o600 });
     const elsewhere = join(conv.dir, `.holder-${deadPid}-ba9876543210-01234567`);
@@ -399,7 +404,7 @@ describe("many processes on one conversation", () => {
     await withConversationLock(conv, async () => undefined);
     await sweepsSettled();
     expect([existsSync(dead), existsSync(half), existsSync(garbledOld), existsSync(deadTemp)]).toEqual([false, false, false, false]);
-    expect([existsSync(elsewhere), existsSync(garbled), existsSync(liveTemp)]).toEqual([true, true, true]);
+    expect([existsSync(elsewhere), existsSync(garbled), existsSync(liveTemp), existsSync(elsewhereTemp)]).toEqual([true, true, true, true]);
   });
 
   it("a holder a process was killed while making (the file made, no text in it yet) is removed at once by the next that makes its own", async () => {
@@ -932,6 +937,121 @@ syncBuiltinESMExports();\n`,
     expect(temps(conv, killed.proc.pid)).toEqual([]);
     expect(readdirSync(conv.dir).filter((n) => n.startsWith(`.holder-${killed.proc.pid}-`))).toEqual([]);
   }, 20_000);
+});
+
+describe("what another process left, taken over or looked at", () => {
+  const canUnshare = spawnSync("unshare", ["--pid", "--fork", "--mount-proc", "--uts", "true"]).status === 0;
+
+  it.skipIf(!canUnshare).each([
+    ["a spare taken after the process idled past the stale period", true],
+    ["a file made as its model answers for longer than the stale period", false],
+  ])("another machine's live process's answer file is never removed under it: %s", async (_, spare) => {
+    const dir = tempDir();
+    const store = JSON.stringify(join(ROOT, "dist/store/index.js"));
+    const protocol = JSON.stringify(join(ROOT, "dist/protocol/index.js"));
+    // Each process as the only one of its machine: pid 1 of a pid namespace of its own, under a host name of its own.
+    const onMachine = (host: string, script: string) =>
+      new Child("unshare", ["--pid", "--fork", "--mount-proc", "--uts", "--kill-child", "sh", "-c", `hostname ${host} && exec "$0" --input-type=module -e "$1"`, process.execPath, script]);
+    const head = `import { makeSpares, paths, withConversationLock, prepareEvent, beginEvent, sweepsSettled } from ${store};
+      import { EVENT_VERSION } from ${protocol};
+      import { createInterface } from "node:readline";
+      const lines = createInterface({ input: process.stdin })[Symbol.asyncIterator]();
+      const next = async () => (await lines.next()).value;
+      const conv = paths({ dir: ${JSON.stringify(dir)} }).conversation("shared");`;
+    const a = onMachine(
+      "machine-a",
+      `${head}
+      await withConversationLock(conv, async () => undefined, { stale: 2000 });
+      if (${spare}) await makeSpares(conv);
+      console.log("ready");
+      await next();
+      await withConversationLock(conv, async () => {
+        const prepared = await prepareEvent(conv);
+        console.log("prepared " + prepared.made.path.split("/").pop());
+        await next();
+        const answer = { v: EVENT_VERSION, time: new Date().toISOString(), kind: "message", role: "assistant", text: "the answer", model: "m", provider: "p", latency_ms: 1, stop: "end_turn" };
+        try {
+          console.log("linked " + (await beginEvent(conv, answer, prepared, { waited: true }).link()));
+        } catch (e) {
+          console.log("failed " + e.message);
+        }
+      }, { stale: 2000 });`,
+    );
+    await a.line((l) => l === "ready");
+    if (spare) await new Promise((r) => setTimeout(r, 2_300));
+    a.send("turn\n");
+    const prepared = (await a.line((l) => l.startsWith("prepared "))).slice("prepared ".length);
+    expect(prepared.startsWith(".tmp-1-")).toBe(true);
+    if (!spare) await new Promise((r) => setTimeout(r, 2_300));
+    // Meanwhile the other machine's process, started since, finds the conversation busy, and looks for what gone processes left.
+    const b = onMachine(
+      "machine-b",
+      `${head}
+      try { await withConversationLock(conv, async () => undefined, { stale: 2000, wait: 300 }); console.log("locked"); }
+      catch (e) { console.log("busy " + e.name); }
+      await sweepsSettled();
+      console.log("swept");`,
+    );
+    await b.line((l) => l === "swept");
+    expect(b.stdout).toContain("busy LockTimeoutError");
+    const left = readdirSync(join(dir, "chats", "shared")).includes(prepared);
+    a.send("answer\n");
+    const result = await a.line((l) => l.startsWith("linked ") || l.startsWith("failed "));
+    expect({ left, result }).toEqual({ left: true, result: "linked 1" });
+  }, 30_000);
+
+  it.skipIf(!canUnshare)("a killed process whose pid is another live process's now: its holder goes with its lock once that is taken over, stale", async () => {
+    const dir = tempDir();
+    const conv = paths({ dir }).conversation("reused");
+    // Pid 1 of a pid namespace of its own: once killed, its pid is a live process's here (this machine's pid 1).
+    const a = new Child("unshare", [
+      "--pid",
+      "--fork",
+      "--mount-proc",
+      "--kill-child",
+      process.execPath,
+      "--input-type=module",
+      "-e",
+      `import { makeSpares, paths, withConversationLock } from ${JSON.stringify(join(ROOT, "dist/store/index.js"))};
+      const conv = paths({ dir: ${JSON.stringify(dir)} }).conversation(${JSON.stringify(conv.thread)});
+      await withConversationLock(conv, async () => undefined, { stale: 2000 });
+      await makeSpares(conv);
+      await withConversationLock(conv, async () => { console.log("held"); setInterval(() => undefined, 60_000); await new Promise(() => undefined); }, { stale: 2000 });`,
+    ]);
+    await a.line((l) => l === "held");
+    a.proc.kill("SIGKILL");
+    await a.exit();
+    const left = () => readdirSync(conv.dir).filter((n) => n.startsWith(".holder-1-") || n.startsWith(".tmp-1-") || n === ".lock");
+    expect(left().length, "its holder, its lock and its spares").toBe(4);
+    await withConversationLock(conv, async () => undefined, { stale: 2000 });
+    await sweepsSettled();
+    expect(left()).toEqual([]);
+  }, 30_000);
+
+  it("a process killed while it takes a gone process's lock over (the lock moved aside) leaves nothing once another locks there", async () => {
+    const dir = tempDir();
+    const conv = paths({ dir }).conversation("aside");
+    const holder = worker("hold", dir, conv.thread);
+    await holder.line((l) => l === "held");
+    holder.proc.kill("SIGKILL");
+    await holder.exit();
+    // Killed right after it moved the dead lock aside, before it removed it.
+    const preload = join(dir, "kill-after-aside.mjs");
+    writeFileSync(
+      preload,
+      `import fs from "node:fs"; import { syncBuiltinESMExports } from "node:module";
+const rename = fs.renameSync;
+fs.renameSync = (from, to) => { rename(from, to); if (String(from).endsWith("/.lock")) process.kill(process.pid, "SIGKILL"); };
+syncBuiltinESMExports();\n`,
+    );
+    const taker = new Child(process.execPath, ["--import", preload, WORKER, "take", dir, conv.thread, "5000"]);
+    expect((await taker.exit()).signal).toBe("SIGKILL");
+    const others = () => readdirSync(conv.dir).filter((n) => (n.startsWith(".lock") || n.startsWith(".holder-") || n.startsWith(".tmp-")) && !n.startsWith(`.holder-${process.pid}-`));
+    expect(others().length, "the lock moved aside, and the taker's holder").toBeGreaterThan(0);
+    await withConversationLock(conv, async () => undefined);
+    await sweepsSettled();
+    expect(others()).toEqual([]);
+  }, 30_000);
 });
 
 describe("the event schema", () => {
