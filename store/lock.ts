@@ -402,7 +402,7 @@ async function sweepHolders(conv: ConversationPaths, stale: number): Promise<voi
             fs.unlinkSync(path);
             continue;
           }
-          if (!holderGone(pid, m[2] as string, old)) continue;
+          if (!holderGone(pid, m[2] as string, old, st.birthtimeMs)) continue;
           // One with no text yet is one its process was killed while making (making a file alone
           // takes up to a millisecond on a busy disk): empty, it goes at once, for a process that
           // runs a while looks here once. Another machine's process of that pid, making its own
@@ -512,17 +512,41 @@ type Owner = z.infer<typeof Owner>;
 const TokenOf = z.object({ token: z.string() });
 
 /**
- * Whether a holder (its pid, its token's tag, and whether it is older than the stale period) is of a
- * process of this machine that is gone: no process has its pid; or this one has it, its tag is not
- * this one's, and it is older than the stale period (a process that had the pid before, as a daemon restarted in a container is pid
- * 1 again; or a live one of another pid namespace that shares the host's name, whose holder, made
- * again at its next lock, is all it loses). A lock's holder is taken over only by the first rule:
- * one of this pid and another token may be a live process of another namespace, and waits to go
- * stale.
+ * Whether a holder (its pid, its token's tag, whether it is older than the stale period, and when
+ * it was made) is of a process of this machine that is gone: no process has its pid, or the one
+ * that has it started after the holder was made (see startedAfter); or this one has it, its tag is
+ * not this one's, and it is older than the stale period (a process that had the pid before, as a
+ * daemon restarted in a container is pid 1 again; or a live one of another pid namespace that
+ * shares the host's name, whose holder, made again at its next lock, is all it loses). A lock's
+ * holder is taken over only by the first rule: one of this pid and another token may be a live
+ * process of another namespace, and waits to go stale.
  */
-function holderGone(pid: number, tag: string, old: boolean): boolean {
-  if (pid !== process.pid) return !processAlive(pid);
+function holderGone(pid: number, tag: string, old: boolean, born: number): boolean {
+  if (pid !== process.pid) return !processAlive(pid) || startedAfter(pid, born);
   return tag !== TOKEN_TAG && old;
+}
+
+/** How much later than a file a process must have started to be told apart from its maker: /proc's boot time is in whole seconds. */
+const STARTED_MARGIN_MS = 2_000;
+let bootMs: number | undefined;
+
+/**
+ * Whether the process of this pid, on this machine, started after `born` (ms since the epoch, a
+ * file's birth): then it did not make that file, whose maker is gone and its pid another's since.
+ * Read from /proc (the start in clock ticks of 100 a second after the boot); false wherever it
+ * can't be told (no /proc, a file system that keeps no birth time), as though it were the maker.
+ */
+function startedAfter(pid: number, born: number): boolean {
+  if (!(born > 0)) return false;
+  try {
+    bootMs ??= Number(/^btime (\d+)$/m.exec(fs.readFileSync("/proc/stat", "utf8"))?.[1]) * 1000;
+    const stat = fs.readFileSync(`/proc/${pid}/stat`, "utf8");
+    const ticks = Number(stat.slice(stat.lastIndexOf(")") + 2).split(" ")[19]);
+    if (!Number.isFinite(bootMs) || !Number.isFinite(ticks)) return false;
+    return bootMs + ticks * 10 > born + STARTED_MARGIN_MS;
+  } catch {
+    return false;
+  }
 }
 
 /** Whether a process of this pid is there on this machine (one of another user's included). */
@@ -572,14 +596,16 @@ function putBack(aside: string, lock: string): void {
 }
 
 /**
- * Takes over a lock whose holder was a process of this machine that is gone (a crash, a SIGKILL),
- * so the next turn needn't wait for the lock to go stale. Another machine's lock waits for staleness.
+ * Takes over a lock whose holder was a process of this machine that is gone (a crash, a SIGKILL:
+ * no process has its pid, or the one that has it started after the lock was made), so the next turn
+ * needn't wait for the lock to go stale. Another machine's lock waits for staleness.
  */
 function takeOverDead(lock: string): boolean {
   const text = readOwner(lock);
   if (text === undefined) return false;
   const owner = Owner.parse(JSON.parse(text));
-  if (owner.host !== hostname() || owner.pid === process.pid || processAlive(owner.pid)) return false;
+  if (owner.host !== hostname() || owner.pid === process.pid) return false;
+  if (processAlive(owner.pid) && !startedAfter(owner.pid, lstatOrUndefined(lock)?.birthtimeMs ?? 0)) return false;
   if (!removeAsRead(lock, text)) return false;
   removeLeftBy(dirname(lock), text, true);
   return true;

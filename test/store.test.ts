@@ -1028,6 +1028,37 @@ describe("what another process left, taken over or looked at", () => {
     expect(left()).toEqual([]);
   }, 30_000);
 
+  it("a killed process's holder and lock, named with a pid a process that started later has now, are taken over at once", async () => {
+    const dir = tempDir();
+    const conv = paths({ dir }).conversation("pid-taken");
+    ensureConversation(conv);
+    // Its holder made, then its process gone, then its pid another's: a process started well after.
+    const made = join(conv.dir, "made-before");
+    writeFileSync(made, "", { mode: 0o600 });
+    await new Promise((r) => setTimeout(r, 2_600));
+    const later = new Child(process.execPath, ["-e", "setInterval(() => undefined, 60_000)"]);
+    const pid = later.proc.pid as number;
+    const tag = "0123456789ab";
+    const holder = join(conv.dir, `.holder-${pid}-${tag}-01234567`);
+    renameSync(made, holder);
+    writeFileSync(holder, JSON.stringify({ pid, host: hostname(), token: `${tag}-rest` }));
+    linkSync(holder, conv.lock);
+    const temp = join(conv.dir, `.tmp-${pid}-${tag}-abc-1`);
+    writeFileSync(temp, "", { mode: 0o600 });
+    // Taken over at once, not once stale: its holder and its temporary file go with it.
+    await withConversationLock(conv, async () => undefined, { wait: 1_000, stale: 60_000 });
+    await sweepsSettled();
+    expect([existsSync(holder), existsSync(temp)]).toEqual([false, false]);
+    // The same holder of the live process's own (made after it started) stays, lock and all.
+    const own = join(conv.dir, `.holder-${pid}-${tag}-89abcdef`);
+    writeFileSync(own, JSON.stringify({ pid, host: hostname(), token: `${tag}-rest` }), { mode: 0o600 });
+    linkSync(own, conv.lock);
+    await expect(withConversationLock(conv, async () => undefined, { wait: 300, stale: 60_000 })).rejects.toThrow(/busy/);
+    expect(existsSync(own)).toBe(true);
+    later.proc.kill("SIGKILL");
+    await later.exit();
+  }, 20_000);
+
   it("a process killed while it takes a gone process's lock over (the lock moved aside) leaves nothing once another locks there", async () => {
     const dir = tempDir();
     const conv = paths({ dir }).conversation("aside");
