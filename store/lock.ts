@@ -514,15 +514,17 @@ const TokenOf = z.object({ token: z.string() });
 /**
  * Whether a holder (its pid, its token's tag, whether it is older than the stale period, and when
  * it was made) is of a process of this machine that is gone: no process has its pid, or the one
- * that has it started after the holder was made (see startedAfter); or this one has it, its tag is
- * not this one's, and it is older than the stale period (a process that had the pid before, as a
+ * that has it started after the holder was made (see startedAfter) and it is older than the stale
+ * period (a live process's lock keeps its holder fresh, so a clock set forward since it was made
+ * costs a live process at most its holder between turns, made again at its next lock); or this
+ * one has it, its tag is not this one's, and it is older than the stale period (a process that had the pid before, as a
  * daemon restarted in a container is pid 1 again; or a live one of another pid namespace that
  * shares the host's name, whose holder, made again at its next lock, is all it loses). A lock's
  * holder is taken over only by the first rule: one of this pid and another token may be a live
  * process of another namespace, and waits to go stale.
  */
 function holderGone(pid: number, tag: string, old: boolean, born: number): boolean {
-  if (pid !== process.pid) return !processAlive(pid) || startedAfter(pid, born);
+  if (pid !== process.pid) return !processAlive(pid) || (old && startedAfter(pid, born));
   return tag !== TOKEN_TAG && old;
 }
 
@@ -596,16 +598,16 @@ function putBack(aside: string, lock: string): void {
 }
 
 /**
- * Takes over a lock whose holder was a process of this machine that is gone (a crash, a SIGKILL:
- * no process has its pid, or the one that has it started after the lock was made), so the next turn
- * needn't wait for the lock to go stale. Another machine's lock waits for staleness.
+ * Takes over a lock whose holder was a process of this machine that is gone (a crash, a SIGKILL),
+ * so the next turn needn't wait for the lock to go stale. Another machine's lock waits for
+ * staleness; so does one whose pid a process has now (see startedAfter: a clock set forward since
+ * it was made could make a live one look gone).
  */
 function takeOverDead(lock: string): boolean {
   const text = readOwner(lock);
   if (text === undefined) return false;
   const owner = Owner.parse(JSON.parse(text));
-  if (owner.host !== hostname() || owner.pid === process.pid) return false;
-  if (processAlive(owner.pid) && !startedAfter(owner.pid, lstatOrUndefined(lock)?.birthtimeMs ?? 0)) return false;
+  if (owner.host !== hostname() || owner.pid === process.pid || processAlive(owner.pid)) return false;
   if (!removeAsRead(lock, text)) return false;
   removeLeftBy(dirname(lock), text, true);
   return true;
