@@ -420,7 +420,8 @@ async function sweepHolders(conv: ConversationPaths, stale: number): Promise<voi
           // Gone meanwhile: nothing to remove.
         }
       }
-      removeGoneTemps(folder, names.filter((n) => !removed.has(n)), stale);
+      // Nor is this process's own holder a keeper of any: it makes no file an earlier version named.
+      removeGoneTemps(folder, names.filter((n) => !removed.has(n) && n !== own), stale);
     },
     { make: false },
   );

@@ -407,6 +407,21 @@ describe("many processes on one conversation", () => {
     expect([existsSync(elsewhere), existsSync(garbled), existsSync(liveTemp), existsSync(elsewhereTemp)]).toEqual([true, true, true, true]);
   });
 
+  it("an earlier version's temporary file of this process's pid (a daemon restarted as pid 1), older than the process, is removed though this process's holder is there", async () => {
+    const dir = tempDir();
+    const conv = paths({ dir }).conversation("own-pid-untagged");
+    ensureConversation(conv);
+    const then = Date.now() - 3_600_000;
+    // Named as earlier versions named them: no tag.
+    const temp = join(conv.dir, `.tmp-${process.pid}-${then.toString(36)}-1`);
+    writeFileSync(temp, "", { mode: 0o600 });
+    utimesSync(temp, new Date(then), new Date(then));
+    await withConversationLock(conv, async () => undefined, { stale: 2_000 });
+    await sweepsSettled();
+    expect(readdirSync(conv.dir).filter((n) => n.startsWith(".holder-"))).toHaveLength(1);
+    expect(existsSync(temp)).toBe(false);
+  });
+
   it("a holder a process was killed while making (the file made, no text in it yet) is removed at once by the next that makes its own", async () => {
     const dir = tempDir();
     const conv = paths({ dir }).conversation("killed-making");
