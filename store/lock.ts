@@ -382,13 +382,15 @@ export async function sweepsSettled(): Promise<void> {
  */
 async function sweepHolders(conv: ConversationPaths, stale: number): Promise<void> {
   const names = await fs.promises.readdir(conv.dir);
+  // Holders and temporary files are dot files: a folder of 100,000 events is gone through once.
+  const dotted = names.filter((n) => n.charCodeAt(0) === 46);
   withFolder(
     conv,
     (folder) => {
       const own = holderName(conv.dir);
       /** The holders removed here: their temporary files are no longer theirs to keep. */
       const removed = new Set<string>();
-      for (const name of names) {
+      for (const name of dotted) {
         const m = HOLDER_NAME.exec(name);
         if (!m || name === own) continue;
         const pid = Number(m[1]);
@@ -415,13 +417,13 @@ async function sweepHolders(conv: ConversationPaths, stale: number): Promise<voi
           // lock went, say) goes too: a process of this machine that is gone, its temporary files told
           // by its pid and its tag. Not where the pid is this process's own.
           removed.add(name);
-          if (owner !== undefined && pid !== process.pid) for (const temp of names) if (temp.startsWith(tempPrefix(pid, m[2]))) unlinkQuiet(folder.at(temp));
+          if (owner !== undefined && pid !== process.pid) for (const temp of dotted) if (temp.startsWith(tempPrefix(pid, m[2]))) unlinkQuiet(folder.at(temp));
         } catch {
           // Gone meanwhile: nothing to remove.
         }
       }
       // Nor is this process's own holder a keeper of any: it makes no file an earlier version named.
-      removeGoneTemps(folder, names.filter((n) => !removed.has(n) && n !== own), stale);
+      removeGoneTemps(folder, dotted.filter((n) => !removed.has(n) && n !== own), stale);
     },
     { make: false },
   );
