@@ -1,8 +1,9 @@
 // The agent's folder, fuzzed: FIFOs, links to a secret file of the machine, hard links to it, dangling
-// links, sparse 1.5 GB files and folders planted where the store reads or writes, some of them while a
-// turn runs (a conversation folder swapped for a link mid-turn). Each time the daemon answers the
-// prompt (an answer or a JSON-RPC error), goes on answering, stops on SIGTERM, never sends the secret
-// to the model, a log line or a client, and changes nothing outside the agent's folder. Half the
+// links, sparse 1.5 GB files and folders planted where the store reads or writes (or looks for what a
+// gone process left), some of them while a turn runs (a conversation folder swapped for a link
+// mid-turn). Each time the daemon answers the prompt (an answer or a JSON-RPC error), goes on
+// answering, stops on SIGTERM, never sends the secret to the model, a log line or a client, and
+// changes nothing outside the agent's folder. Half the
 // time the model refuses the key and echoes it back: the key reaches no log line, client or event.
 import { spawnSync } from "node:child_process";
 import { existsSync, linkSync, lstatSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, renameSync, rmSync, statSync, symlinkSync, truncateSync, writeFileSync } from "node:fs";
@@ -36,6 +37,10 @@ const WHERE = [
   `chats/${THREAD}/transcript.md`,
   `chats/${THREAD}/tools.json`,
   `chats/${THREAD}/.lock`,
+  // Named as a gone process's holder and temporary file (a pid past any a process has): the look for
+  // what gone processes left removes names in the folder, never what they lead to.
+  `chats/${THREAD}/.holder-9999999999-0123456789ab-01234567`,
+  `chats/${THREAD}/.tmp-9999999999-0123456789ab-x-1`,
 ] as const;
 const WHAT = ["fifo", "link to the secret", "hard link to the secret", "dangling link", "link to a folder outside", "sparse file", "folder"] as const;
 
@@ -235,8 +240,21 @@ describe("the agent's folder, fuzzed", () => {
   it("FIFOs, links, hard links, sparse files and folders where files should be, before or during a turn, and a key echoed back", { timeout: 240_000 }, async () => {
     await fc.assert(
       fc.asyncProperty(fc.array(planting, { minLength: 1, maxLength: 3 }), fc.boolean(), (ps, echoKey) => check(ps, echoKey)),
-      // The copy a hard link to the secret, whatever else comes: always run first.
-      { numRuns: 24, examples: [[[{ where: `chats/${THREAD}/transcript.md`, what: "hard link to the secret", during: false }], false]] },
+      // The copy a hard link to the secret, and a gone process's holder and temporary file links out,
+      // whatever else comes: always run first.
+      {
+        numRuns: 24,
+        examples: [
+          [[{ where: `chats/${THREAD}/transcript.md`, what: "hard link to the secret", during: false }], false],
+          [
+            [
+              { where: `chats/${THREAD}/.holder-9999999999-0123456789ab-01234567`, what: "link to a folder outside", during: false },
+              { where: `chats/${THREAD}/.tmp-9999999999-0123456789ab-x-1`, what: "hard link to the secret", during: false },
+            ],
+            false,
+          ],
+        ],
+      },
     );
   });
 });
