@@ -245,11 +245,15 @@ export function tempPrefix(pid: number, tag?: string): string {
   return tag === undefined ? `.tmp-${pid}-` : `.tmp-${pid}-${tag}-`;
 }
 
+/** A temporary file's name that carries a token's tag after its pid (this version's). */
+const TAGGED_TEMP = /^\.tmp-\d{1,10}-[0-9a-f]{12}-/;
+
 /**
  * Removes the temporary files a process of this machine that is gone left in a folder (a kill
- * between writing one and linking or renaming it), those of its tag's where known, and the names
- * starting with `also` (its lock's holder). Lists the folder: for recovery, not every turn.
- * Returns how many it removed.
+ * between writing one and linking or renaming it): those of its tag's, or where its tag is not
+ * known (an earlier version's process, whose names carried none) those of its pid that carry no
+ * tag; and the names starting with `also` (its lock's holder). Lists the folder: for recovery, not
+ * every turn. Returns how many it removed.
  */
 export function removeTempsOf(dir: string, pid: number, tag: string | undefined, also: readonly string[] = []): number {
   let names: string[];
@@ -258,10 +262,11 @@ export function removeTempsOf(dir: string, pid: number, tag: string | undefined,
   } catch {
     return 0;
   }
-  const prefixes = [tempPrefix(pid, tag), ...also];
+  const temps = tempPrefix(pid, tag);
   let removed = 0;
   for (const name of names) {
-    if (!prefixes.some((prefix) => name.startsWith(prefix))) continue;
+    const temp = name.startsWith(temps) && (tag !== undefined || !TAGGED_TEMP.test(name));
+    if (!temp && !also.some((prefix) => name.startsWith(prefix))) continue;
     unlinkQuiet(join(dir, name));
     removed++;
   }

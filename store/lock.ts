@@ -460,7 +460,7 @@ function removeGoneTemps(folder: { at(name: string): string }, names: readonly s
     if (h) held.add(String(h[1])).add(`${h[1]}-${h[2]}`);
   }
   for (const name of names) {
-    const m = TEMP_NAME.exec(name);
+    const m = TEMP_NAME.exec(name) ?? OLD_ASIDE.exec(name);
     if (!m) continue;
     if (held.has(m[2] === undefined ? String(m[1]) : `${m[1]}-${m[2]}`)) continue;
     const pid = Number(m[1]);
@@ -470,12 +470,18 @@ function removeGoneTemps(folder: { at(name: string): string }, names: readonly s
     try {
       const st = fs.lstatSync(folder.at(name));
       const old = Date.now() - st.mtimeMs > stale && (pid !== process.pid || st.mtimeMs < performance.timeOrigin);
-      if (st.isFile() && old) fs.unlinkSync(folder.at(name));
+      if (!old) continue;
+      if (st.isFile()) fs.unlinkSync(folder.at(name));
+      // An earlier version's lock, a folder with its owner file, moved aside.
+      else if (st.isDirectory() && name.startsWith(".lock.")) fs.rmSync(folder.at(name), { recursive: true, force: true });
     } catch {
       // Gone meanwhile: nothing to remove.
     }
   }
 }
+
+/** A dead lock an earlier version moved aside to remove it (`.lock.dead-<pid>-<ms>`), left where it was killed just then. */
+const OLD_ASIDE = /^\.lock\.dead-(\d{1,10})-\d+$/;
 
 /**
  * The file calls proper-lockfile makes, with the lock a file rather than a folder: a second name of
@@ -619,8 +625,9 @@ function takeOverDead(lock: string): boolean {
 /**
  * Removes what the process of a lock taken over (its owner text, `text`) left in the lock's folder:
  * what it was writing is of no use to anyone, its temporary files go, and its holder. Those of its
- * token's tag; where the text has no token (an earlier version's), those of its pid when `gone`
- * (known gone: a process of this machine), else none. Never this process's own.
+ * token's tag; where the text has no token (a version before holders and tags), its pid's
+ * temporary files that carry no tag when `gone` (known gone: a process of this machine), else
+ * none, and no holder (any of its pid's is another process's). Never this process's own.
  */
 function removeLeftBy(dir: string, text: string, gone: boolean): void {
   const owner = Owner.safeParse(JSON.parse(text));
@@ -628,7 +635,7 @@ function removeLeftBy(dir: string, text: string, gone: boolean): void {
   const token = TokenOf.safeParse(JSON.parse(text));
   const tag = token.success ? tokenTag(token.data.token) : undefined;
   if ((tag === undefined && !gone) || (owner.data.pid === process.pid && (tag === undefined || tag === TOKEN_TAG))) return;
-  removeTempsOf(dir, owner.data.pid, tag, [holderPrefix(owner.data.pid, tag)]);
+  removeTempsOf(dir, owner.data.pid, tag, tag === undefined ? [] : [holderPrefix(owner.data.pid, tag)]);
 }
 
 /**

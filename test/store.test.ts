@@ -479,10 +479,37 @@ syncBuiltinESMExports();\n`,
     symlinkSync(outside, link);
     // Pids past any a process has, and past what a signal can name: gone, so an old file of theirs goes.
     const huge = plant(".tmp-9999999999-abc-6", true);
+    // A dead lock an earlier version moved aside, left where it was killed just then: a file, and a
+    // folder with its owner file (older versions' lock); a live process's is left.
+    const asideFile = plant(`.lock.dead-${deadPid}-1`, true);
+    const asideFolder = join(conv.dir, `.lock.dead-${deadPid}-2`);
+    mkdirSync(asideFolder);
+    writeFileSync(join(asideFolder, "owner"), "{}");
+    utimesSync(asideFolder, old, old);
+    const asideLive = plant(`.lock.dead-${process.ppid}-3`, true);
     await withConversationLock(conv, async () => undefined);
     await sweepsSettled();
     expect([deadOld, deadNew, liveOld, folderThere, fifo, huge].map((p) => existsSync(p))).toEqual([false, true, true, true, true, false]);
+    expect([asideFile, asideFolder, asideLive].map((p) => existsSync(p))).toEqual([false, false, true]);
     expect([lstatSync(link).isSymbolicLink(), readFileSync(outside, "utf8")]).toEqual([true, "{"]);
+  });
+
+  it("a gone process's lock of a version before tokens is taken over with its untagged temporary files, not another process's holder or files of its pid", async () => {
+    const dir = tempDir();
+    const conv = paths({ dir }).conversation("tokenless");
+    ensureConversation(conv);
+    const deadPid = gonePid();
+    writeFileSync(conv.lock, JSON.stringify({ pid: deadPid, host: hostname() }), { mode: 0o600 });
+    const untagged = join(conv.dir, `.tmp-${deadPid}-mx00abcd-1`);
+    writeFileSync(untagged, "{", { mode: 0o600 });
+    // Another machine's live process that has the same pid: its holder and its answer's file.
+    const theirs = join(conv.dir, `.holder-${deadPid}-0123456789ab-01234567`);
+    writeFileSync(theirs, JSON.stringify({ pid: deadPid, host: `${hostname()}-other`, token: "0123456789ab-rest" }), { mode: 0o600 });
+    const theirTemp = join(conv.dir, `.tmp-${deadPid}-0123456789ab-mx00abcd-1`);
+    writeFileSync(theirTemp, "", { mode: 0o600 });
+    await withConversationLock(conv, async () => undefined, { wait: 1_000 });
+    await sweepsSettled();
+    expect([existsSync(untagged), existsSync(theirs), existsSync(theirTemp)]).toEqual([false, true, true]);
   });
 
   it("a holder a process killed between turns left is removed by a process that has its own there already, a stale period on", async () => {
