@@ -245,8 +245,8 @@ export function tempPrefix(pid: number, tag?: string): string {
   return tag === undefined ? `.tmp-${pid}-` : `.tmp-${pid}-${tag}-`;
 }
 
-/** A temporary file's name that carries a token's tag after its pid (this version's). */
-const TAGGED_TEMP = /^\.tmp-\d{1,10}-[0-9a-f]{12}-/;
+/** A temporary file's name: the pid of the process that made it, and its token's tag (earlier versions' carry none). */
+export const TEMP_NAME = /^\.tmp-(\d{1,10})-(?:([0-9a-f]{12})-)?/;
 
 /**
  * Removes the temporary files a process of this machine that is gone left in a folder (a kill
@@ -262,12 +262,17 @@ export function removeTempsOf(dir: string, pid: number, tag: string | undefined,
   } catch {
     return 0;
   }
+  return removeTempsIn(names, (name) => join(dir, name), pid, tag, also);
+}
+
+/** removeTempsOf over a folder's names as listed already, each removed at `at(name)`. */
+export function removeTempsIn(names: readonly string[], at: (name: string) => string, pid: number, tag: string | undefined, also: readonly string[] = []): number {
   const temps = tempPrefix(pid, tag);
   let removed = 0;
   for (const name of names) {
-    const temp = name.startsWith(temps) && (tag !== undefined || !TAGGED_TEMP.test(name));
+    const temp = name.startsWith(temps) && (tag !== undefined || TEMP_NAME.exec(name)?.[2] === undefined);
     if (!temp && !also.some((prefix) => name.startsWith(prefix))) continue;
-    unlinkQuiet(join(dir, name));
+    unlinkQuiet(at(name));
     removed++;
   }
   return removed;

@@ -8,7 +8,7 @@ import lockfile from "proper-lockfile";
 import { z } from "zod";
 import { StoreError } from "../protocol/index.js";
 import { isErrno } from "./errno.js";
-import { FILE_MODE, LIMITS, PROCESS_TAG, PROCESS_TOKEN, readNoFollow, removeTempsOf, tempPrefix, tokenTag, unlinkQuiet, writeAll } from "./files.js";
+import { FILE_MODE, LIMITS, PROCESS_TAG, PROCESS_TOKEN, readNoFollow, removeTempsIn, removeTempsOf, TEMP_NAME, tempPrefix, tokenTag, unlinkQuiet, writeAll } from "./files.js";
 import { ConversationFolder, holdWhile, withFolder } from "./folder.js";
 export { flushHeld } from "./folder.js";
 import type { ConversationPaths } from "./paths.js";
@@ -88,8 +88,6 @@ function ownerText(folder: string | undefined): string {
   return JSON.stringify(folder === undefined ? OWNER : { ...OWNER, folder });
 }
 
-const TOKEN_TAG = PROCESS_TAG;
-
 /**
  * The name of this process's holder in a conversation's folder, named by `dir`: the one file its
  * locks of that conversation are, each a second name linked to it (see holderLock). Its pid, so
@@ -102,7 +100,7 @@ const TOKEN_TAG = PROCESS_TAG;
 function holderName(dir: string): string {
   let name = holderNames.get(dir);
   if (name === undefined) {
-    name = `${holderPrefix(process.pid, TOKEN_TAG)}-${createHash("sha256").update(dir).digest("hex").slice(0, 8)}`;
+    name = `${holderPrefix(process.pid, PROCESS_TAG)}-${createHash("sha256").update(dir).digest("hex").slice(0, 8)}`;
     if (holderNames.size >= HOLDER_NAMES_KEPT) holderNames.clear();
     holderNames.set(dir, name);
   }
@@ -417,7 +415,7 @@ async function sweepHolders(conv: ConversationPaths, stale: number): Promise<voi
           // lock went, say) goes too: a process of this machine that is gone, its temporary files told
           // by its pid and its tag. Not where the pid is this process's own.
           removed.add(name);
-          if (owner !== undefined && pid !== process.pid) for (const temp of dotted) if (temp.startsWith(tempPrefix(pid, m[2]))) unlinkQuiet(folder.at(temp));
+          if (owner !== undefined && pid !== process.pid) removeTempsIn(dotted, (n) => folder.at(n), pid, m[2]);
         } catch {
           // Gone meanwhile: nothing to remove.
         }
@@ -434,12 +432,6 @@ function stillEmpty(path: string, st: fs.Stats): boolean {
   const now = lstatOrUndefined(path);
   return now !== undefined && now.dev === st.dev && now.ino === st.ino && now.size === 0;
 }
-
-/**
- * A temporary file's name, with the pid of the process that made it and its token's tag (store/files.ts
- * tempName; earlier versions' carry no tag).
- */
-const TEMP_NAME = /^\.tmp-(\d{1,10})-(?:([0-9a-f]{12})-)?/;
 
 /**
  * Removes the temporary files a process of this machine that is gone left where it has no holder
@@ -526,15 +518,15 @@ const TokenOf = z.object({ token: z.string() });
  * that has it started after the holder was made (see startedAfter) and it is older than the stale
  * period (a live process's lock keeps its holder fresh, so a clock set forward since it was made
  * costs a live process at most its holder between turns, made again at its next lock); or this
- * one has it, its tag is not this one's, and it is older than the stale period (a process that had the pid before, as a
- * daemon restarted in a container is pid 1 again; or a live one of another pid namespace that
- * shares the host's name, whose holder, made again at its next lock, is all it loses). A lock's
- * holder is taken over only by the first rule: one of this pid and another token may be a live
- * process of another namespace, and waits to go stale.
+ * one has it, its tag is not this one's, and it is older than the stale period (a process that had
+ * the pid before, as a daemon restarted in a container is pid 1 again; or a live one of another
+ * pid namespace that shares the host's name, whose holder, made again at its next lock, is all it
+ * loses). A lock's holder is taken over only by the first rule: one of this pid and another token
+ * may be a live process of another namespace, and waits to go stale.
  */
 function holderGone(pid: number, tag: string, old: boolean, born: number): boolean {
   if (pid !== process.pid) return !processAlive(pid) || (old && startedAfter(pid, born));
-  return tag !== TOKEN_TAG && old;
+  return tag !== PROCESS_TAG && old;
 }
 
 /** How much later than a file a process must have started to be told apart from its maker: /proc's boot time is in whole seconds. */
@@ -630,11 +622,12 @@ function takeOverDead(lock: string): boolean {
  * none, and no holder (any of its pid's is another process's). Never this process's own.
  */
 function removeLeftBy(dir: string, text: string, gone: boolean): void {
-  const owner = Owner.safeParse(JSON.parse(text));
+  const json: unknown = JSON.parse(text);
+  const owner = Owner.safeParse(json);
   if (!owner.success) return;
-  const token = TokenOf.safeParse(JSON.parse(text));
+  const token = TokenOf.safeParse(json);
   const tag = token.success ? tokenTag(token.data.token) : undefined;
-  if ((tag === undefined && !gone) || (owner.data.pid === process.pid && (tag === undefined || tag === TOKEN_TAG))) return;
+  if ((tag === undefined && !gone) || (owner.data.pid === process.pid && (tag === undefined || tag === PROCESS_TAG))) return;
   removeTempsOf(dir, owner.data.pid, tag, tag === undefined ? [] : [holderPrefix(owner.data.pid, tag)]);
 }
 
@@ -646,7 +639,7 @@ function removeLeftBy(dir: string, text: string, gone: boolean): void {
 function removeAsRead(lock: string, text: string): boolean {
   // A temporary file's name of this process's: should it be killed before it removes it, it goes
   // with this process's holder, or once old, as any of a gone process's temporary files.
-  const aside = join(dirname(lock), `${tempPrefix(process.pid, TOKEN_TAG)}dead-${Date.now()}`);
+  const aside = join(dirname(lock), `${tempPrefix(process.pid, PROCESS_TAG)}dead-${Date.now()}`);
   try {
     renameSync(lock, aside);
   } catch {

@@ -512,7 +512,7 @@ export async function runTurn(input: TurnInput, listener: TurnListener, o: { ear
     );
     // The conversation's next events' files, made now that nothing waits for them (store/spares.ts);
     // none once its lock was lost: another process holds the conversation now.
-    if (o.spare && !lost.signal.aborted) settleLater(new Promise((resolve) => setImmediate(() => void makeSpares(conv).catch(() => undefined).finally(() => resolve(undefined)))));
+    if (o.spare && !lost.signal.aborted) settleLater(new Promise((resolve) => setImmediate(resolve)).then(() => makeSpares(conv)));
     // Stopped because the lock was lost, not by the client: said as that, never as a cancel.
     if (lost.signal.aborted) throw lostError();
     return outcome;
