@@ -8,6 +8,7 @@ import { lazyImport } from "./load.js";
 import type { ChatMessage } from "./prompt.js";
 import { envSecrets, redactor, settingsSecrets, type Redactor } from "./redact.js";
 import { connectionFault } from "./faults.js";
+import { FetchHeaders } from "./headers.js";
 import { nodeFetch, readAnswerEvents, TooLarge } from "./http.js";
 import { endpointName } from "./runtime.js";
 import { keepRecent, useRecent } from "./recent.js";
@@ -67,8 +68,57 @@ type OpenAIClass = typeof import("openai").default;
 /** A load that failed is tried again by the next turn (turn/load.ts). */
 const openaiModule = lazyImport(() => import("openai"), () => import.meta.resolve("openai"));
 let OpenAICtor: OpenAIClass | undefined;
+
+/** A request of the SDK's, as it handed it to nodeFetch: where it went and with which headers. */
+interface Made {
+  url: string;
+  headers: Record<string, string>;
+}
+
+/**
+ * The SDK's client of an endpoint and key, with the request it made for its last chat completion. A
+ * client's requests differ only in their body and, by its header, their timeout: once it has made
+ * one, the next of the same timeout is sent as it was, straight to nodeFetch (sendAgain), which
+ * spares a turn the SDK's steps before and after its fetch (a quarter of a millisecond a turn in a
+ * warm process, more in its first turns); its answer, or its error, is the same.
+ */
+class ModelClient {
+  /** The last chat completion's request, by the timeout it was made for, as its header says it (whole seconds). */
+  private readonly made = new Map<string, Made>();
+  readonly sdk: InstanceType<OpenAIClass>;
+
+  constructor(ctor: OpenAIClass, baseURL: string, apiKey: string) {
+    // No retries of the client's own: its wait before one honours any retry-after and can't be cut short.
+    // Over Node's own HTTP client (turn/http.ts) rather than its fetch.
+    this.sdk = madeAlone(ctor, { baseURL, apiKey, maxRetries: 0, fetch: (input, init) => this.fetch(input, init) });
+  }
+
+  /** The request this client made for a chat completion of this timeout (ms), if it has made one. */
+  madeFor(timeout: number): Made | undefined {
+    // The SDK's header for it: its whole seconds.
+    return this.made.get(String(Math.trunc(timeout / 1000)));
+  }
+
+  /** The SDK's fetch: notes a chat completion's request, then sends it. */
+  private fetch(input: string | URL | Request, init: RequestInit = {}): Promise<Response> {
+    const url = typeof input === "string" ? input : input instanceof URL ? input.href : input.url;
+    const headers: Record<string, string> = {};
+    new FetchHeaders(init.headers).forEach((value, name) => (headers[name] = value));
+    // Only a request that says its timeout is noted: no other is sent again.
+    const timeout = headers["x-stainless-timeout"];
+    if (init.method === "POST" && timeout !== undefined && (url.split("?")[0] ?? "").endsWith("/chat/completions")) {
+      if (this.made.size >= MADE_KEPT && !this.made.has(timeout)) this.made.clear();
+      this.made.set(timeout, { url, headers });
+    }
+    return nodeFetch(input, init);
+  }
+}
+
+/** The most timeouts a client keeps a request for: agents of one endpoint and key rarely set more than one. */
+const MADE_KEPT = 8;
+
 /** The clients made, one an endpoint and key, the one used most lately last. */
-const clients = new Map<string, InstanceType<OpenAIClass>>();
+const clients = new Map<string, ModelClient>();
 /**
  * The most clients kept: past it, the one used least lately is let go (a turn that needs it again
  * makes it again). A key changed again and again (the settings edited, a key rotated, an agent of
@@ -109,16 +159,14 @@ function madeAlone(ctor: OpenAIClass, options: ConstructorParameters<OpenAIClass
   }
 }
 
-async function client(settings: Settings, env: NodeJS.ProcessEnv = process.env): Promise<InstanceType<OpenAIClass>> {
+async function client(settings: Settings, env: NodeJS.ProcessEnv = process.env): Promise<ModelClient> {
   // Loaded when a turn first needs it, so the daemon starts fast.
   OpenAICtor ??= (await openaiModule()).default;
   const key = settings.model.key ?? env.LNK_MODEL_KEY ?? PLACEHOLDER_KEY;
   const id = `${settings.model.base_url}\0${key}`;
   const kept = useRecent(clients, id);
   if (kept) return kept;
-  // No retries of the client's own: its wait before one honours any retry-after and can't be cut short.
-  // Over Node's own HTTP client (turn/http.ts) rather than its fetch.
-  const c = madeAlone(OpenAICtor, { baseURL: settings.model.base_url, apiKey: key, maxRetries: 0, fetch: nodeFetch });
+  const c = new ModelClient(OpenAICtor, settings.model.base_url, key);
   keepRecent(clients, id, c, CLIENTS_KEPT);
   return c;
 }
@@ -472,7 +520,7 @@ export async function askModel(req: ModelRequest): Promise<ModelAnswer> {
  * on the turn's signal by the client, whatever it adds.
  */
 async function streamOnce(
-  c: InstanceType<OpenAIClass>,
+  c: ModelClient,
   body: Uint8Array,
   req: ModelRequest,
   limits: Required<TimeoutsSettings>,
@@ -488,18 +536,16 @@ async function streamOnce(
   const total = setTimeout(() => own.abort(new Cut(`the model's answer took longer than ${secondsText(totalMs)} s (timeouts.model)`)), totalMs);
   try {
     // Sent as encoded: fields the SDK doesn't know (reasoning_content on a message) pass through. The
-    // SDK asks and says what a refusal means; its answer's events are read here (turn/http.ts).
-    const response: Response = await c
-      .post("/chat/completions", {
-        body,
-        headers: { "content-type": "application/json" },
-        stream: true,
-        signal: own.signal,
-        maxRetries: 0,
-        // The settings' bounds end it first.
-        timeout: Math.ceil(totalMs) + 1_000,
-      })
-      .asResponse();
+    // SDK asks (or the request it made before is sent again) and says what a refusal means; its
+    // answer's events are read here (turn/http.ts).
+    // The settings' bounds end it first.
+    const timeout = Math.ceil(totalMs) + 1_000;
+    const made = c.madeFor(timeout);
+    const response: Response = made
+      ? await sendAgain(made, body, own.signal)
+      : await c.sdk
+          .post("/chat/completions", { body, headers: { "content-type": "application/json" }, stream: true, signal: own.signal, maxRetries: 0, timeout })
+          .asResponse();
     const { APIError } = await openaiModule();
     // An answer that is no stream of events (a page of HTML, a whole JSON answer) is none of this turn's.
     const type = response.headers.get("content-type");
@@ -545,3 +591,35 @@ async function streamOnce(
 
 /** An answer that is not a stream of events: refused, never asked again. */
 class NotAStream extends Error {}
+
+/**
+ * A chat completion sent as the client's SDK made its last one, with another body: its answer, or
+ * the SDK's error for what went wrong, as its own request (of no retries) would give (openai's
+ * makeRequest): a refusal read whole and made the error its status names, a request that never
+ * reached the endpoint a connection error (timed out, when its words say so), an aborted one the
+ * SDK's abort.
+ */
+async function sendAgain(made: Made, body: Uint8Array, signal: AbortSignal): Promise<Response> {
+  const { APIConnectionError, APIConnectionTimeoutError, APIError, APIUserAbortError } = await openaiModule();
+  if (signal.aborted) throw new APIUserAbortError();
+  let response: Response;
+  try {
+    // Bytes, as the SDK hands them on (fetch's types name no Uint8Array of any buffer).
+    response = await nodeFetch(made.url, { method: "POST", headers: made.headers, body: body as Uint8Array<ArrayBuffer>, signal });
+  } catch (e) {
+    if (signal.aborted) throw new APIUserAbortError();
+    const cause = (e as { cause?: unknown }).cause;
+    if (/timed? ?out/i.test(`${String(e)}${cause === undefined ? "" : String(cause)}`)) throw new APIConnectionTimeoutError();
+    throw new APIConnectionError({ cause: e as Error });
+  }
+  if (response.ok) return response;
+  const text = await response.text().catch((e: unknown) => (e instanceof Error ? e.message : String(e)));
+  let json: unknown;
+  try {
+    json = JSON.parse(text);
+  } catch {
+    json = undefined;
+  }
+  // As the SDK's makeStatusError makes it.
+  throw APIError.generate(response.status, json as object | undefined, json ? undefined : text, response.headers);
+}
