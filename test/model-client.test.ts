@@ -5,7 +5,7 @@ import { createServer, type Server } from "node:http";
 import type { AddressInfo } from "node:net";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { Settings } from "../protocol/index.js";
-import { askModel, ModelError, type ModelAnswer } from "../turn/model.js";
+import { askModel, ModelError, requestBody, type ModelAnswer } from "../turn/model.js";
 import { startModelServer, type ErrorReply, type ModelServer } from "./model-server.js";
 
 let server: ModelServer;
@@ -84,6 +84,20 @@ describe("a client's later requests", () => {
     }
   });
 
+  it("carry nothing the SDK makes anew for each request: two clients' first requests are alike", async () => {
+    // What sendAgain rests on: were the SDK to add a header of its own to each request (an
+    // idempotency key, a request id), a later request would carry its first one's. Two clients of
+    // one endpoint (its URL written two ways) and key each make their first request.
+    const key = newKey();
+    const seen = server.requests.length;
+    server.script({ text: "a" }, { text: "b" });
+    await ask(settingsOf(server.url, key), "same");
+    await ask(settingsOf(`${server.url}/`, key), "same");
+    const [a, b] = server.requests.slice(seen);
+    expect(a?.path).toBe(b?.path);
+    expect(b?.headers).toEqual(a?.headers);
+  });
+
   it("that are refused for now are asked again, and answered", async () => {
     const settings = settingsOf(server.url, newKey());
     server.script({ text: "first" }, { error: { status: 500, message: "try again" } }, { error: { status: 429, message: "slow down", headers: { "retry-after-ms": "5" } } }, { text: "second" });
@@ -133,6 +147,25 @@ describe("a client's later requests", () => {
     await ask(settingsOf(server.url, key, 60), "b");
     await ask(settingsOf(server.url, key, 300), "c");
     expect(server.requests.slice(seen).map((r) => r.headers["x-stainless-timeout"])).toEqual(["301", "61", "301"]);
+  });
+});
+
+describe("a window too large to be made one request", () => {
+  it("fails as too long, saying so, rather than as a fault of the harness", () => {
+    // Nine messages of 64 MiB each, one string shared: some 576 MiB of JSON, past the longest
+    // string V8 makes (a window of a million tokens of images and files would be as large).
+    const settings = settingsOf("http://127.0.0.1:9/v1", newKey());
+    const big = "x".repeat(64 * 1024 * 1024);
+    const messages = [{ role: "system" as const, content: "s" }, ...Array.from({ length: 9 }, () => Object.freeze({ role: "user" as const, content: big }))];
+    let thrown: unknown;
+    try {
+      requestBody({ settings, model: "scripted-model", messages, calls: [], conversation: "too-large" });
+    } catch (e) {
+      thrown = e;
+    }
+    expect(thrown).toBeInstanceOf(ModelError);
+    expect(thrown).toMatchObject({ reason: "context_too_long" });
+    expect((thrown as Error).message).toMatch(/too large to make.*\/new/);
   });
 });
 

@@ -278,7 +278,14 @@ export function requestBody(req: Pick<ModelRequest, "settings" | "model" | "mess
     tail.tools = toolParams(req.calls, describedUpTo.get(req.settings.model.base_url));
     if (req.callNothing) tail.tool_choice = "none";
   }
-  return encodeBody({ ...params, model: req.model }, req.messages, tail, req.conversation);
+  try {
+    return encodeBody({ ...params, model: req.model }, req.messages, tail, req.conversation);
+  } catch (e) {
+    // A window too large to be made one string here (some 512 MiB of JSON: a window of a million
+    // tokens of images and files) is one no endpoint takes either: said as that, not as a fault.
+    if (e instanceof RangeError) throw new ModelError("context_too_long", `the request is too large to make (${e.message}): start a new conversation with /new, or send smaller images and files`);
+    throw e;
+  }
 }
 
 /** A bound of the settings that cut a request short, in the words of the failure it makes. */
