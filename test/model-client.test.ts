@@ -1,12 +1,23 @@
 // A client's requests after its first are sent as its SDK made that one (turn/model.ts sendAgain),
 // with their own body: over the real wire to the scripted server, each must reach the endpoint as
 // the SDK's own would, and each failure must be said as the SDK's request would have it said.
-import { createServer, type Server } from "node:http";
+import { createServer, type IncomingMessage, type Server, type ServerResponse } from "node:http";
 import type { AddressInfo } from "node:net";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { Settings } from "../protocol/index.js";
 import { askModel, ModelError, requestBody, type ModelAnswer } from "../turn/model.js";
 import { startModelServer, type ErrorReply, type ModelServer } from "./model-server.js";
+
+/** How a raw endpoint answers one request. */
+type Answer = (req: IncomingMessage, res: ServerResponse) => void;
+
+/** A whole streamed answer of `text`, as an OpenAI-compatible endpoint sends one. */
+const streamedText =
+  (text: string): Answer =>
+  (_req, res) => {
+    res.writeHead(200, { "content-type": "text/event-stream" });
+    res.end(`data: ${JSON.stringify({ id: "a", choices: [{ index: 0, delta: { content: text }, finish_reason: "stop" }] })}\n\ndata: [DONE]\n\n`);
+  };
 
 let server: ModelServer;
 beforeAll(async () => {
@@ -107,12 +118,10 @@ describe("a client's later requests", () => {
 
   it("that never reach the endpoint fail as a first one to it would: a network failure naming it", async () => {
     // An endpoint that answers once, then is gone.
+    const answer = streamedText("once");
     let once: Server | undefined = createServer((req, res) => {
       req.resume();
-      req.on("end", () => {
-        res.writeHead(200, { "content-type": "text/event-stream" });
-        res.end(`data: ${JSON.stringify({ id: "a", choices: [{ index: 0, delta: { content: "once" }, finish_reason: "stop" }] })}\n\ndata: [DONE]\n\n`);
-      });
+      req.on("end", () => answer(req, res));
     });
     await new Promise<void>((resolve) => once?.listen(0, "127.0.0.1", resolve));
     const url = `http://127.0.0.1:${(once.address() as AddressInfo).port}/v1`;
@@ -171,11 +180,7 @@ describe("a window too large to be made one request", () => {
 
 // A server of raw answers, each request taking the next: what the scripted server never sends.
 describe("a client's later request to an endpoint that answers outside the API's words", () => {
-  type Answer = (req: import("node:http").IncomingMessage, res: import("node:http").ServerResponse) => void;
-  const streamed: Answer = (_req, res) => {
-    res.writeHead(200, { "content-type": "text/event-stream" });
-    res.end(`data: ${JSON.stringify({ id: "a", choices: [{ index: 0, delta: { content: "ok" }, finish_reason: "stop" }] })}\n\ndata: [DONE]\n\n`);
-  };
+  const streamed = streamedText("ok");
   const answers: Answer[] = [];
   let raw: Server;
   let url = "";
