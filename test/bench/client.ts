@@ -75,6 +75,8 @@ class TimingProxy {
 interface Driven {
   child: ChildProcess;
   client: acp.ClientContext;
+  /** When this process last read what the process wrote (performance.now()). */
+  lastRead(): number;
   close(): Promise<void>;
 }
 
@@ -82,6 +84,9 @@ interface Driven {
 function drive(command: string, args: string[]): Driven {
   const child = spawn(command, args, { env: linkFreeEnv(), stdio: ["pipe", "pipe", "ignore"] });
   if (!child.stdin || !child.stdout) throw new Error("no stdio pipes");
+  // Heard beside the SDK's own reader, which takes each chunk as it is read all the same.
+  let lastRead = 0;
+  child.stdout.on("data", () => (lastRead = performance.now()));
   const connection = acp
     .client({ name: "bench-client" })
     .onNotification(acp.methods.client.session.update, () => undefined)
@@ -90,6 +95,7 @@ function drive(command: string, args: string[]): Driven {
   return {
     child,
     client: connection.agent,
+    lastRead: () => lastRead,
     close: async () => {
       // Its client gone, the daemon ends by itself (and writes its profile, when asked for one).
       connection.close();
@@ -108,6 +114,12 @@ export interface TurnSplit {
   after: Summary;
   /** The client's wall time less the model's (ms). */
   overhead: Summary;
+  /**
+   * Of the time after the model's last byte, the client's own: from its last read of what the
+   * process wrote to the prompt's response in its hands (ms), the SDK reading and checking each
+   * message of that read (absent from runs before it was measured).
+   */
+  client?: Summary;
   /**
    * The process's own time on a CPU, all its threads (V8's compilers and collector, the thread pool)
    * with the kernel's work for it, a steady turn (ms): where a turn's time goes when it is the work
@@ -166,6 +178,7 @@ interface TurnTimes {
   before: number[];
   after: number[];
   overhead: number[];
+  client: number[];
   cpu?: number;
 }
 
@@ -173,6 +186,7 @@ async function turns(d: Driven, proxy: TimingProxy, sessionId: string, n: number
   const before: number[] = [];
   const after: number[] = [];
   const overhead: number[] = [];
+  const client: number[] = [];
   let cpuFrom: number | undefined;
   for (let i = 0; i < n; i++) {
     if (i === 1) cpuFrom = cpuOf(d.child.pid);
@@ -189,10 +203,11 @@ async function turns(d: Driven, proxy: TimingProxy, sessionId: string, n: number
     before.push(first.asked - t0);
     after.push(t1 - last.answered);
     overhead.push(t1 - t0 - mine.reduce((s, e) => s + (e.answered - e.asked), 0));
+    client.push(t1 - d.lastRead());
   }
   const cpuTo = cpuOf(d.child.pid);
   const cpu = cpuFrom !== undefined && cpuTo !== undefined && n > 1 ? (cpuTo - cpuFrom) / (n - 1) : undefined;
-  return { before, after, overhead, ...(cpu !== undefined ? { cpu } : {}) };
+  return { before, after, overhead, client, ...(cpu !== undefined ? { cpu } : {}) };
 }
 
 /** The turns of every round together, and their CPU a turn (the rounds' mean). */
@@ -202,6 +217,7 @@ function pooled(rounds: readonly TurnTimes[]): TurnSplit {
     before: summarize(rounds.flatMap((r) => r.before)),
     after: summarize(rounds.flatMap((r) => r.after)),
     overhead: summarize(rounds.flatMap((r) => r.overhead)),
+    client: summarize(rounds.flatMap((r) => r.client)),
     ...(cpus.length ? { cpu: cpus.reduce((a, b) => a + b, 0) / cpus.length } : {}),
   };
 }

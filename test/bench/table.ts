@@ -103,6 +103,11 @@ export function renderTable(r: BenchResults): string {
     out.push(split("daemon      ", c.daemon));
     out.push(split("pass-through", c.passThrough));
     out.push(`  durable write (write, fsync, link, fsync the folder): ${ms(c.durableWrite.median)} ms`);
+    if (c.daemon.client && c.passThrough.client) {
+      out.push(
+        `  of the time after the model's last byte, the client's own (its last read to the response in its hands): daemon ${ms(c.daemon.client.median)} ms, pass-through ${ms(c.passThrough.client.median)} ms`,
+      );
+    }
     if (c.rounds?.length) {
       out.push(
         `  by round (daemon / durable write + pass-through, medians): ${c.rounds.map((r) => `${ms(r.daemon)} / ${ms(r.durableWrite)} + ${ms(r.passThrough)} = ${r.ratio.toFixed(2)}x`).join("; ")}`,
