@@ -1,4 +1,4 @@
-// `npm run bench [-- --quick] [-- --only overhead,prefix,streaming,start,client] [-- --profile DIR]`: measures
+// `npm run bench [-- --quick] [-- --only overhead,prefix,streaming,start,client] [-- --profile DIR [--profile-interval US]]`: measures
 // the turn and the daemon on this machine against the scripted model server, prints a table and
 // writes it as bench/results/latest.json and latest.svg (quick.* and partial.* for shorter runs).
 import { existsSync, mkdirSync, mkdtempSync, rmSync, writeFileSync } from "node:fs";
@@ -49,22 +49,40 @@ const QUICK: Plan = { sizes: [1_000, 10_000], turns: 10, prefixTurns: 200, prefi
 const CHUNKS = 50;
 const CHUNK_DELAY_MS = 20;
 
-function parseArgs(argv: string[]): { quick: boolean; only: Set<Part>; profile: string | undefined } {
+/** A command line the bench can't take: said in one line, with no stack. */
+class UsageError extends Error {}
+
+/** What a run was asked for on its command line. */
+interface Args {
+  quick: boolean;
+  only: Set<Part>;
+  profile: string | undefined;
+  /** Microseconds between a profile's samples (Node's own default: 1,000, coarse for a turn of a few milliseconds). */
+  profileInterval: number | undefined;
+}
+
+function parseArgs(argv: string[]): Args {
   let quick = false;
   let only = new Set<Part>(PARTS);
   let profile: string | undefined;
+  let profileInterval: number | undefined;
   for (let i = 0; i < argv.length; i++) {
     const arg = argv[i];
     if (arg === "--quick") quick = true;
     else if (arg === "--only") {
       const names = (argv[++i] ?? "").split(",");
       const bad = names.filter((name) => !(PARTS as readonly string[]).includes(name));
-      if (bad.length) throw new Error(`--only takes ${PARTS.join(",")}, not ${bad.join(",")}`);
+      if (bad.length) throw new UsageError(`--only takes ${PARTS.join(",")}, not ${bad.join(",")}`);
       only = new Set(names as Part[]);
     } else if (arg === "--profile") profile = argv[++i];
-    else throw new Error(`unknown argument ${String(arg)}; usage: run.js [--quick] [--only ${PARTS.join(",")}] [--profile DIR]`);
+    else if (arg === "--profile-interval") {
+      const text = argv[++i] ?? "";
+      profileInterval = Number(text);
+      if (!/^[0-9]+$/.test(text) || profileInterval < 1 || profileInterval > 1_000_000) throw new UsageError(`--profile-interval takes microseconds, a whole number from 1 to 1000000, not ${JSON.stringify(text)}`);
+    } else throw new UsageError(`unknown argument ${String(arg)}; usage: run.js [--quick] [--only ${PARTS.join(",")}] [--profile DIR [--profile-interval US]]`);
   }
-  return { quick, only, profile };
+  if (profileInterval !== undefined && profile === undefined) throw new UsageError("--profile-interval is the interval of --profile DIR's samples: give --profile DIR too");
+  return { quick, only, profile, profileInterval };
 }
 
 const log = (line: string) => process.stderr.write(`bench: ${line}\n`);
@@ -74,7 +92,7 @@ async function main(): Promise<void> {
   const plan = args.quick ? QUICK : FULL;
   const t0 = performance.now();
   const otherWork = watchOtherWork();
-  if (args.profile) setDaemonNodeArgs(["--cpu-prof", "--cpu-prof-dir", args.profile]);
+  if (args.profile) setDaemonNodeArgs(["--cpu-prof", "--cpu-prof-dir", args.profile, ...(args.profileInterval !== undefined ? ["--cpu-prof-interval", String(args.profileInterval)] : [])]);
   // Each part talks to a model server of its own, started for it and closed after it, so that what
   // a part measures does not hold what the parts before it left: one server shared by all kept every
   // request they made (their bodies, thousands of messages each) in the bench's own process, which
@@ -202,6 +220,6 @@ async function main(): Promise<void> {
 }
 
 main().catch((e: unknown) => {
-  process.stderr.write(`bench: ${e instanceof Error ? (e.stack ?? e.message) : String(e)}\n`);
-  process.exit(1);
+  process.stderr.write(`bench: ${e instanceof UsageError ? e.message : e instanceof Error ? (e.stack ?? e.message) : String(e)}\n`);
+  process.exit(e instanceof UsageError ? 2 : 1);
 });

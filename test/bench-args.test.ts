@@ -1,0 +1,25 @@
+// The bench's command line: what it can't take is said in one line, before anything is measured.
+import { spawnSync } from "node:child_process";
+import { join } from "node:path";
+import { describe, expect, it } from "vitest";
+import { ROOT } from "./fixtures/built.js";
+
+const RUN = join(ROOT, "dist", "test", "bench", "run.js");
+
+describe("the bench's arguments", () => {
+  it.each([
+    [["--only", "nope"], /^bench: --only takes overhead,.*, not nope$/],
+    [["--profile-interval", "50"], /^bench: --profile-interval is the interval of --profile DIR's samples: give --profile DIR too$/],
+    [["--profile", "/nonexistent", "--profile-interval", "0"], /^bench: --profile-interval takes microseconds, a whole number from 1 to 1000000, not "0"$/],
+    [["--profile", "/nonexistent", "--profile-interval", "1e3"], /^bench: --profile-interval takes microseconds.*not "1e3"$/],
+    [["--profile", "/nonexistent", "--profile-interval"], /^bench: --profile-interval takes microseconds.*not ""$/],
+    [["--bogus"], /^bench: unknown argument --bogus; usage: run\.js /],
+  ])("%j: one line on stderr, exit 2, nothing measured", (args, said) => {
+    const r = spawnSync(process.execPath, [RUN, ...args], { encoding: "utf8", timeout: 30_000 });
+    expect(r.status).toBe(2);
+    expect(r.stdout).toBe("");
+    const lines = r.stderr.trimEnd().split("\n");
+    expect(lines).toHaveLength(1);
+    expect(lines[0]).toMatch(said);
+  });
+});
