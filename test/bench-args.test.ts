@@ -13,6 +13,8 @@ describe("the bench's arguments", () => {
     [["--profile", "/nonexistent", "--profile-interval", "0"], /^bench: --profile-interval takes microseconds, a whole number from 1 to 1000000, not "0"$/],
     [["--profile", "/nonexistent", "--profile-interval", "1e3"], /^bench: --profile-interval takes microseconds.*not "1e3"$/],
     [["--profile", "/nonexistent", "--profile-interval"], /^bench: --profile-interval takes microseconds.*not ""$/],
+    [["--profile"], /^bench: --profile takes the folder its profiles are written to$/],
+    [["--profile", ""], /^bench: --profile takes the folder its profiles are written to$/],
     [["--bogus"], /^bench: unknown argument --bogus; usage: run\.js /],
   ])("%j: one line on stderr, exit 2, nothing measured", (args, said) => {
     const r = spawnSync(process.execPath, [RUN, ...args], { encoding: "utf8", timeout: 30_000 });

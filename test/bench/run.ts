@@ -1,4 +1,4 @@
-// `npm run bench [-- --quick] [-- --only overhead,prefix,streaming,start,client] [-- --profile DIR [--profile-interval US]]`: measures
+// `npm run bench [-- --quick] [-- --only overhead,prefix,streaming,start,usage,client,dense] [-- --profile DIR [--profile-interval US]]`: measures
 // the turn and the daemon on this machine against the scripted model server, prints a table and
 // writes it as bench/results/latest.json and latest.svg (quick.* and partial.* for shorter runs).
 import { existsSync, mkdirSync, mkdtempSync, rmSync, writeFileSync } from "node:fs";
@@ -74,8 +74,10 @@ function parseArgs(argv: string[]): Args {
       const bad = names.filter((name) => !(PARTS as readonly string[]).includes(name));
       if (bad.length) throw new UsageError(`--only takes ${PARTS.join(",")}, not ${bad.join(",")}`);
       only = new Set(names as Part[]);
-    } else if (arg === "--profile") profile = argv[++i];
-    else if (arg === "--profile-interval") {
+    } else if (arg === "--profile") {
+      profile = argv[++i];
+      if (profile === undefined || profile === "") throw new UsageError("--profile takes the folder its profiles are written to");
+    } else if (arg === "--profile-interval") {
       const text = argv[++i] ?? "";
       profileInterval = Number(text);
       if (!/^[0-9]+$/.test(text) || profileInterval < 1 || profileInterval > 1_000_000) throw new UsageError(`--profile-interval takes microseconds, a whole number from 1 to 1000000, not ${JSON.stringify(text)}`);
