@@ -144,7 +144,8 @@ function tapAnswers(output: WritableStream<Uint8Array>, conn: LinkConnection): W
 export function startAgent(o: AgentOptions): RunningAgent {
   // The process's environment as it started, copied once: a turn reads it (its tools, its secrets), and
   // reading process.env, a lookup in the C++ layer for each name, cost a turn a tenth of a millisecond.
-  const env = o.env ?? { ...process.env };
+  // Frozen, so that its secrets are found once (turn/redact.ts envSecrets).
+  const env = o.env ?? Object.freeze({ ...process.env });
   const key = o.key ?? (env.LNK_KEY || undefined);
   let host: Promise<ToolHost> | undefined;
   const toolHost = lazy(async () => new (await hostModule()).McpToolHost({}, env));

@@ -27,6 +27,21 @@ describe("secrets", () => {
     expect(new Redactor(found).redact("code 1234 and ghp_0123456789abcdef")).toBe(`code 1234 and ${REDACTED}`);
   });
 
+  it("of an environment that changes, looked for again each time; of a frozen one, found once", () => {
+    const env: NodeJS.ProcessEnv = { LNK_MODEL_KEY: "sk-model-first-0123" };
+    expect(envSecrets(env)).toEqual(["sk-model-first-0123"]);
+    env.LNK_MODEL_KEY = "sk-model-second-0123";
+    env.GITHUB_TOKEN = "ghp_added-later-0123";
+    expect(envSecrets(env)).toEqual(["sk-model-second-0123", "ghp_added-later-0123"]);
+    const frozen = Object.freeze({ ...env });
+    const found = envSecrets(frozen);
+    expect(found).toEqual(["sk-model-second-0123", "ghp_added-later-0123"]);
+    expect(envSecrets(frozen)).toBe(found);
+    expect(Object.isFrozen(found)).toBe(true);
+    // Another frozen environment, of other values, is its own.
+    expect(envSecrets(Object.freeze({ LNK_KEY: "lnk-key-other-0123" }))).toEqual(["lnk-key-other-0123"]);
+  });
+
   it("of the settings and of a tool's source: the key, URL credentials, secret headers, variables and flags", () => {
     const settings = {
       model: { provider: "p", name: "m", base_url: "https://u:base-url-pass@llm.example/v1", key: "Bearer sk-settings-0123" },
