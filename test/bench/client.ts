@@ -153,6 +153,8 @@ export interface ClientResult {
   firstTurnOverhead: Summary;
   /** `node -e 0`, started in turn with the daemon. */
   nodeStart: Summary;
+  /** This build's daemon in paired rounds with another's (`--against`), when asked for. */
+  against?: AgainstResult;
 }
 
 /** The time a process has been on a CPU so far, all its threads (ms), from /proc; undefined where there is none. */
@@ -332,4 +334,68 @@ export async function measureClient(server: ModelServer, o: { turns: number; rou
     await proxy.close();
     rmSync(dir, { recursive: true, force: true });
   }
+}
+
+/** One build's steady turns of a round: medians of its turns 2 on (ms). */
+export interface RoundSplit {
+  before: number;
+  after: number;
+  overhead: number;
+}
+
+/** This build's daemon and another's, in paired rounds (`--against`). */
+export interface AgainstResult {
+  /** The other build's daemon, as run. */
+  other: string;
+  turns: number;
+  /** Each round's medians, of this build's daemon and of the other's, run one after the other. */
+  rounds: { here: RoundSplit; there: RoundSplit }[];
+}
+
+/**
+ * Steady turns of this build's daemon and of another's (`other`, its lnk-link-harness.cjs), in
+ * paired rounds: each a fresh process of each, one right after the other, which goes first
+ * alternating, against the same model behind the same proxy. A change to a turn moves it by tenths of a
+ * millisecond, where this machine's disk moves a round's turns by more between minutes: two rounds
+ * taken together meet it alike, so each round's difference says what the change did.
+ */
+export async function measureAgainst(server: ModelServer, other: string, o: { turns: number; rounds: number; log: (line: string) => void }): Promise<AgainstResult> {
+  const dir = mkdtempSync(join(tmpdir(), "lnk-link-harness-bench-against-"));
+  const proxy = await TimingProxy.start(server.url);
+  const fallback = server.fallback;
+  server.fallback = () => ({ text: "A short answer, in a few chunks.", chunks: 4 });
+  try {
+    writeSettings({ dir }, benchSettings(proxy.url));
+    o.log(`client: ${o.rounds} paired rounds of ${o.turns} turns, this build's daemon and ${other}`);
+    const here = [...daemonNodeArgs(), MAIN, "--agent", dir];
+    const there = [...daemonNodeArgs(), other, "--agent", dir];
+    // A round of each first that counts for nothing, as in measureClient.
+    await steady(here, proxy, dir, o.turns, true);
+    await steady(there, proxy, dir, o.turns, true);
+    const split = (t: TurnTimes): RoundSplit => ({ before: summarize(t.before).median, after: summarize(t.after).median, overhead: summarize(t.overhead).median });
+    const rounds: AgainstResult["rounds"] = [];
+    for (let r = 0; r < o.rounds; r++) {
+      const first = r % 2 === 0 ? here : there;
+      const second = first === here ? there : here;
+      const a = await steady(first, proxy, dir, o.turns, true);
+      const b = await steady(second, proxy, dir, o.turns, true);
+      rounds.push(first === here ? { here: split(a), there: split(b) } : { here: split(b), there: split(a) });
+    }
+    return { other, turns: o.turns, rounds };
+  } finally {
+    server.fallback = fallback;
+    await proxy.close();
+    rmSync(dir, { recursive: true, force: true });
+  }
+}
+
+/** What paired rounds say: each build's overhead (median of its rounds' medians), and per round, this build's less the other's. */
+export function againstSummary(a: AgainstResult): { here: number; there: number; difference: number; lowerHere: number } {
+  const differences = a.rounds.map((r) => r.here.overhead - r.there.overhead);
+  return {
+    here: summarize(a.rounds.map((r) => r.here.overhead)).median,
+    there: summarize(a.rounds.map((r) => r.there.overhead)).median,
+    difference: summarize(differences).median,
+    lowerHere: differences.filter((d) => d < 0).length,
+  };
 }

@@ -1,9 +1,9 @@
-// `npm run bench [-- --quick] [-- --only overhead,prefix,streaming,start,usage,client,dense] [-- --profile DIR [--profile-interval US]]`: measures
+// `npm run bench [-- --quick] [-- --only overhead,prefix,streaming,start,usage,client,dense] [-- --profile DIR [--profile-interval US]] [-- --against BUILD]`: measures
 // the turn and the daemon on this machine against the scripted model server, prints a table and
 // writes it as bench/results/latest.json and latest.svg (quick.* and partial.* for shorter runs).
-import { existsSync, mkdirSync, mkdtempSync, rmSync, writeFileSync } from "node:fs";
+import { existsSync, mkdirSync, mkdtempSync, rmSync, statSync, writeFileSync } from "node:fs";
 import { cpus, platform, release, tmpdir, totalmem } from "node:os";
-import { join } from "node:path";
+import { join, resolve } from "node:path";
 import { startModelServer, type ModelServer } from "../model-server.js";
 import { ROOT } from "../fixtures/built.js";
 import { writeSettings } from "../../store/index.js";
@@ -15,7 +15,7 @@ import { measurePrefix } from "./prefix.js";
 import { targets, type BenchResults, type Measured } from "./results.js";
 import { measureDense, type DenseResult } from "./dense.js";
 import { measureStart, nodeStart, type StartResult } from "./start.js";
-import { measureClient, type ClientResult } from "./client.js";
+import { measureAgainst, measureClient, type ClientResult } from "./client.js";
 import { measureStreaming, type StreamRow } from "./stream.js";
 import { renderSvg } from "./svg.js";
 import { renderTable } from "./table.js";
@@ -40,12 +40,14 @@ interface Plan {
   /** Rounds of those turns, each a fresh daemon and pass-through. */
   clientRounds: number;
   clientStarts: number;
+  /** Paired rounds of this build's daemon and another's (--against). */
+  againstRounds: number;
   binds: number;
   agents: number[];
 }
 
-const FULL: Plan = { sizes: [1_000, 10_000, 100_000], turns: FULL_TURNS, prefixTurns: 300, prefixWindowPairs: 100, conversations: [1, 50, 200], rounds: 3, starts: 20, usageSize: 100_000, usageRuns: 5, clientTurns: 20, clientRounds: 5, clientStarts: 10, binds: 20, agents: [1, 10, 100] };
-const QUICK: Plan = { sizes: [1_000, 10_000], turns: 10, prefixTurns: 200, prefixWindowPairs: 80, conversations: [1, 20], rounds: 1, starts: 5, usageSize: 100_000, usageRuns: 3, clientTurns: 10, clientRounds: 2, clientStarts: 3, binds: 5, agents: [1, 10] };
+const FULL: Plan = { sizes: [1_000, 10_000, 100_000], turns: FULL_TURNS, prefixTurns: 300, prefixWindowPairs: 100, conversations: [1, 50, 200], rounds: 3, starts: 20, usageSize: 100_000, usageRuns: 5, clientTurns: 20, clientRounds: 5, clientStarts: 10, againstRounds: 40, binds: 20, agents: [1, 10, 100] };
+const QUICK: Plan = { sizes: [1_000, 10_000], turns: 10, prefixTurns: 200, prefixWindowPairs: 80, conversations: [1, 20], rounds: 1, starts: 5, usageSize: 100_000, usageRuns: 3, clientTurns: 10, clientRounds: 2, clientStarts: 3, againstRounds: 12, binds: 5, agents: [1, 10] };
 const CHUNKS = 50;
 const CHUNK_DELAY_MS = 20;
 
@@ -59,6 +61,8 @@ interface Args {
   profile: string | undefined;
   /** Microseconds between a profile's samples (Node's own default: 1,000, coarse for a turn of a few milliseconds). */
   profileInterval: number | undefined;
+  /** Another build's daemon, run in paired rounds with this one's (the client part). */
+  against: string | undefined;
 }
 
 function parseArgs(argv: string[]): Args {
@@ -66,6 +70,7 @@ function parseArgs(argv: string[]): Args {
   let only = new Set<Part>(PARTS);
   let profile: string | undefined;
   let profileInterval: number | undefined;
+  let against: string | undefined;
   for (let i = 0; i < argv.length; i++) {
     const arg = argv[i];
     if (arg === "--quick") quick = true;
@@ -81,10 +86,21 @@ function parseArgs(argv: string[]): Args {
       const text = argv[++i] ?? "";
       profileInterval = Number(text);
       if (!/^[0-9]+$/.test(text) || profileInterval < 1 || profileInterval > 1_000_000) throw new UsageError(`--profile-interval takes microseconds, a whole number from 1 to 1000000, not ${JSON.stringify(text)}`);
-    } else throw new UsageError(`unknown argument ${String(arg)}; usage: run.js [--quick] [--only ${PARTS.join(",")}] [--profile DIR [--profile-interval US]]`);
+    } else if (arg === "--against") {
+      against = againstDaemon(argv[++i] ?? "");
+    } else throw new UsageError(`unknown argument ${String(arg)}; usage: run.js [--quick] [--only ${PARTS.join(",")}] [--profile DIR [--profile-interval US]] [--against BUILD]`);
   }
   if (profileInterval !== undefined && profile === undefined) throw new UsageError("--profile-interval is the interval of --profile DIR's samples: give --profile DIR too");
-  return { quick, only, profile, profileInterval };
+  if (against !== undefined && !only.has("client")) throw new UsageError("--against runs with the client part: leave --only out, or name client in it");
+  return { quick, only, profile, profileInterval, against };
+}
+
+/** The daemon of the build `--against` names: a checkout's folder, built, or its daemon's file itself. */
+function againstDaemon(given: string): string {
+  if (given === "") throw new UsageError("--against takes another build: its folder (built) or its dist/daemon/lnk-link-harness.cjs");
+  const daemon = existsSync(join(given, "package.json")) ? join(given, "dist", "daemon", "lnk-link-harness.cjs") : given;
+  if (!existsSync(daemon) || !statSync(daemon).isFile()) throw new UsageError(`--against: no daemon at ${daemon} (build that checkout first: npm run build)`);
+  return resolve(daemon);
 }
 
 const log = (line: string) => process.stderr.write(`bench: ${line}\n`);
@@ -156,7 +172,10 @@ async function main(): Promise<void> {
   let client: Measured<ClientResult> = { notMeasured: missing ?? "not asked for (--only)" };
   if (!missing && args.only.has("client")) {
     try {
-      client = { measured: await own((s) => measureClient(s, { turns: plan.clientTurns, rounds: plan.clientRounds, starts: plan.clientStarts, log })) };
+      const measured = await own((s) => measureClient(s, { turns: plan.clientTurns, rounds: plan.clientRounds, starts: plan.clientStarts, log }));
+      const other = args.against;
+      if (other !== undefined) measured.against = await own((s) => measureAgainst(s, other, { turns: plan.clientTurns, rounds: plan.againstRounds, log }));
+      client = { measured };
     } catch (e) {
       client = { notMeasured: (e as Error).message };
     }

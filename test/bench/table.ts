@@ -1,5 +1,6 @@
 // The results as a plain-text table, for the terminal and the man page.
 import type { BenchResults } from "./results.js";
+import { againstSummary, type AgainstResult } from "./client.js";
 import { ms } from "./stats.js";
 
 function columns(header: string[], rows: string[][]): string[] {
@@ -9,6 +10,13 @@ function columns(header: string[], rows: string[][]): string[] {
 }
 
 const n = (x: number) => x.toLocaleString("en-US");
+
+/** What paired rounds with another build's daemon (`--against`) say, in a line. */
+export function againstLine(against: AgainstResult): string {
+  const a = againstSummary(against);
+  const n = against.rounds.length;
+  return `  against ${against.other}, ${n} paired rounds of turns 2-${against.turns}: overhead ${ms(a.here)} ms here, ${ms(a.there)} ms there (medians of the rounds' medians); here less there, per round: median ${a.difference >= 0 ? "+" : ""}${ms(a.difference)} ms, lower here in ${a.lowerHere} of ${n}`;
+}
 
 export function renderTable(r: BenchResults): string {
   const out: string[] = [];
@@ -116,6 +124,7 @@ export function renderTable(r: BenchResults): string {
     out.push(
       `  spawn to: initialize ${ms(c.spawn.initialize.median)} ms, session/new ${ms(c.spawn.sessionNew.median)} ms, first turn answered ${ms(c.spawn.firstTurn.median)} ms (its overhead ${ms(c.firstTurnOverhead.median)} ms); node -e 0: ${ms(c.nodeStart.median)} ms`,
     );
+    if (c.against) out.push(againstLine(c.against));
   } else out.push(`  not measured: ${r.client ? ("notMeasured" in r.client ? r.client.notMeasured : "") : "not asked for"}`);
   if (r.dense) {
     out.push("");
