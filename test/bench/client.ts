@@ -260,13 +260,27 @@ async function steady(args: string[], proxy: TimingProxy, dir: string, n: number
   }
 }
 
-export async function measureClient(server: ModelServer, o: { turns: number; rounds: number; starts: number; log: (line: string) => void }): Promise<ClientResult> {
-  const dir = mkdtempSync(join(tmpdir(), "lnk-link-harness-bench-client-"));
+/**
+ * An agent's folder whose model is `server` behind a timing proxy, answering short: `run` is given
+ * both, and both go once it is done.
+ */
+async function behindProxy<T>(server: ModelServer, name: string, run: (dir: string, proxy: TimingProxy) => Promise<T>): Promise<T> {
+  const dir = mkdtempSync(join(tmpdir(), `lnk-link-harness-bench-${name}-`));
   const proxy = await TimingProxy.start(server.url);
   const fallback = server.fallback;
   server.fallback = () => ({ text: "A short answer, in a few chunks.", chunks: 4 });
   try {
     writeSettings({ dir }, benchSettings(proxy.url));
+    return await run(dir, proxy);
+  } finally {
+    server.fallback = fallback;
+    await proxy.close();
+    rmSync(dir, { recursive: true, force: true });
+  }
+}
+
+export async function measureClient(server: ModelServer, o: { turns: number; rounds: number; starts: number; log: (line: string) => void }): Promise<ClientResult> {
+  return behindProxy(server, "client", async (dir, proxy) => {
     o.log(`client: ${o.rounds} rounds of ${o.turns} turns through the daemon and the pass-through`);
     const daemonArgs = [...daemonNodeArgs(), MAIN, "--agent", dir];
     const passArgs = [join(ROOT, "dist", "test", "bench", "passthrough.js"), proxy.url];
@@ -329,11 +343,7 @@ export async function measureClient(server: ModelServer, o: { turns: number; rou
       firstTurnOverhead: summarize(firstOverhead),
       nodeStart: summarize(bare.map((b) => b.median)),
     };
-  } finally {
-    server.fallback = fallback;
-    await proxy.close();
-    rmSync(dir, { recursive: true, force: true });
-  }
+  });
 }
 
 /** One build's steady turns of a round: medians of its turns 2 on (ms). */
@@ -360,12 +370,7 @@ export interface AgainstResult {
  * taken together meet it alike, so each round's difference says what the change did.
  */
 export async function measureAgainst(server: ModelServer, other: string, o: { turns: number; rounds: number; log: (line: string) => void }): Promise<AgainstResult> {
-  const dir = mkdtempSync(join(tmpdir(), "lnk-link-harness-bench-against-"));
-  const proxy = await TimingProxy.start(server.url);
-  const fallback = server.fallback;
-  server.fallback = () => ({ text: "A short answer, in a few chunks.", chunks: 4 });
-  try {
-    writeSettings({ dir }, benchSettings(proxy.url));
+  return behindProxy(server, "against", async (dir, proxy) => {
     o.log(`client: ${o.rounds} paired rounds of ${o.turns} turns, this build's daemon and ${other}`);
     const here = [...daemonNodeArgs(), MAIN, "--agent", dir];
     const there = [...daemonNodeArgs(), other, "--agent", dir];
@@ -382,11 +387,7 @@ export async function measureAgainst(server: ModelServer, other: string, o: { tu
       rounds.push(first === here ? { here: split(a), there: split(b) } : { here: split(b), there: split(a) });
     }
     return { other, turns: o.turns, rounds };
-  } finally {
-    server.fallback = fallback;
-    await proxy.close();
-    rmSync(dir, { recursive: true, force: true });
-  }
+  });
 }
 
 /** What paired rounds say: each build's overhead (median of its rounds' medians), and per round, this build's less the other's. */
