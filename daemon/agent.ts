@@ -142,10 +142,11 @@ function tapAnswers(output: WritableStream<Uint8Array>, conn: LinkConnection): W
 }
 
 export function startAgent(o: AgentOptions): RunningAgent {
-  // The process's environment as it started, copied once: a turn reads it (its tools, its secrets), and
-  // reading process.env, a lookup in the C++ layer for each name, cost a turn a tenth of a millisecond.
-  // Frozen, so that its secrets are found once (turn/redact.ts envSecrets).
-  const env = o.env ?? Object.freeze({ ...process.env });
+  // The agent's environment (the process's as it started, when none is given), copied once: a turn
+  // reads it (its tools, its secrets), and reading process.env, a lookup in the C++ layer for each
+  // name, cost a turn a tenth of a millisecond. Frozen, so that its secrets are found once
+  // (turn/redact.ts envSecrets), for each agent of a process that serves many too.
+  const env = Object.freeze({ ...(o.env ?? process.env) });
   const key = o.key ?? (env.LNK_KEY || undefined);
   let host: Promise<ToolHost> | undefined;
   const toolHost = lazy(async () => new (await hostModule()).McpToolHost({}, env));
