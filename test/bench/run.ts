@@ -99,7 +99,7 @@ function parseArgs(argv: string[]): Args {
 function againstDaemon(given: string): string {
   if (given === "") throw new UsageError("--against takes another build: its folder (built) or its dist/daemon/lnk-link-harness.cjs");
   const daemon = existsSync(join(given, "package.json")) ? join(given, "dist", "daemon", "lnk-link-harness.cjs") : given;
-  if (!existsSync(daemon) || !statSync(daemon).isFile()) throw new UsageError(`--against: no daemon at ${daemon} (build that checkout first: npm run build)`);
+  if (statSync(daemon, { throwIfNoEntry: false })?.isFile() !== true) throw new UsageError(`--against: no daemon at ${daemon} (build that checkout first: npm run build)`);
   return resolve(daemon);
 }
 
