@@ -250,6 +250,36 @@ describe("nodeFetch", () => {
     await expect(readAnswerEvents(await nodeFetch(`${url}/endless`), () => undefined)).rejects.toThrow(new TooLarge(`the answer sent an event of over ${ANSWER_EVENT_MAX} bytes with no end`));
   });
 
+
+  it("makes an answer's web stream only when it is asked for: read off the Node stream either way, until the web stream is read from", async () => {
+    const { url } = await serve((_req, res) => {
+      res.writeHead(200, { "content-type": "text/event-stream" });
+      res.end("data: one\n\ndata: two\n\n");
+    });
+    const events = async (answer: Response) => {
+      const got: string[] = [];
+      await readAnswerEvents(answer, (e) => void got.push(e.data));
+      return got;
+    };
+    // Its web stream asked for first, not read from: the events are read off the same Node stream.
+    const asked = await nodeFetch(url);
+    expect(asked.body).toBeInstanceOf(ReadableStream);
+    expect(asked.bodyUsed).toBe(false);
+    expect(await events(asked)).toEqual(["one", "two"]);
+    expect(asked.bodyUsed).toBe(true);
+    // Never asked for: read off the Node stream; asked for after, it is a stream with nothing left, the body used.
+    const never = await nodeFetch(url);
+    expect(await events(never)).toEqual(["one", "two"]);
+    const after = never.body;
+    expect(after).not.toBeNull();
+    expect((await after?.getReader().read())?.done).toBe(true);
+    expect(never.bodyUsed).toBe(true);
+    // Read from as a web stream: its events are no longer the Node stream's to give.
+    const read = await nodeFetch(url);
+    const first = await read.body?.getReader().read();
+    expect(Buffer.from(first?.value ?? new Uint8Array()).toString()).toContain("data: one");
+    await expect(events(read)).rejects.toThrow(TypeError);
+  });
   it("says a streamed answer had no body when it had none (a 204), as the answer's fault, not the reader's", async () => {
     const { url } = await serve((_req, res) => {
       res.writeHead(204);
