@@ -456,37 +456,54 @@ class FetchAnswer implements Response {
   }
 }
 
+/** A request's target and headers as checked for sending (checkRequest): sent again as they are (sendChecked). */
+export interface CheckedRequest {
+  readonly url: URL;
+  /** By their names, lowercase, each once (values of a name sent twice joined), as fetch sends them. */
+  readonly headers: Readonly<Record<string, string>>;
+}
+
+/** The target and headers of a request, checked as fetch checks them: a TypeError where they are not a request's. */
+export function checkRequest(input: string | URL | Request, headersInit?: HeadersInit): CheckedRequest {
+  // Never `instanceof Request`: naming fetch's classes loads them (turn/headers.ts).
+  const url = httpUrl(typeof input === "object" && !(input instanceof URL) ? input.url : String(input));
+  const headers: Record<string, string> = {};
+  new FetchHeaders(headersInit).forEach((value, name) => (headers[name] = value));
+  return { url, headers };
+}
+
 /**
  * fetch over node:http and node:https: the method, headers, body and signal of `init`; resolves with
  * the answer as a Response whose body streams as it arrives, and rejects as fetch does when no answer
  * comes (the connection refused or cut, the signal aborted), with Node's error as the cause.
  */
 export function nodeFetch(input: string | URL | Request, init: RequestInit = {}): Promise<Response> {
-  let url: URL;
+  let checked: CheckedRequest;
   try {
-    // Never `instanceof Request`: naming fetch's classes loads them (turn/headers.ts).
-    url = httpUrl(typeof input === "object" && !(input instanceof URL) ? input.url : String(input));
+    checked = checkRequest(input, init.headers);
   } catch (e) {
     return Promise.reject(e as TypeError);
   }
-  const headers: Record<string, string> = {};
-  let given: FetchHeaders;
-  try {
-    given = new FetchHeaders(init.headers);
-  } catch (e) {
-    return Promise.reject(e as TypeError);
-  }
-  given.forEach((value, name) => (headers[name] = value));
   const body = init.body;
   if (body !== undefined && body !== null && typeof body !== "string" && !(body instanceof Uint8Array)) {
     return Promise.reject(new TypeError("only a string or bytes can be sent as a body"));
   }
-  const signal = init.signal ?? undefined;
+  return sendChecked(checked, { method: init.method ?? "GET", ...(body ? { body } : {}), ...(init.signal ? { signal: init.signal } : {}) });
+}
+
+/**
+ * A request checked already (checkRequest) sent as nodeFetch sends one, with this method, body and
+ * signal: the model's requests after its first are the first's target and headers again, and
+ * checking them again at each cost a steady turn some hundredths of a millisecond.
+ */
+export function sendChecked(checked: CheckedRequest, init: { method: string; body?: string | Uint8Array; signal?: AbortSignal }): Promise<Response> {
+  const { url } = checked;
+  const { signal } = init;
   return new Promise((resolve, reject) => {
     const failed = (e: Error) => reject(new TypeError("fetch failed", { cause: e }));
     let req;
     try {
-      req = send(url, { method: init.method ?? "GET", headers, ...(signal ? { signal } : {}) }, (res) => {
+      req = send(url, { method: init.method, headers: checked.headers, ...(signal ? { signal } : {}) }, (res) => {
         const status = res.statusCode ?? 0;
         try {
           // A status a Response can't have (outside 200 to 599): no answer to speak of.
@@ -504,7 +521,7 @@ export function nodeFetch(input: string | URL | Request, init: RequestInit = {})
       return;
     }
     req.on("error", (e) => (signal?.aborted ? reject(signal.reason ?? e) : failed(e)));
-    req.end(body ?? undefined);
+    req.end(init.body);
   });
 }
 

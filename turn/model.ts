@@ -8,8 +8,7 @@ import { lazyImport } from "./load.js";
 import type { ChatMessage } from "./prompt.js";
 import { envSecrets, redactor, settingsSecrets, type Redactor } from "./redact.js";
 import { connectionFault } from "./faults.js";
-import { FetchHeaders } from "./headers.js";
-import { nodeFetch, readAnswerEvents, TooLarge } from "./http.js";
+import { checkRequest, nodeFetch, readAnswerEvents, sendChecked, TooLarge, type CheckedRequest } from "./http.js";
 import { endpointName } from "./runtime.js";
 import { keepRecent, useRecent } from "./recent.js";
 import { cutDescription, type OfferedCall } from "./tools.js";
@@ -69,16 +68,13 @@ type OpenAIClass = typeof import("openai").default;
 const openaiModule = lazyImport(() => import("openai"), () => import.meta.resolve("openai"));
 let OpenAICtor: OpenAIClass | undefined;
 
-/** A request of the SDK's, as it handed it to nodeFetch: where it went and with which headers. */
-interface Made {
-  url: string;
-  headers: Record<string, string>;
-}
+/** A request of the SDK's, as it handed it to nodeFetch: where it went and with which headers, checked once. */
+type Made = CheckedRequest;
 
 /**
  * The SDK's client of an endpoint and key, with the request it made for its last chat completion. A
  * client's requests differ only in their body and, by its header, their timeout: once it has made
- * one, the next of the same timeout is sent as it was, straight to nodeFetch (sendAgain), which
+ * one, the next of the same timeout is sent as it was, its target and headers as checked then (sendAgain), which
  * spares a turn the SDK's steps before and after its fetch (a quarter of a millisecond a turn in a
  * warm process, more in its first turns); its answer, or its error, is the same.
  */
@@ -101,14 +97,18 @@ class ModelClient {
 
   /** The SDK's fetch: notes a chat completion's request, then sends it. */
   private fetch(input: string | URL | Request, init: RequestInit = {}): Promise<Response> {
-    const url = typeof input === "string" ? input : input instanceof URL ? input.href : input.url;
-    const headers: Record<string, string> = {};
-    new FetchHeaders(init.headers).forEach((value, name) => (headers[name] = value));
+    let checked: CheckedRequest;
+    try {
+      checked = checkRequest(input, init.headers);
+    } catch {
+      // Refused as fetch refuses it, in nodeFetch's words.
+      return nodeFetch(input, init);
+    }
     // Only a request that says its timeout is noted: no other is sent again.
-    const timeout = headers["x-stainless-timeout"];
-    if (init.method === "POST" && timeout !== undefined && (url.split("?")[0] ?? "").endsWith("/chat/completions")) {
+    const timeout = checked.headers["x-stainless-timeout"];
+    if (init.method === "POST" && timeout !== undefined && checked.url.pathname.endsWith("/chat/completions")) {
       if (this.made.size >= MADE_KEPT && !this.made.has(timeout)) this.made.clear();
-      this.made.set(timeout, { url, headers });
+      this.made.set(timeout, checked);
     }
     return nodeFetch(input, init);
   }
@@ -612,7 +612,7 @@ async function sendAgain(made: Made, body: Uint8Array, signal: AbortSignal): Pro
   let response: Response;
   try {
     // Bytes, as the SDK hands them on (fetch's types name no Uint8Array of any buffer).
-    response = await nodeFetch(made.url, { method: "POST", headers: made.headers, body: body as Uint8Array<ArrayBuffer>, signal });
+    response = await sendChecked(made, { method: "POST", body, signal });
   } catch (e) {
     if (signal.aborted) throw new APIUserAbortError();
     const cause = (e as { cause?: unknown }).cause;
