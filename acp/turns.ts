@@ -482,10 +482,17 @@ export class Turns {
             run.writing = true;
             run.writes = report.conversation;
             for (const w of answered) w.owing?.mark(report.after, report.through);
-            naming ??= current.names?.(report.after).then(
-              (names) => updates.seed(names),
-              (e: unknown) => this.onError(key, e),
-            ).finally(showHeld);
+            // Counted once the request is on its way (the event loop's next pass): nothing it names is shown before.
+            const names = current.names;
+            naming ??=
+              names &&
+              new Promise((resolve) => setImmediate(resolve))
+                .then(() => names(report.after))
+                .then(
+                  (seed) => updates.seed(seed),
+                  (e: unknown) => this.onError(key, e),
+                )
+                .finally(showHeld);
             // Where what it shows stands moves with what is shown, after what is held.
             if (held) held.push(report);
             else show(report);
