@@ -301,16 +301,17 @@ export function readAnswerEvents(response: Response, onEvent: (event: StreamEven
   return new Promise((resolve, reject) => {
     let settled = false;
     let total = 0;
+    /** Once the answer is whole: what follows it is let go, its connection closed should the body not end in time. */
+    let late: NodeJS.Timeout | undefined;
     const whole = () => {
       if (settled) return;
       settled = true;
       res.off("data", onData);
       resolve();
       if (res.readableEnded) return;
-      const late = setTimeout(() => res.destroy(), AFTER_END_MS);
+      late = setTimeout(() => res.destroy(), AFTER_END_MS);
       late.unref();
       res.on("data", () => undefined);
-      finished(res, () => clearTimeout(late));
     };
     const reader = new EventReader((event) => {
       if (!settled && onEvent(event) === true) whole();
@@ -335,6 +336,7 @@ export function readAnswerEvents(response: Response, onEvent: (event: StreamEven
     };
     res.on("data", onData);
     finished(res, (e) => {
+      clearTimeout(late);
       if (settled) return;
       settled = true;
       if (e) reject(e);
