@@ -490,7 +490,7 @@ export function nodeFetch(input: string | URL | Request, init: RequestInit = {})
   if (body !== undefined && body !== null && typeof body !== "string" && !(body instanceof Uint8Array)) {
     return Promise.reject(new TypeError("only a string or bytes can be sent as a body"));
   }
-  return sendChecked(checked, { method: init.method ?? "GET", ...(body ? { body } : {}), ...(init.signal ? { signal: init.signal } : {}) });
+  return sendChecked(checked, { method: init.method ?? "GET", ...(body !== undefined && body !== null ? { body } : {}), ...(init.signal ? { signal: init.signal } : {}) });
 }
 
 /**
