@@ -32,8 +32,8 @@ interface Kept {
 
 /** By conversation folder, the one used most lately last. */
 const kept = new Map<string, Kept>();
-/** The conversations whose spares are being made. */
-const making = new Set<string>();
+/** The conversations whose spares are being made, each with the making of the one under way now. */
+const making = new Map<string, Promise<unknown>>();
 /** The paths of the spares being made (named before they are), removed too should the process exit meanwhile. */
 const pending = new Set<string>();
 let exitHooked = false;
@@ -107,18 +107,21 @@ export async function makeSpares(conv: ConversationPaths): Promise<void> {
     exitHooked = true;
     process.once("exit", removeAtExit);
   }
-  making.add(conv.dir);
+  making.set(conv.dir, Promise.resolve());
   try {
     await withFolder(
       conv,
       async (folder) => {
-        while (k.spares.length < SPARES_PER_CONVERSATION) {
+        // Those missing now: one a turn takes meanwhile is the next turn's to make again, after it.
+        for (let missing = SPARES_PER_CONVERSATION - k.spares.length; missing > 0; missing--) {
           const path = tempName(folder.base);
           const named = join(conv.dir, basename(path));
           pending.add(named);
           let made: MadeFile;
           try {
-            made = await makeTemp(folder.base, FILE_MODE, path);
+            const file = makeTemp(folder.base, FILE_MODE, path);
+            making.set(conv.dir, file);
+            made = await file;
           } finally {
             pending.delete(named);
           }
@@ -136,6 +139,20 @@ export async function makeSpares(conv: ConversationPaths): Promise<void> {
   } finally {
     making.delete(conv.dir);
   }
+}
+
+/**
+ * A spare of the conversation's being made now (its name may be there already), once it is made:
+ * a turn that comes while its conversation's spares are made waits for the one under way rather
+ * than making a file of its own beside it (two files made where one was needed, on a disk where
+ * making one costs up to a millisecond). Undefined when none is under way, or it could not be made.
+ */
+export async function spareComing(conv: ConversationPaths, folder: { at(name: string): string }): Promise<MadeFile | undefined> {
+  const coming = making.get(conv.dir);
+  if (coming === undefined) return undefined;
+  // Kept as it is made, in the step its making ends with, before this one goes on.
+  await coming.catch(() => undefined);
+  return takeSpare(conv, folder);
 }
 
 /**

@@ -814,6 +814,24 @@ describe("files made ahead for a conversation's next events (spares)", () => {
     expect(temps(conv)).toEqual([]);
   });
 
+  it("a turn that comes while they are being made writes into those under way, making no file of its own", async () => {
+    const conv = paths({ dir: tempDir() }).conversation("coming");
+    ensureConversation(conv);
+    // Not waited for: the turn's question and answer come while the two are made.
+    const making = makeSpares(conv);
+    await turnWrites(conv, "asked", "answered");
+    await making;
+    expect(readEventsFrom(conv, 1).map((e) => (e.event as { text: string }).text)).toEqual(["asked", "answered"]);
+    // Both taken by the turn: none left over, as there would be two had it made its own.
+    expect([sparesKept(), temps(conv)]).toEqual([0, []]);
+    // The next ones are made as before, and the next turn takes them at once.
+    await makeSpares(conv);
+    const made = temps(conv);
+    expect(made).toHaveLength(2);
+    await turnWrites(conv, "again", "answered again");
+    expect([eventName(3), eventName(4)].map((n) => lstatSync(join(conv.dir, n)).ino).sort()).toEqual(made.map((t) => t.ino).sort());
+  });
+
   it("one that is not as it was made is never written into: another file at its name, a second name, a FIFO, written to", async () => {
     const conv = paths({ dir: tempDir() }).conversation("spoiled");
     ensureConversation(conv);
