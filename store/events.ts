@@ -5,7 +5,7 @@ import { Event, StoreError, describeIssues, quickEvent, quickEventText, type Num
 import { checkNoLinks, dropTemp, isErrno, jsonFault, LIMITS, makeTemp, readNoFollow, unlinkQuiet, writeTempAsync, type MadeFile } from "./files.js";
 import { removeQuiet, withFolder } from "./folder.js";
 import { eventName, eventNumber, type ConversationPaths } from "./paths.js";
-import { spareComing, takeSpare } from "./spares.js";
+import { spareFor } from "./spares.js";
 
 /**
  * Parsed events by number, per conversation folder. Event files never change once written, so
@@ -227,7 +227,7 @@ export interface PreparedEvent {
  * held folder until it is settled: the caller waits for it before its lock is let go.
  */
 export async function prepareEvent(conv: ConversationPaths): Promise<PreparedEvent | undefined> {
-  return withFolder(conv, async (folder) => (folder.held ? { made: takeSpare(conv, folder) ?? (await spareComing(conv, folder)) ?? (await makeTemp(folder.base)) } : undefined), { make: false });
+  return withFolder(conv, async (folder) => (folder.held ? { made: (await spareFor(conv, folder)) ?? (await makeTemp(folder.base)) } : undefined), { make: false });
 }
 
 /** Lets a file made ahead for an event that never came go. */
@@ -293,7 +293,7 @@ function begin(conv: ConversationPaths, event: Event, into: PreparedEvent | unde
   // One its writer waits on at once (a turn's answer), through the only folder held, is flushed on the event loop.
   // Into a spare, under a lock, when none was made for it: no file is made, so nothing waits for the loop.
   const written = withFolder(conv, async (folder) => {
-    const spare = into === undefined && folder.held ? (takeSpare(conv, folder) ?? (await spareComing(conv, folder))) : undefined;
+    const spare = into === undefined && folder.held ? await spareFor(conv, folder) : undefined;
     if (o.later && !spare) await new Promise((resolve) => setImmediate(resolve));
     return basename(await writeTempAsync(folder.base, text, undefined, into?.made ?? spare, o.waited === true && folder.alone));
   });

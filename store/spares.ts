@@ -142,25 +142,28 @@ export async function makeSpares(conv: ConversationPaths): Promise<void> {
 }
 
 /**
- * A spare of the conversation's being made now (its name may be there already), once it is made:
- * a turn that comes while its conversation's spares are made waits for the one under way rather
- * than making a file of its own beside it (two files made where one was needed, on a disk where
- * making one costs up to a millisecond). Undefined when none is under way, or it could not be made.
+ * A spare of the conversation's for an event's file, named through `folder` (the turn's, which its
+ * lock holds): one kept, else the one being made now (its name may be there already), once it is
+ * made. A turn that comes while its conversation's spares are made waits for the one under way
+ * rather than making a file of its own beside it (two files made where one was needed, on a disk
+ * where making one costs up to a millisecond). Undefined when none is kept or under way, or the one
+ * under way could not be made.
  */
-export async function spareComing(conv: ConversationPaths, folder: { at(name: string): string }): Promise<MadeFile | undefined> {
+export async function spareFor(conv: ConversationPaths, folder: { at(name: string): string }): Promise<MadeFile | undefined> {
+  const now = takeSpare(conv, folder);
   const coming = making.get(conv.dir);
-  if (coming === undefined) return undefined;
+  if (now !== undefined || coming === undefined) return now;
   // Kept as it is made, in the step its making ends with, before this one goes on.
   await coming.catch(() => undefined);
   return takeSpare(conv, folder);
 }
 
 /**
- * A spare of the conversation's for an event's file, named through `folder` (the turn's, which its
- * lock holds); undefined when none is kept. One whose name is no longer the file made (removed,
- * replaced, given a second name, written to) is let go, and the next looked at.
+ * A spare kept of the conversation's, named through `folder`; undefined when none is kept. One whose
+ * name is no longer the file made (removed, replaced, given a second name, written to) is let go,
+ * and the next looked at.
  */
-export function takeSpare(conv: ConversationPaths, folder: { at(name: string): string }): MadeFile | undefined {
+function takeSpare(conv: ConversationPaths, folder: { at(name: string): string }): MadeFile | undefined {
   const k = kept.get(conv.dir);
   for (let s = k?.spares.shift(); s !== undefined; s = k?.spares.shift()) {
     const path = folder.at(s.name);
