@@ -162,11 +162,20 @@ function madeAlone(ctor: OpenAIClass, options: ConstructorParameters<OpenAIClass
 async function client(settings: Settings, env: NodeJS.ProcessEnv = process.env): Promise<ModelClient> {
   // Loaded when a turn first needs it, so the daemon starts fast.
   OpenAICtor ??= (await openaiModule()).default;
+  return clientOf(OpenAICtor, settings, env);
+}
+
+/**
+ * The client of the settings' endpoint and key, made if none is kept. Once the SDK is loaded, a
+ * turn has its client, and its request is on its way, in the same step as it asks (askModel):
+ * nothing of the turn's own (its question's write) runs ahead of it.
+ */
+function clientOf(ctor: OpenAIClass, settings: Settings, env: NodeJS.ProcessEnv): ModelClient {
   const key = settings.model.key ?? env.LNK_MODEL_KEY ?? PLACEHOLDER_KEY;
   const id = `${settings.model.base_url}\0${key}`;
   const kept = useRecent(clients, id);
   if (kept) return kept;
-  const c = new ModelClient(OpenAICtor, settings.model.base_url, key);
+  const c = new ModelClient(ctor, settings.model.base_url, key);
   keepRecent(clients, id, c, CLIENTS_KEPT);
   return c;
 }
@@ -472,7 +481,7 @@ function keptClean(answer: ModelAnswer, secrets: Redactor): ModelAnswer {
  */
 export async function askModel(req: ModelRequest): Promise<ModelAnswer> {
   const env = req.env ?? process.env;
-  const c = await client(req.settings, env);
+  const c = OpenAICtor ? clientOf(OpenAICtor, req.settings, env) : await client(req.settings, env);
   let body = requestBody(req);
   const limits = { ...TIMEOUT_DEFAULTS, ...req.settings.timeouts };
   // From here on it is the model's time: the request on its way, the model thinking, its answer coming.
@@ -607,19 +616,21 @@ class NotAStream extends Error {}
  * SDK's abort.
  */
 async function sendAgain(made: Made, body: Uint8Array, signal: AbortSignal): Promise<Response> {
-  const { APIConnectionError, APIConnectionTimeoutError, APIError, APIUserAbortError } = await openaiModule();
-  if (signal.aborted) throw new APIUserAbortError();
+  // Sent in the step it is asked in; the SDK's errors are loaded only for a request that fails.
+  if (signal.aborted) throw new (await openaiModule()).APIUserAbortError();
   let response: Response;
   try {
     // Bytes, as the SDK hands them on (fetch's types name no Uint8Array of any buffer).
     response = await sendChecked(made, { method: "POST", body, signal });
   } catch (e) {
+    const { APIConnectionError, APIConnectionTimeoutError, APIUserAbortError } = await openaiModule();
     if (signal.aborted) throw new APIUserAbortError();
     const cause = (e as { cause?: unknown }).cause;
     if (/timed? ?out/i.test(`${String(e)}${cause === undefined ? "" : String(cause)}`)) throw new APIConnectionTimeoutError();
     throw new APIConnectionError({ cause: e as Error });
   }
   if (response.ok) return response;
+  const { APIError } = await openaiModule();
   const text = await response.text().catch((e: unknown) => (e instanceof Error ? e.message : String(e)));
   let json: unknown;
   try {
