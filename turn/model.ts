@@ -167,8 +167,8 @@ async function client(settings: Settings, env: NodeJS.ProcessEnv = process.env):
 
 /**
  * The client of the settings' endpoint and key, made if none is kept. Once the SDK is loaded, a
- * turn has its client, and its request is on its way, in the same step as it asks (askModel):
- * nothing of the turn's own (its question's write) runs ahead of it.
+ * turn has its client, and its request is made, in the same step as it asks (askModel), with no
+ * pass of promises between: Node's HTTP client writes it at its next tick.
  */
 function clientOf(ctor: OpenAIClass, settings: Settings, env: NodeJS.ProcessEnv): ModelClient {
   const key = settings.model.key ?? env.LNK_MODEL_KEY ?? PLACEHOLDER_KEY;
@@ -616,7 +616,7 @@ class NotAStream extends Error {}
  * SDK's abort.
  */
 async function sendAgain(made: Made, body: Uint8Array, signal: AbortSignal): Promise<Response> {
-  // Sent in the step it is asked in; the SDK's errors are loaded only for a request that fails.
+  // Made in the step it is asked in; the SDK's errors are loaded only for a request that fails.
   if (signal.aborted) throw new (await openaiModule()).APIUserAbortError();
   let response: Response;
   try {

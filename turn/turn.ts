@@ -324,8 +324,8 @@ class Turn {
             this.listener({ type: "text", delta });
           },
         });
-        // The request is written by the time the event loop comes round (its client's steps are
-        // promises): then the answer's file is made, while the model answers.
+        // The request is written by the time the event loop comes round (Node's HTTP client
+        // writes it at its next tick): then the answer's file is made, while the model answers.
         setImmediate(() => this.prepare());
         answer = await asking;
       } catch (e) {
