@@ -15,6 +15,7 @@ import type { AddressInfo } from "node:net";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { Readable, Writable } from "node:stream";
+import { pathToFileURL } from "node:url";
 import * as acp from "@agentclientprotocol/sdk";
 import { writeSettings } from "../../store/index.js";
 import { MAIN, ROOT } from "../fixtures/built.js";
@@ -22,6 +23,8 @@ import { linkFreeEnv } from "../fixtures/env.js";
 import type { ModelServer } from "../model-server.js";
 import { benchSettings } from "./agent.js";
 import { daemonNodeArgs } from "./daemon.js";
+import { Stamps, summarizeInside, turnsInside, type InsideSplit, type SeenTurn, type TurnInside } from "./inside.js";
+import type { Stamp } from "./stamps.js";
 import { nodeStart } from "./start.js";
 import { summarize, type Summary } from "./stats.js";
 
@@ -80,9 +83,9 @@ interface Driven {
   close(): Promise<void>;
 }
 
-/** A process spoken to over its stdio by the ACP SDK's client. */
-function drive(command: string, args: string[]): Driven {
-  const child = spawn(command, args, { env: linkFreeEnv(), stdio: ["pipe", "pipe", "ignore"] });
+/** A process spoken to over its stdio by the ACP SDK's client, with `env` besides the bench's own. */
+function drive(command: string, args: string[], env: Record<string, string> = {}): Driven {
+  const child = spawn(command, args, { env: { ...linkFreeEnv(), ...env }, stdio: ["pipe", "pipe", "ignore"] });
   if (!child.stdin || !child.stdout) throw new Error("no stdio pipes");
   // Heard beside the SDK's own reader, which takes each chunk as it is read all the same.
   let lastRead = 0;
@@ -155,6 +158,12 @@ export interface ClientResult {
   nodeStart: Summary;
   /** This build's daemon in paired rounds with another's (`--against`), when asked for. */
   against?: AgainstResult;
+  /**
+   * The same steady turns in a pass of their own whose processes were stamped at their stdio and
+   * sockets (stamps.ts): each process's own time before and after the model, and the time between
+   * the processes (absent from runs before it was measured).
+   */
+  inside?: { processes: number; daemon: InsideSplit; passThrough: InsideSplit };
 }
 
 /** The time a process has been on a CPU so far, all its threads (ms), from /proc; undefined where there is none. */
@@ -181,6 +190,8 @@ interface TurnTimes {
   after: number[];
   overhead: number[];
   client: number[];
+  /** Each turn's times as the client and the proxy saw them (ms since the epoch), the first too. */
+  seen: SeenTurn[];
   cpu?: number;
 }
 
@@ -189,6 +200,8 @@ async function turns(d: Driven, proxy: TimingProxy, sessionId: string, n: number
   const after: number[] = [];
   const overhead: number[] = [];
   const client: number[] = [];
+  const turnsSeen: SeenTurn[] = [];
+  const epoch = (t: number) => performance.timeOrigin + t;
   let cpuFrom: number | undefined;
   for (let i = 0; i < n; i++) {
     if (i === 1) cpuFrom = cpuOf(d.child.pid);
@@ -200,6 +213,7 @@ async function turns(d: Driven, proxy: TimingProxy, sessionId: string, n: number
     const first = mine[0];
     const last = mine.at(-1);
     if (!first || !last) throw new Error("the turn never reached the model");
+    turnsSeen.push({ sent: epoch(t0), asked: epoch(first.asked), answered: epoch(last.answered), done: epoch(t1) });
     // The first turn warms the connection and the caches; steady turns are the rest.
     if (i === 0) continue;
     before.push(first.asked - t0);
@@ -209,7 +223,7 @@ async function turns(d: Driven, proxy: TimingProxy, sessionId: string, n: number
   }
   const cpuTo = cpuOf(d.child.pid);
   const cpu = cpuFrom !== undefined && cpuTo !== undefined && n > 1 ? (cpuTo - cpuFrom) / (n - 1) : undefined;
-  return { before, after, overhead, client, ...(cpu !== undefined ? { cpu } : {}) };
+  return { before, after, overhead, client, seen: turnsSeen, ...(cpu !== undefined ? { cpu } : {}) };
 }
 
 /** The turns of every round together, and their CPU a turn (the rounds' mean). */
@@ -249,8 +263,8 @@ function durableWrites(dir: string, n: number, from: number): number[] {
 }
 
 /** Steady turns of one fresh process of `args`, a session of its own (`newSession`: the daemon's). */
-async function steady(args: string[], proxy: TimingProxy, dir: string, n: number, newSession: boolean): Promise<TurnTimes> {
-  const d = drive(process.execPath, args);
+async function steady(args: string[], proxy: TimingProxy, dir: string, n: number, newSession: boolean, env?: Record<string, string>): Promise<TurnTimes> {
+  const d = drive(process.execPath, args, env);
   try {
     await d.client.request(acp.methods.agent.initialize, { protocolVersion: acp.PROTOCOL_VERSION, clientCapabilities: {} });
     const sessionId = newSession ? (await d.client.request(acp.methods.agent.session.new, { cwd: dir, mcpServers: [] })).sessionId : "pass";
@@ -258,6 +272,25 @@ async function steady(args: string[], proxy: TimingProxy, dir: string, n: number
   } finally {
     await d.close();
   }
+}
+
+/** The module that stamps a process the bench drives (stamps.ts), as `--import` takes it. */
+const STAMPS = pathToFileURL(join(ROOT, "dist", "test", "bench", "stamps.js")).href;
+
+/**
+ * Steady turns of one fresh process of `args`, stamped (stamps.ts; its stamps written into `stamps`),
+ * told apart: the process's own time and the time between the processes, turns 2 on.
+ */
+async function stampedTurns(args: string[], proxy: TimingProxy, dir: string, stamps: string, n: number, newSession: boolean): Promise<TurnInside[]> {
+  const file = join(stamps, `stamps-${newSession ? "daemon" : "pass"}-${performance.now().toFixed(0)}.json`);
+  const times = await steady(["--import", STAMPS, ...args], proxy, dir, n, newSession, { LNK_BENCH_STAMPS: file });
+  let noted: Stamp[];
+  try {
+    noted = Stamps.parse(JSON.parse(readFileSync(file, "utf8")));
+  } catch (e) {
+    throw new Error(`a stamped process wrote no stamps (${file}): ${(e as Error).message}`, { cause: e });
+  }
+  return turnsInside(times.seen.slice(1), noted);
 }
 
 /**
@@ -279,7 +312,7 @@ async function behindProxy<T>(server: ModelServer, name: string, run: (dir: stri
   }
 }
 
-export async function measureClient(server: ModelServer, o: { turns: number; rounds: number; starts: number; log: (line: string) => void }): Promise<ClientResult> {
+export async function measureClient(server: ModelServer, o: { turns: number; rounds: number; starts: number; stamped?: number; log: (line: string) => void }): Promise<ClientResult> {
   return behindProxy(server, "client", async (dir, proxy) => {
     o.log(`client: ${o.rounds} rounds of ${o.turns} turns through the daemon and the pass-through`);
     const daemonArgs = [...daemonNodeArgs(), MAIN, "--agent", dir];
@@ -306,6 +339,19 @@ export async function measureClient(server: ModelServer, o: { turns: number; rou
       durable.push(...written);
       const round = { daemon: summarize(daemon.overhead).median, passThrough: summarize(passed.overhead).median, durableWrite: summarize(written).median };
       rounds.push({ ...round, ratio: round.daemon / (round.durableWrite + round.passThrough) });
+    }
+
+    // The stamped pass: a process of each a time, as in the rounds, each told apart turn by turn.
+    const stamped = o.stamped ?? 0;
+    const daemonInside: TurnInside[] = [];
+    const passInside: TurnInside[] = [];
+    if (stamped > 0) {
+      o.log(`client: ${stamped} stamped processes of each, their own time told from the time between them`);
+      const stamps = mkdtempSync(join(dir, "s-"));
+      for (let s = 0; s < stamped; s++) {
+        daemonInside.push(...(await stampedTurns(daemonArgs, proxy, dir, stamps, o.turns, true)));
+        passInside.push(...(await stampedTurns(passArgs, proxy, dir, stamps, o.turns, false)));
+      }
     }
 
     o.log(`client: spawn to first answer, ${o.starts} runs`);
@@ -342,6 +388,7 @@ export async function measureClient(server: ModelServer, o: { turns: number; rou
       spawn: { initialize: summarize(init), sessionNew: summarize(made), firstTurn: summarize(first) },
       firstTurnOverhead: summarize(firstOverhead),
       nodeStart: summarize(bare.map((b) => b.median)),
+      ...(stamped > 0 ? { inside: { processes: stamped, daemon: summarizeInside(daemonInside), passThrough: summarizeInside(passInside) } } : {}),
     };
   });
 }

@@ -1,6 +1,6 @@
 // The results as a plain-text table, for the terminal and the man page.
 import type { BenchResults } from "./results.js";
-import { againstSummary, type AgainstResult } from "./client.js";
+import { againstSummary, type AgainstResult, type ClientResult } from "./client.js";
 import { ms } from "./stats.js";
 
 function columns(header: string[], rows: string[][]): string[] {
@@ -16,6 +16,20 @@ export function againstLine(against: AgainstResult): string {
   const a = againstSummary(against);
   const n = against.rounds.length;
   return `  against ${against.other}, ${n} paired rounds of turns 2-${against.turns}: overhead ${ms(a.here)} ms here, ${ms(a.there)} ms there (medians of the rounds' medians); here less there, per round: median ${a.difference >= 0 ? "+" : ""}${ms(a.difference)} ms, lower here in ${a.lowerHere} of ${n}`;
+}
+
+/**
+ * What the stamped pass says, in lines: of each turn's time before and after the model, what the
+ * process did itself and what lay between the processes.
+ */
+export function insideLines(inside: NonNullable<ClientResult["inside"]>): string[] {
+  const part = (name: string, s: NonNullable<ClientResult["inside"]>["daemon"]) =>
+    `    ${name}: before the model ${ms(s.before.median)} ms inside, ${ms(s.betweenBefore.median)} ms between; after its last byte ${ms(s.after.median)} ms inside, ${ms(s.betweenAfter.median)} ms between (medians of ${s.before.n} turns)`;
+  return [
+    `  inside each process and between them (a pass of ${inside.processes} stamped processes of each; inside: its prompt read to its request written, the model's last chunk read to its response written):`,
+    part("daemon      ", inside.daemon),
+    part("pass-through", inside.passThrough),
+  ];
 }
 
 export function renderTable(r: BenchResults): string {
@@ -116,6 +130,7 @@ export function renderTable(r: BenchResults): string {
         `  of the time after the model's last byte, the client's own (its last read to the response in its hands): daemon ${ms(c.daemon.client.median)} ms, pass-through ${ms(c.passThrough.client.median)} ms`,
       );
     }
+    if (c.inside) out.push(...insideLines(c.inside));
     if (c.rounds?.length) {
       out.push(
         `  by round (daemon / durable write + pass-through, medians): ${c.rounds.map((r) => `${ms(r.daemon)} / ${ms(r.durableWrite)} + ${ms(r.passThrough)} = ${r.ratio.toFixed(2)}x`).join("; ")}`,

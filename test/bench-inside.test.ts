@@ -1,0 +1,85 @@
+// The client part's stamped pass: each process's own time told from the time between the processes,
+// from stamps taken at its stdio and sockets (bench/stamps.ts) and the times the client and the proxy noted.
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { measureClient } from "./bench/client.js";
+import { turnsInside, type SeenTurn } from "./bench/inside.js";
+import { beginsResponse, type Stamp } from "./bench/stamps.js";
+import { insideLines } from "./bench/table.js";
+import { startModelServer, type ModelServer } from "./model-server.js";
+
+let server: ModelServer;
+beforeAll(async () => {
+  server = await startModelServer();
+});
+afterAll(async () => {
+  await server.close();
+});
+
+describe("a turn told apart", () => {
+  // Two turns 100 ms apart, each: sent at +0, read at +0.1, its request written at +1.0 and at the
+  // proxy at +1.2, the model's chunks read at +2.0 and +2.3, its last byte out of the proxy at +2.2,
+  // the response written at +3.0 and in the client's hands at +3.4.
+  const at = (base: number): { seen: SeenTurn; stamps: Stamp[] } => ({
+    seen: { sent: base, asked: base + 1.2, answered: base + 2.2, done: base + 3.4 },
+    stamps: [
+      ["in", base + 0.1],
+      ["request", base + 1.0],
+      ["answer", base + 2.0],
+      ["answer", base + 2.3],
+      ["response", base + 3.0],
+    ],
+  });
+
+  it("takes the process's own part from its stamps, and leaves the rest to the way between", () => {
+    const a = at(1000);
+    const b = at(1100);
+    const turns = turnsInside([a.seen, b.seen], [...a.stamps, ...b.stamps]);
+    expect(turns).toHaveLength(2);
+    for (const t of turns) {
+      expect(t.before).toBeCloseTo(0.9);
+      expect(t.after).toBeCloseTo(0.7);
+      // 1.2 ms before the model in all, 0.9 of it inside; 1.2 ms after its last byte, 0.7 inside.
+      expect(t.betweenBefore).toBeCloseTo(0.3);
+      expect(t.betweenAfter).toBeCloseTo(0.5);
+    }
+  });
+
+  it("leaves out a turn whose stamps are missing, and never takes the next turn's for it", () => {
+    const a = at(1000);
+    const b = at(1100);
+    // The first turn's response was never stamped: the second's is no stand-in for it.
+    const stamps = [...a.stamps.filter(([k]) => k !== "response"), ...b.stamps];
+    const turns = turnsInside([a.seen, b.seen], stamps);
+    expect(turns).toHaveLength(1);
+    expect(turns[0]?.after).toBeCloseTo(0.7);
+    expect(turnsInside([a.seen], [])).toEqual([]);
+  });
+
+  it("tells a response on the output from a notification or a request of the process's own", () => {
+    expect(beginsResponse('{"jsonrpc":"2.0","id":3,"result":{"stopReason":"end_turn"}}\n')).toBe(true);
+    expect(beginsResponse(Buffer.from('{"jsonrpc":"2.0","id":"a\\"b","error":{"code":-32602}}\n'))).toBe(true);
+    expect(beginsResponse('{"jsonrpc":"2.0","method":"session/update","params":{}}\n')).toBe(false);
+    expect(beginsResponse('{"jsonrpc":"2.0","id":7,"method":"session/request_permission","params":{}}\n')).toBe(false);
+    expect(beginsResponse("")).toBe(false);
+  });
+});
+
+describe("the stamped pass", () => {
+  it("stamps real processes of each, the daemon and the pass-through, and says where their time went", async () => {
+    const said: string[] = [];
+    const result = await measureClient(server, { turns: 3, rounds: 1, starts: 1, stamped: 1, log: (line) => said.push(line) });
+    const inside = result.inside;
+    expect(inside?.processes).toBe(1);
+    for (const split of [inside?.daemon, inside?.passThrough]) {
+      // Turns 2 and 3 of the stamped process, each told apart.
+      expect(split?.before.n).toBe(2);
+      for (const s of [split?.before, split?.after]) expect(s?.median).toBeGreaterThan(0);
+      // The process's own part lies within what the client saw, up to how far two processes' clocks
+      // may stand apart: the way between is never much below nothing.
+      for (const s of [split?.betweenBefore, split?.betweenAfter]) expect(s?.min).toBeGreaterThan(-0.5);
+    }
+    expect(said).toContain("client: 1 stamped processes of each, their own time told from the time between them");
+    const lines = insideLines(inside!);
+    expect(lines[1]).toMatch(/^ {4}daemon {6}: before the model \d+\.\d+ ms inside, -?\d+\.\d+ ms between; after its last byte \d+\.\d+ ms inside, -?\d+\.\d+ ms between \(medians of 2 turns\)$/);
+  });
+});

@@ -1,0 +1,75 @@
+// A turn's time as a client sees it, told apart: what the process did itself (its prompt read to its
+// request written; the model's last chunk read to its response written) from the way between the
+// processes (the pipes, the loopback socket, the proxy, waiting for a core), from stamps a pass of
+// its own took in the process (stamps.ts) and the times the client and the proxy noted.
+import { z } from "zod";
+import type { Stamp } from "./stamps.js";
+import { summarize, type Summary } from "./stats.js";
+
+/** What a stamped process wrote (stamps.ts). */
+export const Stamps = z.array(z.tuple([z.enum(["in", "request", "answer", "response"]), z.number()]));
+
+/** One turn as the client and the proxy saw it (ms since the epoch). */
+export interface SeenTurn {
+  /** The client sent the prompt. */
+  sent: number;
+  /** Its request's body had reached the proxy. */
+  asked: number;
+  /** The model's last byte had left the proxy. */
+  answered: number;
+  /** The prompt's response was in the client's hands. */
+  done: number;
+}
+
+/** A turn's before and after the model, each the process's own part and the part between the processes (ms). */
+export interface TurnInside {
+  before: number;
+  after: number;
+  betweenBefore: number;
+  betweenAfter: number;
+}
+
+/** The first stamp of `kind` at or after `from`, if any. */
+function firstAfter(stamps: readonly Stamp[], kind: Stamp[0], from: number): number | undefined {
+  return stamps.find(([k, t]) => k === kind && t >= from)?.[1];
+}
+
+/**
+ * Each turn told apart, from the process's stamps: its prompt read (the first input after the client
+ * sent it), its request written (the first after that), its response written (the first after that:
+ * a process may answer before the proxy's note that the model's last byte left it) and the model's
+ * last chunk read before it. A turn whose stamps are missing or out of its bounds (a process that
+ * wrote none: killed, or never stamped) is left out.
+ */
+export function turnsInside(turns: readonly SeenTurn[], stamps: readonly Stamp[]): TurnInside[] {
+  const out: TurnInside[] = [];
+  for (const turn of turns) {
+    const read = firstAfter(stamps, "in", turn.sent);
+    const request = read === undefined ? undefined : firstAfter(stamps, "request", read);
+    const response = request === undefined ? undefined : firstAfter(stamps, "response", request);
+    if (read === undefined || request === undefined || response === undefined || request > turn.asked || response > turn.done) continue;
+    const lastChunk = stamps.filter(([k, t]) => k === "answer" && t >= request && t <= response).at(-1)?.[1];
+    if (lastChunk === undefined) continue;
+    const before = request - read;
+    const after = response - lastChunk;
+    out.push({ before, after, betweenBefore: turn.asked - turn.sent - before, betweenAfter: turn.done - turn.answered - after });
+  }
+  return out;
+}
+
+/** The turns of a stamped pass, each measure's summary. */
+export interface InsideSplit {
+  before: Summary;
+  after: Summary;
+  betweenBefore: Summary;
+  betweenAfter: Summary;
+}
+
+export function summarizeInside(turns: readonly TurnInside[]): InsideSplit {
+  return {
+    before: summarize(turns.map((t) => t.before)),
+    after: summarize(turns.map((t) => t.after)),
+    betweenBefore: summarize(turns.map((t) => t.betweenBefore)),
+    betweenAfter: summarize(turns.map((t) => t.betweenAfter)),
+  };
+}
