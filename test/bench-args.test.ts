@@ -21,6 +21,7 @@ describe("the bench's arguments", () => {
     // A folder that is no checkout, and no file: refused, never run as a daemon.
     [["--against", "/tmp"], /^bench: --against: no daemon at \/tmp \(build that checkout first: npm run build\)$/],
     [["--against", ROOT, "--only", "overhead"], /^bench: --against runs with the client part: leave --only out, or name client in it$/],
+    [["--openclaw", "--only", "overhead"], /^bench: --openclaw runs with the client part: leave --only out, or name client in it$/],
   ])("%j: one line on stderr, exit 2, nothing measured", (args, said) => {
     const r = spawnSync(process.execPath, [RUN, ...args], { encoding: "utf8", timeout: 30_000 });
     expect(r.status).toBe(2);

@@ -24,6 +24,7 @@ import type { ModelServer } from "../model-server.js";
 import { benchSettings } from "./agent.js";
 import { daemonNodeArgs } from "./daemon.js";
 import { Stamps, summarizeInside, turnsInside, type InsideSplit, type SeenTurn, type TurnInside } from "./inside.js";
+import type { OpenClawResult } from "./openclaw.js";
 import type { Stamp } from "./stamps.js";
 import { nodeStart } from "./start.js";
 import { summarize, type Summary } from "./stats.js";
@@ -37,7 +38,7 @@ interface Exchange {
 }
 
 /** A proxy in front of the model server that times each exchange; adds one local hop to both runs alike. */
-class TimingProxy {
+export class TimingProxy {
   private constructor(
     private readonly server: Server,
     readonly url: string,
@@ -75,7 +76,7 @@ class TimingProxy {
   }
 }
 
-interface Driven {
+export interface Driven {
   child: ChildProcess;
   client: acp.ClientContext;
   /** When this process last read what the process wrote (performance.now()). */
@@ -84,7 +85,7 @@ interface Driven {
 }
 
 /** A process spoken to over its stdio by the ACP SDK's client, with `env` besides the bench's own. */
-function drive(command: string, args: string[], env: Record<string, string> = {}): Driven {
+export function drive(command: string, args: string[], env: Record<string, string> = {}): Driven {
   const child = spawn(command, args, { env: { ...linkFreeEnv(), ...env }, stdio: ["pipe", "pipe", "ignore"] });
   if (!child.stdin || !child.stdout) throw new Error("no stdio pipes");
   // Heard beside the SDK's own reader, which takes each chunk as it is read all the same.
@@ -164,6 +165,8 @@ export interface ClientResult {
    * the processes (absent from runs before it was measured).
    */
   inside?: { processes: number; daemon: InsideSplit; passThrough: InsideSplit };
+  /** OpenClaw's steady turns, run beside in the same run (`--openclaw`), or why they could not be. */
+  openclaw?: OpenClawResult | { notMeasured: string };
 }
 
 /** The time a process has been on a CPU so far, all its threads (ms), from /proc; undefined where there is none. */
@@ -185,7 +188,7 @@ function cpuOf(pid: number | undefined): number | undefined {
 }
 
 /** What steady turns of one process measured: each turn's times (ms), and its CPU a turn. */
-interface TurnTimes {
+export interface TurnTimes {
   before: number[];
   after: number[];
   overhead: number[];
@@ -195,7 +198,7 @@ interface TurnTimes {
   cpu?: number;
 }
 
-async function turns(d: Driven, proxy: TimingProxy, sessionId: string, n: number): Promise<TurnTimes> {
+export async function turns(d: Driven, proxy: TimingProxy, sessionId: string, n: number): Promise<TurnTimes> {
   const before: number[] = [];
   const after: number[] = [];
   const overhead: number[] = [];
@@ -227,7 +230,7 @@ async function turns(d: Driven, proxy: TimingProxy, sessionId: string, n: number
 }
 
 /** The turns of every round together, and their CPU a turn (the rounds' mean). */
-function pooled(rounds: readonly TurnTimes[]): TurnSplit {
+export function pooled(rounds: readonly TurnTimes[]): TurnSplit {
   const cpus = rounds.flatMap((r) => (r.cpu !== undefined ? [r.cpu] : []));
   return {
     before: summarize(rounds.flatMap((r) => r.before)),
@@ -297,7 +300,7 @@ async function stampedTurns(args: string[], proxy: TimingProxy, dir: string, sta
  * An agent's folder whose model is `server` behind a timing proxy, answering short: `run` is given
  * both, and both go once it is done.
  */
-async function behindProxy<T>(server: ModelServer, name: string, run: (dir: string, proxy: TimingProxy) => Promise<T>): Promise<T> {
+export async function behindProxy<T>(server: ModelServer, name: string, run: (dir: string, proxy: TimingProxy) => Promise<T>): Promise<T> {
   const dir = mkdtempSync(join(tmpdir(), `lnk-link-harness-bench-${name}-`));
   const proxy = await TimingProxy.start(server.url);
   const fallback = server.fallback;

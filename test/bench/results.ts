@@ -151,8 +151,8 @@ export function targets(r: Omit<BenchResults, "targets">): Target[] {
 
 /**
  * OpenClaw 2026.9.6's steady overhead, measured on this machine with the same client, proxy and
- * script (430 to 550 ms, the median of turns 2 to 20): it can't be run beside this bench, as it
- * needs Node 24.16 or later and the bench runs on the Node the daemon does. The lower end is taken.
+ * script (430 to 550 ms, the median of turns 2 to 20), before the bench could run it beside the
+ * daemon (`--openclaw`): the figure a run without it is held to. The lower end is taken.
  */
 export const OPENCLAW_OVERHEAD_MS = 430;
 
@@ -160,7 +160,11 @@ export const OPENCLAW_OVERHEAD_MS = 430;
 function clientTargets(client: Measured<ClientResult> | undefined): Target[] {
   const spawnName = "spawn to the first answered prompt at most 3x Node's own start (medians)";
   const steadyName = "steady overhead end to end within 2x its floor: the durable write plus the pass-through's (medians)";
-  const openclawName = `steady overhead at least 50x below OpenClaw 2026.9.6's, ${OPENCLAW_OVERHEAD_MS} ms as measured on this machine (it needs Node 24: not run beside)`;
+  const beside = client && "measured" in client ? client.measured.openclaw : undefined;
+  const ran = beside && "turns" in beside ? beside : undefined;
+  const openclawName = ran
+    ? `steady overhead at least 50x below OpenClaw ${ran.version}'s, run beside it on Node ${ran.node} with the same client, proxy and script (medians)`
+    : `steady overhead at least 50x below OpenClaw 2026.9.6's, ${OPENCLAW_OVERHEAD_MS} ms as measured on this machine before (${beside && "notMeasured" in beside ? `not run beside: ${beside.notMeasured}` : "not run beside: --openclaw runs it"})`;
   if (!client || !("measured" in client)) {
     const why = `not measured: ${client && "notMeasured" in client ? client.notMeasured : "not asked for"}`;
     return [
@@ -185,11 +189,17 @@ function clientTargets(client: Measured<ClientResult> | undefined): Target[] {
       measured: `${ms(c.daemon.overhead.median)} ms (before the model ${ms(c.daemon.before.median)}, after ${ms(c.daemon.after.median)}), ${ratio(c.daemon.overhead.median, floor)} of ${ms(floor)} ms (durable write ${ms(c.durableWrite.median)}, pass-through ${ms(c.passThrough.overhead.median)})${byRound}`,
       pass: c.daemon.overhead.median <= 2 * floor,
     },
-    {
-      name: openclawName,
-      measured: `${ms(c.daemon.overhead.median)} ms: ${(OPENCLAW_OVERHEAD_MS / c.daemon.overhead.median).toFixed(0)}x below`,
-      pass: c.daemon.overhead.median * 50 <= OPENCLAW_OVERHEAD_MS,
-    },
+    ran
+      ? {
+          name: openclawName,
+          measured: `${ms(c.daemon.overhead.median)} ms against OpenClaw's ${ms(ran.turns.overhead.median)} ms: ${(ran.turns.overhead.median / c.daemon.overhead.median).toFixed(0)}x below`,
+          pass: c.daemon.overhead.median * 50 <= ran.turns.overhead.median,
+        }
+      : {
+          name: openclawName,
+          measured: `${ms(c.daemon.overhead.median)} ms: ${(OPENCLAW_OVERHEAD_MS / c.daemon.overhead.median).toFixed(0)}x below`,
+          pass: c.daemon.overhead.median * 50 <= OPENCLAW_OVERHEAD_MS,
+        },
   ];
 }
 

@@ -16,6 +16,7 @@ import { targets, type BenchResults, type Measured } from "./results.js";
 import { measureDense, type DenseResult } from "./dense.js";
 import { measureStart, nodeStart, type StartResult } from "./start.js";
 import { measureAgainst, measureClient, type ClientResult } from "./client.js";
+import { measureOpenClaw } from "./openclaw.js";
 import { measureStreaming, type StreamRow } from "./stream.js";
 import { renderSvg } from "./svg.js";
 import { renderTable } from "./table.js";
@@ -65,6 +66,8 @@ interface Args {
   profileInterval: number | undefined;
   /** Another build's daemon, run in paired rounds with this one's (the client part). */
   against: string | undefined;
+  /** OpenClaw run beside the daemon (the client part), installed into the bench's cache the first time. */
+  openclaw: boolean;
 }
 
 function parseArgs(argv: string[]): Args {
@@ -73,6 +76,7 @@ function parseArgs(argv: string[]): Args {
   let profile: string | undefined;
   let profileInterval: number | undefined;
   let against: string | undefined;
+  let openclaw = false;
   for (let i = 0; i < argv.length; i++) {
     const arg = argv[i];
     if (arg === "--quick") quick = true;
@@ -90,11 +94,13 @@ function parseArgs(argv: string[]): Args {
       if (!/^[0-9]+$/.test(text) || profileInterval < 1 || profileInterval > 1_000_000) throw new UsageError(`--profile-interval takes microseconds, a whole number from 1 to 1000000, not ${JSON.stringify(text)}`);
     } else if (arg === "--against") {
       against = againstDaemon(argv[++i] ?? "");
-    } else throw new UsageError(`unknown argument ${String(arg)}; usage: run.js [--quick] [--only ${PARTS.join(",")}] [--profile DIR [--profile-interval US]] [--against BUILD]`);
+    } else if (arg === "--openclaw") openclaw = true;
+    else throw new UsageError(`unknown argument ${String(arg)}; usage: run.js [--quick] [--only ${PARTS.join(",")}] [--profile DIR [--profile-interval US]] [--against BUILD] [--openclaw]`);
   }
   if (profileInterval !== undefined && profile === undefined) throw new UsageError("--profile-interval is the interval of --profile DIR's samples: give --profile DIR too");
   if (against !== undefined && !only.has("client")) throw new UsageError("--against runs with the client part: leave --only out, or name client in it");
-  return { quick, only, profile, profileInterval, against };
+  if (openclaw && !only.has("client")) throw new UsageError("--openclaw runs with the client part: leave --only out, or name client in it");
+  return { quick, only, profile, profileInterval, against, openclaw };
 }
 
 /** The daemon of the build `--against` names: a checkout's folder, built, or its daemon's file itself. */
@@ -177,6 +183,13 @@ async function main(): Promise<void> {
       const measured = await own((s) => measureClient(s, { turns: plan.clientTurns, rounds: plan.clientRounds, starts: plan.clientStarts, stamped: plan.clientStamped, log }));
       const other = args.against;
       if (other !== undefined) measured.against = await own((s) => measureAgainst(s, other, { turns: plan.clientTurns, rounds: plan.againstRounds, log }));
+      if (args.openclaw) {
+        try {
+          measured.openclaw = await own((s) => measureOpenClaw(s, { turns: plan.clientTurns, log }));
+        } catch (e) {
+          measured.openclaw = { notMeasured: (e as Error).message };
+        }
+      }
       client = { measured };
     } catch (e) {
       client = { notMeasured: (e as Error).message };

@@ -18,6 +18,13 @@ export function againstLine(against: AgainstResult): string {
   return `  against ${against.other}, ${n} paired rounds of turns 2-${against.turns}: overhead ${ms(a.here)} ms here, ${ms(a.there)} ms there (medians of the rounds' medians); here less there, per round: median ${a.difference >= 0 ? "+" : ""}${ms(a.difference)} ms, lower here in ${a.lowerHere} of ${n}`;
 }
 
+/** What OpenClaw run beside the daemon (`--openclaw`) measured, in a line, or why it was not. */
+export function openclawLine(o: NonNullable<ClientResult["openclaw"]>): string {
+  if (!("turns" in o)) return `  OpenClaw beside: not measured: ${o.notMeasured}`;
+  const t = o.turns;
+  return `  OpenClaw ${o.version} beside (Node ${o.node}; its gateway, and its ACP bridge driven the same way): before the model ${ms(t.before.median)} ms, after its last byte ${ms(t.after.median)} ms, overhead ${ms(t.overhead.median)} ms (p99 ${ms(t.overhead.p99)}), medians of turns 2-${t.overhead.n + 1} of one session; its gateway took connections ${ms(o.gatewayMs)} ms after its spawn, its bridge answered initialize ${ms(o.initializeMs)} ms and session/new ${ms(o.sessionNewMs)} ms after its own`;
+}
+
 /**
  * What the stamped pass says, in lines: of each turn's time before and after the model, what the
  * process did itself and what lay between the processes.
@@ -140,6 +147,7 @@ export function renderTable(r: BenchResults): string {
       `  spawn to: initialize ${ms(c.spawn.initialize.median)} ms, session/new ${ms(c.spawn.sessionNew.median)} ms, first turn answered ${ms(c.spawn.firstTurn.median)} ms (its overhead ${ms(c.firstTurnOverhead.median)} ms); node -e 0: ${ms(c.nodeStart.median)} ms`,
     );
     if (c.against) out.push(againstLine(c.against));
+    if (c.openclaw) out.push(openclawLine(c.openclaw));
   } else out.push(`  not measured: ${r.client ? ("notMeasured" in r.client ? r.client.notMeasured : "") : "not asked for"}`);
   if (r.dense) {
     out.push("");
