@@ -50,37 +50,46 @@ export function renderTable(r: BenchResults): string {
   }
   out.push("");
   out.push("1. The turn's own time: turn wall time less the time waiting on the model (ms)");
-  out.push(
-    ...columns(
-      ["events", "window", "files", "warm med", "p99", "fresh med", "p99", "read-once med", "p99", "model med"],
-      r.overhead.map((row) => [
-        n(row.size),
-        row.window.min === row.window.max ? n(row.window.min) : `${n(row.window.min)}-${n(row.window.max)}`,
-        n(row.filesRead),
-        ms(row.warm.median),
-        ms(row.warm.p99),
-        ms(row.fresh.median),
-        ms(row.fresh.p99),
-        ms(row.floor.median),
-        ms(row.floor.p99),
-        ms(row.model.median),
-      ]),
-    ),
-  );
-  const turns = r.overhead[0]?.warm.n ?? 0;
-  out.push(`  ${turns} turns of each kind a size; window: events the model was sent; files: event files a fresh turn read.`);
-  out.push(`  Floors: read-once (the window's files read and JSON-parsed once); node -e 0 start ${ms(r.nodeStart.median)} ms (p99 ${ms(r.nodeStart.p99)}).`);
-  out.push(
-    r.machine.youngCollected
-      ? "  Each turn and read-once began with the young generation collected, as in a new process."
-      : "  Not run with --expose-gc: each turn and read-once may pay for the garbage of the one before.",
-  );
+  // A run of other parts alone (--only) measured none of it: said so, not shown as a table of no rows.
+  if (r.overhead.length === 0) out.push("  not measured: not asked for (--only)");
+  else {
+    out.push(
+      ...columns(
+        ["events", "window", "files", "warm med", "p99", "fresh med", "p99", "read-once med", "p99", "model med"],
+        r.overhead.map((row) => [
+          n(row.size),
+          row.window.min === row.window.max ? n(row.window.min) : `${n(row.window.min)}-${n(row.window.max)}`,
+          n(row.filesRead),
+          ms(row.warm.median),
+          ms(row.warm.p99),
+          ms(row.fresh.median),
+          ms(row.fresh.p99),
+          ms(row.floor.median),
+          ms(row.floor.p99),
+          ms(row.model.median),
+        ]),
+      ),
+    );
+  }
+  const turns = r.overhead[0]?.warm.n;
+  if (turns !== undefined) {
+    out.push(`  ${turns} turns of each kind a size; window: events the model was sent; files: event files a fresh turn read.`);
+    out.push(`  Floors: read-once (the window's files read and JSON-parsed once); node -e 0 start ${ms(r.nodeStart.median)} ms (p99 ${ms(r.nodeStart.p99)}).`);
+    out.push(
+      r.machine.youngCollected
+        ? "  Each turn and read-once began with the young generation collected, as in a new process."
+        : "  Not run with --expose-gc: each turn and read-once may pay for the garbage of the one before.",
+    );
+  }
   out.push("");
   const p = r.prefix;
   out.push("2. Prompt-cache prefix: each request's share of bytes that starts as the previous one");
-  out.push(
-    `  ${p.turns} turns, window of ${p.windowPairs} messages and answers, ${p.drops} drops: mean ${p.mean.toFixed(3)}, between drops ${p.meanBetweenDrops.toFixed(3)}, lowest ${p.min.toFixed(3)}`,
-  );
+  if (p.turns === 0) out.push("  not measured: not asked for (--only)");
+  else {
+    out.push(
+      `  ${p.turns} turns, window of ${p.windowPairs} messages and answers, ${p.drops} drops: mean ${p.mean.toFixed(3)}, between drops ${p.meanBetweenDrops.toFixed(3)}, lowest ${p.min.toFixed(3)}`,
+    );
+  }
   out.push("");
   out.push("3. Conversations streaming at once through one daemon (Unix socket, one ACP client)");
   if ("measured" in r.streaming) {
