@@ -30,17 +30,20 @@ describe("a turn told apart", () => {
     ],
   });
 
-  it("takes the process's own part from its stamps, and leaves the rest to the way between", () => {
+  it("takes the process's own part from its stamps, and the ways to it and from it from the client's and the proxy's", () => {
     const a = at(1000);
     const b = at(1100);
     const turns = turnsInside([a.seen, b.seen], [...a.stamps, ...b.stamps]);
     expect(turns).toHaveLength(2);
     for (const t of turns) {
+      // 1.2 ms before the model in all: 0.1 to the process, 0.9 its own, 0.2 to the proxy.
+      expect(t.promptRead).toBeCloseTo(0.1);
       expect(t.before).toBeCloseTo(0.9);
+      expect(t.requestTaken).toBeCloseTo(0.2);
+      // 1.2 ms after its last byte: read 0.1 after it left the proxy, 0.7 its own, 0.4 to the client.
+      expect(t.answerRead).toBeCloseTo(0.1);
       expect(t.after).toBeCloseTo(0.7);
-      // 1.2 ms before the model in all, 0.9 of it inside; 1.2 ms after its last byte, 0.7 inside.
-      expect(t.betweenBefore).toBeCloseTo(0.3);
-      expect(t.betweenAfter).toBeCloseTo(0.5);
+      expect(t.responseTaken).toBeCloseTo(0.4);
     }
   });
 
@@ -74,12 +77,14 @@ describe("the stamped pass", () => {
       // Turns 2 and 3 of the stamped process, each told apart.
       expect(split?.before.n).toBe(2);
       for (const s of [split?.before, split?.after]) expect(s?.median).toBeGreaterThan(0);
-      // The process's own part lies within what the client saw, up to how far two processes' clocks
-      // may stand apart: the way between is never much below nothing.
-      for (const s of [split?.betweenBefore, split?.betweenAfter]) expect(s?.min).toBeGreaterThan(-0.5);
+      // Each way lies between two stamps of two processes, in order but for how far their clocks may
+      // stand apart (and, for the answer's last byte, the proxy's note of it coming after it left):
+      // never much below nothing.
+      for (const s of [split?.promptRead, split?.requestTaken, split?.answerRead, split?.responseTaken]) expect(s?.min).toBeGreaterThan(-0.5);
     }
     expect(said).toContain("client: 1 stamped processes of each, their own time told from the time between them");
     const lines = insideLines(inside!);
-    expect(lines[1]).toMatch(/^ {4}daemon {6}: before the model \d+\.\d+ ms inside, -?\d+\.\d+ ms between; after its last byte \d+\.\d+ ms inside, -?\d+\.\d+ ms between \(medians of 2 turns\)$/);
+    const n = String.raw`-?\d+\.\d+`;
+    expect(lines[1]).toMatch(new RegExp(`^ {4}daemon {6}: before the model ${n} \\+ ${n} \\+ ${n} ms, after its last byte ${n} \\+ ${n} \\+ ${n} ms \\(medians of 2 turns\\)$`));
   });
 });

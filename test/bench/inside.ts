@@ -21,12 +21,28 @@ export interface SeenTurn {
   done: number;
 }
 
-/** A turn's before and after the model, each the process's own part and the part between the processes (ms). */
+/**
+ * A turn's time, told apart (ms): before the model, its prompt's way to the process, the process's
+ * own time, and its request's way to the proxy; after the model's last byte, that byte's way to the
+ * process, the process's own time, and its response's way to the client.
+ */
 export interface TurnInside {
+  /** The client sent the prompt, to the process reading it. */
+  promptRead: number;
+  /** The process's own: its prompt read, to its request written. */
   before: number;
+  /** Its request written, to its body at the proxy. */
+  requestTaken: number;
+  /**
+   * The model's last byte out of the proxy, to the process reading it: the loopback socket, and
+   * whatever the process was doing meanwhile (below nothing when it read it before the proxy's
+   * note that it had left).
+   */
+  answerRead: number;
+  /** The process's own: the model's last chunk read, to its response written. */
   after: number;
-  betweenBefore: number;
-  betweenAfter: number;
+  /** Its response written, to the client holding it. */
+  responseTaken: number;
 }
 
 /** The first stamp of `kind` at or after `from`, if any. */
@@ -50,26 +66,29 @@ export function turnsInside(turns: readonly SeenTurn[], stamps: readonly Stamp[]
     if (read === undefined || request === undefined || response === undefined || request > turn.asked || response > turn.done) continue;
     const lastChunk = stamps.filter(([k, t]) => k === "answer" && t >= request && t <= response).at(-1)?.[1];
     if (lastChunk === undefined) continue;
-    const before = request - read;
-    const after = response - lastChunk;
-    out.push({ before, after, betweenBefore: turn.asked - turn.sent - before, betweenAfter: turn.done - turn.answered - after });
+    out.push({
+      promptRead: read - turn.sent,
+      before: request - read,
+      requestTaken: turn.asked - request,
+      answerRead: lastChunk - turn.answered,
+      after: response - lastChunk,
+      responseTaken: turn.done - response,
+    });
   }
   return out;
 }
 
-/** The turns of a stamped pass, each measure's summary. */
-export interface InsideSplit {
-  before: Summary;
-  after: Summary;
-  betweenBefore: Summary;
-  betweenAfter: Summary;
-}
+/** The turns of a stamped pass: each part's summary. */
+export type InsideSplit = { [K in keyof TurnInside]: Summary };
 
 export function summarizeInside(turns: readonly TurnInside[]): InsideSplit {
+  const of = (k: keyof TurnInside) => summarize(turns.map((t) => t[k]));
   return {
-    before: summarize(turns.map((t) => t.before)),
-    after: summarize(turns.map((t) => t.after)),
-    betweenBefore: summarize(turns.map((t) => t.betweenBefore)),
-    betweenAfter: summarize(turns.map((t) => t.betweenAfter)),
+    promptRead: of("promptRead"),
+    before: of("before"),
+    requestTaken: of("requestTaken"),
+    answerRead: of("answerRead"),
+    after: of("after"),
+    responseTaken: of("responseTaken"),
   };
 }

@@ -26,14 +26,14 @@ export function openclawLine(o: NonNullable<ClientResult["openclaw"]>): string {
 }
 
 /**
- * What the stamped pass says, in lines: of each turn's time before and after the model, what the
- * process did itself and what lay between the processes.
+ * What the stamped pass says, in lines: of each turn's time before and after the model, the way to
+ * the process, the process's own time, and the way from it.
  */
 export function insideLines(inside: NonNullable<ClientResult["inside"]>): string[] {
   const part = (name: string, s: NonNullable<ClientResult["inside"]>["daemon"]) =>
-    `    ${name}: before the model ${ms(s.before.median)} ms inside, ${ms(s.betweenBefore.median)} ms between; after its last byte ${ms(s.after.median)} ms inside, ${ms(s.betweenAfter.median)} ms between (medians of ${s.before.n} turns)`;
+    `    ${name}: before the model ${ms(s.promptRead.median)} + ${ms(s.before.median)} + ${ms(s.requestTaken.median)} ms, after its last byte ${ms(s.answerRead.median)} + ${ms(s.after.median)} + ${ms(s.responseTaken.median)} ms (medians of ${s.before.n} turns)`;
   return [
-    `  inside each process and between them (a pass of ${inside.processes} stamped processes of each; inside: its prompt read to its request written, the model's last chunk read to its response written):`,
+    `  told apart in a pass of ${inside.processes} stamped processes of each: before the model, the prompt's way to the process + its own time to its request written + the request's way to the proxy; after the model's last byte, its way to the process (and what the process was doing meanwhile) + its own time to its response written + the response's way to the client:`,
     part("daemon      ", inside.daemon),
     part("pass-through", inside.passThrough),
   ];
