@@ -1,8 +1,9 @@
 // The client part's stamped pass: each process's own time told from the time between the processes,
 // from stamps taken at its stdio and sockets (bench/stamps.ts) and the times the client and the proxy noted.
+import fc from "fast-check";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { measureClient } from "./bench/client.js";
-import { turnsInside, type SeenTurn } from "./bench/inside.js";
+import { Stamps, turnsInside, type SeenTurn } from "./bench/inside.js";
 import { beginsResponse, type Stamp } from "./bench/stamps.js";
 import { insideLines } from "./bench/table.js";
 import { startModelServer, type ModelServer } from "./model-server.js";
@@ -58,12 +59,48 @@ describe("a turn told apart", () => {
     expect(turnsInside([a.seen], [])).toEqual([]);
   });
 
+  it("takes any stamps a process wrote, in any order, and tells apart only turns they fit, never a part below nothing but the answer's way", () => {
+    const kind = fc.constantFrom<Stamp[0]>("in", "request", "answer", "response");
+    const time = fc.double({ min: 0, max: 50, noNaN: true });
+    const seen = fc.tuple(time, time, time, time).map(([a, b, c, d]): SeenTurn => {
+      const [sent, asked, answered, done] = [a, b, c, d].sort((x, y) => x - y) as [number, number, number, number];
+      return { sent, asked, answered, done };
+    });
+    fc.assert(
+      fc.property(fc.array(seen, { maxLength: 6 }), fc.array(fc.tuple(kind, time), { maxLength: 40 }), (turns, stamps) => {
+        const told = turnsInside(turns, stamps);
+        expect(told.length).toBeLessThanOrEqual(turns.length);
+        for (const t of told) {
+          for (const part of [t.promptRead, t.before, t.requestTaken, t.after, t.responseTaken]) expect(part).toBeGreaterThanOrEqual(0);
+          expect(Number.isFinite(t.answerRead)).toBe(true);
+        }
+      }),
+    );
+  });
+
+  it("reads a stamps file only as stamps: anything else a process could leave there is refused", () => {
+    expect(Stamps.safeParse([["in", 1.5], ["response", 2]]).success).toBe(true);
+    for (const bad of [{}, null, "[]", [["in"]], [["in", "1"]], [["out", 1]], [["in", 1, 2]], [[1, "in"]]]) expect(Stamps.safeParse(bad).success).toBe(false);
+    fc.assert(
+      fc.property(fc.jsonValue(), (value) => {
+        const read = Stamps.safeParse(value);
+        if (read.success) for (const [k, t] of read.data) expect(["in", "request", "answer", "response"].includes(k) && typeof t === "number").toBe(true);
+      }),
+    );
+  });
+
   it("tells a response on the output from a notification or a request of the process's own", () => {
     expect(beginsResponse('{"jsonrpc":"2.0","id":3,"result":{"stopReason":"end_turn"}}\n')).toBe(true);
     expect(beginsResponse(Buffer.from('{"jsonrpc":"2.0","id":"a\\"b","error":{"code":-32602}}\n'))).toBe(true);
     expect(beginsResponse('{"jsonrpc":"2.0","method":"session/update","params":{}}\n')).toBe(false);
     expect(beginsResponse('{"jsonrpc":"2.0","id":7,"method":"session/request_permission","params":{}}\n')).toBe(false);
     expect(beginsResponse("")).toBe(false);
+    // Whatever a process writes, in any shape a stream takes it, is looked at without a throw.
+    fc.assert(
+      fc.property(fc.oneof(fc.string(), fc.uint8Array(), fc.constant(undefined), fc.integer()), (chunk) => {
+        expect(typeof beginsResponse(chunk)).toBe("boolean");
+      }),
+    );
   });
 });
 
