@@ -119,7 +119,7 @@ describe("the stamped pass", () => {
       // never much below nothing.
       for (const s of [split?.promptRead, split?.requestTaken, split?.answerRead, split?.responseTaken]) expect(s?.min).toBeGreaterThan(-0.5);
     }
-    expect(said).toContain("client: 1 stamped processes of each, their own time told from the time between them");
+    expect(said).toContain("client: 1 stamped processes of each, their own time told from the ways to and from them");
     const lines = insideLines(inside!);
     const n = String.raw`-?\d+\.\d+`;
     expect(lines[1]).toMatch(new RegExp(`^ {4}daemon {6}: before the model ${n} \\+ ${n} \\+ ${n} ms, after its last byte ${n} \\+ ${n} \\+ ${n} ms \\(medians of 2 turns\\)$`));

@@ -161,8 +161,8 @@ export interface ClientResult {
   against?: AgainstResult;
   /**
    * The same steady turns in a pass of their own whose processes were stamped at their stdio and
-   * sockets (stamps.ts): each process's own time before and after the model, and the time between
-   * the processes (absent from runs before it was measured).
+   * sockets (stamps.ts): each turn's time before and after the model told apart into the ways to
+   * and from the process and its own time (absent from runs before it was measured).
    */
   inside?: { processes: number; daemon: InsideSplit; passThrough: InsideSplit };
   /** OpenClaw's steady turns, run beside in the same run (`--openclaw`), or why they could not be. */
@@ -282,7 +282,7 @@ const STAMPS = pathToFileURL(join(ROOT, "dist", "test", "bench", "stamps.js")).h
 
 /**
  * Steady turns of one fresh process of `args`, stamped (stamps.ts; its stamps written into `stamps`),
- * told apart: the process's own time and the time between the processes, turns 2 on.
+ * each told apart (inside.ts), turns 2 on.
  */
 async function stampedTurns(args: string[], proxy: TimingProxy, dir: string, stamps: string, n: number, newSession: boolean): Promise<TurnInside[]> {
   const file = join(stamps, `stamps-${newSession ? "daemon" : "pass"}-${performance.now().toFixed(0)}.json`);
@@ -349,7 +349,7 @@ export async function measureClient(server: ModelServer, o: { turns: number; rou
     const daemonInside: TurnInside[] = [];
     const passInside: TurnInside[] = [];
     if (stamped > 0) {
-      o.log(`client: ${stamped} stamped processes of each, their own time told from the time between them`);
+      o.log(`client: ${stamped} stamped processes of each, their own time told from the ways to and from them`);
       const stamps = mkdtempSync(join(dir, "s-"));
       for (let s = 0; s < stamped; s++) {
         daemonInside.push(...(await stampedTurns(daemonArgs, proxy, dir, stamps, o.turns, true)));

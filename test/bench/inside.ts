@@ -1,7 +1,7 @@
-// A turn's time as a client sees it, told apart: what the process did itself (its prompt read to its
-// request written; the model's last chunk read to its response written) from the way between the
-// processes (the pipes, the loopback socket, the proxy, waiting for a core), from stamps a pass of
-// its own took in the process (stamps.ts) and the times the client and the proxy noted.
+// A turn's time as a client sees it, told apart: the process's own (its prompt read to its request
+// written; the model's last chunk read to its response written) from the ways to and from it (the
+// pipes, the loopback socket, the proxy, and waiting for a core), from stamps a pass of its own took
+// in the process (stamps.ts) and the times the client and the proxy noted.
 import { z } from "zod";
 import type { Stamp } from "./stamps.js";
 import { summarize, type Summary } from "./stats.js";

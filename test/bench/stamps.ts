@@ -3,9 +3,10 @@
 // other than its stdio (a request to the model), when each chunk was read from a socket other than
 // its input (the model's answer), and when each response began on its output; written to the file as
 // the process exits. The time between two of them is the process's own; the rest of what its client
-// sees is the way between the processes. Nothing of the process's code is touched: what it does is
-// seen at Node's sockets (a pipe's stream is a net.Socket too). The stamps take a little time of their
-// own, so they are taken in a pass of their own, never in the rounds the targets are measured with.
+// sees is the way to the process and from it (inside.ts). Nothing of the process's code is touched:
+// what it does is seen at Node's sockets (a pipe's stream is a net.Socket too). The stamps take a
+// little time of their own, so they are taken in a pass of their own, never in the rounds the
+// targets are measured with.
 import { writeFileSync } from "node:fs";
 import { Socket } from "node:net";
 
