@@ -159,7 +159,10 @@ export async function measureOpenClaw(server: ModelServer, o: { turns: number; l
     const port = await freePort();
     const config = join(state, "openclaw.json");
     writeFileSync(config, JSON.stringify(openclawConfig({ port, baseUrl: proxy.url, workspace, logFile: join(state, "openclaw.log") }), null, 2));
-    const own = { OPENCLAW_STATE_DIR: state, OPENCLAW_CONFIG_PATH: config, PATH: env.PATH ?? "" };
+    // Its temporary files (its locks among them) in the run's folder too, removed with it.
+    const tmp = join(state, "tmp");
+    mkdirSync(tmp);
+    const own = { OPENCLAW_STATE_DIR: state, OPENCLAW_CONFIG_PATH: config, TMPDIR: tmp, PATH: env.PATH ?? "" };
     o.log(`openclaw: ${OPENCLAW_VERSION} on Node ${OPENCLAW_NODE}, its gateway and ${o.turns} turns through its ACP bridge`);
     const started = performance.now();
     const gateway = spawn(node, [openclaw, "gateway", "run"], { env: { ...env, ...own }, stdio: ["ignore", "pipe", "pipe"] });
