@@ -114,10 +114,13 @@ describe("the stamped pass", () => {
       // Turns 2 and 3 of the stamped process, each told apart.
       expect(split?.before.n).toBe(2);
       for (const s of [split?.before, split?.after]) expect(s?.median).toBeGreaterThan(0);
-      // Each way lies between two stamps of two processes, in order but for how far their clocks may
-      // stand apart (and, for the answer's last byte, the proxy's note of it coming after it left):
-      // never much below nothing.
-      for (const s of [split?.promptRead, split?.requestTaken, split?.answerRead, split?.responseTaken]) expect(s?.min).toBeGreaterThan(-0.5);
+      // The prompt's, the request's and the response's ways each lie between two stamps of two
+      // processes in the order they happened (each note taken after what it notes), so none is below
+      // nothing by more than how far the processes' clocks may stand apart. The answer's last byte
+      // is noted by the proxy in a callback after it left, which a busy machine delays by more than
+      // a millisecond: that way alone may be well below nothing.
+      for (const s of [split?.promptRead, split?.requestTaken, split?.responseTaken]) expect(s?.min).toBeGreaterThan(-0.1);
+      expect(Number.isFinite(split?.answerRead.median)).toBe(true);
     }
     expect(said).toContain("client: 1 stamped processes of each, their own time told from the ways to and from them");
     const lines = insideLines(inside!);
