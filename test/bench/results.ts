@@ -175,6 +175,8 @@ function clientTargets(client: Measured<ClientResult> | undefined): Target[] {
   }
   const c = client.measured;
   const floor = c.durableWrite.median + c.passThrough.overhead.median;
+  // OpenClaw's overhead: measured beside in this run, or the figure measured before.
+  const openclaw = ran?.turns.overhead.median ?? OPENCLAW_OVERHEAD_MS;
   // Each round's own ratio beside, to show how far the machine moved them (a round's floor is a
   // median of few turns, so the rounds' ratios scatter more than the one of all turns together).
   const byRound = c.rounds?.length ? `; by round ${c.rounds.map((r) => `${r.ratio.toFixed(2)}x`).join(", ")}` : "";
@@ -189,17 +191,11 @@ function clientTargets(client: Measured<ClientResult> | undefined): Target[] {
       measured: `${ms(c.daemon.overhead.median)} ms (before the model ${ms(c.daemon.before.median)}, after ${ms(c.daemon.after.median)}), ${ratio(c.daemon.overhead.median, floor)} of ${ms(floor)} ms (durable write ${ms(c.durableWrite.median)}, pass-through ${ms(c.passThrough.overhead.median)})${byRound}`,
       pass: c.daemon.overhead.median <= 2 * floor,
     },
-    ran
-      ? {
-          name: openclawName,
-          measured: `${ms(c.daemon.overhead.median)} ms against OpenClaw's ${ms(ran.turns.overhead.median)} ms: ${(ran.turns.overhead.median / c.daemon.overhead.median).toFixed(0)}x below`,
-          pass: c.daemon.overhead.median * 50 <= ran.turns.overhead.median,
-        }
-      : {
-          name: openclawName,
-          measured: `${ms(c.daemon.overhead.median)} ms: ${(OPENCLAW_OVERHEAD_MS / c.daemon.overhead.median).toFixed(0)}x below`,
-          pass: c.daemon.overhead.median * 50 <= OPENCLAW_OVERHEAD_MS,
-        },
+    {
+      name: openclawName,
+      measured: `${ms(c.daemon.overhead.median)} ms${ran ? ` against OpenClaw's ${ms(openclaw)} ms` : ""}: ${(openclaw / c.daemon.overhead.median).toFixed(0)}x below`,
+      pass: c.daemon.overhead.median * 50 <= openclaw,
+    },
   ];
 }
 
