@@ -4,7 +4,7 @@ import fc from "fast-check";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { measureClient } from "./bench/client.js";
 import { Stamps, turnsInside, type SeenTurn } from "./bench/inside.js";
-import { beginsResponse, type Stamp } from "./bench/stamps.js";
+import { beginsResponse, STAMP_KINDS, type Stamp } from "./bench/stamps.js";
 import { insideLines } from "./bench/table.js";
 import { startModelServer, type ModelServer } from "./model-server.js";
 
@@ -60,7 +60,7 @@ describe("a turn told apart", () => {
   });
 
   it("takes any stamps a process wrote, in any order, and tells apart only turns they fit, never a part below nothing but the answer's way", () => {
-    const kind = fc.constantFrom<Stamp[0]>("in", "request", "answer", "response");
+    const kind = fc.constantFrom<Stamp[0]>(...STAMP_KINDS);
     const time = fc.double({ min: 0, max: 50, noNaN: true });
     const seen = fc.tuple(time, time, time, time).map(([a, b, c, d]): SeenTurn => {
       const [sent, asked, answered, done] = [a, b, c, d].sort((x, y) => x - y) as [number, number, number, number];
@@ -84,7 +84,7 @@ describe("a turn told apart", () => {
     fc.assert(
       fc.property(fc.jsonValue(), (value) => {
         const read = Stamps.safeParse(value);
-        if (read.success) for (const [k, t] of read.data) expect(["in", "request", "answer", "response"].includes(k) && typeof t === "number").toBe(true);
+        if (read.success) for (const [k, t] of read.data) expect(STAMP_KINDS.includes(k) && typeof t === "number").toBe(true);
       }),
     );
   });

@@ -3,11 +3,11 @@
 // pipes, the loopback socket, the proxy, and waiting for a core), from stamps a pass of its own took
 // in the process (stamps.ts) and the times the client and the proxy noted.
 import { z } from "zod";
-import type { Stamp } from "./stamps.js";
+import { STAMP_KINDS, type Stamp } from "./stamps.js";
 import { summarize, type Summary } from "./stats.js";
 
 /** What a stamped process wrote (stamps.ts). */
-export const Stamps = z.array(z.tuple([z.enum(["in", "request", "answer", "response"]), z.number()]));
+export const Stamps = z.array(z.tuple([z.enum(STAMP_KINDS), z.number()]));
 
 /** One turn as the client and the proxy saw it (ms since the epoch). */
 export interface SeenTurn {

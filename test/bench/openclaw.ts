@@ -7,11 +7,12 @@
 // SDK's client, as the daemon is.
 import { spawn, type ChildProcess } from "node:child_process";
 import { existsSync, mkdirSync, writeFileSync } from "node:fs";
-import { createServer, connect } from "node:net";
+import { connect } from "node:net";
 import { homedir } from "node:os";
 import { join } from "node:path";
 import * as acp from "@agentclientprotocol/sdk";
 import { behindProxy, drive, pooled, turns, type TurnSplit } from "./client.js";
+import { freePort } from "../fixtures/port.js";
 import type { ModelServer } from "../model-server.js";
 
 export const OPENCLAW_VERSION = "2026.9.6";
@@ -39,6 +40,9 @@ export function benchCache(env: NodeJS.ProcessEnv = process.env): string {
   return join(env.XDG_CACHE_HOME || join(homedir(), ".cache"), "lnk-link-harness", "bench");
 }
 
+/** The last lines of what a process said, on one line. */
+const lastLines = (said: string): string => said.trim().split("\n").slice(-3).join(" / ");
+
 /** Runs a command to its end; rejects with the last of what it said when it fails. */
 function run(command: string, args: string[], env: NodeJS.ProcessEnv): Promise<void> {
   return new Promise((resolve, reject) => {
@@ -46,7 +50,7 @@ function run(command: string, args: string[], env: NodeJS.ProcessEnv): Promise<v
     let said = "";
     child.stderr.setEncoding("utf8").on("data", (d: string) => (said = (said + d).slice(-2000)));
     child.on("error", reject);
-    child.on("close", (code) => (code === 0 ? resolve() : reject(new Error(`${command} ${args.join(" ")} failed (${String(code)}): ${said.trim().split("\n").slice(-3).join(" / ")}`))));
+    child.on("close", (code) => (code === 0 ? resolve() : reject(new Error(`${command} ${args.join(" ")} failed (${String(code)}): ${lastLines(said)}`))));
   });
 }
 
@@ -94,19 +98,6 @@ export function openclawConfig(o: { port: number; baseUrl: string; workspace: st
       },
     },
   };
-}
-
-/** A port free on loopback now. */
-function freePort(): Promise<number> {
-  return new Promise((resolve, reject) => {
-    const server = createServer();
-    server.on("error", reject);
-    server.listen(0, "127.0.0.1", () => {
-      const address = server.address();
-      const port = typeof address === "object" && address ? address.port : 0;
-      server.close(() => resolve(port));
-    });
-  });
 }
 
 /** Resolves once something takes connections on `port`; rejects should `child` exit first, or after START_MS. */
@@ -171,7 +162,7 @@ export async function measureOpenClaw(server: ModelServer, o: { turns: number; l
     gateway.stdout.on("data", hear);
     gateway.stderr.on("data", hear);
     try {
-      await listening(port, gateway, () => said.trim().split("\n").slice(-3).join(" / "));
+      await listening(port, gateway, () => lastLines(said));
       const gatewayMs = performance.now() - started;
       const spawned = performance.now();
       const d = drive(node, [openclaw, "acp", "--url", `ws://127.0.0.1:${port}`, "--token", TOKEN], own);

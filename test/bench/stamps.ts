@@ -10,7 +10,9 @@
 import { writeFileSync } from "node:fs";
 import { Socket } from "node:net";
 
-export type StampKind = "in" | "request" | "answer" | "response";
+/** What a stamp notes: input read, a request written, an answer's chunk read, a response written. */
+export const STAMP_KINDS = ["in", "request", "answer", "response"] as const;
+export type StampKind = (typeof STAMP_KINDS)[number];
 /** A stamp: what happened, and when (ms since the epoch: performance.timeOrigin + performance.now(), comparable across processes). */
 export type Stamp = [StampKind, number];
 

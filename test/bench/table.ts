@@ -70,10 +70,7 @@ export function renderTable(r: BenchResults): string {
         ]),
       ),
     );
-  }
-  const turns = r.overhead[0]?.warm.n;
-  if (turns !== undefined) {
-    out.push(`  ${turns} turns of each kind a size; window: events the model was sent; files: event files a fresh turn read.`);
+    out.push(`  ${r.overhead[0]?.warm.n ?? 0} turns of each kind a size; window: events the model was sent; files: event files a fresh turn read.`);
     out.push(`  Floors: read-once (the window's files read and JSON-parsed once); node -e 0 start ${ms(r.nodeStart.median)} ms (p99 ${ms(r.nodeStart.p99)}).`);
     out.push(
       r.machine.youngCollected
