@@ -1,9 +1,10 @@
 // A conversation's derived files: the transcript (copy for people and memory), window.json, usage.json, tools.json.
 import type { z } from "zod";
 import { closeSync, constants, fstatSync, openSync, readSync } from "node:fs";
+import { basename } from "node:path";
 import { ToolsList, UsageMark, WindowMark, StoreError, describeIssues } from "../protocol/index.js";
 import { FILE_MODE, flushMadeAboveSync, isErrno, jsonFault, LIMITS, LinkRefused, readText, replaceFile, writeAll } from "./files.js";
-import { checkConversationLinks } from "./events.js";
+import { checkConversationLinks, readBase } from "./events.js";
 import { withFolder } from "./folder.js";
 import type { ConversationPaths } from "./paths.js";
 
@@ -13,10 +14,10 @@ const TOOLS = "tools.json";
 
 /** The last `bytes` of the transcript, or undefined when there is none. */
 export function transcriptTail(conv: ConversationPaths, bytes = 256): string | undefined {
-  checkConversationLinks(conv);
+  const base = readBase(conv);
   let fd: number;
   try {
-    fd = openSync(conv.transcript, constants.O_RDONLY | constants.O_NOFOLLOW | constants.O_NONBLOCK);
+    fd = openSync(base === conv.dir ? conv.transcript : `${base}/${TRANSCRIPT}`, constants.O_RDONLY | constants.O_NOFOLLOW | constants.O_NONBLOCK);
   } catch (e) {
     if (isErrno(e, "ENOENT")) return undefined;
     if (isErrno(e, "ELOOP")) throw new StoreError(`refused: ${conv.transcript} is a symbolic link`, conv.transcript);
@@ -94,10 +95,10 @@ export function replaceTranscript(conv: ConversationPaths, text: string): void {
  * unreadable (too large, not a file) or not of its schema: it is made again. A link is refused.
  */
 function readDerived<T>(conv: ConversationPaths, path: string, max: number, schema: z.ZodType<T>): T | undefined {
-  checkConversationLinks(conv);
+  const base = readBase(conv);
   let text: string | undefined;
   try {
-    text = readText(path, { max });
+    text = readText(base === conv.dir ? path : `${base}/${basename(path)}`, { max, named: path });
   } catch (e) {
     if (e instanceof StoreError && !(e instanceof LinkRefused)) return undefined;
     throw e;

@@ -3,7 +3,7 @@ import { existsSync, linkSync, lstatSync, readdirSync } from "node:fs";
 import { basename, dirname } from "node:path";
 import { Event, StoreError, describeIssues, quickEvent, quickEventText, type Numbered } from "../protocol/index.js";
 import { checkNoLinks, dropTemp, isErrno, jsonFault, LIMITS, makeTemp, readNoFollow, unlinkQuiet, writeTempAsync, type MadeFile } from "./files.js";
-import { removeQuiet, withFolder } from "./folder.js";
+import { heldBase, removeQuiet, withFolder } from "./folder.js";
 import { eventName, eventNumber, type ConversationPaths } from "./paths.js";
 import { spareFor } from "./spares.js";
 
@@ -111,17 +111,28 @@ export function readEvent(conv: ConversationPaths, n: number, keep = true): Even
   const events = cache.of(conv.dir);
   const known = events.get(n);
   if (known) return known;
-  checkConversationLinks(conv);
-  return readCached(conv, events, n, keep);
+  return readCached(conv, readBase(conv), events, n, keep);
 }
 
-function readCached(conv: ConversationPaths, events: Map<number, Event>, n: number, keep = true): Event | undefined {
+/**
+ * Where a conversation's files are opened from: the folder its lock holds, through the descriptor
+ * that holds it (heldBase: checked as it was opened); else its path, checked first for links
+ * (checkConversationLinks).
+ */
+export function readBase(conv: ConversationPaths): string {
+  const held = heldBase(conv);
+  if (held !== undefined) return held;
+  checkConversationLinks(conv);
+  return conv.dir;
+}
+
+function readCached(conv: ConversationPaths, base: string, events: Map<number, Event>, n: number, keep = true): Event | undefined {
   const known = events.get(n);
   if (known) return known;
   const path = conv.event(n);
   let text: string;
   try {
-    text = readNoFollow(path, { max: LIMITS.event });
+    text = readNoFollow(base === conv.dir ? path : `${base}/${eventName(n)}`, { max: LIMITS.event, named: path });
   } catch (e) {
     if (e instanceof StoreError) throw e;
     if (isErrno(e, "ENOENT") || isErrno(e, "ENOTDIR")) return undefined;
@@ -145,11 +156,11 @@ export function checkConversationLinks(conv: ConversationPaths): void {
 
 /** Events from number `from` on, in order, until the first number not yet written. */
 export function readEventsFrom(conv: ConversationPaths, from: number): Numbered[] {
-  checkConversationLinks(conv);
+  const base = readBase(conv);
   const out: Numbered[] = [];
   const events = cache.of(conv.dir);
   for (let n = Math.max(1, from); ; n++) {
-    const event = readCached(conv, events, n);
+    const event = readCached(conv, base, events, n);
     if (!event) return out;
     out.push({ n, event });
   }
@@ -162,10 +173,10 @@ export function readEventsFrom(conv: ConversationPaths, from: number): Numbered[
  * events of the conversations its turns read.
  */
 export function* eachEventFrom(conv: ConversationPaths, from = 1): Generator<Numbered> {
-  checkConversationLinks(conv);
+  const base = readBase(conv);
   const events = cache.of(conv.dir);
   for (let n = Math.max(1, from); ; n++) {
-    const event = readCached(conv, events, n, false);
+    const event = readCached(conv, base, events, n, false);
     if (!event) return;
     yield { n, event };
   }
@@ -195,6 +206,15 @@ export function listEventNumbers(conv: ConversationPaths): number[] {
     if (n !== undefined) numbers.push(n);
   }
   return numbers.sort((a, b) => a - b);
+}
+
+/**
+ * The highest event number this process knows written, without a look at the folder: what a writer
+ * under the conversation's lock takes as the last (a number taken since by a writer without the lock
+ * is passed over as its link says EEXIST). Else found (lastEventNumber).
+ */
+export function knownLastEventNumber(conv: ConversationPaths): number {
+  return cache.last.get(conv.dir) ?? lastEventNumber(conv);
 }
 
 /**
@@ -313,7 +333,7 @@ function linkBegun(conv: ConversationPaths, event: Event, written: Promise<strin
     const tmp = folder.at(await written);
     try {
       folder.check();
-      let n = after ? after.seen + 1 : lastEventNumber(conv) + 1;
+      let n = (after ? after.seen : knownLastEventNumber(conv)) + 1;
       for (;;) {
         try {
           linkSync(tmp, folder.at(eventName(n)));

@@ -78,6 +78,8 @@ export interface ReadOptions {
   single?: boolean;
   /** Follow a symbolic link: for a file of the user's outside the agent's folder (their facts file). */
   follow?: boolean;
+  /** The path said of the file, where it is opened by another name (through a held folder's descriptor). */
+  named?: string;
 }
 
 /** What is wrong with an open file for reading it, if anything. */
@@ -97,8 +99,9 @@ function refusal(path: string, st: Stats, o: ReadOptions): string | undefined {
  * on a local file system gives less than asked only at its end), and close. The file is looked at
  * (fstat) only when that read comes back empty or full, or when it must have one name.
  */
-export function readNoFollow(path: string, o: ReadOptions = { max: LIMITS.event }): string {
-  const fd = openSync(path, o.follow ? NOFOLLOW & ~constants.O_NOFOLLOW : NOFOLLOW);
+export function readNoFollow(at: string, o: ReadOptions = { max: LIMITS.event }): string {
+  const fd = openSync(at, o.follow ? NOFOLLOW & ~constants.O_NOFOLLOW : NOFOLLOW);
+  const path = o.named ?? at;
   let checked = false;
   /** The file's size as looked at: what a buffer grows to at once, rather than by doubling. */
   let size = 0;
@@ -181,9 +184,10 @@ function utf8(buffer: Buffer, bytes: number): string {
 }
 
 /** The file's text, or undefined when it doesn't exist. A link is refused, not followed. */
-export function readText(path: string, o: ReadOptions = { max: LIMITS.event }): string | undefined {
+export function readText(at: string, o: ReadOptions = { max: LIMITS.event }): string | undefined {
+  const path = o.named ?? at;
   try {
-    return readNoFollow(path, o);
+    return readNoFollow(at, o);
   } catch (e) {
     if (e instanceof StoreError) throw e;
     if (isErrno(e, "ENOENT") || isErrno(e, "ENOTDIR")) return undefined;

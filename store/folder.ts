@@ -302,6 +302,17 @@ export async function holdWhile<T>(folder: ConversationFolder, fn: () => Promise
 }
 
 /**
+ * The held folder a conversation's files are read through, as its descriptor names it
+ * (`/proc/self/fd/<fd>`): the folder checked as it was opened, which no link or swap of its path
+ * since can change, so a read through it needs no look at the path first. Undefined when no lock of
+ * this process holds it through these paths, or files are named by their path here (no /proc).
+ */
+export function heldBase(conv: ConversationPaths): string | undefined {
+  const folder = held.get(conv);
+  return folder !== undefined && folder.base !== conv.dir ? folder.base : undefined;
+}
+
+/**
  * Flushes the names written through a held lock's folder so far (see ConversationFolder.flush): what
  * a turn that answers before its lock is let go calls first.
  */

@@ -1354,6 +1354,29 @@ describe("links are refused, not followed", () => {
     expect(() => readEventsFrom(conv, 1)).toThrow(conv.event(2));
   });
 
+  it("under its lock, a conversation is read through the folder the lock holds: chats/ swapped for a link meanwhile is never read", async () => {
+    const outside = tempDir();
+    mkdirSync(join(outside, "t"));
+    for (const n of [1, 2]) writeFileSync(join(outside, "t", eventName(n)), `${JSON.stringify(userMessage(`planted ${n}`))}\n`);
+    writeFileSync(join(outside, "t", "window.json"), "{}");
+    writeFileSync(join(outside, "t", "transcript.md"), "planted");
+    const dir = tempDir();
+    const conv = paths({ dir }).conversation("t");
+    await appendEvent(conv, userMessage("one"));
+    appendTranscript(conv, "kept");
+    forgetEvents();
+    const read = await withConversationLock(conv, async () => {
+      renameSync(join(dir, "chats"), join(dir, "chats-aside"));
+      symlinkSync(outside, join(dir, "chats"));
+      return [readEventsFrom(conv, 1).map((e) => (e.event as { text: string }).text), readEvent(conv, 2), readMark(conv), transcriptTail(conv)];
+    });
+    expect(read).toEqual([["one"], undefined, undefined, "kept"]);
+    // Without the lock, the same paths are refused, as any read through a link is.
+    forgetEvents();
+    expect(() => readEventsFrom(conv, 1)).toThrow(StoreError);
+    expect(() => transcriptTail(conv)).toThrow(StoreError);
+  });
+
   it("a conversation folder, or chats/, that is a link", async () => {
     const outside = tempDir();
     writeFileSync(join(outside, eventName(1)), `${JSON.stringify(userMessage("planted"))}\n`);

@@ -1,5 +1,5 @@
 // The turn against the scripted model server: the prompt's bytes, the window, thinking, failures.
-import { cpSync, mkdtempSync, rmSync, writeFileSync, mkdirSync, readdirSync, readFileSync } from "node:fs";
+import { cpSync, mkdtempSync, rmSync, writeFileSync, mkdirSync, readdirSync, readFileSync, statSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
@@ -335,6 +335,29 @@ describe("a turn's writes", () => {
       await turnsSettled();
       expect(sparesKept()).toBe(2);
       expect(readdirSync(conv.dir).filter((n) => n.startsWith(`.tmp-${process.pid}-`))).toHaveLength(2);
+    } finally {
+      forgetProcessState();
+    }
+    expect(readdirSync(conv.dir).filter((n) => n.startsWith(".tmp-"))).toEqual([]);
+  });
+
+  it("a long-lived process's turn makes the next turn's files while the model answers, and the next turn writes its question and answer into them", async () => {
+    const agent = agentWith();
+    const conv = paths(agent).conversation("spared");
+    server.fallback = () => ({ text: "answered" });
+    const temps = () => readdirSync(conv.dir).filter((n) => n.startsWith(`.tmp-${process.pid}-`));
+    try {
+      // Resolved once its lock is let go, with nothing settled after: its next files are made by then.
+      expect((await runTurn({ agent, thread: "spared", message: { text: "one" } }, () => undefined, { spare: true })).stop).toBe("end_turn");
+      expect(sparesKept()).toBe(2);
+      const made = temps().map((n) => statSync(join(conv.dir, n)).ino);
+      expect(made).toHaveLength(2);
+      expect((await runTurn({ agent, thread: "spared", message: { text: "two" } }, () => undefined, { spare: true })).stop).toBe("end_turn");
+      // Its question and answer are those files, linked to their numbers; two more are made for the turn after.
+      expect([3, 4].map((n) => statSync(conv.event(n)).ino).sort()).toEqual([...made].sort());
+      expect(readEventsFrom(conv, 3).map((e) => (e.event.kind === "message" ? e.event.text : e.event.kind))).toEqual(["two", "answered"]);
+      expect(sparesKept()).toBe(2);
+      expect(temps().filter((n) => made.includes(statSync(join(conv.dir, n)).ino))).toEqual([]);
     } finally {
       forgetProcessState();
     }

@@ -109,6 +109,8 @@ class Turn {
     readonly signal: AbortSignal,
     /** The paths the turn's lock was taken with: every write through them goes through its folder. */
     readonly conv: ConversationPaths,
+    /** Whether the files of the conversation's next turn are made ahead (runTurn's `spare`). */
+    private readonly spare = false,
   ) {}
 
   private writes: Promise<unknown> = Promise.resolve();
@@ -128,10 +130,20 @@ class Turn {
   /** Whether the turn has ended: nothing more is made ahead for it. */
   private ended = false;
 
-  /** Makes the next answer's file ahead, if it has none; one that can't be made is made when it is written. */
+  /** The next turn's files being made, through the folder this turn's lock holds (store/spares.ts). */
+  private sparing: Promise<void> | undefined;
+
+  /**
+   * Makes the next answer's file ahead, if it has none; one that can't be made is made when it is
+   * written. Then, with `spare`, the files the next events take (the next round's, the next turn's)
+   * where any are missing: while the model answers, through the folder held now, rather than once the
+   * lock is let go, when the next prompt may be under way already and would wait for a folder opened
+   * and files made.
+   */
   private prepare(): void {
     if (this.prepared || this.ended) return;
-    this.prepared = prepareEvent(this.conv).catch(() => undefined);
+    const prepared = (this.prepared = prepareEvent(this.conv).catch(() => undefined));
+    if (this.spare) this.sparing = Promise.all([this.sparing, prepared]).then(() => makeSpares(this.conv)).catch(() => undefined);
   }
 
   /** The file made ahead, taken for the answer it was made for, once it is made. */
@@ -145,6 +157,15 @@ class Turn {
   async dropPrepared(): Promise<void> {
     const it = await this.takePrepared();
     if (it) dropEvent(it);
+  }
+
+  /**
+   * Resolves once the next turn's files are made: before the turn's lock is let go, and its folder
+   * closed, which names them. Whether the turn made them (it asked the model).
+   */
+  async spared(): Promise<boolean> {
+    await this.sparing;
+    return this.sparing !== undefined;
   }
 
   /**
@@ -486,23 +507,28 @@ export async function runTurn(input: TurnInput, listener: TurnListener, o: { ear
   const lostError = () => new LockLostError(conv, (lost.signal.reason as Error | undefined)?.message ?? "taken over");
   let answer: ((outcome: TurnOutcome) => void) | undefined;
   const answered = new Promise<TurnOutcome>((resolve) => (answer = resolve));
+  let spared = false;
   const whole = (async () => {
     const outcome = await withConversationLock(
       conv,
       async () => {
-        const turn = new Turn(input, listener, signal, conv);
-        const outcome = await turn.run();
-        if (o.early && !lost.signal.aborted) {
-          await flushHeld(conv);
-          // The lock could be lost while its folder was flushed: then the whole turn says so.
-          if (!lost.signal.aborted) {
-            answer?.(outcome);
-            // The answer goes out first: what the caller does with it runs before the copy is made.
-            await new Promise((resolve) => setImmediate(resolve));
+        const turn = new Turn(input, listener, signal, conv, o.spare);
+        try {
+          const outcome = await turn.run();
+          if (o.early && !lost.signal.aborted) {
+            await flushHeld(conv);
+            // The lock could be lost while its folder was flushed: then the whole turn says so.
+            if (!lost.signal.aborted) {
+              answer?.(outcome);
+              // The answer goes out first: what the caller does with it runs before the copy is made.
+              await new Promise((resolve) => setImmediate(resolve));
+            }
           }
+          turn.settle();
+          return outcome;
+        } finally {
+          spared = await turn.spared();
         }
-        turn.settle();
-        return outcome;
       },
       {
         ...(input.signal ? { signal: input.signal } : {}),
@@ -510,9 +536,10 @@ export async function runTurn(input: TurnInput, listener: TurnListener, o: { ear
         onCompromised: (err) => lost.abort(err),
       },
     );
-    // The conversation's next events' files, made now that nothing waits for them (store/spares.ts);
-    // none once its lock was lost: another process holds the conversation now.
-    if (o.spare && !lost.signal.aborted) settleLater(new Promise((resolve) => setImmediate(resolve)).then(() => makeSpares(conv)));
+    // The conversation's next events' files, where the turn made none while the model answered (it
+    // never asked), made now that nothing waits for them (store/spares.ts); none once its lock was
+    // lost: another process holds the conversation now.
+    if (o.spare && !spared && !lost.signal.aborted) settleLater(new Promise((resolve) => setImmediate(resolve)).then(() => makeSpares(conv)));
     // Stopped because the lock was lost, not by the client: said as that, never as a cancel.
     if (lost.signal.aborted) throw lostError();
     return outcome;
