@@ -2,6 +2,7 @@
 // the answer streams as it arrives, connections are kept and reused, and what fails fails as fetch
 // fails, with Node's error as the cause.
 import { spawn } from "node:child_process";
+import { getEventListeners } from "node:events";
 import { readFileSync } from "node:fs";
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from "node:http";
 import { createServer as createTlsServer } from "node:https";
@@ -175,6 +176,27 @@ describe("nodeFetch", () => {
     expect(await answer.json()).toEqual({ method: "POST", type: "application/json", auth: "Bearer k", body: '{"a":1}' });
   });
 
+  it("sends the head fetch sends: its Host, its body's length in bytes (none for a GET, 0 for a POST without one), never in chunks", async () => {
+    const heads: Record<string, string | undefined>[] = [];
+    const { url } = await serve((req, res) => {
+      heads.push({ method: req.method, host: req.headers.host, length: req.headers["content-length"], chunked: req.headers["transfer-encoding"], type: req.headers["content-type"] });
+      req.resume();
+      req.on("end", () => res.end());
+    });
+    const ask = async (init: RequestInit) => (await nodeFetch(url, init)).text();
+    const host = new URL(url).host;
+    await ask({ method: "POST", headers: { "content-type": "text/plain" }, body: "héllo ✓" });
+    await ask({ method: "POST", body: new Uint8Array(5) });
+    await ask({ method: "POST" });
+    await ask({});
+    expect(heads).toEqual([
+      { method: "POST", host, length: String(Buffer.byteLength("héllo ✓")), chunked: undefined, type: "text/plain" },
+      { method: "POST", host, length: "5", chunked: undefined, type: undefined },
+      { method: "POST", host, length: "0", chunked: undefined, type: undefined },
+      { method: "GET", host, length: undefined, chunked: undefined, type: undefined },
+    ]);
+  });
+
   it("hands over the answer's first bytes before the rest is sent", async () => {
     let finish: (() => void) | undefined;
     const { url } = await serve((_req, res) => {
@@ -345,6 +367,14 @@ describe("nodeFetch", () => {
     await reader.read();
     late.abort(new Error("stop"));
     await expect(reader.read()).rejects.toBeDefined();
+  });
+
+  it("leaves nothing listening on its signal once its answer is read: a signal of many requests holds no listener of theirs", async () => {
+    const { url } = await serve((_req, res) => res.end("answered"));
+    const signal = new AbortController().signal;
+    for (let i = 0; i < 5; i++) expect(await (await nodeFetch(url, { signal })).text()).toBe("answered");
+    await pause(20);
+    expect(getEventListeners(signal, "abort")).toHaveLength(0);
   });
 
   it("speaks TLS to an https:// URL: a server that answers in plain HTTP fails the handshake, as fetch fails", async () => {
