@@ -496,8 +496,16 @@ describe("an answer that is not what it seems", { timeout: 60_000 }, () => {
     expect(kept).not.toContain("0123456789abcdef");
     const [, answer] = events(dir, sessionId);
     expect(answer).toMatchObject({ response_id: "Bearer [redacted]", left_out: ['prompt_tokens "Bearer [redacted]"'] });
+    // A key set while the daemon runs is the one kept out from its next answer on.
+    const next = "sk-live-fedcba9876543210-OTHER";
+    const settings = scriptedSettings(server.url) as { model: Record<string, unknown> };
+    configure(dir, { ...settings, model: { ...settings.model, base_url: echo, key: next } });
+    expect(await prompt(c, sessionId, "again")).toMatchObject({ stopReason: "end_turn" });
+    expect(events(dir, sessionId)[3]).toMatchObject({ response_id: "Bearer [redacted]", left_out: ['prompt_tokens "Bearer [redacted]"'] });
+    expect(await onDisk(dir, sessionId)).not.toContain("fedcba9876543210");
     expect(await d.stop()).toEqual({ code: 0, signal: null });
     expect(d.stderr()).not.toContain(KEY);
+    expect(d.stderr()).not.toContain(next);
   });
 
   it("two calls under one id are each answered, under ids of their own", async () => {
