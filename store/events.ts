@@ -161,8 +161,11 @@ export function checkConversationLinks(conv: ConversationPaths): void {
 
 /** Events from number `from` on, in order, until the first number not yet written. */
 export function readEventsFrom(conv: ConversationPaths, from: number): Numbered[] {
-  // Past the last number known (a turn's look for events written since its last): one or a few.
-  const base = from > (cache.last.get(conv.dir) ?? 0) ? readBase(conv) : pathBase(conv);
+  // Past the last number known (a turn's look for events written since its last): one or a few,
+  // and most often none, which a look says without the error a failed open makes (some 3 us).
+  const past = from > (cache.last.get(conv.dir) ?? 0);
+  const base = past ? readBase(conv) : pathBase(conv);
+  if (past && lstatSync(`${base}/${eventName(Math.max(1, from))}`, { throwIfNoEntry: false }) === undefined) return [];
   const out: Numbered[] = [];
   const events = cache.of(conv.dir);
   for (let n = Math.max(1, from); ; n++) {

@@ -41,24 +41,22 @@ export class LinkRefused extends StoreError {
 
 /**
  * Refuses a path whose folders below `root` hold a symbolic link, or something that is not a folder:
- * a file planted in the agent's folder can't pull another file of the machine into a prompt.
+ * a file planted in the agent's folder can't pull another file of the machine into a prompt. Whether
+ * they are all there: where one is missing, so is the file, and a reader need not look for it (a
+ * missing file costs Node an error made, some 3 us, where the look that finds it missing cost 0.4).
  */
-export function checkNoLinks(root: string, path: string): void {
+export function checkNoLinks(root: string, path: string): boolean {
   const rel = relative(root, dirname(path));
   if (rel.startsWith("..")) throw new StoreError(`refused: ${path} is outside ${root}`, path);
   let at = root;
   for (const part of rel === "" ? [] : rel.split(sep)) {
     at = join(at, part);
-    let st;
-    try {
-      st = lstatSync(at);
-    } catch (e) {
-      if (isErrno(e, "ENOENT")) return;
-      throw e;
-    }
+    const st = lstatSync(at, { throwIfNoEntry: false });
+    if (st === undefined) return false;
     if (st.isSymbolicLink()) throw new LinkRefused(at);
     if (!st.isDirectory()) throw new StoreError(`refused: ${at} is not a folder`, at);
   }
+  return true;
 }
 
 /** Where files are read into: one buffer for the process. A larger file gets a buffer of its own. */

@@ -131,7 +131,7 @@ export function sectionBytes(chars: number): number {
  * file refused, a file with more than one name (a hard link) refused, and at most `bytes` read.
  */
 function readSource(root: string, path: string, bytes: number): string | undefined {
-  checkNoLinks(root, path);
+  if (!checkNoLinks(root, path)) return undefined;
   return readText(path, { max: bytes, cut: true, single: true });
 }
 
@@ -298,7 +298,7 @@ function skillsIn(
 export function listOwnSkills(agent: AgentRef, onRefused?: (path: string, why: string) => void): Skill[] {
   const p = paths(agent);
   // skills/ itself is checked too: a link there would reach SKILL.md files anywhere.
-  checkNoLinks(p.dir, `${p.skills}/x`);
+  if (!checkNoLinks(p.dir, `${p.skills}/x`)) return [];
   return skillsIn(p.skills, (path) => readSource(p.dir, path, SKILL_BYTES), onRefused ? { onRefused } : {});
 }
 

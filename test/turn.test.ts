@@ -1,5 +1,6 @@
 // The turn against the scripted model server: the prompt's bytes, the window, thinking, failures.
 import { cpSync, mkdtempSync, rmSync, writeFileSync, mkdirSync, readdirSync, readFileSync, statSync } from "node:fs";
+import { createRequire, syncBuiltinESMExports } from "node:module";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
@@ -362,6 +363,37 @@ describe("a turn's writes", () => {
       forgetProcessState();
     }
     expect(readdirSync(conv.dir).filter((n) => n.startsWith(".tmp-"))).toEqual([]);
+  });
+
+  it("a steady turn looks for the files it may not find (the agent's own, your facts, the next event) and meets no error for one missing", async () => {
+    const agent = agentWith();
+    server.fallback = () => ({ text: "answered" });
+    await turn(agent, "looked", "one");
+    // Every sync call of node:fs, as the store and the turn import it, watched for what it throws.
+    const fs = createRequire(import.meta.url)("node:fs") as Record<string, unknown>;
+    const thrown: string[] = [];
+    const kept = new Map<string, unknown>();
+    for (const name of Object.keys(fs).filter((n) => n.endsWith("Sync") && typeof fs[n] === "function")) {
+      const real = fs[name] as (...args: unknown[]) => unknown;
+      kept.set(name, real);
+      fs[name] = (...args: unknown[]) => {
+        try {
+          return real(...args);
+        } catch (e) {
+          thrown.push(`${name} ${(e as NodeJS.ErrnoException).code}: ${String(args[0])}`);
+          throw e;
+        }
+      };
+    }
+    syncBuiltinESMExports();
+    try {
+      expect((await turn(agent, "looked", "two")).outcome.stop).toBe("end_turn");
+    } finally {
+      for (const [name, real] of kept) fs[name] = real;
+      syncBuiltinESMExports();
+    }
+    expect(thrown).toEqual([]);
+    expect(readEventsFrom(paths(agent).conversation("looked"), 1)).toHaveLength(4);
   });
 
   it("a model set while a turn runs is the conversation's model at the next turn of the same process", async () => {

@@ -80,10 +80,11 @@ export function yourFactsPath(env: NodeJS.ProcessEnv = process.env): string {
 function yourFacts(path: string): Record<string, ModelFact> {
   let stamp: string;
   try {
-    const st = statSync(path, { bigint: true });
-    stamp = `${st.ino}:${st.size}:${st.mtimeNs}:${st.ctimeNs}`;
+    // Missing, as it mostly is: undefined, rather than an error made at every turn.
+    const st = statSync(path, { bigint: true, throwIfNoEntry: false });
+    stamp = st === undefined ? "absent" : `${st.ino}:${st.size}:${st.mtimeNs}:${st.ctimeNs}`;
   } catch (e) {
-    if ((e as NodeJS.ErrnoException).code !== "ENOENT" && (e as NodeJS.ErrnoException).code !== "ENOTDIR") throw new FactsError(`cannot read model facts ${path}: ${(e as Error).message}`);
+    if ((e as NodeJS.ErrnoException).code !== "ENOTDIR") throw new FactsError(`cannot read model facts ${path}: ${(e as Error).message}`);
     stamp = "absent";
   }
   const kept = yours.get(path);
