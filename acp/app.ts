@@ -236,8 +236,12 @@ export function createAgentApp(state: AcpState, outbox: Outbox, connection = new
         },
       );
       // A failed turn is logged as failed, with its reason, never as the end_turn the client is answered.
-      if (outcome.failure) log.warn("turn failed", { thread: session.thread, reason: outcome.failure.reason, failure: outcome.failure.message });
-      else log.info("turn ended", { thread: session.thread, stop: outcome.stop });
+      // Once the event loop comes round: by then the prompt's response is written (the connection's
+      // writes leave at the next tick), which the line's own write to stderr went before.
+      setImmediate(() => {
+        if (outcome.failure) log.warn("turn failed", { thread: session.thread, reason: outcome.failure.reason, failure: outcome.failure.message });
+        else log.info("turn ended", { thread: session.thread, stop: outcome.stop });
+      });
       return outcome;
     };
 
