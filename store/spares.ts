@@ -1,8 +1,9 @@
-// Files made ahead for a conversation's next events, once a turn of it is done and its lock let go:
-// the next turn writes its question and its answer into them, so that no file is made while it
-// runs. Making a file is the costly call of a turn's on a disk (the thread pool's, a quarter of a
-// millisecond to over one on ext4 without a journal, a round trip on a network file system); between
-// turns nothing waits for it. Each is an empty private temp file of this process's
+// Files made ahead for a conversation's next events, while a turn of it waits for the model (through
+// the folder its lock holds), or once a turn that never asked is done and its lock let go: the next
+// turn writes its question and its answer into them, so that no file is made while it runs. Making
+// a file is the costly call of a turn's on a disk (the thread pool's, a quarter of a millisecond to
+// over one on ext4 without a journal, a round trip on a network file system); while the model
+// answers nothing waits for it. Each is an empty private temp file of this process's
 // (`.tmp-<pid>-…`, so a gone process's are removed with its holder: store/lock.ts), kept open.
 // Bounded: two a conversation, for the conversations used most lately. Nothing of it matters: a
 // turn that finds none, or one that is not as it was made, makes its files as before.

@@ -497,8 +497,8 @@ function settleLater(work: Promise<unknown>): void {
  * Runs one turn of a conversation, holding its lock (one turn at a time per conversation). Resolves
  * once the lock is let go; with `early`, once the turn's events are on disk, their names flushed,
  * while its derived files are brought up to date and its lock let go after (turnsSettled). With
- * `spare`, once its lock is let go, the files of the conversation's next turn are made (a long-lived
- * process's: store/spares.ts).
+ * `spare`, the files of the conversation's next turn are made while the model answers, or once its
+ * lock is let go where it never asked (a long-lived process's: store/spares.ts).
  */
 export async function runTurn(input: TurnInput, listener: TurnListener, o: { early?: boolean; spare?: boolean } = {}): Promise<TurnOutcome> {
   const conv = paths(input.agent).conversation(input.thread);
