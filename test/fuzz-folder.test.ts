@@ -33,6 +33,9 @@ const WHERE = [
   "chats",
   `chats/${THREAD}`,
   `chats/${THREAD}/000000000001.json`,
+  // The number the turn's answer would take, found taken: its link passes over it (EEXIST), and what
+  // is there is read by nothing that could follow it.
+  `chats/${THREAD}/000000000002.json`,
   `chats/${THREAD}/window.json`,
   `chats/${THREAD}/transcript.md`,
   `chats/${THREAD}/tools.json`,
@@ -240,8 +243,8 @@ describe("the agent's folder, fuzzed", () => {
   it("FIFOs, links, hard links, sparse files and folders where files should be, before or during a turn, and a key echoed back", { timeout: 240_000 }, async () => {
     await fc.assert(
       fc.asyncProperty(fc.array(planting, { minLength: 1, maxLength: 3 }), fc.boolean(), (ps, echoKey) => check(ps, echoKey)),
-      // The copy a hard link to the secret, and a gone process's holder and temporary file links out,
-      // whatever else comes: always run first.
+      // The copy a hard link to the secret, a gone process's holder and temporary file links out, and
+      // the answer's number taken, whatever else comes: always run first.
       {
         numRuns: 24,
         examples: [
@@ -253,6 +256,9 @@ describe("the agent's folder, fuzzed", () => {
             ],
             false,
           ],
+          // The answer's number taken while the model answers, by a link out; or before, by a FIFO.
+          [[{ where: `chats/${THREAD}/000000000002.json`, what: "link to the secret", during: true }], false],
+          [[{ where: `chats/${THREAD}/000000000002.json`, what: "fifo", during: false }], false],
         ],
       },
     );

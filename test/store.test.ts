@@ -1377,6 +1377,25 @@ describe("links are refused, not followed", () => {
     expect(() => transcriptTail(conv)).toThrow(StoreError);
   });
 
+  it("under its lock, a look for the events written since the last known finds a link or a FIFO there refused, never followed or waited on", async () => {
+    const dir = tempDir();
+    const conv = paths({ dir }).conversation("t");
+    await appendEvent(conv, userMessage("one"));
+    symlinkSync(outsideEvent(), conv.event(2));
+    await withConversationLock(conv, async () => {
+      expect(() => readEventsFrom(conv, 2)).toThrow(`refused: event ${conv.event(2)} is a symbolic link`);
+    });
+    rmSync(conv.event(2));
+    expect(spawnSync("mkfifo", [conv.event(2)]).status).toBe(0);
+    await withConversationLock(conv, async () => {
+      expect(() => readEventsFrom(conv, 2)).toThrow(`refused: ${conv.event(2)} is not a regular file`);
+    });
+    rmSync(conv.event(2));
+    await withConversationLock(conv, async () => {
+      expect(readEventsFrom(conv, 2)).toEqual([]);
+    });
+  });
+
   it("a conversation folder, or chats/, that is a link", async () => {
     const outside = tempDir();
     writeFileSync(join(outside, eventName(1)), `${JSON.stringify(userMessage("planted"))}\n`);
