@@ -17,7 +17,7 @@ export function transcriptTail(conv: ConversationPaths, bytes = 256): string | u
   const base = readBase(conv);
   let fd: number;
   try {
-    fd = openSync(base === conv.dir ? conv.transcript : `${base}/${TRANSCRIPT}`, constants.O_RDONLY | constants.O_NOFOLLOW | constants.O_NONBLOCK);
+    fd = openSync(`${base}/${TRANSCRIPT}`, constants.O_RDONLY | constants.O_NOFOLLOW | constants.O_NONBLOCK);
   } catch (e) {
     if (isErrno(e, "ENOENT")) return undefined;
     if (isErrno(e, "ELOOP")) throw new StoreError(`refused: ${conv.transcript} is a symbolic link`, conv.transcript);
@@ -98,7 +98,7 @@ function readDerived<T>(conv: ConversationPaths, path: string, max: number, sche
   const base = readBase(conv);
   let text: string | undefined;
   try {
-    text = readText(base === conv.dir ? path : `${base}/${basename(path)}`, { max, named: path });
+    text = readText(`${base}/${basename(path)}`, { max, named: path });
   } catch (e) {
     if (e instanceof StoreError && !(e instanceof LinkRefused)) return undefined;
     throw e;

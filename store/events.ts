@@ -115,9 +115,9 @@ export function readEvent(conv: ConversationPaths, n: number, keep = true): Even
 }
 
 /**
- * Where a conversation's files are opened from, for a read of one or a few: the folder its lock
- * holds, through the descriptor that holds it (heldBase: checked as it was opened); else its path,
- * checked first for links (checkConversationLinks). A read of many goes by the path, checked once
+ * Where a conversation's files are opened from (`<base>/<name>`), for a read of one or a few: the
+ * folder its lock holds, through the descriptor that holds it (heldBase: checked as it was opened);
+ * else its path, checked first for links (checkConversationLinks). A read of many goes by the path, checked once
  * (pathBase): a name through /proc costs the kernel more each time than the check costs once, some
  * 0.8 us a file, 1.6 ms of a fresh turn's 2,000.
  */
@@ -137,7 +137,7 @@ function readCached(conv: ConversationPaths, base: string, events: Map<number, E
   const path = conv.event(n);
   let text: string;
   try {
-    text = readNoFollow(base === conv.dir ? path : `${base}/${eventName(n)}`, { max: LIMITS.event, named: path });
+    text = readNoFollow(`${base}/${eventName(n)}`, { max: LIMITS.event, named: path });
   } catch (e) {
     if (e instanceof StoreError) throw e;
     if (isErrno(e, "ENOENT") || isErrno(e, "ENOTDIR")) return undefined;
