@@ -216,7 +216,10 @@ export function createAgentApp(state: AcpState, outbox: Outbox, connection = new
       } catch (e) {
         log.error("tool host unavailable: the turn runs without tools", { error: (e as Error).message });
       }
-      log.info("turn", { thread: session.thread });
+      // Once the event loop comes round: by then the model's request is on its way, which the line's
+      // write to stderr went before.
+      if (log.later) log.later("turn", { thread: session.thread });
+      else log.info("turn", { thread: session.thread });
       const outcome = await deps.runTurn(
         {
           agent: deps.agent,

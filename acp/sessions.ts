@@ -538,11 +538,23 @@ export class Sessions {
     return undefined;
   }
 
-  /** The conversation's title, if it has one yet. */
+  /**
+   * The conversation's title, if it has one yet. One found is kept: its events are never rewritten,
+   * so its first user message is its title for good, and a prompt no longer looks for its next event.
+   */
   title(thread: string): string | undefined {
     const conv = this.conversation(thread);
-    return this.titleOf(conv, lastEventNumber(conv));
+    const known = this.titles.get(conv.dir);
+    if (known !== undefined) return known;
+    const title = this.titleOf(conv, lastEventNumber(conv));
+    if (title === undefined) return undefined;
+    if (this.titles.size >= LISTED_MAX) this.titles.clear();
+    this.titles.set(conv.dir, title);
+    return title;
   }
+
+  /** The titles found, by conversation folder. */
+  private readonly titles = new Map<string, string>();
 
   /**
    * What session/list shows of a conversation: the chat, and each of its conversations when it has

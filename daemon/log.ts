@@ -3,9 +3,33 @@ import { format } from "node:util";
 
 type Fields = Record<string, unknown>;
 
-function write(level: string, msg: string, fields?: Fields): void {
+/** Lines written once the event loop comes round (later), in the order they were logged. */
+let pending = "";
+let flushAtExit = false;
+
+function write(level: string, msg: string, fields?: Fields, later = false): void {
   if (level === "debug" && !process.env.LNK_DEBUG) return;
-  process.stderr.write(`${JSON.stringify({ time: new Date().toISOString(), level, msg, ...fields })}\n`);
+  const line = `${JSON.stringify({ time: new Date().toISOString(), level, msg, ...fields })}\n`;
+  if (later) {
+    if (pending === "") setImmediate(flush);
+    // A process that exits before the loop comes round writes them as it goes.
+    if (!flushAtExit) flushAtExit = Boolean(process.once("exit", flush));
+    pending += line;
+    return;
+  }
+  // A line logged later than one left for the loop's next pass is never written before it.
+  process.stderr.write(pending === "" ? line : flushed() + line);
+}
+
+/** The lines left for the loop's next pass, taken. */
+function flushed(): string {
+  const text = pending;
+  pending = "";
+  return text;
+}
+
+function flush(): void {
+  if (pending !== "") process.stderr.write(flushed());
 }
 
 export const log = {
@@ -13,6 +37,11 @@ export const log = {
   info: (msg: string, fields?: Fields) => write("info", msg, fields),
   warn: (msg: string, fields?: Fields) => write("warn", msg, fields),
   error: (msg: string, fields?: Fields) => write("error", msg, fields),
+  /**
+   * An info line written once the event loop comes round, not now: off the way of what the caller
+   * does next (a turn's request to its model). Its time is now's, and no line is written before it.
+   */
+  later: (msg: string, fields?: Fields) => write("info", msg, fields, true),
 };
 
 /**
