@@ -4,15 +4,18 @@ import { spawnSync } from "node:child_process";
 import { join } from "node:path";
 import { pathToFileURL } from "node:url";
 import { describe, expect, it } from "vitest";
+import { z } from "zod";
 import { ROOT } from "./fixtures/built.js";
 
 const LOG = pathToFileURL(join(ROOT, "dist", "daemon", "log.js")).href;
 
+const Line = z.looseObject({ time: z.string(), level: z.string(), msg: z.string() });
+
 /** What a process that runs `body` (with `log` imported) wrote to stderr, line by line, and to stdout. */
-function run(body: string): { lines: { msg: string; level: string; time: string }[]; stdout: string } {
+function run(body: string): { lines: z.infer<typeof Line>[]; stdout: string } {
   const r = spawnSync(process.execPath, ["--input-type=module", "-e", `import { log } from ${JSON.stringify(LOG)};\n${body}`], { encoding: "utf8" });
   expect(r.status).toBe(0);
-  return { lines: r.stderr.trim().split("\n").filter(Boolean).map((l) => JSON.parse(l) as { msg: string; level: string; time: string }), stdout: r.stdout };
+  return { lines: r.stderr.trim().split("\n").filter(Boolean).map((l) => Line.parse(JSON.parse(l))), stdout: r.stdout };
 }
 
 describe("log.later", () => {
