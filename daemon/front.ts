@@ -1,13 +1,12 @@
 // The front of a connection: answers `initialize` the moment it arrives, before the ACP SDK and the
 // rest are loaded, so the daemon answers its first request in about the time Node takes to start.
-// The first line is read from the Node stream itself: web streams (which the SDK speaks) load only
-// once it is answered. Everything else, the initialize line included, goes on to the SDK once it is
-// loaded, each line bounded; the SDK's own answer to that initialize (the same, from the same
-// function) is then left out.
+// Every line is read from the Node stream itself, split and bounded as its bytes come, and handed to
+// the SDK as the one web stream it reads: the initialize line too, once the SDK is loaded, whose own
+// answer to it (the same, from the same function) is then left out.
 import type { Readable, Writable } from "node:stream";
 import { initializeResult } from "../acp/initialize.js";
 import type { Gate } from "../acp/link.js";
-import { MAX_DEPTH, UNPROVED_LINE_MAX, concat, limitLines, nestsDeeper } from "./lines.js";
+import { LineSplitter, MAX_DEPTH, UNPROVED_LINE_MAX, concat, nestsDeeper } from "./lines.js";
 import { log } from "./log.js";
 
 const NEWLINE = 0x0a;
@@ -47,8 +46,8 @@ export interface MessageSink {
   write(message: object, written?: () => void): Promise<void>;
 }
 
-/** The connection as web streams, made once the first line is answered. */
-export type WebStreams = () => { readable: ReadableStream<Uint8Array>; writable: WritableStream<Uint8Array> };
+/** The connection's output as a web stream (what the SDK writes as bytes goes there), made when first written to. */
+export type WebOutput = () => WritableStream<Uint8Array>;
 
 type Id = string | number;
 
@@ -109,15 +108,88 @@ function readFirstLine(input: Readable, limit: number): Promise<{ chunks: Uint8A
   });
 }
 
+/** The lines of a Node stream, as its bytes are split (LineSplitter). */
+interface NodeLines {
+  /** Bytes read already (ahead of the lines), split first. */
+  push(chunk: Uint8Array): void;
+  /** The stream ended (as it was read ahead): the line it left unended, if any, is the last. */
+  end(): void;
+  /** The next line split already, if any. */
+  next(): Uint8Array | undefined;
+  /** The next line, read from the stream as needed; undefined once it ended; rejects with its error. */
+  wait(): Promise<Uint8Array | undefined>;
+}
+
+/**
+ * Reads a Node stream's lines straight off it, in flowing mode only while a line is waited for:
+ * paused as soon as the bytes read hold one, so a client that sends faster than its requests are
+ * taken is read no further (its bytes wait in the stream, and then in the kernel). A stream
+ * destroyed without an end or an error ends here too.
+ */
+function nodeLines(input: Readable, splitter: LineSplitter): NodeLines {
+  const ready: Uint8Array[] = [];
+  const take = (line: Uint8Array) => void ready.push(line);
+  let ended = false;
+  let failed: Error | undefined;
+  let listening = false;
+  let wake: (() => void) | undefined;
+  const woken = () => {
+    const w = wake;
+    wake = undefined;
+    w?.();
+  };
+  const end = () => {
+    if (ended) return;
+    ended = true;
+    splitter.end(take);
+  };
+  const onData = (chunk: Uint8Array) => {
+    splitter.push(chunk, take);
+    if (ready.length === 0) return;
+    input.pause();
+    woken();
+  };
+  const onEnd = () => {
+    end();
+    woken();
+  };
+  const onError = (e: Error) => {
+    failed = e;
+    woken();
+  };
+  return {
+    push: (chunk) => splitter.push(chunk, take),
+    end,
+    next: () => ready.shift(),
+    async wait() {
+      for (;;) {
+        const line = ready.shift();
+        if (line !== undefined) return line;
+        if (failed) throw failed;
+        if (ended) return undefined;
+        if (!listening) {
+          listening = true;
+          input.on("data", onData);
+          input.once("end", onEnd);
+          input.once("close", onEnd);
+          input.once("error", onError);
+        }
+        await new Promise<void>((resolve) => {
+          wake = resolve;
+          input.resume();
+        });
+      }
+    },
+  };
+}
+
 /**
  * Takes a connection's Node streams. The first line is read at once; a well-formed `initialize` no
  * longer than `max` is answered on `output` there and then. The rest is read through `web()`, made
  * when the SDK first reads or writes. What the SDK writes goes to the same output, but for its own
  * answer to the initialize answered ahead.
  */
-export function front(input: Readable, output: Writable, web: WebStreams, version: string, max: number, unreadMs = DEFAULT_UNREAD_MS, gate?: Gate): Connection {
-  let streams: ReturnType<WebStreams> | undefined;
-  const webStreams = () => (streams ??= web());
+export function front(input: Readable, output: Writable, web: WebOutput, version: string, max: number, unreadMs = DEFAULT_UNREAD_MS, gate?: Gate): Connection {
   const decoder = new TextDecoder();
   /** Bytes read ahead, waiting for the SDK. */
   let ahead: Uint8Array[] = [];
@@ -239,35 +311,28 @@ export function front(input: Readable, output: Writable, web: WebStreams, versio
     return read.ended;
   })();
 
-  // What was read ahead, then the rest of the input.
-  let rest: ReadableStreamDefaultReader<Uint8Array> | undefined;
-  const raw = new ReadableStream<Uint8Array>({
-    async pull(controller) {
-      const ended = await first;
-      const next = ahead.shift();
-      if (next) return controller.enqueue(next);
-      if (ended) return controller.close();
-      rest ??= webStreams().readable.getReader();
-      const read = await rest.read();
-      if (read.done) controller.close();
-      else controller.enqueue(read.value);
-    },
-    cancel: (reason) => (rest ? rest.cancel(reason) : void input.destroy()),
-  });
-
-  const lines = raw.pipeThrough(limitLines(max, gate ? lineMax : undefined)).getReader();
+  // What was read ahead, then the rest of the input, read off the Node stream and split into lines
+  // as it comes: one step to a line, where web streams over it (Node's adapter, a stream of its
+  // chunks, one of its lines) took three, each a few promises a line.
+  const lines = nodeLines(input, new LineSplitter(max, gate ? lineMax : undefined));
   const readable = new ReadableStream<Uint8Array>({
     async pull(controller) {
+      const ended = await first;
+      if (ahead.length > 0) {
+        for (const chunk of ahead) lines.push(chunk);
+        ahead = [];
+      }
+      if (ended) lines.end();
       const full = room();
       if (full) await full;
       while (inFlight >= PENDING_MAX && !unread) await new Promise<void>((resolve) => (roomFor = resolve));
-      const read = await lines.read();
-      if (read.done) {
+      const line = lines.next() ?? (await lines.wait());
+      if (line === undefined) {
         if (pending.size > 0 && !unread) await new Promise<void>((resolve) => (drained = resolve));
         return controller.close();
       }
       if (initializing) await initializing.done;
-      const request = requestOf(decoder.decode(read.value));
+      const request = requestOf(decoder.decode(line));
       if (request) {
         asked(request.id);
         if (request.method === "initialize") {
@@ -276,13 +341,13 @@ export function front(input: Readable, output: Writable, web: WebStreams, versio
           initializing = { id: request.id, answered, done };
         }
       }
-      controller.enqueue(read.value);
+      controller.enqueue(line);
     },
-    cancel: (reason) => lines.cancel(reason),
+    cancel: () => void input.destroy(),
   });
 
   let writer: WritableStreamDefaultWriter<Uint8Array> | undefined;
-  const out = () => (writer ??= webStreams().writable.getWriter());
+  const out = () => (writer ??= web().getWriter());
   const writable = new WritableStream<Uint8Array>({
     async write(chunk) {
       await first;

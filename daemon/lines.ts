@@ -179,59 +179,89 @@ function checked(line: Uint8Array, decoder: TextDecoder, encoder: TextEncoder): 
 export const UNPROVED_LINE_MAX = 64 * 1024;
 
 /**
+ * Splits newline-delimited messages out of the bytes as they come, each at most `max` bytes (or,
+ * when given, what `bound` says when the line's first byte comes) and nested at most MAX_DEPTH
+ * deep: a line over its bound is dropped as it streams in (never held whole) and stands in as
+ * oversizedLine, one nested deeper as tooDeepLine. Each line handed on ends with its newline, but
+ * the last of an input that ended without one.
+ */
+export class LineSplitter {
+  private readonly encoder = new TextEncoder();
+  private readonly decoder = new TextDecoder();
+  private parts: Uint8Array[] = [];
+  private length = 0;
+  /** Set while the rest of an oversized line is dropped. */
+  private dropping: { head: string; bytes: number; max: number; ids: IdScanner } | undefined;
+  /** The bound of the line being read, as it was when it began. */
+  private max: number;
+
+  constructor(
+    private readonly most: number,
+    private readonly bound?: () => number,
+  ) {
+    this.max = bound ? bound() : most;
+  }
+
+  /** Takes the next bytes; `line` is given each line they end. */
+  push(chunk: Uint8Array, line: (bytes: Uint8Array) => void): void {
+    for (let start = 0; start < chunk.length; ) {
+      // A line's bound is the one when its first byte comes (a connection proved by then reads a longer one).
+      if (this.bound && this.length === 0 && !this.dropping) this.max = this.bound();
+      const nl = chunk.indexOf(NEWLINE, start);
+      const end = nl < 0 ? chunk.length : nl;
+      const piece = chunk.slice(start, end);
+      if (this.dropping) {
+        this.dropping.bytes += piece.length;
+        this.dropping.ids.feed(piece);
+      } else if (this.length + piece.length > this.max) {
+        const head = concat([...this.parts, piece.subarray(0, HEAD)], this.length + Math.min(piece.length, HEAD)).subarray(0, HEAD);
+        // Its id may come after what is kept of it: looked for in every byte as it goes by.
+        const ids = new IdScanner();
+        for (const part of this.parts) ids.feed(part);
+        ids.feed(piece);
+        this.dropping = { head: this.decoder.decode(head), bytes: this.length + piece.length, max: this.max, ids };
+        this.parts = [];
+        this.length = 0;
+      } else {
+        this.parts.push(piece);
+        this.length += piece.length;
+      }
+      if (nl < 0) break;
+      if (this.dropping) {
+        line(this.encoder.encode(oversizedLine(this.dropping.head, this.dropping.bytes, this.dropping.max, this.dropping.ids.id)));
+        this.dropping = undefined;
+      } else {
+        this.parts.push(Uint8Array.of(NEWLINE));
+        line(checked(concat(this.parts, this.length + 1), this.decoder, this.encoder));
+      }
+      this.parts = [];
+      this.length = 0;
+      start = nl + 1;
+    }
+  }
+
+  /** The input ended: the line it left unended, if any, is given to `line`. */
+  end(line: (bytes: Uint8Array) => void): void {
+    if (this.dropping) line(this.encoder.encode(oversizedLine(this.dropping.head, this.dropping.bytes, this.dropping.max, this.dropping.ids.id)));
+    else if (this.length > 0) line(checked(concat(this.parts, this.length), this.decoder, this.encoder));
+    this.dropping = undefined;
+    this.parts = [];
+    this.length = 0;
+  }
+}
+
+/**
  * Passes newline-delimited messages through, each at most `max` bytes (or, when given, what `bound`
- * says when the line's first byte comes) and nested at most MAX_DEPTH deep.
+ * says when the line's first byte comes) and nested at most MAX_DEPTH deep (LineSplitter).
  */
 export function limitLines(most: number, bound?: () => number): TransformStream<Uint8Array, Uint8Array> {
-  const encoder = new TextEncoder();
-  const decoder = new TextDecoder();
-  let parts: Uint8Array[] = [];
-  let length = 0;
-  /** Set while the rest of an oversized line is dropped. */
-  let dropping: { head: string; bytes: number; max: number; ids: IdScanner } | undefined;
-  /** The bound of the line being read, as it was when it began. */
-  let max = bound ? bound() : most;
-
+  const lines = new LineSplitter(most, bound);
   return new TransformStream({
     transform(chunk, controller) {
-      for (let start = 0; start < chunk.length; ) {
-        // A line's bound is the one when its first byte comes (a connection proved by then reads a longer one).
-        if (bound && length === 0 && !dropping) max = bound();
-        const nl = chunk.indexOf(NEWLINE, start);
-        const end = nl < 0 ? chunk.length : nl;
-        const piece = chunk.slice(start, end);
-        if (dropping) {
-          dropping.bytes += piece.length;
-          dropping.ids.feed(piece);
-        } else if (length + piece.length > max) {
-          const head = concat([...parts, piece.subarray(0, HEAD)], length + Math.min(piece.length, HEAD)).subarray(0, HEAD);
-          // Its id may come after what is kept of it: looked for in every byte as it goes by.
-          const ids = new IdScanner();
-          for (const part of parts) ids.feed(part);
-          ids.feed(piece);
-          dropping = { head: decoder.decode(head), bytes: length + piece.length, max, ids };
-          parts = [];
-          length = 0;
-        } else {
-          parts.push(piece);
-          length += piece.length;
-        }
-        if (nl < 0) break;
-        if (dropping) {
-          controller.enqueue(encoder.encode(oversizedLine(dropping.head, dropping.bytes, dropping.max, dropping.ids.id)));
-          dropping = undefined;
-        } else {
-          parts.push(Uint8Array.of(NEWLINE));
-          controller.enqueue(checked(concat(parts, length + 1), decoder, encoder));
-        }
-        parts = [];
-        length = 0;
-        start = nl + 1;
-      }
+      lines.push(chunk, (line) => controller.enqueue(line));
     },
     flush(controller) {
-      if (dropping) controller.enqueue(encoder.encode(oversizedLine(dropping.head, dropping.bytes, dropping.max, dropping.ids.id)));
-      else if (length > 0) controller.enqueue(checked(concat(parts, length), decoder, encoder));
+      lines.end((line) => controller.enqueue(line));
     },
   });
 }

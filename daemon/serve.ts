@@ -3,7 +3,7 @@
 // loads nothing heavy: each connection's first request, initialize, is answered by its front, and
 // the agent (the ACP SDK, the schemas, the sessions) is loaded right after.
 import type { Server, Socket } from "node:net";
-import { Duplex, Readable, Writable } from "node:stream";
+import { Readable, Writable } from "node:stream";
 import { lazy } from "../turn/load.js";
 import type { Settings } from "../protocol/settings.js";
 import type { AgentRef } from "../store/paths.js";
@@ -11,7 +11,7 @@ import type { Gate } from "../acp/link.js";
 import type { RunningAgent } from "./agent.js";
 import { agentCode } from "./bundle.js";
 import { UsageError, agentRef, type Command } from "./cli.js";
-import { DEFAULT_UNREAD_MS, front, type MessageSink, type WebStreams } from "./front.js";
+import { DEFAULT_UNREAD_MS, front, type MessageSink, type WebOutput } from "./front.js";
 import { checkAgent } from "./check.js";
 import { captureConsole, log } from "./log.js";
 import { listenPort } from "./port.js";
@@ -124,16 +124,16 @@ export class Served {
   }
 }
 
-/** Node's web streams over a pair of Node streams (stdio's), made when the SDK first reads or writes. */
+/** Node's web stream over a connection's output (stdout, a socket), made when the SDK first writes bytes. */
 const webOf =
-  (input: Readable, output: Writable): WebStreams =>
-  () => ({ readable: Readable.toWeb(input) as ReadableStream<Uint8Array>, writable: Writable.toWeb(output) });
+  (output: Writable): WebOutput =>
+  () => Writable.toWeb(output);
 
 /**
  * Serves one connection: its front answers its first line (an initialize, at once), then the
  * target takes the rest through `web`; `first` runs once that line is read.
  */
-function serveConnection(input: Readable, output: Writable, web: WebStreams, target: Target, o: { version: string; bounds: Bounds; gate?: Gate; first?: () => void }): Promise<void> {
+function serveConnection(input: Readable, output: Writable, web: WebOutput, target: Target, o: { version: string; bounds: Bounds; gate?: Gate; first?: () => void }): Promise<void> {
   const c = front(input, output, web, o.version, o.bounds.max, o.bounds.unreadMs, o.gate);
   return c.first.then(() => {
     o.first?.();
@@ -143,7 +143,7 @@ function serveConnection(input: Readable, output: Writable, web: WebStreams, tar
 
 /** Serves one connection over a pair of Node streams as stdio is served: its front, Node's web streams over them, the target. */
 export function serveStreams(input: Readable, output: Writable, target: Target, version: string, bounds: Bounds): Promise<void> {
-  return serveConnection(input, output, webOf(input, output), target, { version, bounds });
+  return serveConnection(input, output, webOf(output), target, { version, bounds });
 }
 
 /** Serves a connection, its first request answered by its front: gated on a port endpoint. */
@@ -238,7 +238,7 @@ export class Process {
     })());
   }
 
-  private serveFront(input: Readable, output: Writable, web: WebStreams, target: Target, gate: Gate | undefined): Promise<void> {
+  private serveFront(input: Readable, output: Writable, web: WebOutput, target: Target, gate: Gate | undefined): Promise<void> {
     // A client came: its connection loads the agent it asks for, so the loads planned a moment from now are let go.
     const first = () => {
       for (const t of this.timers) clearTimeout(t);
@@ -263,7 +263,7 @@ export class Process {
       this.connections.add(socket);
       socket.on("error", (e) => log.warn("connection error", { error: e.message }));
       socket.on("close", () => this.connections.delete(socket));
-      const web = () => Duplex.toWeb(socket) as ReturnType<WebStreams>;
+      const web = webOf(socket);
       void this.serveFront(socket, socket, web, target, gate)
         .catch((e: unknown) => log[e instanceof AgentUnavailable ? "error" : "warn"]("connection ended", { error: (e as Error).message }))
         .finally(() => socket.destroy());
@@ -365,7 +365,7 @@ export class Process {
     process.stdout.on("error", (e) => log.warn("stdout closed", { error: e.message }));
     log.info("serving ACP", { stdio: true, ...fields });
     this.loadAhead();
-    void this.serveFront(process.stdin, process.stdout, webOf(process.stdin, process.stdout), target, undefined)
+    void this.serveFront(process.stdin, process.stdout, webOf(process.stdout), target, undefined)
       .catch((e: unknown) => {
         // Its one connection can't be served: the daemon ends, and says so by its exit status.
         if (e instanceof AgentUnavailable && last) this.exitCode = 1;

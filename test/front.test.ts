@@ -3,7 +3,7 @@
 import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { PassThrough, Readable, Writable } from "node:stream";
+import { PassThrough, Writable } from "node:stream";
 import * as acp from "@agentclientprotocol/sdk";
 import { z } from "zod";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
@@ -145,6 +145,85 @@ describe("the front", () => {
     expect((await d.exit()).code).toBe(0);
   });
 
+  describe("its lines, read off the Node stream", () => {
+    /** A front over a fresh input, its first line read ahead, and what it hands on, read line by line. */
+    // No initialize: the lines after one wait for the SDK's answer to it, and no SDK answers here.
+    const first = line({ jsonrpc: "2.0", method: "first" });
+    const over = (max = 1024 * 1024) => {
+      const input = new PassThrough();
+      const output = new PassThrough();
+      output.resume();
+      const c = front(input, output, () => Writable.toWeb(output), version(), max);
+      const reader = c.input.getReader();
+      const decoder = new TextDecoder();
+      const next = async () => {
+        const read = await reader.read();
+        return read.done ? undefined : decoder.decode(read.value);
+      };
+      return { input, next };
+    };
+
+    it("hands on each line whole and in order, however the bytes come, and the last unended one at the end", async () => {
+      const { input, next } = over();
+      const a = line({ jsonrpc: "2.0", method: "a", params: { text: "é".repeat(50) } });
+      const b = line({ jsonrpc: "2.0", method: "b" });
+      const c = JSON.stringify({ jsonrpc: "2.0", method: "c" });
+      input.write(first);
+      // A line in many writes, one cut inside a character; two lines and a piece of a third in one.
+      const bytes = Buffer.from(a + b + c);
+      const inside = bytes.indexOf(Buffer.from("é")) + 1;
+      const cuts = [0, 7, inside, inside + 1, bytes.length - 10, bytes.length];
+      for (let i = 1; i < cuts.length; i++) input.write(bytes.subarray(cuts[i - 1], cuts[i]));
+      input.end();
+      expect(await next()).toBe(first);
+      expect(await next()).toBe(a);
+      expect(await next()).toBe(b);
+      expect(await next()).toBe(c);
+      expect(await next()).toBeUndefined();
+    });
+
+    it("reads the stream no further while a line it split waits to be taken", async () => {
+      const { input, next } = over();
+      input.write(first + line({ jsonrpc: "2.0", method: "a" }) + line({ jsonrpc: "2.0", method: "b" }));
+      expect(await next()).toBe(first);
+      expect(await next()).toContain('"a"');
+      // Split already, the second waits: the stream is paused, its next bytes left in it.
+      input.write(line({ jsonrpc: "2.0", method: "c" }));
+      await new Promise((resolve) => setImmediate(resolve));
+      expect(input.isPaused()).toBe(true);
+      expect(input.readableLength).toBeGreaterThan(0);
+      expect(await next()).toContain('"b"');
+      expect(await next()).toContain('"c"');
+    });
+
+    it("bounds a line that comes in pieces, and goes on with the next", async () => {
+      const { input, next } = over(200);
+      input.write(first);
+      input.write(`{"jsonrpc":"2.0","id":5,"method":"x","params":{"t":"`);
+      for (let i = 0; i < 10; i++) input.write("y".repeat(100));
+      input.write(`"}}\n${line({ jsonrpc: "2.0", method: "after" })}`);
+      expect(await next()).toBe(first);
+      expect(JSON.parse((await next()) ?? "")).toMatchObject({ id: 5, method: "_link/oversized" });
+      expect(await next()).toContain('"after"');
+    });
+
+    it("ends with the stream's error, and with a stream destroyed without one", async () => {
+      const failing = over();
+      failing.input.write(first);
+      expect(await failing.next()).toBe(first);
+      const pending = failing.next();
+      failing.input.destroy(new Error("the connection broke"));
+      await expect(pending).rejects.toThrow("the connection broke");
+
+      const cut = over();
+      cut.input.write(first + '{"jsonrpc":"2.0","method":"half"}');
+      expect(await cut.next()).toBe(first);
+      cut.input.destroy();
+      expect(await cut.next()).toBe('{"jsonrpc":"2.0","method":"half"}');
+      expect(await cut.next()).toBeUndefined();
+    });
+  });
+
   describe("its message sink", () => {
     /** A client's end that takes `delay` ms over each write, with room for `room` bytes: a slow reader. */
     function slowClient(room: number, delay: number) {
@@ -160,7 +239,7 @@ describe("the front", () => {
     }
     const opened = (output: Writable) => {
       const input = new PassThrough();
-      const c = front(input, output, () => ({ readable: Readable.toWeb(input) as ReadableStream<Uint8Array>, writable: Writable.toWeb(output) }), version(), 1024 * 1024);
+      const c = front(input, output, () => Writable.toWeb(output), version(), 1024 * 1024);
       input.write(init(1));
       return c;
     };
@@ -212,7 +291,7 @@ describe("the front", () => {
       const input = new PassThrough();
       const output = new PassThrough();
       output.resume();
-      const c = front(input, output, () => ({ readable: Readable.toWeb(input) as ReadableStream<Uint8Array>, writable: Writable.toWeb(output) }), version(), 1024 * 1024);
+      const c = front(input, output, () => Writable.toWeb(output), version(), 1024 * 1024);
       input.write(init(1));
       for (let i = 0; i < 300; i++) input.write(line({ jsonrpc: "2.0", id: 100 + i, method: "session/list", params: {} }));
       await c.first;
@@ -273,7 +352,7 @@ describe("the front", () => {
       };
       const open = (output: Writable) => {
         const input = new PassThrough();
-        const c = front(input, output, () => ({ readable: Readable.toWeb(input) as ReadableStream<Uint8Array>, writable: Writable.toWeb(output) }), version(), 1024 * 1024, 500);
+        const c = front(input, output, () => Writable.toWeb(output), version(), 1024 * 1024, 500);
         input.write(init(1));
         return c;
       };
