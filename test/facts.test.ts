@@ -282,6 +282,12 @@ describe("each local runtime, against a server speaking its answer", () => {
       expect(mayBeRuntime({ model: { provider: "x", name: "m", base_url: `http://${host}/v1` } }), host).toBe(false);
     }
     expect(await runtimeWindow(hosted(), "gpt-4o")).toEqual({ none: expect.stringContaining("not asked") });
+    // Said again as it was the first time, each endpoint by its provider and its URL together.
+    for (let again = 0; again < 2; again++) {
+      expect(mayBeRuntime({ model: { provider: "Ollama", name: "m", base_url: "http://8.8.8.8/v1" } })).toBe(true);
+      expect(mayBeRuntime({ model: { provider: "x", name: "m", base_url: "http://8.8.8.8/v1" } })).toBe(false);
+      expect(mayBeRuntime({ model: { provider: "x", name: "m", base_url: "http://127.0.0.1:1234/v1" } })).toBe(true);
+    }
   });
 
   it("lists the endpoint's models, with the key, kept like a runtime's answer", async () => {

@@ -8,7 +8,7 @@ import { z } from "zod";
 import type { Settings } from "../protocol/index.js";
 import { connectionFault } from "./faults.js";
 import { askText, TooLarge, type TextAnswer } from "./http.js";
-import { keepRecent } from "./recent.js";
+import { keepRecent, useRecent } from "./recent.js";
 
 /** Ollama's context when nothing sets num_ctx on a small machine (NOTES.md). */
 export const OLLAMA_DEFAULT_CONTEXT = 4_096;
@@ -73,10 +73,24 @@ const RUNTIME_PROVIDERS = /^(ollama|llama[.-]?cpp|llama-server|vllm|lm[-\s]?stud
  * provider is never asked what only a local runtime answers.
  */
 export function mayBeRuntime(settings: Settings): boolean {
-  if (RUNTIME_PROVIDERS.test(settings.model.provider.trim())) return true;
+  const { provider, base_url: baseUrl } = settings.model;
+  const key = `${provider}\n${baseUrl}`;
+  let may = useRecent(runtimeLike, key);
+  if (may === undefined) {
+    may = endpointMayBeRuntime(provider, baseUrl);
+    keepRecent(runtimeLike, key, may, HASHES_KEPT);
+  }
+  return may;
+}
+
+/** Whether each endpoint seen lately (its provider and base URL) may be a runtime: a URL parsed at each turn cost it some microseconds. */
+const runtimeLike = new Map<string, boolean>();
+
+function endpointMayBeRuntime(provider: string, baseUrl: string): boolean {
+  if (RUNTIME_PROVIDERS.test(provider.trim())) return true;
   let host: string;
   try {
-    host = new URL(settings.model.base_url).hostname.toLowerCase().replace(/^\[|\]$/g, "");
+    host = new URL(baseUrl).hostname.toLowerCase().replace(/^\[|\]$/g, "");
   } catch {
     return false;
   }
@@ -287,7 +301,18 @@ export interface RuntimeFound {
 const runtimeAnswers = new Answers<RuntimeFound>();
 const modelLists = new Answers<string[] | undefined>();
 
-const hash = (text: string) => createHash("sha256").update(text).digest("hex").slice(0, 16);
+/** The digests of the keys seen lately: each turn's answer is looked up under its key's, and a hash made in Node costs a turn some microseconds. */
+const hashes = new Map<string, string>();
+const HASHES_KEPT = 64;
+
+function hash(text: string): string {
+  let digest = useRecent(hashes, text);
+  if (digest === undefined) {
+    digest = createHash("sha256").update(text).digest("hex").slice(0, 16);
+    keepRecent(hashes, text, digest, HASHES_KEPT);
+  }
+  return digest;
+}
 
 /** The key an answer is kept under: everything it depends on. */
 function keyOf(settings: Settings, model: string, env: NodeJS.ProcessEnv): string {
