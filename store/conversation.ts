@@ -104,13 +104,24 @@ function readDerived<T>(conv: ConversationPaths, path: string, max: number, sche
     throw e;
   }
   if (text === undefined) return undefined;
+  // Read whole at each call; the same text as the last read of the file gives what it gave.
+  const known = derivedRead.get(path);
+  if (known?.text === text && known.schema === schema) return known.value as T;
+  let value: T | undefined;
   try {
     const parsed = schema.safeParse(JSON.parse(text));
-    return parsed.success ? parsed.data : undefined;
+    value = parsed.success ? Object.freeze(parsed.data) : undefined;
   } catch {
-    return undefined;
+    value = undefined;
   }
+  if (derivedRead.size >= DERIVED_KEPT) derivedRead.clear();
+  derivedRead.set(path, { text, schema, value });
+  return value;
 }
+
+/** The last text read of each derived file read lately, and what it gave (frozen: each caller is given the same). */
+const derivedRead = new Map<string, { text: string; schema: z.ZodType; value: unknown }>();
+const DERIVED_KEPT = 1024;
 
 /** The window's mark; a missing or unreadable one is undefined (it is derived, and made again). */
 export function readMark(conv: ConversationPaths): WindowMark | undefined {

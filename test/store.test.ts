@@ -1822,3 +1822,30 @@ describe("hostile files in the agent's folder", () => {
     expect(readdirSync(paths({ dir }).conversation("t").dir)).toEqual([]);
   });
 });
+
+describe("a derived file read again", () => {
+  it("is read whole at each call: the window's mark written meanwhile is the one read, a bad one none, the same text the same frozen value", () => {
+    const conv = paths({ dir: tempDir() }).conversation("t");
+    ensureConversation(conv);
+    const time = new Date().toISOString();
+    const mark: WindowMark = { v: 1, event: 3, time, tokens_before: 10, budget: 1000 };
+    writeMark(conv, mark);
+    const first = readMark(conv);
+    expect(first).toEqual(mark);
+    expect(readMark(conv)).toBe(first);
+    expect(Object.isFrozen(first)).toBe(true);
+    // Written by another process, in place: the same length, another number.
+    writeFileSync(conv.window, readFileSync(conv.window, "utf8").replace('"event":3', '"event":5'));
+    expect(readMark(conv)).toEqual({ ...mark, event: 5 });
+    writeFileSync(conv.window, "{ not json");
+    expect(readMark(conv)).toBeUndefined();
+    writeFileSync(conv.window, `${JSON.stringify({ ...mark, extra: 1 })}\n`);
+    expect(readMark(conv)).toBeUndefined();
+    writeMark(conv, mark);
+    expect(readMark(conv)).toEqual(mark);
+    // A link put where it was is refused, as before it was read.
+    rmSync(conv.window);
+    symlinkSync(join(conv.dir, "elsewhere.json"), conv.window);
+    expect(() => readMark(conv)).toThrow(StoreError);
+  });
+});
