@@ -62,6 +62,9 @@ export function servedAgent(agent: AgentRef): string {
   return basename(agent.dir);
 }
 
+/** What each schema made of a request with no `_meta.link`. */
+const unlinked = new WeakMap<z.ZodType, unknown>();
+
 /**
  * Parses `_meta.link` of a request's params; absent is the same as `{}`. Its `agent`, when given,
  * must be the agent this process serves (`served`): a request for another is refused, never
@@ -72,7 +75,16 @@ export function parseLink<S extends z.ZodType<{ agent?: string | undefined }>>(
   meta: Record<string, unknown> | null | undefined,
   served: string | readonly string[],
 ): z.infer<S> {
-  const raw = meta?.link ?? {};
+  const raw = meta?.link ?? undefined;
+  // None: what `{}` parses to, the same each time, parsed once for each schema.
+  if (raw === undefined) {
+    const known = unlinked.get(schema);
+    if (known !== undefined) return known as z.infer<S>;
+    const none = parseLink(schema, { link: {} }, served);
+    Object.freeze(none);
+    unlinked.set(schema, none);
+    return none;
+  }
   const parsed = schema.safeParse(raw);
   if (!parsed.success) throw new ParamsError(`_meta.link: ${describeIssues(parsed.error)}`);
   const asked = parsed.data.agent;

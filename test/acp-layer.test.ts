@@ -15,6 +15,7 @@ import type { AcpDeps } from "../acp/deps.js";
 import { CallNames } from "../acp/call-names.js";
 import { replay } from "../acp/replay.js";
 import { limitLines, topLevelId } from "../daemon/lines.js";
+import { NewSessionLink, ParamsError, PromptLink, parseLink } from "../acp/meta.js";
 import type { Event, Numbered } from "../protocol/index.js";
 import { appendEvent, ensureConversation, forgetEvents, paths, readEventsFrom, readToolsList, writeMark, writeSettings, type AgentRef, type ConversationPaths } from "../store/index.js";
 import type { TurnEvent, TurnInput, TurnListener, TurnOutcome } from "../turn/types.js";
@@ -891,5 +892,22 @@ describe("a session whose load fails while its turn runs", () => {
     expect(shownView(b.updates.map((n) => n.update))).toEqual([]);
     a.close();
     b.close();
+  });
+});
+
+describe("_meta.link, parsed", () => {
+  it("is the same for no link and a null one, parsed once; one given is parsed each time, and one for another agent refused", () => {
+    const none = parseLink(PromptLink, undefined, "me");
+    expect(none).toEqual({});
+    expect(Object.isFrozen(none)).toBe(true);
+    expect(parseLink(PromptLink, {}, "me")).toBe(none);
+    expect(parseLink(PromptLink, { link: null }, "me")).toBe(none);
+    expect(parseLink(NewSessionLink, undefined, "me")).not.toBe(none);
+    expect(parseLink(PromptLink, { link: { channel: "telegram" } }, "me")).toEqual({ channel: "telegram" });
+    expect(parseLink(PromptLink, { link: { agent: "me", channel: "a" } }, ["me", "id-1"])).toEqual({ agent: "me", channel: "a" });
+    expect(() => parseLink(PromptLink, { link: { agent: "someone-else" } }, "me")).toThrow(ParamsError);
+    expect(() => parseLink(PromptLink, { link: { channel: 7 } }, "me")).toThrow(ParamsError);
+    // Not kept from a link that was given: the next prompt without one is still none.
+    expect(parseLink(PromptLink, undefined, "me")).toBe(none);
   });
 });
