@@ -133,17 +133,23 @@ function agentPathsOf(agent: AgentRef): AgentPaths {
  * leading dot), such as an import's while it is written.
  */
 export function conversationIn(chats: string, name: string): ConversationPaths {
-  const cdir = join(chats, name);
+  // Joined by hand: chats is normalised (made by join), and a name of one part (no separator, not
+  // `.` or `..`, as every thread is) and the files' names join to what join makes; a turn asks for a
+  // conversation's paths some six times, each seven joins, and its events' for thousands.
+  const cdir = onePart(name) ? `${chats}${sep}${name}` : join(chats, name);
   return {
     thread: name,
     dir: cdir,
-    transcript: join(cdir, "transcript.md"),
-    window: join(cdir, "window.json"),
-    usage: join(cdir, "usage.json"),
-    tools: join(cdir, "tools.json"),
-    lock: join(cdir, ".lock"),
-    // Joined by hand: cdir is already normalised and an event's name holds no separator, and a
-    // turn asks for thousands of these.
+    transcript: `${cdir}${sep}transcript.md`,
+    window: `${cdir}${sep}window.json`,
+    usage: `${cdir}${sep}usage.json`,
+    tools: `${cdir}${sep}tools.json`,
+    lock: `${cdir}${sep}.lock`,
     event: (n) => `${cdir}${sep}${eventName(n)}`,
   };
+}
+
+/** Whether a name is one part of a path as it is: not empty, no separator, not `.` or `..`. */
+function onePart(name: string): boolean {
+  return name !== "" && name !== "." && name !== ".." && !name.includes("/") && !name.includes(sep);
 }

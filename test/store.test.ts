@@ -9,6 +9,7 @@ import { afterEach, beforeAll, describe, expect, it } from "vitest";
 import { EVENT_VERSION, Event, StoreError, Thread, type WindowMark } from "../protocol/index.js";
 import {
   InvalidNameError,
+  conversationIn,
   listSkills,
   listOwed,
   appendEvent,
@@ -1847,5 +1848,26 @@ describe("a derived file read again", () => {
     rmSync(conv.window);
     symlinkSync(join(conv.dir, "elsewhere.json"), conv.window);
     expect(() => readMark(conv)).toThrow(StoreError);
+  });
+});
+
+describe("a conversation's paths", () => {
+  it("are what join makes of its folder and its files' names, for any thread and the store's own names", () => {
+    const p = paths({ dir: "/tmp/agent-dir/../agent-dir/./x/" });
+    const check = (conv: ConversationPaths, name: string) => {
+      const dir = join(p.chats, name);
+      expect(conv.dir).toBe(dir);
+      expect([conv.transcript, conv.window, conv.usage, conv.tools, conv.lock, conv.event(12)]).toEqual(
+        ["transcript.md", "window.json", "usage.json", "tools.json", ".lock", "000000000012.json"].map((f) => join(dir, f)),
+      );
+    };
+    fc.assert(
+      fc.property(fc.string({ minLength: 1, maxLength: 40, unit: "grapheme" }), (name) => {
+        fc.pre(Thread.safeParse(name).success);
+        check(p.conversation(name), name);
+      }),
+      { numRuns: 500 },
+    );
+    for (const name of [".import-host-1-ab", "a b", "é"]) check(conversationIn(p.chats, name), name);
   });
 });
