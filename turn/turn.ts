@@ -20,25 +20,16 @@ import { promptChanges, usageReport } from "./usage.js";
 import { roughTokens } from "./window.js";
 
 /**
- * A signal aborted as soon as `a` or `b` is, with its reason: AbortSignal.any for two signals that
- * live no longer than one turn, without what Node 20's costs a turn twice over (a signal made with
- * weak references to its sources, kept in a registry). The listener on the other goes once one fires.
+ * A controller aborted as soon as `source` is, with its reason (at once if it is already), which its
+ * owner may abort for reasons of its own too: one signal for the two, where a signal for each and a
+ * third made of both (AbortSignal.any, or a controller listening to each) made a turn's first steps
+ * pay for two controllers more and their listeners.
  */
-function either(a: AbortSignal, b: AbortSignal): AbortSignal {
-  if (a.aborted) return a;
-  if (b.aborted) return b;
-  const both = new AbortController();
-  const fromA = () => {
-    b.removeEventListener("abort", fromB);
-    both.abort(a.reason);
-  };
-  const fromB = () => {
-    a.removeEventListener("abort", fromA);
-    both.abort(b.reason);
-  };
-  a.addEventListener("abort", fromA, { once: true });
-  b.addEventListener("abort", fromB, { once: true });
-  return both.signal;
+function following(source: AbortSignal | undefined): AbortController {
+  const own = new AbortController();
+  if (source?.aborted) own.abort(source.reason);
+  else source?.addEventListener("abort", () => own.abort(source.reason), { once: true });
+  return own;
 }
 
 /** At most eight rounds of calls; then the model is asked once more and told to call nothing. */
@@ -305,13 +296,13 @@ class Turn {
     const windowKnown = async () => ({ window: (window ??= await windowAsked), budget: await history.sure() });
     const inputs = window?.inputs ?? modelInputs(model, facts.env);
     // The message is flushed while the model is asked; should writing it fail, the ask is cut short.
-    const notWritten = new AbortController();
+    const asks = following(this.signal);
     const opening = this.writeAhead(userEvent(this.input.message, inputs), history);
     const writes = history.conversation ?? FIRST;
     this.listener({ type: "asked", after: (history.events.at(-1)?.n ?? 1) - 1, through: this.conv, conversation: writes });
     this.question = opening;
-    opening.catch((e: unknown) => notWritten.abort(e));
-    const signal = either(this.signal, notWritten.signal);
+    opening.catch((e: unknown) => asks.abort(e));
+    const signal = asks.signal;
     const changed = promptChanges(history.events, prints);
     if (changed.length > 0) this.listener({ type: "prompt_changed", sections: changed });
 
@@ -502,9 +493,11 @@ function settleLater(work: Promise<unknown>): void {
  */
 export async function runTurn(input: TurnInput, listener: TurnListener, o: { early?: boolean; spare?: boolean } = {}): Promise<TurnOutcome> {
   const conv = paths(input.agent).conversation(input.thread);
-  const lost = new AbortController();
-  const signal = input.signal ? either(input.signal, lost.signal) : lost.signal;
-  const lostError = () => new LockLostError(conv, (lost.signal.reason as Error | undefined)?.message ?? "taken over");
+  // The turn's signal: the caller's, or the lock lost (`lost`, why).
+  const stop = following(input.signal);
+  const signal = stop.signal;
+  let lost: Error | undefined;
+  const lostError = () => new LockLostError(conv, lost?.message ?? "taken over");
   let answer: ((outcome: TurnOutcome) => void) | undefined;
   const answered = new Promise<TurnOutcome>((resolve) => (answer = resolve));
   let spared = false;
@@ -515,10 +508,10 @@ export async function runTurn(input: TurnInput, listener: TurnListener, o: { ear
         const turn = new Turn(input, listener, signal, conv, o.spare);
         try {
           const outcome = await turn.run();
-          if (o.early && !lost.signal.aborted) {
+          if (o.early && lost === undefined) {
             await flushHeld(conv);
             // The lock could be lost while its folder was flushed: then the whole turn says so.
-            if (!lost.signal.aborted) {
+            if (lost === undefined) {
               answer?.(outcome);
               // The answer goes out first: what the caller does with it runs before the copy is made.
               await new Promise((resolve) => setImmediate(resolve));
@@ -533,15 +526,18 @@ export async function runTurn(input: TurnInput, listener: TurnListener, o: { ear
       {
         ...(input.signal ? { signal: input.signal } : {}),
         // Another process took the conversation over: stop writing to it.
-        onCompromised: (err) => lost.abort(err),
+        onCompromised: (err) => {
+          lost ??= err instanceof Error ? err : new Error("taken over");
+          stop.abort(lost);
+        },
       },
     );
     // The conversation's next events' files, where the turn made none while the model answered (it
     // never asked), made now that nothing waits for them (store/spares.ts); none once its lock was
     // lost: another process holds the conversation now.
-    if (o.spare && !spared && !lost.signal.aborted) settleLater(new Promise((resolve) => setImmediate(resolve)).then(() => makeSpares(conv)));
+    if (o.spare && !spared && lost === undefined) settleLater(new Promise((resolve) => setImmediate(resolve)).then(() => makeSpares(conv)));
     // Stopped because the lock was lost, not by the client: said as that, never as a cancel.
-    if (lost.signal.aborted) throw lostError();
+    if (lost !== undefined) throw lostError();
     return outcome;
   })();
   if (!o.early) return whole;
