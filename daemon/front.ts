@@ -173,6 +173,10 @@ function nodeLines(input: Readable, splitter: LineSplitter): NodeLines {
           input.once("end", onEnd);
           input.once("close", onEnd);
           input.once("error", onError);
+          // Ended or destroyed before it was listened to: no event of it is to come.
+          if (input.errored) failed = input.errored;
+          if (input.destroyed || input.readableEnded) end();
+          continue;
         }
         await new Promise<void>((resolve) => {
           wake = resolve;
@@ -185,9 +189,9 @@ function nodeLines(input: Readable, splitter: LineSplitter): NodeLines {
 
 /**
  * Takes a connection's Node streams. The first line is read at once; a well-formed `initialize` no
- * longer than `max` is answered on `output` there and then. The rest is read through `web()`, made
- * when the SDK first reads or writes. What the SDK writes goes to the same output, but for its own
- * answer to the initialize answered ahead.
+ * longer than `max` is answered on `output` there and then. The rest is read off `input` as the SDK
+ * asks for its lines. What the SDK writes goes to the same output (as bytes through `web()`, made
+ * when it first writes them), but for its own answer to the initialize answered ahead.
  */
 export function front(input: Readable, output: Writable, web: WebOutput, version: string, max: number, unreadMs = DEFAULT_UNREAD_MS, gate?: Gate): Connection {
   const decoder = new TextDecoder();

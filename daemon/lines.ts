@@ -196,7 +196,7 @@ export class LineSplitter {
   private max: number;
 
   constructor(
-    private readonly most: number,
+    most: number,
     private readonly bound?: () => number,
   ) {
     this.max = bound ? bound() : most;
@@ -248,20 +248,4 @@ export class LineSplitter {
     this.parts = [];
     this.length = 0;
   }
-}
-
-/**
- * Passes newline-delimited messages through, each at most `max` bytes (or, when given, what `bound`
- * says when the line's first byte comes) and nested at most MAX_DEPTH deep (LineSplitter).
- */
-export function limitLines(most: number, bound?: () => number): TransformStream<Uint8Array, Uint8Array> {
-  const lines = new LineSplitter(most, bound);
-  return new TransformStream({
-    transform(chunk, controller) {
-      lines.push(chunk, (line) => controller.enqueue(line));
-    },
-    flush(controller) {
-      lines.end((line) => controller.enqueue(line));
-    },
-  });
 }

@@ -14,7 +14,7 @@ import { ContentError, promptContent } from "../acp/content.js";
 import type { AcpDeps } from "../acp/deps.js";
 import { CallNames } from "../acp/call-names.js";
 import { replay } from "../acp/replay.js";
-import { limitLines, topLevelId } from "../daemon/lines.js";
+import { LineSplitter, topLevelId } from "../daemon/lines.js";
 import { NewSessionLink, ParamsError, PromptLink, parseLink } from "../acp/meta.js";
 import type { Event, Numbered } from "../protocol/index.js";
 import { appendEvent, ensureConversation, forgetEvents, paths, readEventsFrom, readToolsList, writeMark, writeSettings, type AgentRef, type ConversationPaths } from "../store/index.js";
@@ -411,19 +411,21 @@ describe("oversized lines", () => {
     expect(topLevelId('{"jsonrpc":"2.0","id":"a\tb","method":"x"')).toBeUndefined();
   });
 
-  it("passes lines under the limit and stands a small refusal in for one over it", async () => {
+  /** What a LineSplitter of bound `max` hands on of the bytes in `chunks`, then their end. */
+  const split = (chunks: readonly Uint8Array[], max: number): string => {
+    const lines = new LineSplitter(max);
+    const decoder = new TextDecoder();
+    let out = "";
+    const take = (line: Uint8Array) => void (out += decoder.decode(line));
+    for (const chunk of chunks) if (chunk.length) lines.push(chunk, take);
+    lines.end(take);
+    return out;
+  };
+
+  it("passes lines under the limit and stands a small refusal in for one over it", () => {
     const input = new TextEncoder().encode(`{"a":1}\n{"jsonrpc":"2.0","id":5,"method":"m","params":"${"x".repeat(200)}"}\n{"b":2}\n`);
     const chunks = [input.slice(0, 30), input.slice(30, 120), input.slice(120)];
-    const stream = new ReadableStream<Uint8Array>({
-      start(c) {
-        for (const ch of chunks) c.enqueue(ch);
-        c.close();
-      },
-    }).pipeThrough(limitLines(100));
-    let out = "";
-    const reader = stream.getReader();
-    for (let r = await reader.read(); !r.done; r = await reader.read()) out += new TextDecoder().decode(r.value);
-    const lines = out.trim().split("\n");
+    const lines = split(chunks, 100).trim().split("\n");
     expect(lines[0]).toBe('{"a":1}');
     expect(JSON.parse(lines[1] ?? "")).toEqual({ jsonrpc: "2.0", id: 5, method: "_link/oversized", params: { bytes: 249, max: 100 } });
     expect(lines[2]).toBe('{"b":2}');
@@ -444,16 +446,7 @@ describe("oversized lines", () => {
         // The line in pieces cut where the fuzzer says.
         const stops = [...new Set(cuts.map((c) => c % bytes.length))].sort((a, b) => a - b);
         const pieces = [0, ...stops, bytes.length].slice(1).map((end, i, all) => bytes.slice(i === 0 ? 0 : (all[i - 1] as number), end));
-        const stream = new ReadableStream<Uint8Array>({
-          start(c) {
-            for (const p of pieces) if (p.length) c.enqueue(p);
-            c.close();
-          },
-        }).pipeThrough(limitLines(max));
-        let out = "";
-        const reader = stream.getReader();
-        for (let r = await reader.read(); !r.done; r = await reader.read()) out += new TextDecoder().decode(r.value);
-        const stand: unknown = JSON.parse(out.trim());
+        const stand: unknown = JSON.parse(split(pieces, max).trim());
         expect(stand).toMatchObject({ id: expected, method: "_link/oversized" });
       }),
       { numRuns: 300 },
