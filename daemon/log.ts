@@ -13,7 +13,10 @@ function write(level: string, msg: string, fields?: Fields, later = false): void
   if (later) {
     if (pending === "") setImmediate(flush);
     // A process that exits before the loop comes round writes them as it goes.
-    if (!flushAtExit) flushAtExit = Boolean(process.once("exit", flush));
+    if (!flushAtExit) {
+      flushAtExit = true;
+      process.once("exit", flush);
+    }
     pending += line;
     return;
   }
