@@ -114,14 +114,21 @@ function readDerived<T>(conv: ConversationPaths, path: string, max: number, sche
   } catch {
     value = undefined;
   }
-  if (derivedRead.size >= DERIVED_KEPT) derivedRead.clear();
-  derivedRead.set(path, { text, schema, value });
+  if (text.length <= DERIVED_TEXT_KEPT) {
+    if (derivedRead.size >= DERIVED_KEPT) derivedRead.clear();
+    derivedRead.set(path, { text, schema, value });
+  }
   return value;
 }
 
 /** The last text read of each derived file read lately, and what it gave (frozen: each caller is given the same). */
 const derivedRead = new Map<string, { text: string; schema: z.ZodType; value: unknown }>();
 const DERIVED_KEPT = 1024;
+/**
+ * The longest text kept (a window's mark is some hundred characters): at most a few megabytes in
+ * all, whatever a folder's derived files hold (a usage count may be megabytes long).
+ */
+const DERIVED_TEXT_KEPT = 4096;
 
 /** The window's mark; a missing or unreadable one is undefined (it is derived, and made again). */
 export function readMark(conv: ConversationPaths): WindowMark | undefined {
