@@ -6,7 +6,7 @@
 import type { Readable, Writable } from "node:stream";
 import { initializeResult } from "../acp/initialize.js";
 import type { Gate } from "../acp/link.js";
-import { LineSplitter, MAX_DEPTH, UNPROVED_LINE_MAX, concat, nestsDeeper } from "./lines.js";
+import { LineSplitter, UNPROVED_LINE_MAX, concat } from "./lines.js";
 import { log } from "./log.js";
 
 const NEWLINE = 0x0a;
@@ -69,51 +69,8 @@ export function initializeId(line: string): Id | undefined {
   return id;
 }
 
-/**
- * Reads from `input` up to the end of the first line (or `limit` bytes, or the input's end) and
- * pauses it there. Resolves with the chunks read, the first line's length (-1 if none was found),
- * and whether the input ended.
- */
-function readFirstLine(input: Readable, limit: number): Promise<{ chunks: Uint8Array[]; nl: number; ended: boolean }> {
-  return new Promise((resolve, reject) => {
-    const chunks: Uint8Array[] = [];
-    let size = 0;
-    const done = (ended: boolean, nl: number) => {
-      input.off("data", onData);
-      input.off("end", onEnd);
-      input.off("close", onEnd);
-      input.off("error", onError);
-      if (!ended) input.pause();
-      resolve({ chunks, nl, ended });
-    };
-    const onData = (chunk: Uint8Array) => {
-      const at = chunk.indexOf(NEWLINE);
-      chunks.push(chunk);
-      if (at >= 0) return done(false, size + at);
-      size += chunk.length;
-      if (size > limit) done(false, -1);
-    };
-    const onEnd = () => done(true, -1);
-    const onError = (e: Error) => {
-      input.off("data", onData);
-      input.off("end", onEnd);
-      input.off("close", onEnd);
-      reject(e);
-    };
-    input.on("data", onData);
-    // Destroyed without an end or an error, it ends here too.
-    input.once("end", onEnd);
-    input.once("close", onEnd);
-    input.once("error", onError);
-  });
-}
-
 /** The lines of a Node stream, as its bytes are split (LineSplitter). */
 interface NodeLines {
-  /** Bytes read already (ahead of the lines), split first. */
-  push(chunk: Uint8Array): void;
-  /** The stream ended (as it was read ahead): the line it left unended, if any, is the last. */
-  end(): void;
   /** The next line split already, if any. */
   next(): Uint8Array | undefined;
   /** The next line, read from the stream as needed; undefined once it ended; rejects with its error. */
@@ -158,8 +115,6 @@ function nodeLines(input: Readable, splitter: LineSplitter): NodeLines {
     woken();
   };
   return {
-    push: (chunk) => splitter.push(chunk, take),
-    end,
     next: () => ready.shift(),
     async wait() {
       for (;;) {
@@ -189,14 +144,12 @@ function nodeLines(input: Readable, splitter: LineSplitter): NodeLines {
 
 /**
  * Takes a connection's Node streams. The first line is read at once; a well-formed `initialize` no
- * longer than `max` is answered on `output` there and then. The rest is read off `input` as the SDK
- * asks for its lines. What the SDK writes goes to the same output (as bytes through `web()`, made
+ * longer than FIRST_LINE_MAX is answered on `output` there and then. It and the rest are read off
+ * `input`, as the SDK asks for its lines. What the SDK writes goes to the same output (as bytes through `web()`, made
  * when it first writes them), but for its own answer to the initialize answered ahead.
  */
 export function front(input: Readable, output: Writable, web: WebOutput, version: string, max: number, unreadMs = DEFAULT_UNREAD_MS, gate?: Gate): Connection {
   const decoder = new TextDecoder();
-  /** Bytes read ahead, waiting for the SDK. */
-  let ahead: Uint8Array[] = [];
   /** The initialize answered ahead, whose answer from the SDK is left out. */
   let skip: Id | undefined;
   let outgoing: Uint8Array = new Uint8Array(0);
@@ -297,40 +250,36 @@ export function front(input: Readable, output: Writable, web: WebOutput, version
   /** A line's bound: until a port's connection has proved itself, its lines are those of a handshake and a proof. */
   const lineMax = (): number => (gate && !gate.proved ? Math.min(max, UNPROVED_LINE_MAX) : max);
 
-  // Read the first line now, answering it if it is initialize.
+  // Read off the Node stream and split into lines as its bytes come: one step to a line, where web
+  // streams over it (Node's adapter, a stream of its chunks, one of its lines) took three, each a
+  // few promises a line.
+  const lines = nodeLines(input, new LineSplitter(max, gate ? lineMax : undefined));
+  /** The first line, read at once and held for the SDK; undefined once it is taken, or where the input had none. */
+  let held: Uint8Array | undefined;
+  // Read the first line now, answering it if it is initialize. One over the bounds stands in as
+  // oversized or too deep (LineSplitter), goes on to be refused, and is not answered here.
   const first = (async () => {
-    const read = await readFirstLine(input, FIRST_LINE_MAX);
-    ahead = read.chunks;
-    // A line over the bounds goes on to be refused as oversized or too deep, not answered here.
-    if (read.nl >= 0 && read.nl <= lineMax()) {
-      const head = read.chunks.length === 1 ? read.chunks[0]! : concat(read.chunks);
-      const line = head.subarray(0, read.nl);
-      const id = nestsDeeper(line, MAX_DEPTH) ? undefined : initializeId(decoder.decode(line));
+    held = await lines.wait();
+    if (held !== undefined && held.length <= FIRST_LINE_MAX + 1) {
+      const id = initializeId(decoder.decode(held));
       if (id !== undefined) {
         skip = id;
         const answer = `${JSON.stringify({ jsonrpc: "2.0", id, result: initializeResult(version) })}\n`;
         await new Promise<void>((resolve) => output.write(answer, () => resolve()));
       }
     }
-    return read.ended;
+    return held === undefined;
   })();
 
-  // What was read ahead, then the rest of the input, read off the Node stream and split into lines
-  // as it comes: one step to a line, where web streams over it (Node's adapter, a stream of its
-  // chunks, one of its lines) took three, each a few promises a line.
-  const lines = nodeLines(input, new LineSplitter(max, gate ? lineMax : undefined));
   const readable = new ReadableStream<Uint8Array>({
     async pull(controller) {
-      const ended = await first;
-      if (ahead.length > 0) {
-        for (const chunk of ahead) lines.push(chunk);
-        ahead = [];
-      }
-      if (ended) lines.end();
+      await first;
       const full = room();
       if (full) await full;
       while (inFlight >= PENDING_MAX && !unread) await new Promise<void>((resolve) => (roomFor = resolve));
-      const line = lines.next() ?? (await lines.wait());
+      let line = held;
+      held = undefined;
+      line ??= lines.next() ?? (await lines.wait());
       if (line === undefined) {
         if (pending.size > 0 && !unread) await new Promise<void>((resolve) => (drained = resolve));
         return controller.close();
