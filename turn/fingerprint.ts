@@ -3,21 +3,22 @@
 // fingerprints of two requests say where the prompt changed first, or that nothing did.
 import { createHash } from "node:crypto";
 import { SECTION_NAMES, type PromptPrints, type SectionName } from "../protocol/index.js";
+import { keepRecent, useRecent } from "./recent.js";
 import type { Section } from "./sections.js";
 import type { OfferedCall } from "./tools.js";
 
 /** Texts fingerprinted lately, each with its fingerprint: a turn's sections are mostly the last turn's. */
 const known = new Map<string, string>();
-/** The most texts kept, the first known forgotten first (each a section, at most a few hundred KiB). */
+/** The most texts kept, the one used least lately forgotten first (each a section, at most a few hundred KiB). */
 const KNOWN_MAX = 64;
 
 /** The first 12 hex digits of the text's SHA-256: short, and enough to tell two texts apart. */
 export function fingerprint(text: string): string {
-  let print = known.get(text);
-  if (print !== undefined) return print;
-  print = createHash("sha256").update(text).digest("hex").slice(0, 12);
-  if (known.size >= KNOWN_MAX) known.delete(known.keys().next().value as string);
-  known.set(text, print);
+  let print = useRecent(known, text);
+  if (print === undefined) {
+    print = createHash("sha256").update(text).digest("hex").slice(0, 12);
+    keepRecent(known, text, print, KNOWN_MAX);
+  }
   return print;
 }
 

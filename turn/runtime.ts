@@ -78,13 +78,15 @@ export function mayBeRuntime(settings: Settings): boolean {
   let may = useRecent(runtimeLike, key);
   if (may === undefined) {
     may = endpointMayBeRuntime(provider, baseUrl);
-    keepRecent(runtimeLike, key, may, HASHES_KEPT);
+    keepRecent(runtimeLike, key, may, SEEN_KEPT);
   }
   return may;
 }
 
 /** Whether each endpoint seen lately (its provider and base URL) may be a runtime: a URL parsed at each turn cost it some microseconds. */
 const runtimeLike = new Map<string, boolean>();
+/** How many endpoints, and keys (hash), are kept as seen lately. */
+const SEEN_KEPT = 64;
 
 function endpointMayBeRuntime(provider: string, baseUrl: string): boolean {
   if (RUNTIME_PROVIDERS.test(provider.trim())) return true;
@@ -303,13 +305,13 @@ const modelLists = new Answers<string[] | undefined>();
 
 /** The digests of the keys seen lately: each turn's answer is looked up under its key's, and a hash made in Node costs a turn some microseconds. */
 const hashes = new Map<string, string>();
-const HASHES_KEPT = 64;
+
 
 function hash(text: string): string {
   let digest = useRecent(hashes, text);
   if (digest === undefined) {
     digest = createHash("sha256").update(text).digest("hex").slice(0, 16);
-    keepRecent(hashes, text, digest, HASHES_KEPT);
+    keepRecent(hashes, text, digest, SEEN_KEPT);
   }
   return digest;
 }
