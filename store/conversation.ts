@@ -3,7 +3,7 @@ import type { z } from "zod";
 import { closeSync, constants, fstatSync, openSync, readSync } from "node:fs";
 import { basename } from "node:path";
 import { ToolsList, UsageMark, WindowMark, StoreError, describeIssues } from "../protocol/index.js";
-import { FILE_MODE, flushMadeAboveSync, isErrno, jsonFault, LIMITS, LinkRefused, readText, replaceFile, writeAll } from "./files.js";
+import { FILE_MODE, flushMadeAboveSync, isErrno, jsonFault, LIMITS, LinkRefused, ParsedTexts, readText, replaceFile, writeAll } from "./files.js";
 import { checkConversationLinks, readBase } from "./events.js";
 import { withFolder } from "./folder.js";
 import type { ConversationPaths } from "./paths.js";
@@ -105,8 +105,8 @@ function readDerived<T>(conv: ConversationPaths, path: string, max: number, sche
   }
   if (text === undefined) return undefined;
   // Read whole at each call; the same text as the last read of the file gives what it gave.
-  const known = derivedRead.get(path);
-  if (known?.text === text && known.schema === schema) return known.value as T;
+  const known = derivedRead.known(path, text);
+  if (known?.value.schema === schema) return known.value.value as T | undefined;
   let value: T | undefined;
   try {
     const parsed = schema.safeParse(JSON.parse(text));
@@ -114,21 +114,21 @@ function readDerived<T>(conv: ConversationPaths, path: string, max: number, sche
   } catch {
     value = undefined;
   }
-  if (text.length <= DERIVED_TEXT_KEPT) {
-    if (derivedRead.size >= DERIVED_KEPT) derivedRead.clear();
-    derivedRead.set(path, { text, schema, value });
-  }
+  derivedRead.keep(path, text, { schema, value });
   return value;
 }
 
-/** The last text read of each derived file read lately, and what it gave (frozen: each caller is given the same). */
-const derivedRead = new Map<string, { text: string; schema: z.ZodType; value: unknown }>();
-const DERIVED_KEPT = 1024;
 /**
- * The longest text kept (a window's mark is some hundred characters): at most a few megabytes in
- * all, whatever a folder's derived files hold (a usage count may be megabytes long).
+ * What the derived files read lately gave, with the schema each was read with. Only short texts are
+ * kept (a window's mark is some hundred characters): at most a few megabytes in all, whatever a
+ * folder's derived files hold (a usage count may be megabytes long).
  */
-const DERIVED_TEXT_KEPT = 4096;
+const derivedRead = new ParsedTexts<{ schema: z.ZodType; value: unknown }>(1024, 4096);
+
+/** Forgets what the derived files read gave (for measuring a fresh process). */
+export function forgetDerived(): void {
+  derivedRead.clear();
+}
 
 /** The window's mark; a missing or unreadable one is undefined (it is derived, and made again). */
 export function readMark(conv: ConversationPaths): WindowMark | undefined {

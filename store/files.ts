@@ -181,6 +181,36 @@ function utf8(buffer: Buffer, bytes: number): string {
   return buffer.toString("utf8", 0, end);
 }
 
+/**
+ * What each file's text gave when it was last read, by path: a file read whole again with the same
+ * text gives the same value (frozen, so every caller may be given it), not parsed and checked again.
+ * At most `most` files are kept, and no text longer than `longest`.
+ */
+export class ParsedTexts<V> {
+  private readonly kept = new Map<string, { text: string; value: V }>();
+
+  constructor(
+    private readonly most: number,
+    private readonly longest = Number.POSITIVE_INFINITY,
+  ) {}
+
+  /** What `text`, read from `path`, gave the last time it was read: `{ value }`, or undefined when not known. */
+  known(path: string, text: string): { value: V } | undefined {
+    const kept = this.kept.get(path);
+    return kept?.text === text ? kept : undefined;
+  }
+
+  keep(path: string, text: string, value: V): void {
+    if (text.length > this.longest) return;
+    if (this.kept.size >= this.most) this.kept.clear();
+    this.kept.set(path, { text, value });
+  }
+
+  clear(): void {
+    this.kept.clear();
+  }
+}
+
 /** The file's text, or undefined when it doesn't exist. A link is refused, not followed. */
 export function readText(at: string, o: ReadOptions = { max: LIMITS.event }): string | undefined {
   const path = o.named ?? at;

@@ -2,7 +2,7 @@
 import { existsSync, readdirSync, realpathSync, statSync } from "node:fs";
 import { dirname, isAbsolute, join, resolve, sep } from "node:path";
 import { Settings, StoreError, describeIssues, withBlock, withNotes, type Identity, type Note, type NoteKind, type Settings as SettingsT } from "../protocol/index.js";
-import { checkNoLinks, isErrno, jsonFault, LIMITS, readText, replaceFile } from "./files.js";
+import { checkNoLinks, isErrno, jsonFault, LIMITS, ParsedTexts, readText, replaceFile } from "./files.js";
 import { checkThread, paths, type AgentRef } from "./paths.js";
 
 export class SettingsError extends Error {
@@ -82,8 +82,10 @@ function deepFreeze<T>(value: T): T {
   return value;
 }
 
+/** The agents whose settings are kept at most: as many as a process keeps the paths of. */
+const SETTINGS_KEPT = 1024;
 /** The last settings parsed, per file: the same text gives the same (frozen) settings without parsing again. */
-const parsedSettings = new Map<string, { text: string; settings: SettingsT }>();
+const parsedSettings = new ParsedTexts<SettingsT>(SETTINGS_KEPT);
 
 /** Forgets the settings parsed (for measuring a fresh process). */
 export function forgetSettings(): void {
@@ -97,15 +99,15 @@ export function readSettings(agent: AgentRef): SettingsT | undefined {
   // One name only: a config.json linked to another agent's would lend this one its key.
   const text = readText(p.config, { max: LIMITS.settings, single: true });
   if (text === undefined) return undefined;
-  const known = parsedSettings.get(p.config);
-  if (known?.text === text) return known.settings;
+  const known = parsedSettings.known(p.config, text);
+  if (known) return known.value;
   let settings: SettingsT;
   try {
     settings = deepFreeze(parseSettings(text));
   } catch (e) {
     throw new StoreError(`${p.config}: ${(e as Error).message}`, p.config);
   }
-  parsedSettings.set(p.config, { text, settings });
+  parsedSettings.keep(p.config, text, settings);
   return settings;
 }
 

@@ -1,7 +1,7 @@
 // One turn, stateless: reads what it needs through the store, asks the model, runs tools in rounds,
 // and writes every event as it happens. It reports through a callback of plain events, never ACP.
 import { parsedArguments, type AssistantMessage, type Event, type Failure, type ModelInput, type PromptPrints, type Settings, type StopReason, type ToolCall, type Usage, type UserMessage } from "../protocol/index.js";
-import { beginEvent, dropEvent, dropSpares, flushHeld, makeSpares, prepareEvent, type BeginOptions, type BegunEvent, type PreparedEvent, forgetEvents, forgetSettings, LockLostError, paths, readSettings, readToolsList, withConversationLock, type ConversationPaths } from "../store/index.js";
+import { beginEvent, dropEvent, dropSpares, flushHeld, makeSpares, prepareEvent, type BeginOptions, type BegunEvent, type PreparedEvent, forgetDerived, forgetEvents, forgetSettings, LockLostError, paths, readSettings, readToolsList, withConversationLock, type ConversationPaths } from "../store/index.js";
 import { forgetBodies } from "./body.js";
 import { runCalls } from "./calls.js";
 import { conversationShare, modelInputs, modelWindow, type ModelWindow } from "./facts.js";
@@ -453,7 +453,7 @@ class Turn {
 }
 
 /**
- * Forgets all a process keeps between turns: parsed events and settings, each conversation's count,
+ * Forgets all a process keeps between turns: parsed events, settings and derived files, each conversation's count,
  * the last request's bytes, the files made ahead for the next turns (spares). Each is a cache of
  * what is on disk, so this changes no answer, only how long a turn takes: as in a process that just
  * started.
@@ -461,6 +461,7 @@ class Turn {
 export function forgetProcessState(): void {
   forgetEvents();
   forgetSettings();
+  forgetDerived();
   forgetHistories();
   forgetBodies();
   dropSpares();
