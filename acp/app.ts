@@ -216,10 +216,10 @@ export function createAgentApp(state: AcpState, outbox: Outbox, connection = new
       } catch (e) {
         log.error("tool host unavailable: the turn runs without tools", { error: (e as Error).message });
       }
-      // Once the event loop comes round: by then the model's request is on its way, which the line's
-      // write to stderr went before.
-      if (log.later) log.later("turn", { thread: session.thread });
-      else log.info("turn", { thread: session.thread });
+      // Written once the event loop comes round: by then the model's request is on its way, and (at
+      // the turn's end) the prompt's response written, which the lines' writes to stderr went before.
+      const soon = log.later ?? log;
+      soon.info("turn", { thread: session.thread });
       const outcome = await deps.runTurn(
         {
           agent: deps.agent,
@@ -239,12 +239,8 @@ export function createAgentApp(state: AcpState, outbox: Outbox, connection = new
         },
       );
       // A failed turn is logged as failed, with its reason, never as the end_turn the client is answered.
-      // Once the event loop comes round: by then the prompt's response is written (the connection's
-      // writes leave at the next tick), which the line's own write to stderr went before.
-      setImmediate(() => {
-        if (outcome.failure) log.warn("turn failed", { thread: session.thread, reason: outcome.failure.reason, failure: outcome.failure.message });
-        else log.info("turn ended", { thread: session.thread, stop: outcome.stop });
-      });
+      if (outcome.failure) soon.warn("turn failed", { thread: session.thread, reason: outcome.failure.reason, failure: outcome.failure.message });
+      else soon.info("turn ended", { thread: session.thread, stop: outcome.stop });
       return outcome;
     };
 

@@ -12,8 +12,8 @@ export interface Logger {
   info(msg: string, fields?: Fields): void;
   warn(msg: string, fields?: Fields): void;
   error(msg: string, fields?: Fields): void;
-  /** An info line written once the event loop comes round, before any line logged after it; where missing, info's now. */
-  later?(msg: string, fields?: Fields): void;
+  /** Lines written once the event loop comes round, before any line logged after them; where missing, they are written now. */
+  later?: Pick<Logger, "info" | "warn">;
 }
 
 export interface AcpDeps {

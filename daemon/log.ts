@@ -41,10 +41,14 @@ export const log = {
   warn: (msg: string, fields?: Fields) => write("warn", msg, fields),
   error: (msg: string, fields?: Fields) => write("error", msg, fields),
   /**
-   * An info line written once the event loop comes round, not now: off the way of what the caller
-   * does next (a turn's request to its model). Its time is now's, and no line is written before it.
+   * Lines written once the event loop comes round, not now: off the way of what the caller does next
+   * (a turn's request to its model, a prompt's response). Each line's time is now's, and no line
+   * logged after it is written before it.
    */
-  later: (msg: string, fields?: Fields) => write("info", msg, fields, true),
+  later: {
+    info: (msg: string, fields?: Fields) => write("info", msg, fields, true),
+    warn: (msg: string, fields?: Fields) => write("warn", msg, fields, true),
+  },
 };
 
 /**

@@ -25,7 +25,7 @@ describe("log.later", () => {
         "let writes = 0;",
         "const write = process.stderr.write.bind(process.stderr);",
         "process.stderr.write = (...a) => (writes++, write(...a));",
-        'log.later("turn", { thread: "t" });',
+        'log.later.info("turn", { thread: "t" });',
         'process.stdout.write(`${writes}\\n`);',
         'setImmediate(() => process.stdout.write(`${writes}\\n`));',
       ].join("\n"),
@@ -36,13 +36,13 @@ describe("log.later", () => {
   });
 
   it("never comes after a line logged after it, whatever its level", () => {
-    const { lines } = run(`log.later("first"); log.later("second"); log.warn("third"); log.later("fourth"); setImmediate(() => log.error("fifth"));`);
+    const { lines } = run(`log.later.info("first"); log.later.warn("second"); log.warn("third"); log.later.info("fourth"); setImmediate(() => log.error("fifth"));`);
     expect(lines.map((l) => l.msg)).toEqual(["first", "second", "third", "fourth", "fifth"]);
-    expect(lines.map((l) => l.level)).toEqual(["info", "info", "warn", "info", "error"]);
+    expect(lines.map((l) => l.level)).toEqual(["info", "warn", "warn", "info", "error"]);
   });
 
   it("is written by a process that exits before the loop comes round, with the time it was logged", () => {
-    const { lines, stdout } = run(`log.later("kept"); process.stdout.write(new Date().toISOString()); const t = Date.now(); while (Date.now() - t < 30); process.exit(0);`);
+    const { lines, stdout } = run(`log.later.info("kept"); process.stdout.write(new Date().toISOString()); const t = Date.now(); while (Date.now() - t < 30); process.exit(0);`);
     expect(lines.map((l) => l.msg)).toEqual(["kept"]);
     expect(lines[0]!.time <= stdout).toBe(true);
   });
