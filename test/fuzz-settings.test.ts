@@ -34,47 +34,60 @@ const seconds = fc.double({ min: 0.001, max: 86_400, noNaN: true });
 /** Keys JSON objects may hold that a JavaScript object treats specially. */
 const odd = fc.constantFrom("__proto__", "constructor", "prototype", "toString", "hasOwnProperty");
 const noteWord = fc.stringMatching(/^[a-z0-9][a-z0-9._-]{0,10}$/);
+/** A skill's or a tool's name. */
+const word = fc.stringMatching(/^[a-z0-9][a-z0-9_-]{0,10}$/);
 const hostilePath = fc.constantFrom("../../etc/passwd", "/etc/shadow", "a/../../b", "notes\u0000.md", ".hidden", "C:\\x");
 
-const validSettings = fc.record(
-  {
-    model: fc.record(
-      {
-        provider: name,
-        name,
-        base_url: fc.webUrl({ validSchemes: ["http", "https"] }),
-        key: fc.string({ maxLength: 8 }).map((s) => `${SECRET}-${s}`),
-        answer: tokens,
-        params: fc.dictionary(fc.oneof(fc.string({ maxLength: 12 }), odd), fc.jsonValue({ maxDepth: 2 }), { maxKeys: 3 }),
-      },
-      { requiredKeys: ["provider", "name", "base_url", "key"] },
-    ),
-    window: fc.record({ max: tokens, link_max: tokens, answer: tokens, margin: fc.nat(), unknown: tokens, trained: fc.boolean() }, { requiredKeys: [] }),
-    instructions: fc.dictionary(
-      fc.oneof({ weight: 6, arbitrary: fc.constantFrom(...SECTION_NAMES) }, { weight: 1, arbitrary: odd }),
-      fc.record({ text, max: fc.nat(), owner: text }, { requiredKeys: [] }),
-      { maxKeys: 3 },
-    ),
-    identity: fc.record({ persona: text, owner: text, standing: text, skills: fc.array(fc.oneof(text, hostilePath), { maxLength: 3 }) }, { requiredKeys: [] }),
-    // A note's path and source are words (man lnk-link-harness(1), "remembered"): a hostile one, sometimes.
-    remembered: fc.array(
-      fc.record({
-        path: fc.oneof({ weight: 4, arbitrary: fc.array(noteWord, { minLength: 1, maxLength: 3 }).map((p) => p.join("/")) }, { weight: 1, arbitrary: hostilePath }),
-        text,
-        source: fc.oneof({ weight: 6, arbitrary: noteWord }, { weight: 1, arbitrary: name }),
-      }),
-      { maxLength: 3 },
-    ),
-    tools: fc.dictionary(fc.oneof({ weight: 6, arbitrary: fc.stringMatching(/^[a-z0-9][a-z0-9_-]{0,10}$/) }, { weight: 1, arbitrary: odd }), name, { maxKeys: 3 }),
-    environment: fc.record({ files: fc.oneof(text, hostilePath), channels: fc.array(text, { maxLength: 3 }) }, { requiredKeys: [] }),
-    verbosity: fc.constantFrom(...VERBOSITIES),
-    timeouts: fc.record(
-      { model: seconds, model_idle: seconds, retry_wait: fc.oneof(fc.constant(0), seconds), tool_call: seconds, tool_idle: seconds },
-      { requiredKeys: [] },
-    ),
-  },
-  { requiredKeys: ["model"] },
-);
+/**
+ * Settings as a user writes them. With `hostile`, now and then a key a JavaScript object treats
+ * specially or a path that leads out of the folder, which may be refused; without, each is accepted.
+ */
+function settingsOf(hostile: boolean) {
+  const sometimes = <T, U>(usual: fc.Arbitrary<T>, weight: number, odd: fc.Arbitrary<U>): fc.Arbitrary<T | U> =>
+    hostile ? fc.oneof({ weight, arbitrary: usual }, { weight: 1, arbitrary: odd }) : usual;
+  return fc.record(
+    {
+      model: fc.record(
+        {
+          provider: name,
+          name,
+          base_url: fc.webUrl({ validSchemes: ["http", "https"] }),
+          key: fc.string({ maxLength: 8 }).map((s) => `${SECRET}-${s}`),
+          answer: tokens,
+          params: fc.dictionary(sometimes(fc.string({ maxLength: 12 }), 1, odd), fc.jsonValue({ maxDepth: 2 }), { maxKeys: 3 }),
+        },
+        { requiredKeys: ["provider", "name", "base_url", "key"] },
+      ),
+      window: fc.record({ max: tokens, link_max: tokens, answer: tokens, margin: fc.nat(), unknown: tokens, trained: fc.boolean() }, { requiredKeys: [] }),
+      instructions: fc.dictionary(
+        sometimes(fc.constantFrom(...SECTION_NAMES), 6, odd),
+        fc.record({ text, max: fc.nat(), owner: text }, { requiredKeys: [] }),
+        { maxKeys: 3 },
+      ),
+      identity: fc.record({ persona: text, owner: text, standing: text, skills: fc.array(sometimes(word, 1, fc.oneof(text, hostilePath)), { maxLength: 3 }) }, { requiredKeys: [] }),
+      // A note's path and source are words (man lnk-link-harness(1), "remembered"): a hostile one, sometimes.
+      remembered: fc.array(
+        fc.record({
+          path: sometimes(fc.array(noteWord, { minLength: 1, maxLength: 3 }).map((p) => p.join("/")), 4, hostilePath),
+          text,
+          source: sometimes(noteWord, 6, name),
+        }),
+        { maxLength: 3 },
+      ),
+      tools: fc.dictionary(sometimes(word, 6, odd), name, { maxKeys: 3 }),
+      environment: fc.record({ files: sometimes(text, 1, hostilePath), channels: fc.array(text, { maxLength: 3 }) }, { requiredKeys: [] }),
+      verbosity: fc.constantFrom(...VERBOSITIES),
+      timeouts: fc.record(
+        { model: seconds, model_idle: seconds, retry_wait: fc.oneof(fc.constant(0), seconds), tool_call: seconds, tool_idle: seconds },
+        { requiredKeys: [] },
+      ),
+    },
+    { requiredKeys: ["model"] },
+  );
+}
+const validSettings = settingsOf(true);
+/** Settings with nothing hostile in them, not even a key `__proto__` that fast-check makes on its own: each one is accepted. */
+const cleanSettings = settingsOf(false).filter((v) => !places(v).some((at) => at.at(-1) === "__proto__"));
 
 /** Every place in a JSON value, as a path of keys. */
 function places(v: unknown, at: (string | number)[] = []): (string | number)[][] {
@@ -227,14 +240,26 @@ describe("settings, fuzzed", () => {
     expect(refused).toBeGreaterThan(100);
   });
 
+  it("settings with nothing hostile in them are each accepted, as sent", () => {
+    const agent = join(tmp, "clean");
+    fc.assert(
+      fc.property(cleanSettings, (v) => {
+        // A refusal fails with its reason.
+        expect(() => parseSettings(JSON.stringify(v))).not.toThrow();
+        expect(parsedAsPromised(input(JSON.stringify(v), "clean"), agent)).toBe(true);
+      }),
+      { numRuns: 300, endOnFailure: true, ...seed },
+    );
+  });
+
   it("configure: accepted and written as sent, or refused with exit 2, one line on stderr, config.json and the folder unchanged", async () => {
     assertBuilt([BIN, "dist/daemon/commands.js", "dist/store/settings.js"], ["daemon", "store", "protocol"]);
     const agent = join(tmp, "cli");
     writeSettings({ dir: agent }, parseSettings(JSON.stringify({ model: { provider: "p", name: "m", base_url: "http://127.0.0.1:9/v1", key: SECRET } })));
     let n = 0;
     const outcomes = { accepted: 0, refused: 0 };
-    // Half of them valid settings, so both ways are taken in a few runs.
-    const some = fc.oneof(validSettings.map((v) => input(JSON.stringify(v), "valid")), inputs);
+    // Half of them settings with nothing hostile in them, which are accepted, so both ways are taken in a few runs.
+    const some = fc.oneof(cleanSettings.map((v) => input(JSON.stringify(v), "clean")), inputs);
     await fc.assert(
       fc.asyncProperty(some, fc.boolean(), async (i, fromFile) => {
         const before = readFileSync(join(agent, "config.json"), "utf8");
