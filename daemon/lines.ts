@@ -183,7 +183,8 @@ export const UNPROVED_LINE_MAX = 64 * 1024;
  * when given, what `bound` says when the line's first byte comes) and nested at most MAX_DEPTH
  * deep: a line over its bound is dropped as it streams in (never held whole) and stands in as
  * oversizedLine, one nested deeper as tooDeepLine. Each line handed on ends with its newline, but
- * the last of an input that ended without one.
+ * the last of an input that ended without one (unless it stands in for one over its bound: a
+ * stand-in always ends with its newline).
  */
 export class LineSplitter {
   private readonly encoder = new TextEncoder();

@@ -431,6 +431,40 @@ describe("oversized lines", () => {
     expect(lines[2]).toBe('{"b":2}');
   });
 
+  it("hands on each line within the limit byte for byte and one stand-in for each over it, however the bytes come in pieces", () => {
+    const max = 48;
+    const encoder = new TextEncoder();
+    // Any text but a newline: characters of one to four bytes, so a cut may fall inside one.
+    const anyText = fc.string({ unit: "binary", maxLength: 70 }).map((t) => t.replaceAll("\n", " "));
+    // And lines of the limit's size, give or take a byte.
+    const lineText = fc.oneof(anyText, fc.integer({ min: max - 2, max: max + 2 }).map((n) => "x".repeat(n)));
+    fc.assert(
+      fc.property(fc.array(lineText, { minLength: 1, maxLength: 8 }), fc.boolean(), fc.array(fc.nat({ max: 2000 }), { maxLength: 12 }), (texts, ended, cuts) => {
+        const bytes = encoder.encode(texts.join("\n") + (ended ? "\n" : ""));
+        const stops = [...new Set(cuts.map((c) => c % (bytes.length + 1)))].sort((a, b) => a - b);
+        const pieces = [0, ...stops, bytes.length].slice(1).map((end, i, all) => bytes.slice(i === 0 ? 0 : (all[i - 1] as number), end));
+        const got = split(pieces, max).split("\n");
+        const size = (text: string) => encoder.encode(text).length;
+        // The last text, unended and empty, is no line at all.
+        const lines = ended || texts.at(-1) !== "" ? texts : texts.slice(0, -1);
+        // Each line handed on ends with its newline, but an unended last one within the limit (a stand-in always does).
+        const last = lines.at(-1);
+        if (ended || texts.at(-1) === "" || (last !== undefined && size(last) > max)) expect(got.pop()).toBe("");
+        expect(got).toHaveLength(lines.length);
+        lines.forEach((text, i) => {
+          if (size(text) <= max) expect(got[i]).toBe(new TextDecoder().decode(encoder.encode(text)));
+          else {
+            // Under the id the line's head holds, should a text hold one; else not a request at all.
+            const stand: unknown = JSON.parse(got[i] ?? "");
+            if (typeof stand === "string") expect(stand).toBe(`message of ${size(text)} bytes is over the limit of ${max}`);
+            else expect(stand).toMatchObject({ method: "_link/oversized", params: { bytes: size(text), max } });
+          }
+        });
+      }),
+      { numRuns: 500 },
+    );
+  });
+
   it("answers one over the limit under its id wherever the id stands in it, however it comes in pieces", async () => {
     const id = fc.oneof(fc.integer(), fc.string({ maxLength: 20 }), fc.double({ noNaN: true, noDefaultInfinity: true }));
     const member = fc.tuple(fc.string({ maxLength: 6 }).filter((k) => k !== "id"), fc.jsonValue({ maxDepth: 3 }));
