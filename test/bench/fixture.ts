@@ -10,7 +10,7 @@ import { paths, type AgentRef, type ConversationPaths } from "../../store/index.
 import { prefillEvent } from "./agent.js";
 
 /** Changes whenever what a fixture holds changes, so an old one is made again rather than reused. */
-export const FIXTURE_VERSION = "3";
+export const FIXTURE_VERSION = "4";
 const PREFIX = "lnk-link-harness-bench-";
 export const THREAD = "bench";
 /** When the pre-filled conversation began: long before any run, as an old conversation would. */
@@ -61,7 +61,10 @@ export interface FixtureBuild {
  * events a run adds are removed, the mark and the transcript put back as they were.
  */
 export async function conversationFixture(size: number, build: FixtureBuild): Promise<Fixture> {
-  const home = join(fixtureRoot(), `size-${size}`);
+  // One for each size and key: the two windows a run measures at the same size would otherwise make
+  // it again in turn at every run (110,000 files written and removed twice, and the file system then
+  // slower to make files for minutes: see lnk-link-harness-bench(7), making files).
+  const home = join(fixtureRoot(), `size-${size}-${build.key}`);
   const agent: AgentRef = { dir: join(home, "agent") };
   const conv = paths(agent).conversation(THREAD);
   const readyFile = join(home, "ready.json");
