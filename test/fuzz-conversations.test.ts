@@ -51,8 +51,15 @@ const session: fc.Arbitrary<unknown> = fc.oneof(
   { weight: 1, arbitrary: anyValue },
 );
 
+/** A State of whole sessions, each under a thread name of its own: one move in takes. */
+const wholeState: fc.Arbitrary<string> = fc
+  .uniqueArray(fc.stringMatching(/^[a-z0-9][a-z0-9-]{0,11}$/), { maxLength: 3 })
+  .chain((threads) => fc.tuple(...threads.map((thread) => fc.record({ thread: fc.constant(thread), events: fc.array(fc.constantFrom<Record<string, unknown>>(user, answer, command), { maxLength: 4 }) }))))
+  .map((sessions) => JSON.stringify({ sessions }));
+
 /** What move in is given: a State of sessions, one session, or anything at all, as JSON or not. */
 const input: fc.Arbitrary<string> = fc.oneof(
+  { weight: 2, arbitrary: wholeState },
   { weight: 4, arbitrary: fc.array(session, { maxLength: 4 }).map((sessions) => JSON.stringify({ sessions })) },
   { weight: 1, arbitrary: session.map((s) => JSON.stringify(s) ?? "") },
   { weight: 1, arbitrary: fc.record({ sessions: anyValue, instructions: anyValue, notes: anyValue }, { requiredKeys: [] }).map((s) => JSON.stringify(s)) },
@@ -97,6 +104,16 @@ describe("conversations, fuzzed", { timeout: 180_000 }, () => {
     // Both ways were tried.
     expect(seen.taken).toBeGreaterThan(0);
     expect(seen.refused).toBeGreaterThan(0);
+  });
+
+  it("move in takes every State of whole sessions, each under a thread of its own", async () => {
+    await fc.assert(
+      fc.asyncProperty(wholeState, async (text) => {
+        const r = await agents.cli(["conversations", "move", "in", "--agent", agents.folder()], text);
+        expect(r.code, r.stderr).toBe(0);
+      }),
+      { numRuns: 15, ...seed },
+    );
   });
 
   it("any THREAD names a conversation the agent has, or is refused in one line", async () => {
