@@ -3,7 +3,7 @@
 // fingerprints of two requests say where the prompt changed first, or that nothing did.
 import { createHash } from "node:crypto";
 import { SECTION_NAMES, type PromptPrints, type SectionName } from "../protocol/index.js";
-import { keepRecent, useRecent } from "./recent.js";
+import { recentOr } from "./recent.js";
 import type { Section } from "./sections.js";
 import type { OfferedCall } from "./tools.js";
 
@@ -14,12 +14,7 @@ const KNOWN_MAX = 64;
 
 /** The first 12 hex digits of the text's SHA-256: short, and enough to tell two texts apart. */
 export function fingerprint(text: string): string {
-  let print = useRecent(known, text);
-  if (print === undefined) {
-    print = createHash("sha256").update(text).digest("hex").slice(0, 12);
-    keepRecent(known, text, print, KNOWN_MAX);
-  }
-  return print;
+  return recentOr(known, text, KNOWN_MAX, () => createHash("sha256").update(text).digest("hex").slice(0, 12));
 }
 
 /** Each section's fingerprint; the tools' covers the calls offered with the request, which a provider caches before the messages. */

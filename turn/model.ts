@@ -10,7 +10,7 @@ import { envSecrets, redactor, settingsSecrets, type Redactor } from "./redact.j
 import { connectionFault } from "./faults.js";
 import { checkRequest, nodeFetch, readAnswerEvents, sendChecked, TooLarge, type CheckedRequest } from "./http.js";
 import { endpointName } from "./runtime.js";
-import { keepRecent, useRecent } from "./recent.js";
+import { keepRecent, recentOr } from "./recent.js";
 import { cutDescription, type OfferedCall } from "./tools.js";
 
 export interface ModelRequest {
@@ -172,12 +172,7 @@ async function client(settings: Settings, env: NodeJS.ProcessEnv = process.env):
  */
 function clientOf(ctor: OpenAIClass, settings: Settings, env: NodeJS.ProcessEnv): ModelClient {
   const key = settings.model.key ?? env.LNK_MODEL_KEY ?? PLACEHOLDER_KEY;
-  const id = `${settings.model.base_url}\0${key}`;
-  const kept = useRecent(clients, id);
-  if (kept) return kept;
-  const c = new ModelClient(ctor, settings.model.base_url, key);
-  keepRecent(clients, id, c, CLIENTS_KEPT);
-  return c;
+  return recentOr(clients, `${settings.model.base_url}\0${key}`, CLIENTS_KEPT, () => new ModelClient(ctor, settings.model.base_url, key));
 }
 
 function isTooLong(status: number | undefined, code: string | null | undefined, message: string): boolean {

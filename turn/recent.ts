@@ -21,6 +21,16 @@ export function useRecent<K, V>(map: Map<K, V>, key: K): V | undefined {
   return value;
 }
 
+/** The value at `key`, now the entry used most lately; made by `make` and kept there (keepRecent) when none is. */
+export function recentOr<K, V>(map: Map<K, V>, key: K, max: number, make: () => V): V {
+  let value = useRecent(map, key);
+  if (value === undefined) {
+    value = make();
+    keepRecent(map, key, value, max);
+  }
+  return value;
+}
+
 /**
  * A map held to a number of entries and to a total size its entries are given with, the entry used
  * least lately let go first; an entry larger than the whole bound is not kept at all.

@@ -8,7 +8,7 @@ import { z } from "zod";
 import type { Settings } from "../protocol/index.js";
 import { connectionFault } from "./faults.js";
 import { askText, TooLarge, type TextAnswer } from "./http.js";
-import { keepRecent, useRecent } from "./recent.js";
+import { keepRecent, recentOr } from "./recent.js";
 
 /** Ollama's context when nothing sets num_ctx on a small machine (NOTES.md). */
 export const OLLAMA_DEFAULT_CONTEXT = 4_096;
@@ -74,13 +74,7 @@ const RUNTIME_PROVIDERS = /^(ollama|llama[.-]?cpp|llama-server|vllm|lm[-\s]?stud
  */
 export function mayBeRuntime(settings: Settings): boolean {
   const { provider, base_url: baseUrl } = settings.model;
-  const key = `${provider}\n${baseUrl}`;
-  let may = useRecent(runtimeLike, key);
-  if (may === undefined) {
-    may = endpointMayBeRuntime(provider, baseUrl);
-    keepRecent(runtimeLike, key, may, SEEN_KEPT);
-  }
-  return may;
+  return recentOr(runtimeLike, `${provider}\n${baseUrl}`, SEEN_KEPT, () => endpointMayBeRuntime(provider, baseUrl));
 }
 
 /** Whether each endpoint seen lately (its provider and base URL) may be a runtime: a URL parsed at each turn cost it some microseconds. */
@@ -306,14 +300,8 @@ const modelLists = new Answers<string[] | undefined>();
 /** The digests of the keys seen lately: each turn's answer is looked up under its key's, and a hash made in Node costs a turn some microseconds. */
 const hashes = new Map<string, string>();
 
-
 function hash(text: string): string {
-  let digest = useRecent(hashes, text);
-  if (digest === undefined) {
-    digest = createHash("sha256").update(text).digest("hex").slice(0, 16);
-    keepRecent(hashes, text, digest, SEEN_KEPT);
-  }
-  return digest;
+  return recentOr(hashes, text, SEEN_KEPT, () => createHash("sha256").update(text).digest("hex").slice(0, 16));
 }
 
 /** The key an answer is kept under: everything it depends on. */
