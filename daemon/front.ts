@@ -6,7 +6,7 @@
 import type { Readable, Writable } from "node:stream";
 import { initializeResult } from "../acp/initialize.js";
 import type { Gate } from "../acp/link.js";
-import { LineSplitter, UNPROVED_LINE_MAX, concat } from "./lines.js";
+import { LineSplitter, UNPROVED_LINE_MAX, concat, parseLine } from "./lines.js";
 import { log } from "./log.js";
 
 const NEWLINE = 0x0a;
@@ -55,7 +55,7 @@ type Id = string | number;
 export function initializeId(line: string): Id | undefined {
   let msg: unknown;
   try {
-    msg = JSON.parse(line);
+    msg = parseLine(line);
   } catch {
     return undefined;
   }
@@ -415,7 +415,7 @@ function drain(output: Writable): Promise<void> {
  */
 function requestOf(line: string): { id: Id; method: string } | undefined {
   try {
-    const msg: unknown = JSON.parse(line);
+    const msg: unknown = parseLine(line);
     if (typeof msg !== "object" || msg === null || Array.isArray(msg)) return undefined;
     const { jsonrpc, id, method } = msg as { jsonrpc?: unknown; id?: unknown; method?: unknown };
     if (jsonrpc !== "2.0" || typeof method !== "string") return undefined;

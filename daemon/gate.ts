@@ -4,18 +4,25 @@
 // machine can reach 127.0.0.1, where a Unix socket of mode 0600 or stdio reaches only its owner.
 import { LINK_METHODS, type LinkConnection } from "../acp/link.js";
 import { OVERSIZED_METHOD, TOO_DEEP_METHOD } from "../acp/initialize.js";
+import { parseLine } from "./lines.js";
 
 /** What is served before the proof: the handshake, the proof, and the stand-ins for lines too large or deep to read. */
 const OPEN: ReadonlySet<string> = new Set(["initialize", LINK_METHODS.prove, OVERSIZED_METHOD, TOO_DEEP_METHOD]);
+
+/**
+ * What an unproved line that can't be read goes on as: a line no one reads as JSON, which the agent
+ * refuses as a parse error. Never the line itself: one that the gate and the agent read apart would
+ * be served unproved.
+ */
+const UNREADABLE = new TextEncoder().encode("{\n");
 
 /** A line as it goes on to the agent: itself, its stand-in, or nothing. */
 function gated(line: Uint8Array, decoder: TextDecoder, encoder: TextEncoder): Uint8Array | undefined {
   let msg: unknown;
   try {
-    msg = JSON.parse(decoder.decode(line));
+    msg = parseLine(decoder.decode(line));
   } catch {
-    // The agent answers what it can't parse as such.
-    return line;
+    return UNREADABLE;
   }
   if (typeof msg !== "object" || msg === null || Array.isArray(msg)) return line;
   const { method, id } = msg as { method?: unknown; id?: unknown };

@@ -30,6 +30,16 @@ export function concat(parts: readonly Uint8Array[], length = parts.reduce((n, p
   return out;
 }
 
+/**
+ * A line's message as the ACP SDK reads it: its text trimmed (String.prototype.trim, which takes more
+ * than JSON's own whitespace: a form feed, a vertical tab, a no-break space, a byte order mark,
+ * U+3000), then parsed. Every look the front, the gate and the router take at a line goes through
+ * this, so that no line reads as one thing to them and another to the SDK. Throws as JSON.parse does.
+ */
+export function parseLine(text: string): unknown {
+  return JSON.parse(text.trim());
+}
+
 /** The `id` of a JSON-RPC message from the start of its text: only a key of the top-level object counts. */
 export function topLevelId(text: string): string | number | undefined {
   const ids = new IdScanner();

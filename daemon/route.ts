@@ -3,6 +3,7 @@
 // agent's answers come back on the one output. `initialize` goes to each, and is answered once.
 import { OVERSIZED_METHOD, TOO_DEEP_METHOD } from "../acp/initialize.js";
 import { answerId } from "./front.js";
+import { parseLine } from "./lines.js";
 
 type Id = string | number;
 
@@ -24,7 +25,7 @@ interface Message {
 
 function read(line: Uint8Array, decoder: TextDecoder): Message | undefined {
   try {
-    const msg: unknown = JSON.parse(decoder.decode(line));
+    const msg: unknown = parseLine(decoder.decode(line));
     if (typeof msg !== "object" || msg === null || Array.isArray(msg)) return undefined;
     const { id, method, params } = msg as { id?: unknown; method?: unknown; params?: unknown };
     const meta = typeof params === "object" && params !== null ? (params as { _meta?: unknown })._meta : undefined;

@@ -107,6 +107,21 @@ describe("the front", () => {
     expect(got).toEqual(expect.arrayContaining([expect.objectContaining({ result: expect.objectContaining({ sessions: expect.any(Array) }) }), expect.objectContaining({ error: expect.objectContaining({ message: expect.stringMatching(/cannot reach the model/) }) })]));
   });
 
+  it("owes a client that closes its input every answer, its requests led or ended by what the SDK trims and JSON does not", { timeout: 30_000 }, async () => {
+    // A form feed, a vertical tab, a no-break space, a byte order mark, U+3000 and U+2028: the SDK
+    // reads each such line as the request it holds, so the front must count it as one it owes.
+    const own = mkdtempSync(join(tmpdir(), "lh-front-trim-"));
+    writeSettings({ dir: own }, { model: { provider: "p", name: "m", base_url: "http://127.0.0.1:9/v1" } });
+    const leads = ["\f", "\v", "\u00a0", "\ufeff", "\u3000", "\u2028"];
+    const prompts = leads.map((lead, i) => `${lead}${JSON.stringify({ jsonrpc: "2.0", id: 10 + i, method: "session/prompt", params: { sessionId: "trimmed", prompt: [{ type: "text", text: `hi ${i}` }] } })}${lead}\n`);
+    const r = await run(process.execPath, [MAIN, "--agent", own], {
+      input: init(1) + line({ jsonrpc: "2.0", id: 2, method: "session/new", params: { cwd: own, mcpServers: [], _meta: { link: { thread: "trimmed" } } } }) + prompts.join(""),
+    }).finally(() => rmSync(own, { recursive: true, force: true }));
+    expect(r.code).toBe(0);
+    const got = answers(r.stdout);
+    for (const i of leads.keys()) expect(got.filter((a) => a.id === 10 + i)).toEqual([expect.objectContaining({ error: expect.objectContaining({ message: expect.stringMatching(/cannot reach the model/) }) })]);
+  });
+
   it("answers an initialize that comes in pieces, once", async () => {
     const d = new Child(process.execPath, [MAIN, "--agent", dir]);
     const whole = init(4);

@@ -566,6 +566,9 @@ const shown = (c: Case): Case =>
   Object.assign(c, { [fc.toStringMethod]: () => `${c.answer} ${c.line.length > 300 ? `${c.line.slice(0, 120)}… (${c.line.length} characters)` : c.line}` });
 
 /** Lines that are not requests, or too long to read. */
+/** Runs of what String.prototype.trim takes from a line's ends, JSON's own whitespace among it. */
+const trimmed = fc.array(fc.constantFrom(" ", "\t", "\r", "\f", "\v", "\u00a0", "\ufeff", "\u1680", "\u2000", "\u2028", "\u2029", "\u202f", "\u3000"), { maxLength: 3 }).map((a) => a.join(""));
+
 const rawCases: fc.Arbitrary<Case> = fc
   .oneof<fc.Arbitrary<Case>[]>(
     notJson.map((line): Case => ({ line, answer: "null-error" })),
@@ -749,6 +752,15 @@ describe("the first lines of a connection, before and around initialize", () => 
     { weight: 1, arbitrary: requestCase("session/list", fc.constant({})) },
     { weight: 1, arbitrary: fc.constant(shown({ line: JSON.stringify({ jsonrpc: "2.0", method: "session/cancel", params: { sessionId: MAIN } }), answer: "none" })) },
     { weight: 3, arbitrary: rawCases },
+    // A request led and ended by what the SDK trims from a line and JSON does not take as space
+    // (a form feed, a no-break space, a byte order mark, U+3000, ...): a request all the same.
+    {
+      weight: 2,
+      arbitrary: fc.tuple(trimmed, trimmed, fc.constantFrom("initialize", "session/list"), fc.nat({ max: 2 })).map(([lead, trail, method, k]): Case => {
+        const id = nextId(k);
+        return shown({ line: `${lead}${JSON.stringify({ jsonrpc: "2.0", id, method, params: method === "initialize" ? { protocolVersion: 1 } : {} })}${trail}`, answer: "id", id });
+      }),
+    },
   );
 
   it("each request is answered once under its id, each unreadable line once with id null, and the connection then serves", async () => {

@@ -7,8 +7,9 @@ import { connect } from "node:net";
 import { join } from "node:path";
 import * as acp from "@agentclientprotocol/sdk";
 import { describe, expect, it } from "vitest";
+import { z } from "zod";
 import { CLIENT_PROOF_PREFIX, LinkConnection, REMEMBERED_MAX, prove as proveHere, remembered } from "../acp/link.js";
-import { answerText, configure, daemonTestHooks, failure, openClient, portStream, scriptedSettings, servedPort, startDaemon, stdioClient, tempDir, watched, type Client } from "./acp-client.js";
+import { answerText, configure, daemonTestHooks, failure, openClient, portStream, scriptedSettings, servedPort, startDaemon, stdioClient, tempDir, until, watched, type Client } from "./acp-client.js";
 import { BIN } from "./fixtures/built.js";
 import { freePort } from "./fixtures/port.js";
 import type { ModelServer } from "./model-server.js";
@@ -160,6 +161,23 @@ describe("a port's connections that have not proved themselves", { timeout: 60_0
       cleanup.push(() => socket.destroy());
     });
   }
+
+  it("are refused a request led or ended by what the SDK trims and JSON does not, as any other, and a line none can read is a parse error", async () => {
+    const dir = agentDir();
+    const d = watched(startDaemon(["--agent", dir, "--port", "0"], { LNK_KEY: KEY }), cleanup);
+    const c = await raw(await servedPort(d));
+    c.socket.write(`${JSON.stringify({ jsonrpc: "2.0", id: 0, method: "initialize", params: { protocolVersion: 1 } })}\n`);
+    const leads = ["\f", "\v", "\u00a0", "\ufeff", "\u3000", "\u2028", " \t"];
+    for (const [i, lead] of leads.entries()) c.socket.write(`${lead}${JSON.stringify({ jsonrpc: "2.0", id: 1 + i, method: "session/new", params: { cwd: dir, mcpServers: [] } })}${lead}\n`);
+    c.socket.write('\f{"jsonrpc":"2.0","id":99,\n');
+    const answered = () => c.got().split("\n").filter(Boolean).map((l) => z.object({ id: z.unknown(), result: z.unknown().optional(), error: z.object({ code: z.number() }).optional() }).parse(JSON.parse(l)));
+    await until(() => answered().length >= leads.length + 2, "every line answered");
+    const got = answered();
+    for (const i of leads.keys()) expect(got.filter((a) => a.id === 1 + i)).toEqual([expect.objectContaining({ error: expect.objectContaining({ code: -32000 }) })]);
+    expect(got.filter((a) => a.result !== undefined).map((a) => a.id)).toEqual([0]);
+    expect(got.filter((a) => a.id === null)).toEqual([expect.objectContaining({ error: expect.objectContaining({ code: -32700 }) })]);
+    expect(server.requests).toHaveLength(0);
+  });
 
   it("are closed unless proved in LNK_ACP_PROOF_MS; one that proved stays", async () => {
     const dir = agentDir();
