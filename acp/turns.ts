@@ -118,6 +118,8 @@ interface Running {
   readonly through: Map<Subscriber, Through>;
   /** The text its followers that sent it a message were not shown as it came, its message not shown yet (shown once the turn is over, should its message never be). */
   readonly withheld: Map<Subscriber, string>;
+  /** The messages the turn running now answers (Turns.abandon). */
+  answering?: Waiting[];
 }
 
 /** A load that follows a run: the last event it showed itself, when it began (Turns' clock), and whether it failed. */
@@ -125,6 +127,8 @@ interface Follower extends Load {
   upTo: number;
   since: number;
   failed: boolean;
+  /** The load is over, and did not fail: it never will, and what it shows is the connection's view for good. */
+  over: boolean;
 }
 
 /**
@@ -134,9 +138,27 @@ interface Follower extends Load {
 class Through {
   constructor(
     readonly follower: Follower,
-    readonly before: Through | undefined,
+    public before: Through | undefined,
     readonly base: boolean,
   ) {}
+
+  /**
+   * Lets go of the loads before the first of these that is over: nothing looks past a load that
+   * can't fail (heldFor, still), and a connection that loads a session again and again while its turn
+   * runs would otherwise grow the chain by one a load, and each update's walk with it.
+   */
+  prune(): void {
+    if (this.follower.over) {
+      this.before = undefined;
+      return;
+    }
+    for (let at = this.before; at !== undefined; at = at.before) {
+      if (at.follower.over) {
+        at.before = undefined;
+        return;
+      }
+    }
+  }
 
   /** The latest load before this one that did not fail: what the connection follows the run by, should this one fail. */
   get still(): Through | undefined {
@@ -153,6 +175,8 @@ class Through {
 function heldFor(through: Through | undefined, shows: (follower: Follower) => boolean, none: boolean): boolean | HeldFor {
   if (through === undefined) return none;
   const kept = shows(through.follower);
+  // A load that is over never fails: what it shows is what the connection is shown.
+  if (through.follower.over) return kept;
   const failed = heldFor(through.before, shows, none);
   return kept === failed ? kept : { load: through.follower, kept, failed };
 }
@@ -215,6 +239,7 @@ const message = (e: unknown) => (e instanceof Error ? e.message : String(e));
 /** Has `subscriber` follow `run` from `follower`; returns what undoes it (its load failed). */
 function join(run: Running, subscriber: Subscriber, follower: Follower): () => void {
   const before = run.through.get(subscriber);
+  before?.prune();
   const mine = new Through(follower, before, before ? before.base : run.subscribers.has(subscriber));
   run.subscribers.add(subscriber);
   run.through.set(subscriber, mine);
@@ -236,6 +261,18 @@ function join(run: Running, subscriber: Subscriber, follower: Follower): () => v
 }
 
 export class Turns {
+  /**
+   * Runs what a turn's listener does with a report: a failure of it is the front's own, logged, and
+   * never thrown into the turn, which would take it for its model's or its store's.
+   */
+  private heard(key: string, step: () => void): void {
+    try {
+      step();
+    } catch (e) {
+      this.onError(key, e);
+    }
+  }
+
   private readonly running = new Map<string, Running>();
   private stopping = false;
   /** Orders messages and loads: which came first. */
@@ -279,7 +316,7 @@ export class Turns {
     this.running.set(key, started);
     // A load of its conversation under way follows it from its start: all it writes comes after what the load shows.
     for (const w of this.watchersOf(key)) this.joinWatch(w, started);
-    started.done = this.drive(key, started, waiting).catch((e: unknown) => this.onError(key, e));
+    started.done = this.drive(key, started, waiting).catch((e: unknown) => this.abandon(key, started, e));
     return answer;
   }
 
@@ -295,7 +332,7 @@ export class Turns {
     const runs = this.runsIn(dir, conversation);
     const shown = runs[0]?.shown;
     // With no turn running, the load shows all it reads, until a turn begins (Turns.joinWatch).
-    const follower: Follower = { upTo: shown ? (shown.cut ?? onDisk()) : Number.POSITIVE_INFINITY, since: ++this.clock, failed: false };
+    const follower: Follower = { upTo: shown ? (shown.cut ?? onDisk()) : Number.POSITIVE_INFINITY, since: ++this.clock, failed: false, over: false };
     const watch: Watch = { dir, conversation, subscriber, follower, onDisk, joined: new Map() };
     // A run waiting for the lock behind the one that writes: all it writes comes after, followed too.
     for (const run of runs) this.joinWatch(watch, run);
@@ -312,7 +349,10 @@ export class Turns {
         this.watching.delete(watch);
         for (const undo of watch.joined.values()) undo();
       },
-      loaded: () => void this.watching.delete(watch),
+      loaded: () => {
+        follower.over = true;
+        this.watching.delete(watch);
+      },
     };
   }
 
@@ -385,10 +425,23 @@ export class Turns {
     await Promise.all(runs.map((run) => run.done));
   }
 
+  /**
+   * A run whose own steps failed (not its turn: that ends with a failure event): every message it
+   * holds is answered with the failure, and the conversation is free for the next one, rather than
+   * each message after it waiting for a run that is gone.
+   */
+  private abandon(key: string, run: Running, e: unknown): void {
+    this.onError(key, e);
+    const failed = new TurnFailed(undefined, `the turn could not go on: ${message(e)}`);
+    for (const w of [...(run.answering ?? []), ...run.queue.splice(0), ...run.after.splice(0)]) w.reject(failed);
+    if (this.running.get(key) === run) this.running.delete(key);
+  }
+
   private async drive(key: string, run: Running, first: Waiting): Promise<void> {
     let current = first;
     for (;;) {
       const answered = [current];
+      run.answering = answered;
       const steering: SteerQueue = {
         take: () => {
           const taken = run.queue.splice(0);
@@ -474,7 +527,7 @@ export class Turns {
       let outcome: TurnOutcome | undefined;
       let error: unknown;
       try {
-        outcome = await current.start(current.message, steering, run.controller.signal, (report) => {
+        outcome = await current.start(current.message, steering, run.controller.signal, (report) => this.heard(key, () => {
           // Each message the turn took is answered by its last answer from the message it writes now on.
           if (report.type === "asked") {
             // A run of a session naming the chat's current conversation, which it writes from now: followed by the chat's loads under way.
@@ -499,7 +552,7 @@ export class Turns {
           } else if (held) held.push(report);
           else if (report.type === "tool_call" && naming !== undefined && !named) held = [report];
           else show(report);
-        });
+        }));
       } catch (e) {
         error = e;
       }

@@ -284,6 +284,40 @@ describe("a load that follows, with several connections sending messages", () =>
     await answered;
     expect(follower.view()).toEqual(["agent: Done."]);
   });
+
+  it("a connection that loads the session tens of thousands of times while the turn runs is shown its answer once, and the next turn runs", async () => {
+    const turn = answering("Done.");
+    const turns = new Turns();
+    const { answered } = await begin(turns, turn, subscriber());
+    const follower = subscriber();
+    for (let i = 0; i < 50_000; i++) turns.follow("/chat", undefined, follower, () => 99).loaded();
+    turn.open();
+    expect(await answered).toEqual(done);
+    expect(follower.view()).toEqual(["agent: Done."]);
+    const next = answering("Again.");
+    const again = await begin(turns, next, subscriber());
+    next.open();
+    expect(await again.answered).toEqual(done);
+  });
+
+  it("a subscriber that throws as it is sent an update fails neither the turn nor the conversation's next", async () => {
+    const errors: unknown[] = [];
+    const turns = new Turns((_key, e) => errors.push(e));
+    const broken: Subscriber = {
+      send: () => {
+        throw new RangeError("Maximum call stack size exceeded");
+      },
+    };
+    const turn = answering("Done.");
+    const { answered } = await begin(turns, turn, broken);
+    turn.open();
+    expect(await answered).toEqual(done);
+    expect(errors.length).toBeGreaterThan(0);
+    const next = answering("Again.");
+    const again = await begin(turns, next, subscriber());
+    next.open();
+    expect(await again.answered).toEqual(done);
+  });
 });
 
 describe("a load under way when a turn of its conversation begins", () => {
