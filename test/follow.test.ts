@@ -318,6 +318,30 @@ describe("a load that follows, with several connections sending messages", () =>
     next.open();
     expect(await again.answered).toEqual(done);
   });
+
+  it("a run whose own last steps fail (its call left unanswered, shown to a subscriber that throws) answers its messages with the failure, and frees the conversation", async () => {
+    const errors: unknown[] = [];
+    const turns = new Turns((_key, e) => errors.push(e));
+    const broken: Subscriber = {
+      send: () => {
+        throw new RangeError("Maximum call stack size exceeded");
+      },
+    };
+    const turn = pausing((l) => {
+      l({ type: "asked", after: 0, through });
+      l({ type: "event", n: 1, event: user("q") });
+      l({ type: "tool_call", id: "c1", name: "x__y", arguments: {} });
+    });
+    const answered = turns.prompt("/chat", { text: "q" }, "all", turn.start, broken);
+    await turn.paused;
+    turn.open();
+    await expect(answered).rejects.toThrow(/could not go on: Maximum call stack/);
+    expect(turns.count).toBe(0);
+    const next = answering("Again.");
+    const again = await begin(turns, next, subscriber());
+    next.open();
+    expect(await again.answered).toEqual(done);
+  });
 });
 
 describe("a load under way when a turn of its conversation begins", () => {
