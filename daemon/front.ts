@@ -163,7 +163,7 @@ export function front(input: Readable, output: Writable, web: WebOutput, version
   // its requests are answered, so none is pending exactly when the map is empty.
   const pending = new Map<Id, number>();
   let drained: (() => void) | undefined;
-  // Requests in flight, of every id: past PENDING_MAX, nothing more is read until one is answered.
+  // Requests in flight, of every id: past PENDING_MAX, the next request read waits until one is answered.
   // Each holds what its answer will be (a turn's updates, waiting for a client that may read none),
   // so a burst of prompts read at once, before any output was there to fill, held them all.
   let inFlight = 0;
@@ -276,7 +276,6 @@ export function front(input: Readable, output: Writable, web: WebOutput, version
       await first;
       const full = room();
       if (full) await full;
-      while (inFlight >= PENDING_MAX && !unread) await new Promise<void>((resolve) => (roomFor = resolve));
       let line = held;
       held = undefined;
       line ??= lines.next() ?? (await lines.wait());
@@ -286,6 +285,9 @@ export function front(input: Readable, output: Writable, web: WebOutput, version
       }
       if (initializing) await initializing.done;
       const request = requestOf(decoder.decode(line));
+      // Past PENDING_MAX a request waits, this one line held, until one is answered; a notification
+      // goes on: a client whose prompts fill the bound can still cancel them.
+      while (request && inFlight >= PENDING_MAX && !unread) await new Promise<void>((resolve) => (roomFor = resolve));
       if (request) {
         asked(request.id);
         if (request.method === "initialize") {

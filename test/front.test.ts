@@ -331,6 +331,39 @@ describe("the front", () => {
       input.destroy();
     });
 
+    it("past 256 requests read ahead of their answers, still hands on a notification (a client's cancel of the turns it filled them with), the next request held", async () => {
+      const input = new PassThrough();
+      const output = new PassThrough();
+      output.resume();
+      const c = front(input, output, () => Writable.toWeb(output), version(), 1024 * 1024);
+      input.write(init(1));
+      for (let i = 0; i < 256; i++) input.write(line({ jsonrpc: "2.0", id: 100 + i, method: "session/prompt", params: { sessionId: "s", prompt: [] } }));
+      const cancel = { jsonrpc: "2.0", method: "session/cancel", params: { sessionId: "s" } };
+      input.write(line(cancel) + line({ jsonrpc: "2.0", id: 999, method: "session/list", params: {} }) + line(cancel));
+      await c.first;
+      const reader = c.input.getReader();
+      let reading: ReturnType<typeof reader.read> | undefined;
+      const readAll = async (): Promise<unknown[]> => {
+        const got: unknown[] = [];
+        for (;;) {
+          reading ??= reader.read();
+          const r = await Promise.race([reading, new Promise<"idle">((resolve) => setTimeout(() => resolve("idle"), 300))]);
+          if (r === "idle" || r.done) return got;
+          reading = undefined;
+          got.push(JSON.parse(new TextDecoder().decode(r.value)));
+        }
+      };
+      expect(await readAll()).toHaveLength(1);
+      await c.send.write({ jsonrpc: "2.0", id: 1, result: initializeResult(version()) });
+      const read = await readAll();
+      // The 256 prompts, then the cancel; the request after it waits for room, and the second cancel behind it.
+      expect(read).toHaveLength(257);
+      expect(read.at(-1)).toEqual(cancel);
+      await c.send.write({ jsonrpc: "2.0", id: 100, result: { stopReason: "cancelled" } });
+      expect(await readAll()).toEqual([expect.objectContaining({ id: 999 }), cancel]);
+      input.destroy();
+    });
+
     it("sends the messages of one pass of the event loop in one write", async () => {
       const { output, writes } = slowClient(1024 * 1024, 0);
       const c = opened(output);
