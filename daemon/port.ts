@@ -14,7 +14,8 @@ export interface PortEndpoint {
 
 /** Listens on 127.0.0.1:`port`; a port in use, or one this user may not take, is said as such. */
 export async function listenPort(port: number, onConnection: (socket: Socket) => void): Promise<PortEndpoint> {
-  const server = createServer(onConnection);
+  // Half open: a client that ends its side right after asking is still sent every answer (serve.ts ends the connection once they are).
+  const server = createServer({ allowHalfOpen: true }, onConnection);
   try {
     await new Promise<void>((resolve, reject) => {
       server.once("error", reject);

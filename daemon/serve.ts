@@ -84,6 +84,22 @@ export interface AgentSpec {
 const agentModule = agentCode();
 
 /** An agent of this process: loaded when a connection first needs it (or a moment after the start). */
+/** How long a connection served to its end may take to send what is still written, once ended, before it is cut. */
+const END_MS = 10_000;
+
+/**
+ * Ends a connection served to its end: what was written to it, the last answers too (corked for the
+ * event loop's pass), goes out before its end, where destroying it dropped them; one whose client
+ * takes none of it is cut after END_MS.
+ */
+function endWhenWritten(socket: Socket): void {
+  if (socket.destroyed) return;
+  const cut = setTimeout(() => socket.destroy(), END_MS);
+  cut.unref();
+  socket.once("close", () => clearTimeout(cut));
+  socket.end();
+}
+
 export class Served {
   private readonly started: () => Promise<RunningAgent>;
   private loading: Promise<RunningAgent> | undefined;
@@ -264,9 +280,13 @@ export class Process {
       socket.on("error", (e) => log.warn("connection error", { error: e.message }));
       socket.on("close", () => this.connections.delete(socket));
       const web = webOf(socket);
-      void this.serveFront(socket, socket, web, target, gate)
-        .catch((e: unknown) => log[e instanceof AgentUnavailable ? "error" : "warn"]("connection ended", { error: (e as Error).message }))
-        .finally(() => socket.destroy());
+      void this.serveFront(socket, socket, web, target, gate).then(
+        () => endWhenWritten(socket),
+        (e: unknown) => {
+          log[e instanceof AgentUnavailable ? "error" : "warn"]("connection ended", { error: (e as Error).message });
+          socket.destroy();
+        },
+      );
     };
   }
 

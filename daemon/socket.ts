@@ -194,7 +194,8 @@ export async function listenSocket(path: string, onConnection: (socket: Socket) 
 
 async function listenLocked(path: string, onConnection: (socket: Socket) => void): Promise<ControlSocket> {
   await clearStale(path);
-  const server = createServer(onConnection);
+  // Half open: a client that ends its side right after asking is still sent every answer (serve.ts ends the connection once they are).
+  const server = createServer({ allowHalfOpen: true }, onConnection);
   const umask = process.umask(0o177);
   try {
     await new Promise<void>((resolve, reject) => {

@@ -8,6 +8,7 @@ import { createInterface } from "node:readline";
 import * as acp from "@agentclientprotocol/sdk";
 import type { ContentBlock } from "@agentclientprotocol/sdk";
 import { describe, expect, it, onTestFailed } from "vitest";
+import { z } from "zod";
 import { paths, readEventsFrom } from "../store/index.js";
 import { answerText, configure, daemonTestHooks, openClient, scriptedSettings, socketStream, startDaemon, tempDir, until, type Client, type Daemon } from "./acp-client.js";
 import { BIN, ROOT } from "./fixtures/built.js";
@@ -228,6 +229,34 @@ describe("the control socket", () => {
     await b.agent.request(acp.methods.agent.session.load, { sessionId, cwd: dir, mcpServers: [] });
     expect(answerText(b.updates)).toBe("Done while you were away.");
     expect(d.child.exitCode).toBeNull();
+  });
+
+  it("a client that ends its side right after asking is still sent every answer, its prompt's too, and then the connection's end", async () => {
+    const { dir, socket } = place();
+    await serving(dir, socket);
+    for (const delayMs of [0, 300]) {
+      server.script({ text: `answered after ${delayMs} ms`, delayMs });
+      const conn = netConnect(socket);
+      cleanup.push(() => conn.destroy());
+      let got = "";
+      conn.setEncoding("utf8").on("data", (d: string) => (got += d));
+      const ended = new Promise<void>((resolve) => conn.once("end", resolve));
+      const send = (o: unknown) => conn.write(`${JSON.stringify(o)}\n`);
+      send({ jsonrpc: "2.0", id: 0, method: "initialize", params: { protocolVersion: 1 } });
+      send({ jsonrpc: "2.0", id: 1, method: "session/new", params: { cwd: dir, mcpServers: [], _meta: { link: { thread: `half-${delayMs}` } } } });
+      await until(() => got.includes('"id":1'), "the session made");
+      send({ jsonrpc: "2.0", id: 2, method: "session/list", params: {} });
+      send({ jsonrpc: "2.0", id: 3, method: "session/prompt", params: { sessionId: `half-${delayMs}`, prompt: text("hi") } });
+      conn.end();
+      await ended;
+      const answered = got
+        .split("\n")
+        .filter(Boolean)
+        .map((l) => z.object({ id: z.number().optional(), result: z.object({ stopReason: z.string().optional() }).loose().optional() }).loose().parse(JSON.parse(l)))
+        .filter((m) => m.id !== undefined);
+      expect(answered.map((m) => m.id)).toEqual([0, 1, 2, 3]);
+      expect(answered.at(-1)?.result?.stopReason).toBe("end_turn");
+    }
   });
 
   it("a client that loads the session while another's turn runs a tool follows it: the call in progress, then its result and the answer, once", async () => {
