@@ -163,6 +163,13 @@ export const OPEN_SESSIONS_MAX = 10_000;
 export const CWD_MAX = 4096;
 /** The most of MCP servers a session keeps, as JSON: enough for dozens of servers with their environments. */
 export const MCP_SERVERS_MAX = 256 * 1024;
+/**
+ * The most the open sessions of one agent hold together, as characters of their working folders and
+ * their servers' JSON (some 2.5 bytes of heap each once parsed): OPEN_SESSIONS_MAX sessions each at
+ * MCP_SERVERS_MAX would be gigabytes, past the heap. Past it, as past OPEN_SESSIONS_MAX, the sessions
+ * used least lately that run no turn are forgotten.
+ */
+export const OPEN_HELD_MAX = 32 * 1024 * 1024;
 
 /**
  * What a session keeps of its client's request, bounded: each open session holds its working folder
@@ -174,9 +181,15 @@ function heldBounded(cwd: string, mcpServers: McpServer[]): void {
   if (servers > MCP_SERVERS_MAX) throw new ParamsError(`mcpServers: ${servers} characters of JSON, over the ${MCP_SERVERS_MAX} a session keeps`);
 }
 
+/** What an open session holds, in characters (OPEN_HELD_MAX). */
+const heldBy = (state: SessionState): number => (state.cwd?.length ?? 0) + (state.mcpServers.length === 0 ? 0 : JSON.stringify(state.mcpServers).length);
+
 export class Sessions {
   /** In the order they were last used, the least lately first. */
   private readonly open = new Map<string, SessionState>();
+  /** What each open session holds (heldBy), and all of them together. */
+  private readonly heldOf = new Map<string, number>();
+  private held = 0;
 
   constructor(
     readonly agent: AgentRef,
@@ -184,6 +197,7 @@ export class Sessions {
     /** Whether a turn of this thread's conversation runs now (its session is never the one forgotten). */
     private readonly busy: (thread: string) => boolean = () => false,
     private readonly max = OPEN_SESSIONS_MAX,
+    private readonly heldMax = OPEN_HELD_MAX,
   ) {}
 
   conversation(thread: string): ConversationPaths {
@@ -300,18 +314,28 @@ export class Sessions {
 
   close(sessionId: string): void {
     this.resolve(sessionId);
-    this.open.delete(sessionId);
+    this.forget(sessionId);
+  }
+
+  /** No longer keeps the session open. */
+  private forget(id: string): void {
+    this.open.delete(id);
+    this.held -= this.heldOf.get(id) ?? 0;
+    this.heldOf.delete(id);
   }
 
   /** Keeps the session as the one used last; past the bound, forgets the one used least lately that runs no turn. */
   private remember(state: SessionState): SessionState {
-    this.open.delete(state.id);
+    this.forget(state.id);
     this.open.set(state.id, state);
-    if (this.open.size > this.max) {
+    const held = heldBy(state);
+    this.heldOf.set(state.id, held);
+    this.held += held;
+    if (this.open.size > this.max || this.held > this.heldMax) {
       for (const [id, kept] of this.open) {
+        if (this.open.size <= this.max && this.held <= this.heldMax) break;
         if (id === state.id || this.busy(kept.thread)) continue;
-        this.open.delete(id);
-        break;
+        this.forget(id);
       }
     }
     return state;

@@ -7,7 +7,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import type { McpServer } from "@agentclientprotocol/sdk";
 import { afterEach, describe, expect, it } from "vitest";
-import { OPEN_SESSIONS_MAX, Sessions } from "../acp/sessions.js";
+import { MCP_SERVERS_MAX, OPEN_HELD_MAX, OPEN_SESSIONS_MAX, Sessions } from "../acp/sessions.js";
 
 const quiet = { info: () => undefined, warn: () => undefined, error: () => undefined };
 const folders: string[] = [];
@@ -42,6 +42,21 @@ describe("the sessions a process keeps open", () => {
     const again = sessions.get(c!.id);
     expect(again).toMatchObject({ id: c!.id, thread: c!.thread, mcpServers: [] });
     expect(sessions.size).toBe(3);
+  });
+
+  it("hold at most OPEN_HELD_MAX of their clients' servers together: a client opening sessions of the largest tool lists has the oldest forgotten, never one whose turn runs", () => {
+    const running = new Set<string>();
+    const sessions = new Sessions({ dir: agentDir() }, quiet, (thread) => running.has(thread));
+    // Some 250 KiB of JSON each: a server with a long environment.
+    const big = (name: string): McpServer[] => [{ name, command: "true", args: [], env: [{ name: "PAD", value: "x".repeat(MCP_SERVERS_MAX - 6_000) }] }];
+    const first = sessions.create({}, "/work", big("first"));
+    running.add(first.thread);
+    const fits = Math.floor(OPEN_HELD_MAX / (MCP_SERVERS_MAX - 5_000));
+    for (let i = 0; i < fits * 4; i++) sessions.create({}, "/work", big(`t${i}`));
+    expect(sessions.size).toBeLessThanOrEqual(fits);
+    expect(sessions.size).toBeGreaterThan(fits / 2);
+    // The one whose turn runs kept its servers; the newest is kept too.
+    expect(sessions.get(first.id).mcpServers).toEqual(big("first"));
   });
 
   it("a client opening sessions without end leaves the process holding the bound of them, not more", () => {
