@@ -6,6 +6,7 @@ import { join } from "node:path";
 import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
 import { McpToolHost } from "../daemon/tools/host.js";
 import { narrowToolsList, paths, readEventsFrom, writeSettings, type AgentRef } from "../store/index.js";
+import { CALLS_AT_ONCE } from "../turn/calls.js";
 import { runTurn } from "../turn/turn.js";
 import type { ToolServer } from "../turn/tools.js";
 import type { TurnEvent } from "../turn/types.js";
@@ -88,6 +89,26 @@ describe("a turn with tools", () => {
       // Every tool is offered, in the same order every turn.
       expect(toolNames(server.requests.at(-1)!).filter((n) => n.startsWith("memory__")).length).toBeGreaterThan(0);
       expect(toolNames(server.requests.at(-1)!)).toEqual(expect.arrayContaining(["left__meet", "right__meet"]));
+    } finally {
+      await host.close();
+      await meeting.close();
+    }
+  });
+
+  it("runs at most CALLS_AT_ONCE calls of a round at once, the rest each as one ends, and answers them all", async () => {
+    host = new McpToolHost();
+    const a = agent();
+    // Answered only once one more than the bound run at once, which never comes: each is answered alone, saying how many ran.
+    const meeting = await startRendezvous(CALLS_AT_ONCE + 1, 1_000);
+    try {
+      const calls = Array.from({ length: CALLS_AT_ONCE + 4 }, (_, i) => ({ id: `c${i}`, name: "many__meet", arguments: {} }));
+      server.script({ tool_calls: calls }, { text: "all done" });
+      const { outcome } = await turn(a, "meet many", [{ name: "many", source: { type: "http", url: `${meeting.url}/many` } }]);
+      expect(outcome.stop).toBe("end_turn");
+      expect(meeting.answered).toHaveLength(calls.length);
+      expect(Math.max(...meeting.answered)).toBe(CALLS_AT_ONCE);
+      const results = readEventsFrom(paths(a).conversation("t"), 1).filter((e) => e.event.kind === "tool_result");
+      expect(results.map((e) => (e.event as { call_id: string }).call_id).sort()).toEqual(calls.map((c) => c.id).sort());
     } finally {
       await host.close();
       await meeting.close();

@@ -1,4 +1,4 @@
-// Running one round of tool calls: all at once, each answer kept up to 32 KiB and written as it comes.
+// Running one round of tool calls: CALLS_AT_ONCE at a time, each answer kept up to 32 KiB and written as it comes.
 import { nestsWithin, THINKING_DEPTH_MAX, type ToolCall, type ToolResult } from "../protocol/index.js";
 import type { ToolBox, ToolMedia } from "./tools.js";
 
@@ -9,6 +9,13 @@ export const ANSWER_MAX_BYTES = 32 * 1024;
  * there). A round of a hundred calls each showing a large image held and sent a gigabyte.
  */
 export const ROUND_MEDIA_MAX = 32 * 1024 * 1024;
+
+/**
+ * The most calls of one round that run at once; the rest each start as one ends. A round may hold
+ * 128 calls, and each answer may be 16 MiB before it is cut (an HTTP tool's), all held at once:
+ * gigabytes for one turn, where eight at a time hold at most some hundreds of megabytes.
+ */
+export const CALLS_AT_ONCE = 8;
 
 /** The characters of an answer's images. */
 const mediaChars = (media: readonly ToolMedia[]): number => media.reduce((sum, m) => sum + (m.type === "image" ? m.data.length : 0), 0);
@@ -44,8 +51,9 @@ export interface CallAnswer {
 }
 
 /**
- * Runs the calls of one round at once. Each answer is handed to `onAnswer` as soon as it comes, in
- * the order they finish, so it's written as it happens. Never throws for a tool's failure.
+ * Runs the calls of one round, CALLS_AT_ONCE at a time, in the order the model made them. Each answer
+ * is handed to `onAnswer` as soon as it comes, in the order they finish, so it's written as it
+ * happens. Never throws for a tool's failure.
  */
 export async function runCalls(
   calls: readonly ToolCall[],
@@ -54,43 +62,48 @@ export async function runCalls(
   onAnswer: (answer: CallAnswer) => Promise<void> | void,
 ): Promise<void> {
   let shown = 0;
-  await Promise.all(
-    calls.map(async (call) => {
-      const args = parseArguments(call.arguments);
-      let text: string;
-      let error: boolean;
-      let media: ToolMedia[] | undefined;
-      if (typeof args === "string") [text, error] = [args, true];
-      else if (!box) [text, error] = [`there is no tool ${call.name}`, true];
-      else {
-        try {
-          const answer = await box.call(call.name, args, signal);
-          [text, error, media] = [answer.text, answer.error, answer.media];
-        } catch (e) {
-          [text, error] = [`the call failed: ${(e as Error).message}`, true];
-        }
+  let next = 0;
+  const one = async (call: ToolCall): Promise<void> => {
+    const args = parseArguments(call.arguments);
+    let text: string;
+    let error: boolean;
+    let media: ToolMedia[] | undefined;
+    if (typeof args === "string") [text, error] = [args, true];
+    else if (!box) [text, error] = [`there is no tool ${call.name}`, true];
+    else if (signal?.aborted) [text, error] = ["", true];
+    else {
+      try {
+        const answer = await box.call(call.name, args, signal);
+        [text, error, media] = [answer.text, answer.error, answer.media];
+      } catch (e) {
+        [text, error] = [`the call failed: ${(e as Error).message}`, true];
       }
-      if (signal?.aborted) [text, error, media] = ["cancelled: the turn was stopped before the tool answered", true, undefined];
-      if (media?.length) {
-        const chars = mediaChars(media);
-        if (shown + chars > ROUND_MEDIA_MAX) media = media.filter((m) => m.type !== "image");
-        else shown += chars;
-      }
-      const cut = cutAnswer(text);
-      await onAnswer({
-        call,
-        result: {
-          v: 1,
-          kind: "tool_result",
-          time: new Date().toISOString(),
-          call_id: call.id,
-          tool: call.name,
-          text: cut.text,
-          error,
-          ...(cut.truncated ? { truncated: true } : {}),
-        },
-        ...(media?.length ? { media } : {}),
-      });
-    }),
-  );
+    }
+    if (signal?.aborted) [text, error, media] = ["cancelled: the turn was stopped before the tool answered", true, undefined];
+    if (media?.length) {
+      const chars = mediaChars(media);
+      if (shown + chars > ROUND_MEDIA_MAX) media = media.filter((m) => m.type !== "image");
+      else shown += chars;
+    }
+    const cut = cutAnswer(text);
+    await onAnswer({
+      call,
+      result: {
+        v: 1,
+        kind: "tool_result",
+        time: new Date().toISOString(),
+        call_id: call.id,
+        tool: call.name,
+        text: cut.text,
+        error,
+        ...(cut.truncated ? { truncated: true } : {}),
+      },
+      ...(media?.length ? { media } : {}),
+    });
+  };
+  // Each runner takes the next call not yet begun, until none is left.
+  const runner = async (): Promise<void> => {
+    for (let call = calls[next++]; call !== undefined; call = calls[next++]) await one(call);
+  };
+  await Promise.all(Array.from({ length: Math.min(CALLS_AT_ONCE, calls.length) }, runner));
 }
