@@ -115,6 +115,18 @@ describe("a turn with tools", () => {
     }
   });
 
+  it("a prompt refused as too long names the tool calls it offered and what they took, beside the conversation's messages", async () => {
+    host = new McpToolHost();
+    const a = agent();
+    server.script({ error: { status: 400, code: "context_length_exceeded", message: "This model's maximum context length is 8192 tokens." } });
+    const { outcome } = await turn(a, "long", [memory(a.dir)]);
+    expect(outcome.failure?.reason).toBe("context_too_long");
+    const offered = toolNames(server.requests.at(-1)!).length;
+    expect(offered).toBeGreaterThan(0);
+    expect(outcome.failure?.message).toMatch(new RegExp(`sent 2 messages, about \\d+ tokens, and ${offered} tool calls offered, about [1-9]\\d* tokens \\(window`));
+    await host.close();
+  });
+
   it("keeps an answer up to 32 KiB, saying where it was cut", async () => {
     host = new McpToolHost();
     const a = agent();

@@ -348,7 +348,7 @@ class Turn {
         const known = await windowKnown();
         const message =
           e.reason === "context_too_long"
-            ? `the model refused the prompt as too long: sent ${sent.messages} messages, about ${sent.tokens} tokens (window ${known.window.window} from ${known.window.source}, conversation's share ${known.budget}): ${e.message}`
+            ? `the model refused the prompt as too long: sent ${sent.messages} messages, about ${sent.tokens} tokens${offeredText(calls)} (window ${known.window.window} from ${known.window.source}, conversation's share ${known.budget}): ${e.message}`
             : e.message;
         const outcome = await this.fail(e.reason, message, history, { sent, ...(e.status ? { status: e.status } : {}) });
         this.finish(history);
@@ -492,6 +492,17 @@ function settleLater(work: Promise<unknown>): void {
  * `spare`, the files of the conversation's next turn are made while the model answers, or once its
  * lock is let go where it never asked (a long-lived process's: store/spares.ts).
  */
+/**
+ * The calls a request offered, as a refusal of it as too long names them: their descriptions and
+ * schemas take the window too, and a tool that lists megabytes of them fills it whatever the
+ * conversation holds, which a new conversation would not mend.
+ */
+function offeredText(calls: readonly { name: string; description: string; parameters: unknown }[]): string {
+  if (calls.length === 0) return "";
+  const tokens = calls.reduce((s, c) => s + roughTokens(c.name) + roughTokens(c.description) + roughTokens(JSON.stringify(c.parameters) ?? ""), 0);
+  return `, and ${calls.length} tool calls offered, about ${tokens} tokens`;
+}
+
 export async function runTurn(input: TurnInput, listener: TurnListener, o: { early?: boolean; spare?: boolean } = {}): Promise<TurnOutcome> {
   const conv = paths(input.agent).conversation(input.thread);
   // The turn's signal: the caller's, or the lock lost (`lost`, why).
