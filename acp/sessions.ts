@@ -2,6 +2,7 @@
 // and any process (this one after a restart too) can take it up again.
 import { randomBytes } from "node:crypto";
 import { lstatSync, statSync } from "node:fs";
+import { isAbsolute } from "node:path";
 import type { McpServer, SessionInfo, SessionUpdate } from "@agentclientprotocol/sdk";
 import { EVENT_KINDS, type Event, type Numbered, type Verbosity } from "../protocol/index.js";
 import {
@@ -177,6 +178,8 @@ export const OPEN_HELD_MAX = 32 * 1024 * 1024;
  */
 function heldBounded(cwd: string, mcpServers: McpServer[]): void {
   if (cwd.length > CWD_MAX) throw new ParamsError(`cwd: ${cwd.length} characters, over the ${CWD_MAX} a working folder's path may be`);
+  // ACP asks for an absolute path; one with a NUL is no path at all.
+  if (!isAbsolute(cwd) || cwd.includes("\0")) throw new ParamsError(`cwd: ${JSON.stringify(cwd.slice(0, 80))} is not an absolute path, as ACP asks a session's working folder to be`);
   const servers = JSON.stringify(mcpServers).length;
   if (servers > MCP_SERVERS_MAX) throw new ParamsError(`mcpServers: ${servers} characters of JSON, over the ${MCP_SERVERS_MAX} a session keeps`);
 }

@@ -59,6 +59,15 @@ describe("the sessions a process keeps open", () => {
     expect(sessions.get(first.id).mcpServers).toEqual(big("first"));
   });
 
+  it("take a working folder that is an absolute path, as ACP asks, and refuse any other, keeping none of it", () => {
+    const sessions = new Sessions({ dir: agentDir() }, quiet);
+    for (const cwd of ["", ".", "relative/dir", "~/work", "/tmp\0/x"]) {
+      expect(() => sessions.create({}, cwd, []), JSON.stringify(cwd)).toThrow(/is not an absolute path/);
+    }
+    expect(sessions.size).toBe(0);
+    expect(sessions.create({}, "/work/a b", []).cwd).toBe("/work/a b");
+  });
+
   it("a client opening sessions without end leaves the process holding the bound of them, not more", () => {
     const sessions = new Sessions({ dir: agentDir() }, quiet);
     for (let i = 0; i < OPEN_SESSIONS_MAX + 500; i++) sessions.create({}, "/work", []);
