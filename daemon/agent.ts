@@ -177,8 +177,11 @@ export function startAgent(o: AgentOptions): RunningAgent {
       // what it sends goes to the front's sink, when there is one.
       const stream = c.send ? { readable: encoded.readable, writable: sendTo(c.send, conn) } : encoded;
       const connection = createAgentApp(state, outbox, conn).connect(stream);
-      return connection.closed.finally(() => {
+      // An answer on its way as the connection closes (its client ended its side, and is still
+      // reading) is let reach it first: one written is owed no more (_link/recover).
+      return connection.closed.finally(async () => {
         outbox.close();
+        await c.send?.flushed();
         conn.close();
       });
     },

@@ -44,6 +44,11 @@ export interface Connection {
 export interface MessageSink {
   /** Resolves once the message is taken (the stream is not full); `written` once it reached the connection. */
   write(message: object, written?: () => void): Promise<void>;
+  /**
+   * Resolves once every message taken so far has reached the connection, or never will (the
+   * connection is gone): each `written` that is coming has come.
+   */
+  flushed(): Promise<void>;
 }
 
 /** The connection's output as a web stream (what the SDK writes as bytes goes there), made when first written to. */
@@ -223,6 +228,7 @@ export function front(input: Readable, output: Writable, web: WebOutput, version
         cutOff(new Error(`the connection is closed: its client read none of its output for ${unreadMs} ms`));
         drained?.();
         roomFor?.();
+        letFlushedGo();
         output.destroy();
         input.destroy();
         done();
@@ -235,16 +241,33 @@ export function front(input: Readable, output: Writable, web: WebOutput, version
   /** A long message under way, in pieces: the next waits for it. */
   let long: Promise<void> | undefined;
   /** Writes a long message in pieces, each once the one before was taken. */
+  // Messages handed to the output whose write has not ended yet (MessageSink.flushed).
+  let unflushed = 0;
+  const onFlushed: (() => void)[] = [];
+  const wrote = () => {
+    if (--unflushed === 0) for (const done of onFlushed.splice(0)) done();
+  };
+  /** Nothing more will reach the connection: whatever waits for what was written goes on. */
+  const letFlushedGo = () => {
+    for (const done of onFlushed.splice(0)) done();
+  };
+  output.once("close", letFlushedGo);
+
   const inPieces = async (line: string, written?: () => void): Promise<void> => {
     const bytes = Buffer.from(line);
-    for (let at = 0; at < bytes.length; at += PIECE) {
-      const piece = bytes.subarray(at, at + PIECE);
-      const taken = new Promise<void>((resolve, reject) => output.write(piece, (e) => (e ? reject(e) : resolve())));
-      void room();
-      await Promise.race([taken, cut]);
-      took();
+    unflushed++;
+    try {
+      for (let at = 0; at < bytes.length; at += PIECE) {
+        const piece = bytes.subarray(at, at + PIECE);
+        const taken = new Promise<void>((resolve, reject) => output.write(piece, (e) => (e ? reject(e) : resolve())));
+        void room();
+        await Promise.race([taken, cut]);
+        took();
+      }
+      written?.();
+    } finally {
+      wrote();
     }
-    written?.();
   };
 
   /** A line's bound: until a port's connection has proved itself, its lines are those of a handshake and a proof. */
@@ -341,6 +364,7 @@ export function front(input: Readable, output: Writable, web: WebOutput, version
   });
   let corked = false;
   const send: MessageSink = {
+    flushed: () => (unflushed === 0 || unread || output.destroyed ? Promise.resolve() : new Promise<void>((resolve) => onFlushed.push(resolve))),
     async write(message, written) {
       await first;
       while (long) await long;
@@ -378,7 +402,9 @@ export function front(input: Readable, output: Writable, web: WebOutput, version
           long = undefined;
         }
       }
+      unflushed++;
       const taken = output.write(line, (e) => {
+        wrote();
         if (e) return;
         took();
         written?.();

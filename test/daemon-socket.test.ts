@@ -231,7 +231,7 @@ describe("the control socket", () => {
     expect(d.child.exitCode).toBeNull();
   });
 
-  it("a client that ends its side right after asking is still sent every answer, its prompt's too, and then the connection's end", async () => {
+  it("a client that ends its side right after asking is still sent every answer, its prompt's too, and then the connection's end; none is owed after", async () => {
     const { dir, socket } = place();
     await serving(dir, socket);
     for (const delayMs of [0, 300]) {
@@ -257,6 +257,9 @@ describe("the control socket", () => {
       expect(answered.map((m) => m.id)).toEqual([0, 1, 2, 3]);
       expect(answered.at(-1)?.result?.stopReason).toBe("end_turn");
     }
+    // Each answer reached its client: none is owed, to be handed over again.
+    const next = await client(socket);
+    expect(await next.agent.request("_link/recover", {})).toEqual({ answers: [] });
   });
 
   it("a client that loads the session while another's turn runs a tool follows it: the call in progress, then its result and the answer, once", async () => {
