@@ -148,6 +148,40 @@ describe("the model's streamed answer, fuzzed", { timeout: 120_000 }, () => {
     expect(texts).toEqual(["partial"]);
   });
 
+  it("says nothing of the key the endpoint puts in its content type or in an event that is not JSON", async () => {
+    const key = "sk-fuzz-secret-0123456789abcdef";
+    const settings = Settings.parse({ model: { provider: "scripted", name: "scripted-model", base_url: url, key }, timeouts: { model: 5, model_idle: 2, retry_wait: 0 } });
+    // What a header may hold: printable ASCII, the key somewhere in it or in part.
+    const printable = fc.string({ unit: fc.integer({ min: 0x20, max: 0x7e }).map((c) => String.fromCharCode(c)), maxLength: 40 });
+    const withKey = (...forms: string[]) => fc.tuple(printable, fc.constantFrom(...forms, ""), printable).map(([a, k, b]) => `${a}${k}${b}`);
+    // A content type of a media type's characters is named, the key taken out: a part of it is no secret to find.
+    const type = withKey(key, `Bearer ${key}`, `Bearer_${key}`);
+    // An event's text is never quoted: no part of the key is.
+    const line = withKey(key, `Bearer ${key}`, key.slice(3, 20), key.slice(0, 10));
+    const pieces = Array.from({ length: key.length - 7 }, (_, i) => key.slice(i, i + 8));
+    try {
+      await fc.assert(
+        fc.asyncProperty(fc.oneof(type, type.map((t) => `text/${t}`), fc.constant("text/event-stream")), line, async (sentType, sent) => {
+          contentType = sentType.trim() === "" ? undefined : sentType;
+          lines = [sent];
+          const failed = await askModel({ settings, model: "scripted-model", messages: [{ role: "user", content: "hi" }], calls: [] }).then(
+            () => undefined,
+            (e: unknown) => e,
+          );
+          if (failed === undefined) return;
+          expect(failed).toBeInstanceOf(ModelError);
+          const message = (failed as ModelError).message;
+          for (const piece of pieces) expect(message).not.toContain(piece);
+          expect(message).not.toMatch(/Unexpected token|is not valid JSON/);
+        }),
+        { numRuns: 150, ...seed },
+      );
+    } finally {
+      contentType = "text/event-stream";
+      lines = [];
+    }
+  });
+
   it("takes SSE framed any way, blank lines of \\n, \\r or \\r\\n split anywhere across reads: an answer or a ModelError, promptly", async () => {
     const settings = Settings.parse(scriptedSettings(url, { timeouts: { model: 5, model_idle: 2, retry_wait: 0 } }));
     const piece = fc.oneof(

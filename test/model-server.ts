@@ -58,6 +58,14 @@ export const AnswerReplySchema = z.strictObject({
    * provider's odd numbers (negative, fractional, `1e999`, strings) reach the client as they are.
    */
   usageJson: z.string().optional(),
+  /**
+   * Each event's data as it is, in place of the chunks made from the fields above (a `[DONE]` only
+   * where listed): a broken or hostile endpoint's chunks, which a reply function can make of what
+   * the request carried (its Authorization header, echoed back).
+   */
+  events: z.array(z.string()).optional(),
+  /** The answer's content type in place of text/event-stream. */
+  contentType: z.string().optional(),
 });
 
 export const ErrorReplySchema = z.strictObject({
@@ -363,8 +371,15 @@ async function answer(res: ServerResponse, request: RecordedRequest, reply: Answ
     return reply.usageJson !== undefined ? text.replace(JSON.stringify(USAGE_MARK), () => reply.usageJson ?? "null") : text;
   };
 
-  res.writeHead(200, { "content-type": "text/event-stream; charset=utf-8", "cache-control": "no-cache", "x-request-id": newId("req_") });
+  res.writeHead(200, { "content-type": reply.contentType ?? "text/event-stream; charset=utf-8", "cache-control": "no-cache", "x-request-id": newId("req_") });
   const send = (data: string) => res.write(`data: ${data}\n\n`);
+  if (reply.events !== undefined) {
+    for (const data of reply.events) {
+      if (!(await wait(reply.chunkDelayMs, gone))) return;
+      send(data);
+    }
+    return void res.end();
+  }
   send(JSON.stringify(delta({ role: "assistant", content: "" })));
   if (reply.hang) return; // The response stays open until the client or close() ends the socket.
   if (reply.stall) {

@@ -510,7 +510,8 @@ export async function askModel(req: ModelRequest): Promise<ModelAnswer> {
     const secrets = secretsOf(req.settings, env);
     if (failed === undefined || req.signal?.aborted) return keptClean(into.answer(performance.now() - started, req.signal?.aborted ?? false), secrets);
     if (failed instanceof Cut) throw new ModelError(failed.reason, `the model's stream was cut: ${failed.message}`);
-    if (failed instanceof NotAStream) throw new ModelError("model_error", failed.message);
+    // Its words are the endpoint's in part (a content type): kept clean all the same.
+    if (failed instanceof NotAStream) throw new ModelError("model_error", secrets.redact(failed.message));
     // Once the client was sent text, the answer is not asked again: it would be sent twice.
     const streamed = into.text.length > 0;
     // A description longer than the endpoint takes: asked again at once, once, with each cut to its
@@ -580,7 +581,7 @@ async function streamOnce(
     if (type !== null && !/^\s*text\/event-stream\b/i.test(type)) {
       // Its connection closed, the body unread.
       own.abort();
-      throw new NotAStream(`the model answered ${response.status} with ${type.split(";")[0]?.trim() || "a body"}, not a stream of events`);
+      throw new NotAStream(`the model answered ${response.status} with ${mediaType(type)}, not a stream of events`);
     }
     let done = false;
     await readAnswerEvents(response, ({ type, data }) => {
@@ -593,7 +594,7 @@ async function streamOnce(
       }
       // Only data counts as progress: a comment (`: keepalive`) is no event.
       idle.refresh();
-      const raw: unknown = JSON.parse(data);
+      const raw = eventJson(data);
       if (type?.startsWith("thread.")) return false;
       const error = raw !== null && typeof raw === "object" ? (raw as { error?: unknown }).error : undefined;
       if (error) throw new APIError(undefined, error as object, undefined, response.headers);
@@ -617,8 +618,34 @@ async function streamOnce(
   if (!req.signal?.aborted && !into.ended && into.finishReason === undefined) throw new Cut("it ended before the answer did (no [DONE], no finish_reason)");
 }
 
-/** An answer that is not a stream of events: refused, never asked again. */
+/** An answer that is not a stream of events, or one of whose events is not JSON: refused, never asked again. */
 class NotAStream extends Error {}
+
+/** The longest content type a failure names: RFC 6838 gives a type and its subtype 127 characters each. */
+const MEDIA_TYPE_MAX = 255;
+
+/**
+ * An answer's content type, as a failure names it: only a type/subtype of a media type's characters,
+ * without its parameters; anything else (a header that echoes what the request carried) is not repeated.
+ */
+function mediaType(header: string): string {
+  const type = header.split(";")[0]?.trim() ?? "";
+  if (type === "") return "a body";
+  return type.length <= MEDIA_TYPE_MAX && /^[\w.+-]+\/[\w.+-]+$/.test(type) ? type : "an unexpected content type";
+}
+
+/**
+ * An event's data as JSON. A failure says where it is not JSON, never what it holds: V8's words
+ * quote the text around the fault, which may be a part of what the endpoint echoed (a key).
+ */
+function eventJson(data: string): unknown {
+  try {
+    return JSON.parse(data);
+  } catch (e) {
+    const at = /at position (\d+)/.exec(e instanceof Error ? e.message : "")?.[1];
+    throw new NotAStream(`the model sent an event that is not JSON${at === undefined ? "" : ` (at position ${at})`}`);
+  }
+}
 
 /**
  * A chat completion sent as the client's SDK made its last one, with another body: its answer, or
