@@ -8,7 +8,7 @@ import { join } from "node:path";
 import * as acp from "@agentclientprotocol/sdk";
 import { describe, expect, it } from "vitest";
 import { paths, readEventsFrom } from "../store/index.js";
-import { configure, daemonTestHooks, failure, lockFreed, openClient, scriptedSettings, startDaemon, stdioStream, tempDir, watched, type Client, type Daemon } from "./acp-client.js";
+import { answerText, configure, daemonTestHooks, failure, lockFreed, openClient, scriptedSettings, startDaemon, stdioStream, tempDir, watched, type Client, type Daemon } from "./acp-client.js";
 import type { ModelServer, RecordedRequest } from "./model-server.js";
 import { BIN, ROOT } from "./fixtures/built.js";
 
@@ -53,6 +53,8 @@ const leaked = (text: string): string[] => PARTS.filter((p) => text.includes(p))
 
 /** The Authorization header the daemon sent, as the endpoint echoes it. */
 const auth = (r: RecordedRequest): string => String(r.headers.authorization);
+/** The key the daemon sent. */
+const keyOf = (r: RecordedRequest): string => auth(r).replace(/^Bearer /, "");
 const data = (delta: Record<string, unknown>, finish: string | null = null) => JSON.stringify({ id: "r1", object: "chat.completion.chunk", choices: [{ index: 0, delta, finish_reason: finish }] });
 
 describe("an endpoint that echoes the key outside an error's words", { timeout: 30_000 }, () => {
@@ -78,6 +80,45 @@ describe("an endpoint that echoes the key outside an error's words", { timeout: 
     expect(leaked(JSON.stringify(failed))).toEqual([]);
     expect(leaked(await onDisk(dir, sessionId))).toEqual([]);
     expect(leaked(JSON.stringify(c.updates))).toEqual([]);
+    expect(await d.stop()).toEqual({ code: 0, signal: null });
+    expect(leaked(d.stderr())).toEqual([]);
+  });
+
+  it("in the answer: its text (whole, and split across chunks), its thinking, its calls' ids, names and arguments", async () => {
+    const dir = agent();
+    const { d, c, sessionId } = await session(dir);
+    server.script(
+      (r) => ({
+        events: [
+          data({ content: `whole: ${keyOf(r)}; split: ${keyOf(r).slice(0, 15)}` }),
+          data({ content: keyOf(r).slice(15, 20) }),
+          data({ content: `${keyOf(r).slice(20)} end` }),
+          data({ reasoning_content: `thinking ${keyOf(r)}`, reasoning_details: [{ type: "reasoning.text", text: keyOf(r) }] }),
+          data({}, "stop"),
+          "[DONE]",
+        ],
+      }),
+      (r) => ({
+        events: [data({ tool_calls: [{ index: 0, id: `id-${keyOf(r)}`, type: "function", function: { name: `tool_${keyOf(r)}`, arguments: `{"k":"${keyOf(r)}"}` } }] }), data({}, "tool_calls"), "[DONE]"],
+      }),
+      { text: "Done." },
+    );
+    expect(await prompt(c, sessionId, "one")).toMatchObject({ stopReason: "end_turn" });
+    expect(answerText(c.updates)).toBe("whole: [redacted]; split: [redacted] end");
+    expect(await prompt(c, sessionId, "two")).toMatchObject({ stopReason: "end_turn" });
+    const answers = events(dir, sessionId).filter((e) => e.kind === "message" && e.role === "assistant");
+    expect(answers[0]).toMatchObject({
+      text: "whole: [redacted]; split: [redacted] end",
+      thinking: { reasoning_content: "thinking [redacted]", reasoning_details: [{ type: "reasoning.text", text: "[redacted]" }] },
+    });
+    expect(answers[1]).toMatchObject({ tool_calls: [{ id: "id-[redacted]", name: "tool_[redacted]", arguments: '{"k":"[redacted]"}' }] });
+    // The call was answered as one of no tool, under the id it was kept with.
+    const call = c.updates.find((u) => u.update.sessionUpdate === "tool_call");
+    expect(call?.update).toMatchObject({ toolCallId: "id-[redacted]" });
+    expect(leaked(await onDisk(dir, sessionId))).toEqual([]);
+    expect(leaked(JSON.stringify(c.updates))).toEqual([]);
+    // Nor is it sent back to the model with the conversation.
+    expect(leaked(JSON.stringify(server.requests.at(-1)?.body))).toEqual([]);
     expect(await d.stop()).toEqual({ code: 0, signal: null });
     expect(leaked(d.stderr())).toEqual([]);
   });

@@ -1,6 +1,7 @@
 // What counts as a secret, and how it is taken out of a provider's or a tool's words.
+import fc from "fast-check";
 import { describe, expect, it } from "vitest";
-import { envSecrets, Redactor, redactor, REDACTED, settingsSecrets, sourceSecrets } from "../turn/redact.js";
+import { envSecrets, RedactedStream, Redactor, redactor, REDACTED, settingsSecrets, sourceSecrets } from "../turn/redact.js";
 
 describe("secrets", () => {
   it("of the environment: variables named as secrets, and credentials of the URLs any variable holds", () => {
@@ -75,5 +76,58 @@ describe("a redactor", () => {
   it("with no secret leaves the text alone, and characters of a pattern are taken as they are", () => {
     expect(redactor([]).redact("nothing (.*) to take out")).toBe("nothing (.*) to take out");
     expect(redactor(["a.b*c+d?(e)"]).redact("xa.b*c+d?(e)y aXbbbcd")).toBe(`x${REDACTED}y aXbbbcd`);
+  });
+});
+
+describe("text streamed in pieces", () => {
+  /** The pieces handed on for `text` cut at `cuts`, and what was held after each piece. */
+  function streamed(r: Redactor, text: string, cuts: number[]): { out: string[]; after: string[] } {
+    const out: string[] = [];
+    const after: string[] = [];
+    const s = new RedactedStream(r, (t) => out.push(t));
+    const at = [...new Set(cuts.map((c) => c % (text.length + 1)))].sort((a, b) => a - b);
+    [0, ...at].forEach((from, i) => {
+      s.push(text.slice(from, at[i] ?? text.length));
+      after.push(out.join(""));
+    });
+    s.flush();
+    return { out, after };
+  }
+
+  it("is handed on as the whole text is redacted, however it is cut, a secret split across pieces included", () => {
+    // Few letters, so secrets overlap, hold one another and begin like the text around them.
+    const letters = fc.string({ unit: fc.constantFrom("a", "b", "c", "d", "-", "é", "😀"), maxLength: 30 });
+    const secret = fc.string({ unit: fc.constantFrom("a", "b", "c", "d", "-"), minLength: 8, maxLength: 14 });
+    fc.assert(
+      fc.property(fc.array(secret, { minLength: 1, maxLength: 3 }), fc.array(fc.tuple(letters, fc.nat({ max: 3 })), { maxLength: 6 }), fc.array(fc.nat(), { maxLength: 12 }), (secrets, parts, cuts) => {
+        const r = new Redactor(secrets);
+        const text = parts.map(([t, k]) => t + (secrets[k % secrets.length] ?? "")).join("");
+        const { out, after } = streamed(r, text, cuts);
+        expect(out.join("")).toBe(r.redact(text));
+        for (const piece of out) for (const s of secrets) expect(piece).not.toContain(s);
+        // Nothing handed on ends between the two halves of a character.
+        for (const sofar of after) expect(/[\ud800-\udbff]$/.test(sofar)).toBe(false);
+      }),
+      { numRuns: 3_000 },
+    );
+  });
+
+  it("goes on at once where it could not begin a secret; with none, each piece as it came", () => {
+    const r = new Redactor(["sk-live-0123456789"]);
+    const out: string[] = [];
+    const s = new RedactedStream(r, (t) => out.push(t));
+    s.push("Hello, world. ");
+    expect(out).toEqual(["Hello, world. "]);
+    s.push("Your key: sk-li");
+    expect(out).toEqual(["Hello, world. ", "Your key: "]);
+    s.push("ve-0123456789 and sk");
+    expect(out.join("")).toBe(`Hello, world. Your key: ${REDACTED} and `);
+    s.push("y is blue");
+    s.flush();
+    expect(out.join("")).toBe(`Hello, world. Your key: ${REDACTED} and sky is blue`);
+    const none: string[] = [];
+    const plain = new RedactedStream(new Redactor([]), (t) => none.push(t));
+    for (const p of ["sk-li", "ve-0", ""]) plain.push(p);
+    expect(none).toEqual(["sk-li", "ve-0", ""]);
   });
 });

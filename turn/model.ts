@@ -6,7 +6,7 @@ import { encodeBody } from "./body.js";
 import { readChunk, type ReportedUsage } from "./chunk.js";
 import { lazyImport } from "./load.js";
 import type { ChatMessage } from "./prompt.js";
-import { envSecrets, redactor, settingsSecrets, type Redactor } from "./redact.js";
+import { envSecrets, RedactedStream, redactor, settingsSecrets, type Redactor } from "./redact.js";
 import { connectionFault } from "./faults.js";
 import { checkRequest, nodeFetch, readAnswerEvents, sendChecked, TooLarge, type CheckedRequest } from "./http.js";
 import { endpointName } from "./runtime.js";
@@ -319,7 +319,11 @@ const saneCost = (v: unknown): v is number => typeof v === "number" && Number.is
 /** A value as the provider sent it, short. */
 const sent = (v: unknown): string => (typeof v === "number" ? String(v) : (JSON.stringify(v) ?? String(v)).slice(0, 40));
 
-/** One answer as it streams in: text, thinking and calls appended, the provider's numbers checked. */
+/**
+ * One answer as it streams in: text, thinking and calls appended, the provider's numbers checked.
+ * Its text goes on to onText with its secrets taken out (a key the endpoint echoes), as does all
+ * of the answer made of it.
+ */
 class Streamed {
   text = "";
   reasoningContent: string | undefined;
@@ -340,7 +344,15 @@ class Streamed {
   /** Thinking details nested past THINKING_DEPTH_MAX: the answer is cut. */
   private tooDeep = false;
 
-  constructor(private readonly onText: ((delta: string) => void) | undefined) {}
+  /** The text handed on to onText, if any. */
+  private readonly shown: RedactedStream | undefined;
+
+  constructor(
+    onText: ((delta: string) => void) | undefined,
+    private readonly secrets: Redactor,
+  ) {
+    if (onText) this.shown = new RedactedStream(secrets, onText);
+  }
 
   add(raw: unknown): void {
     const chunk = readChunk(raw);
@@ -374,7 +386,7 @@ class Streamed {
       if (d.content) {
         this.text += d.content;
         this.size += d.content.length;
-        this.onText?.(d.content);
+        this.shown?.push(d.content);
       }
       for (const tc of d.tool_calls ?? []) {
         // Never an array as long as a number the endpoint sent: one of billions would take minutes to walk.
@@ -428,29 +440,36 @@ class Streamed {
     else this.leftOut.set("cost", `cost ${sent(u.cost)}`);
   }
 
+  /**
+   * The answer, with no secret in anything the endpoint said (its text, thinking and calls, its id,
+   * the counts left out), its id bounded; what is held of its text is handed on.
+   */
   answer(waited: number, aborted: boolean): ModelAnswer {
+    const clean = this.secrets;
+    this.shown?.flush();
+    const responseId = this.responseId ? clean.redact(this.responseId).slice(0, RESPONSE_ID_MAX) : undefined;
     const thinking: Thinking = {};
-    if (this.reasoningContent !== undefined) thinking.reasoning_content = this.reasoningContent;
-    if (this.reasoning !== undefined) thinking.reasoning = this.reasoning;
-    if (this.reasoningDetails !== undefined) thinking.reasoning_details = this.reasoningDetails;
+    if (this.reasoningContent !== undefined) thinking.reasoning_content = clean.redact(this.reasoningContent);
+    if (this.reasoning !== undefined) thinking.reasoning = clean.redact(this.reasoning);
+    if (this.reasoningDetails !== undefined) thinking.reasoning_details = clean.redactValue(this.reasoningDetails);
     // Each call's answer is matched to it by its id: one the endpoint sent twice, or none, is given one of its own.
     const ids = new Set<string>();
     const toolCalls = this.calls
       .filter((c) => c && c.name)
       .map((c, i) => {
-        let id = c.id;
-        for (let k = 0; !id || ids.has(id); k++) id = `call_${this.responseId ?? "x"}_${i}${k ? `_${k}` : ""}`;
+        let id = clean.redact(c.id);
+        for (let k = 0; !id || ids.has(id); k++) id = `call_${responseId ?? "x"}_${i}${k ? `_${k}` : ""}`;
         ids.add(id);
-        return { id, name: c.name, arguments: c.arguments || "{}" };
+        return { id, name: clean.redact(c.name), arguments: clean.redact(c.arguments) || "{}" };
       });
     return {
-      text: this.text,
+      text: clean.redact(this.text),
       ...(Object.keys(thinking).length ? { thinking } : {}),
       toolCalls,
       ...(this.usage ? { usage: this.usage } : {}),
       ...(this.cost !== undefined ? { cost: this.cost } : {}),
-      ...(this.leftOut.size ? { leftOut: [...this.leftOut.values()] } : {}),
-      ...(this.responseId ? { responseId: this.responseId } : {}),
+      ...(this.leftOut.size ? { leftOut: [...this.leftOut.values()].map((l) => clean.redact(l)) } : {}),
+      ...(responseId ? { responseId } : {}),
       ...(this.finishReason ? { finishReason: this.finishReason } : {}),
       latencyMs: Math.round(waited),
       waitedMs: waited,
@@ -461,13 +480,6 @@ class Streamed {
 
 /** The most of the endpoint's own id for its answer that is kept. */
 const RESPONSE_ID_MAX = 256;
-
-/** What of an answer the endpoint said in its own words (its id, the counts left out), with no secret in it, its id bounded. */
-function keptClean(answer: ModelAnswer, secrets: Redactor): ModelAnswer {
-  if (answer.responseId !== undefined) answer.responseId = secrets.redact(answer.responseId).slice(0, RESPONSE_ID_MAX);
-  if (answer.leftOut !== undefined) answer.leftOut = answer.leftOut.map((l) => secrets.redact(l));
-  return answer;
-}
 
 /** Each frozen settings' redactor, with the frozen environment it was made with. */
 const redactors = new WeakMap<Settings, { env: NodeJS.ProcessEnv; secrets: Redactor }>();
@@ -499,16 +511,16 @@ export async function askModel(req: ModelRequest): Promise<ModelAnswer> {
   // From here on it is the model's time: the request on its way, the model thinking, its answer coming.
   const started = performance.now();
   let described = false;
+  const secrets = secretsOf(req.settings, env);
   for (let retry = 0; ; retry++) {
-    const into = new Streamed(req.onText);
+    const into = new Streamed(req.onText, secrets);
     let failed: unknown;
     try {
       await streamOnce(c, body, req, limits, into);
     } catch (e) {
       failed = e;
     }
-    const secrets = secretsOf(req.settings, env);
-    if (failed === undefined || req.signal?.aborted) return keptClean(into.answer(performance.now() - started, req.signal?.aborted ?? false), secrets);
+    if (failed === undefined || req.signal?.aborted) return into.answer(performance.now() - started, req.signal?.aborted ?? false);
     if (failed instanceof Cut) throw new ModelError(failed.reason, `the model's stream was cut: ${failed.message}`);
     // Its words are the endpoint's in part (a content type): kept clean all the same.
     if (failed instanceof NotAStream) throw new ModelError("model_error", secrets.redact(failed.message));

@@ -92,6 +92,8 @@ export function sourceSecrets(source: ToolSource): string[] {
 /** Takes secrets out of text: each as given, and as it reads inside a URL or a JSON string. */
 export class Redactor {
   private readonly pattern: RegExp | undefined;
+  /** Each form a secret is looked for in, longest first. */
+  readonly forms: readonly string[];
 
   constructor(secrets: Iterable<string>) {
     const forms = new Set<string>();
@@ -102,8 +104,31 @@ export class Redactor {
       forms.add(JSON.stringify(s).slice(1, -1));
     }
     // Longest first, so a secret that holds another is taken out whole.
-    const sorted = [...forms].filter((f) => f.length >= MIN_SECRET).sort((a, b) => b.length - a.length);
-    this.pattern = sorted.length ? new RegExp(sorted.map(escape).join("|"), "g") : undefined;
+    this.forms = [...forms].filter((f) => f.length >= MIN_SECRET).sort((a, b) => b.length - a.length);
+    this.pattern = this.forms.length ? new RegExp(this.forms.map(escape).join("|"), "g") : undefined;
+  }
+
+  /** Whether there is any secret to take out. */
+  get none(): boolean {
+    return this.pattern === undefined;
+  }
+
+  /**
+   * `text` with the secrets that start before `before` taken out, up to where it may be handed on:
+   * past the last secret taken out, and at least to `before`.
+   */
+  redactUpTo(text: string, before: number): { out: string; end: number } {
+    const pattern = this.pattern;
+    if (pattern === undefined) return { out: text.slice(0, before), end: before };
+    let out = "";
+    let last = 0;
+    pattern.lastIndex = 0;
+    for (let m = pattern.exec(text); m !== null && m.index < before; m = pattern.exec(text)) {
+      out += text.slice(last, m.index) + REDACTED;
+      last = m.index + m[0].length;
+    }
+    const end = Math.max(last, before);
+    return { out: out + text.slice(last, end), end };
   }
 
   redact(text: string): string {
@@ -121,6 +146,57 @@ export class Redactor {
     return value;
   }
 }
+
+/**
+ * Text handed on in pieces (an answer streamed to the client) with its secrets taken out, one split
+ * across pieces too: the end of what came that could begin a secret is held until the next piece
+ * shows whether it does, or the end. The rest goes on at once; with no secret, every piece as it is.
+ * What is handed on, joined, is the whole text as `redact` gives it.
+ */
+export class RedactedStream {
+  private held = "";
+  /** The first character of each form, so most places are passed over at a glance. */
+  private readonly firsts: Set<number>;
+  private readonly longest: number;
+
+  constructor(
+    private readonly secrets: Redactor,
+    private readonly out: (text: string) => void,
+  ) {
+    this.firsts = new Set(secrets.forms.map((f) => f.charCodeAt(0)));
+    this.longest = secrets.forms[0]?.length ?? 0;
+  }
+
+  push(piece: string): void {
+    if (this.secrets.none) return this.out(piece);
+    const text = this.held + piece;
+    let from = this.start(text);
+    // Never between the two halves of a character.
+    if (from > 0 && isHigh(text.charCodeAt(from - 1))) from--;
+    const { out, end } = this.secrets.redactUpTo(text, from);
+    this.held = text.slice(end);
+    if (out) this.out(out);
+  }
+
+  /** Hands on what is held: the text ended. */
+  flush(): void {
+    const rest = this.held;
+    this.held = "";
+    if (rest) this.out(this.secrets.redact(rest));
+  }
+
+  /** Where the longest end of `text` that begins a secret (but is not one whole) starts; its length if none does. */
+  private start(text: string): number {
+    for (let i = Math.max(0, text.length - this.longest + 1); i < text.length; i++) {
+      if (!this.firsts.has(text.charCodeAt(i))) continue;
+      const rest = text.length - i;
+      for (const f of this.secrets.forms) if (f.length > rest && f.startsWith(text.slice(i))) return i;
+    }
+    return text.length;
+  }
+}
+
+const isHigh = (c: number): boolean => c >= 0xd800 && c <= 0xdbff;
 
 function escape(s: string): string {
   return s.replace(/[.*+?^${}()|[\]\\]/g, "\\$&");
