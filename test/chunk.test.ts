@@ -1,9 +1,10 @@
 // A streamed answer's chunk read (turn/chunk.ts): the check made by hand takes only what the schema
 // takes, as the schema gives it, and reading a chunk gives what the schema alone would, whatever
-// the endpoint sent.
+// the endpoint sent; what it refuses is taken in an unambiguous other form, skipped when it carries
+// no text and no call, or else refused in words of the harness's own.
 import fc from "fast-check";
 import { describe, expect, it } from "vitest";
-import { Chunk, plainChunk, readChunk } from "../turn/chunk.js";
+import { Chunk, type ChunkData, CHUNK_CALLS_MAX, CHUNK_CHOICES_MAX, plainChunk, readChunk, Refused } from "../turn/chunk.js";
 
 /** What JSON.parse could give: a value whose objects have no prototype tricks, as the wire does. */
 function wire(v: unknown): unknown {
@@ -82,6 +83,21 @@ const chunk = fc.oneof(
   { weight: 1, arbitrary: odd },
 );
 
+/** Whether a chunk holds a delta with content or calls (not empty). */
+function carries(raw: unknown): boolean {
+  const choices = (raw as { choices?: unknown } | null)?.choices;
+  if (!Array.isArray(choices)) return false;
+  return choices.some((c: unknown) => {
+    const d = (c as { delta?: unknown } | null)?.delta;
+    if (typeof d !== "object" || d === null || Array.isArray(d)) return false;
+    const { content, tool_calls: calls } = d as { content?: unknown; tool_calls?: unknown };
+    return (content != null && content !== "") || (calls != null && !(Array.isArray(calls) && calls.length === 0));
+  });
+}
+
+/** A refusal's words: where in the chunk, and what it should be; nothing the endpoint sent. */
+const SAID = /^the model sent a chunk with text or calls that can't be read: (?:the chunk|[a-z_]+(?:\[\d+\]|\.[a-z_]+)*) is (?:not an? [a-z ]+|out of range|not of a chunk's shape)$/;
+
 describe("a streamed answer's chunk", () => {
   it("is taken by the plain check only as the schema takes it, and read as the schema reads it", () => {
     let plain = 0;
@@ -97,7 +113,13 @@ describe("a streamed answer's chunk", () => {
           expect(quick).toEqual(schema.data);
         }
         if (!schema.success) refused++;
-        expect(readChunk(raw)).toEqual(schema.success ? schema.data : undefined);
+        const read = readChunk(raw);
+        if (schema.success) expect(read).toEqual(schema.data);
+        else if (read instanceof Refused) {
+          expect(carries(raw)).toBe(true);
+          expect(read.why).toMatch(SAID);
+        } else if (read !== undefined) expect(Chunk.safeParse(read).success).toBe(true);
+        else expect(carries(raw)).toBe(false);
       }),
       { numRuns: 10_000 },
     );
@@ -131,9 +153,50 @@ describe("a streamed answer's chunk", () => {
     expect(plainChunk(oddUsage)).toBeUndefined();
     expect(readChunk(oddUsage)).toEqual({ id: "c", choices: [{ delta: { content: "a" } }], usage: undefined });
     const oddDetails = wire({ choices: [], usage: { prompt_tokens: 3, prompt_tokens_details: 7 } });
-    expect(readChunk(oddDetails)?.usage).toEqual({ prompt_tokens: 3, prompt_tokens_details: undefined });
-    expect(readChunk(wire({ choices: [{ delta: { tool_calls: [{ index: -1 }] } }] }))).toBeUndefined();
-    expect(readChunk(wire({ choices: [{ delta: { tool_calls: [{ index: 1.5 }] } }] }))).toBeUndefined();
+    expect((readChunk(oddDetails) as ChunkData | undefined)?.usage).toEqual({ prompt_tokens: 3, prompt_tokens_details: undefined });
+    expect(readChunk(wire({ choices: [{ delta: { tool_calls: [{ index: -1 }] } }] }))).toEqual(new Refused("the model sent a chunk with text or calls that can't be read: choices[0].delta.tool_calls[0].index is out of range"));
+    expect(readChunk(wire({ choices: [{ delta: { tool_calls: [{ index: 1.5 }] } }] }))).toEqual(
+      new Refused("the model sent a chunk with text or calls that can't be read: choices[0].delta.tool_calls[0].index is not a whole number"),
+    );
+    // Nothing in it that the answer would lose: skipped.
     expect(readChunk(wire({ id: 7, choices: [] }))).toBeUndefined();
+    expect(readChunk(wire({ choices: [{ delta: { content: "" }, finish_reason: 0 }] }))).toBeUndefined();
+  });
+
+  it("in an unambiguous other form is taken as it means: a call numbered by a string of digits, content as parts of text", () => {
+    expect(readChunk(wire({ choices: [{ delta: { tool_calls: [{ index: "0", id: "c1", function: { name: "fs__read", arguments: "{}" } }] } }] }))).toEqual({
+      choices: [{ delta: { tool_calls: [{ index: 0, id: "c1", function: { name: "fs__read", arguments: "{}" } }] } }],
+    });
+    expect(readChunk(wire({ choices: [{ delta: { content: [{ type: "text", text: "Answer " }, { type: "text", text: "in parts." }] } }] }))).toEqual({
+      choices: [{ delta: { content: "Answer in parts." } }],
+    });
+    // Anything else is no text or call it can be sure of: refused, naming where, quoting nothing.
+    const secret = "sk-echoed-0123456789";
+    const refusals = [
+      { choices: [{ delta: { content: "Hello there, the answer is 42." }, finish_reason: 0 }] },
+      { choices: [{ delta: { tool_calls: [{ index: "first", id: secret }] } }] },
+      { choices: [{ delta: { content: [{ type: "image_url", image_url: { url: secret } }] } }] },
+      { choices: [{ delta: { content: { text: secret } } }] },
+    ].map((c) => readChunk(wire(c)));
+    expect(refusals.map((r) => (r instanceof Refused ? r.why.replace(/^.*: /, "") : r))).toEqual([
+      "choices[0].finish_reason is not a string",
+      "choices[0].delta.tool_calls[0].index is not a number",
+      "choices[0].delta.content is not a string",
+      "choices[0].delta.content is not a string",
+    ]);
+  });
+
+  it("of more choices or calls than any answer's is refused before anything walks them, promptly", () => {
+    // 2 MiB of choices the schema refuses.
+    const many: unknown = JSON.parse(`{"choices":[${Array(175_000).fill('{"delta":5}').join(",")}]}`);
+    const began = performance.now();
+    expect(readChunk(many)).toEqual(new Refused(`the model sent a chunk of 175000 choices, where one holds at most ${CHUNK_CHOICES_MAX}`));
+    expect(readChunk(wire({ choices: [{ delta: { tool_calls: Array.from({ length: CHUNK_CALLS_MAX + 1 }, () => ({ index: "x" })) } }] }))).toEqual(
+      new Refused(`the model sent a chunk of ${CHUNK_CALLS_MAX + 1} calls, where one answer makes at most ${CHUNK_CALLS_MAX}`),
+    );
+    // The schema's walk of the choices took a third of a second, its memory 125 MiB.
+    expect(performance.now() - began).toBeLessThan(150);
+    // At the bounds, read as ever.
+    expect(readChunk(wire({ choices: Array.from({ length: CHUNK_CHOICES_MAX }, () => ({ delta: { content: "a" } })) }))).not.toBeInstanceOf(Refused);
   });
 });

@@ -182,6 +182,45 @@ describe("the model's streamed answer, fuzzed", { timeout: 120_000 }, () => {
     }
   });
 
+  it("takes text sent as parts and calls numbered by strings of digits as they mean; a chunk of anything else with text or calls fails the answer", async () => {
+    const settings = Settings.parse(scriptedSettings(url, { timeouts: { model: 5, model_idle: 2, retry_wait: 0 } }));
+    const piece = fc.string({ maxLength: 12 });
+    // Text as a string, or as parts of text, or (now and then) with a part of another kind.
+    const content = fc.oneof(
+      piece.map((t) => ({ sent: t as unknown, text: t, odd: false })),
+      fc.array(piece, { maxLength: 3 }).map((ts) => ({ sent: ts.map((t) => ({ type: "text", text: t })) as unknown, text: ts.join(""), odd: false })),
+      piece.map((t) => ({ sent: [{ type: "text", text: t }, { type: "image_url", image_url: { url: "x" } }] as unknown, text: "", odd: true })),
+    );
+    const call = fc.tuple(fc.nat({ max: 3 }), fc.boolean(), fc.constantFrom("", "0", "x")).map(([index, asText, pad]) => ({
+      sent: { index: asText ? `${pad}${index}` : index, id: `c${index}`, type: "function", function: { name: `f${index}`, arguments: "{}" } },
+      index,
+      odd: asText && pad === "x",
+    }));
+    const chunk = fc.oneof(content.map((c) => ({ delta: { content: c.sent }, text: c.text, calls: [] as number[], odd: c.odd })), call.map((c) => ({ delta: { tool_calls: [c.sent] }, text: "", calls: [c.index], odd: c.odd })));
+    await fc.assert(
+      fc.asyncProperty(fc.array(chunk, { minLength: 1, maxLength: 8 }), async (sent) => {
+        lines = sent.map((c) => JSON.stringify({ id: "r", choices: [{ index: 0, delta: c.delta }] }));
+        const texts: string[] = [];
+        const got = await askModel({ settings, model: "scripted-model", messages: [{ role: "user", content: "hi" }], calls: [], onText: (t) => texts.push(t) }).then(
+          (answer) => answer,
+          (e: unknown) => e,
+        );
+        if (sent.some((c) => c.odd)) {
+          expect(got).toBeInstanceOf(ModelError);
+          expect((got as ModelError).reason).toBe("model_error");
+          expect((got as ModelError).message).toMatch(/a chunk with text or calls that can't be read: choices\[0\]\.delta\.(?:content|tool_calls\[0\]\.index) is not an? (?:string|number)$/);
+          return;
+        }
+        if (got instanceof Error) throw got;
+        const answer = got as Awaited<ReturnType<typeof askModel>>;
+        expect(answer.text).toBe(sent.map((c) => c.text).join(""));
+        expect(texts.join("")).toBe(answer.text);
+        expect(answer.toolCalls.map((c) => c.name)).toEqual([...new Set(sent.flatMap((c) => c.calls))].sort().map((i) => `f${i}`.repeat(sent.filter((c) => c.calls[0] === i).length)));
+      }),
+      { numRuns: 100, ...seed },
+    );
+  });
+
   it("takes SSE framed any way, blank lines of \\n, \\r or \\r\\n split anywhere across reads: an answer or a ModelError, promptly", async () => {
     const settings = Settings.parse(scriptedSettings(url, { timeouts: { model: 5, model_idle: 2, retry_wait: 0 } }));
     const piece = fc.oneof(

@@ -90,10 +90,101 @@ export function plainChunk(raw: unknown): ChunkData | undefined {
   return raw as ChunkData;
 }
 
-/** A chunk read: as the schema takes it, or undefined when the schema refuses it (the chunk is skipped). */
-export function readChunk(raw: unknown): ChunkData | undefined {
+/** The most choices one chunk holds (an answer asks for one), and calls one choice's delta makes (as one answer). */
+export const CHUNK_CHOICES_MAX = 16;
+export const CHUNK_CALLS_MAX = 128;
+
+/** A chunk that fails the answer: why, in the harness's words (never the endpoint's text). */
+export class Refused {
+  constructor(readonly why: string) {}
+}
+
+/**
+ * A chunk read: as the schema takes it, or as it takes the chunk's unambiguous other forms (a call
+ * numbered "0", content as parts of text). A chunk it still refuses is skipped when it carries no
+ * text and no call, and fails the answer when it does (Refused), as does one of more choices or
+ * calls than any answer's, before the schema walks them.
+ */
+export function readChunk(raw: unknown): ChunkData | Refused | undefined {
+  const over = tooMany(raw);
+  if (over !== undefined) return new Refused(over);
   const plain = plainChunk(raw);
   if (plain) return plain;
   const parsed = Chunk.safeParse(raw);
-  return parsed.success ? parsed.data : undefined;
+  if (parsed.success) return parsed.data;
+  const other = salvaged(raw);
+  const again = other === undefined ? parsed : Chunk.safeParse(other);
+  if (again.success) return again.data;
+  return carries(raw) ? new Refused(`the model sent a chunk with text or calls that can't be read: ${issue(again.error.issues[0])}`) : undefined;
+}
+
+/** The choices of a chunk, when it has them as an array. */
+const choicesOf = (raw: unknown): unknown[] | undefined => (isRecord(raw) && Array.isArray(raw.choices) ? (raw.choices as unknown[]) : undefined);
+const deltaOf = (choice: unknown): Record<string, unknown> | undefined => (isRecord(choice) && isRecord(choice.delta) ? choice.delta : undefined);
+
+/** Why a chunk holds more than any answer's does, if it does. */
+function tooMany(raw: unknown): string | undefined {
+  const choices = choicesOf(raw);
+  if (choices === undefined) return undefined;
+  if (choices.length > CHUNK_CHOICES_MAX) return `the model sent a chunk of ${choices.length} choices, where one holds at most ${CHUNK_CHOICES_MAX}`;
+  for (const choice of choices) {
+    const calls = deltaOf(choice)?.tool_calls;
+    if (Array.isArray(calls) && calls.length > CHUNK_CALLS_MAX) return `the model sent a chunk of ${calls.length} calls, where one answer makes at most ${CHUNK_CALLS_MAX}`;
+  }
+  return undefined;
+}
+
+/** Whether a chunk carries text or calls. */
+function carries(raw: unknown): boolean {
+  return (choicesOf(raw) ?? []).some((choice) => {
+    const d = deltaOf(choice);
+    return d !== undefined && ((!nothing(d.content) && d.content !== "") || (!nothing(d.tool_calls) && !(Array.isArray(d.tool_calls) && d.tool_calls.length === 0)));
+  });
+}
+
+/** A call's number sent as the digits of one. */
+const DIGITS = /^\d{1,15}$/;
+/** Content sent as parts, each of text: what they say, joined. */
+function partsText(content: unknown): string | undefined {
+  if (!Array.isArray(content)) return undefined;
+  let text = "";
+  for (const part of content as unknown[]) {
+    if (!isRecord(part) || part.type !== "text" || typeof part.text !== "string") return undefined;
+    text += part.text;
+  }
+  return text;
+}
+
+/** A call numbered by the digits of its number, numbered by it. */
+const numbered = (call: unknown): unknown => (isRecord(call) && typeof call.index === "string" && DIGITS.test(call.index) ? { ...call, index: Number(call.index) } : call);
+
+/** The chunk with its calls' numbers as numbers and its content's parts of text joined, when it has either; else undefined. */
+function salvaged(raw: unknown): unknown {
+  const choices = choicesOf(raw);
+  if (choices === undefined) return undefined;
+  let changed = false;
+  const taken = choices.map((choice) => {
+    const d = deltaOf(choice);
+    if (d === undefined) return choice;
+    const text = partsText(d.content);
+    const sent = Array.isArray(d.tool_calls) ? (d.tool_calls as unknown[]) : [];
+    const calls = sent.map(numbered);
+    const renumbered = calls.some((c, n) => c !== sent[n]);
+    if (text === undefined && !renumbered) return choice;
+    changed = true;
+    return { ...(choice as Record<string, unknown>), delta: { ...d, ...(text !== undefined ? { content: text } : {}), ...(renumbered ? { tool_calls: calls } : {}) } };
+  });
+  return changed ? { ...(raw as Record<string, unknown>), choices: taken } : undefined;
+}
+
+/** What of a chunk the schema refused, by where it is and what it should be: no value of the endpoint's. */
+function issue(i: z.core.$ZodIssue | undefined): string {
+  if (i === undefined) return "not a chunk";
+  const at = i.path.map((k, n) => (typeof k === "number" ? `[${k}]` : `${n > 0 ? "." : ""}${String(k)}`)).join("") || "the chunk";
+  if (i.code === "invalid_type") {
+    const expected = i.expected === "int" ? "whole number" : i.expected;
+    return `${at} is not ${/^[aeiou]/.test(expected) ? "an" : "a"} ${expected}`;
+  }
+  if (i.code === "too_small" || i.code === "too_big") return `${at} is out of range`;
+  return `${at} is not of a chunk's shape`;
 }

@@ -3,7 +3,7 @@
 import { setTimeout as sleep } from "node:timers/promises";
 import { nestsWithin, THINKING_DEPTH_MAX, TIMEOUT_DEFAULTS, type Settings, type Thinking, type TimeoutsSettings, type ToolCall, type Usage } from "../protocol/index.js";
 import { encodeBody } from "./body.js";
-import { readChunk, type ReportedUsage } from "./chunk.js";
+import { readChunk, Refused, type ReportedUsage } from "./chunk.js";
 import { lazyImport } from "./load.js";
 import type { ChatMessage } from "./prompt.js";
 import { envSecrets, RedactedStream, redactor, settingsSecrets, type Redactor } from "./redact.js";
@@ -343,6 +343,8 @@ class Streamed {
   private pastCalls: number | undefined;
   /** Thinking details nested past THINKING_DEPTH_MAX: the answer is cut. */
   private tooDeep = false;
+  /** Why a chunk with text or calls was refused: the answer is cut. */
+  private refused: string | undefined;
 
   /** The text handed on to onText, if any. */
   private readonly shown: RedactedStream | undefined;
@@ -357,6 +359,10 @@ class Streamed {
   add(raw: unknown): void {
     const chunk = readChunk(raw);
     if (!chunk) return;
+    if (chunk instanceof Refused) {
+      this.refused ??= chunk.why;
+      return;
+    }
     const { id, choices, usage: u } = chunk;
     if (id) this.responseId ??= id;
     if (u) this.report(u);
@@ -413,6 +419,7 @@ class Streamed {
 
   /** Why the answer must be cut here (over a bound of one answer), or undefined. */
   over(): string | undefined {
+    if (this.refused !== undefined) return this.refused;
     if (this.pastCalls !== undefined) return `the model's answer made a call numbered ${this.pastCalls}, where one answer makes at most ${MODEL_ANSWER_MAX_CALLS}`;
     if (this.tooDeep) return `the model's reasoning_details nest deeper than ${THINKING_DEPTH_MAX} arrays and objects, which no provider's do`;
     if (this.size > MODEL_ANSWER_MAX_CHARS) return `the model's answer ran past ${MODEL_ANSWER_MAX_CHARS} characters, the most one answer holds`;
