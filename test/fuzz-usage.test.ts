@@ -9,9 +9,9 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import fc from "fast-check";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { AgentUsage, StoreError, type AssistantMessage, type Event } from "../protocol/index.js";
+import { AgentUsage, StoreError, UsageCountState, type AssistantMessage, type Event } from "../protocol/index.js";
 import { paths } from "../store/index.js";
-import { conversationUsage } from "../turn/usage.js";
+import { conversationUsage, totalUsage, UsageCount } from "../turn/usage.js";
 import { assertBuilt, BIN, MAIN } from "./fixtures/built.js";
 
 const SECRET = `SECRET-${Math.random().toString(36).slice(2)}`;
@@ -173,6 +173,36 @@ describe("usage over fuzzed events", () => {
         }
       }),
       { numRuns: 150 },
+    );
+  });
+});
+
+describe("usage sums of any numbers an answer event may hold, fuzzed", () => {
+  it("stay whole counts and finite amounts, exact while they fit, and a count that can be kept", () => {
+    const big = fc.oneof(fc.nat({ max: 1_000 }), fc.constantFrom(Number.MAX_SAFE_INTEGER, Number.MAX_SAFE_INTEGER - 1, 2 ** 52), fc.maxSafeNat());
+    const amount = fc.oneof(fc.double({ min: 0, max: 10, noNaN: true }), fc.constantFrom(Number.MAX_VALUE, Number.MAX_VALUE / 2), fc.double({ min: 0, noNaN: true, noDefaultInfinity: true }));
+    const answerOf = fc.record({ usage: fc.option(fc.record({ in: big, out: big, cached: big }), { nil: undefined }), cost: fc.option(amount, { nil: undefined }), latency: amount });
+    fc.assert(
+      fc.property(fc.array(fc.array(answerOf, { minLength: 1, maxLength: 6 }), { minLength: 1, maxLength: 3 }), (conversations) => {
+        const figures = conversations.map((sent, c) => {
+          const count = new UsageCount(`t${c}`);
+          count.add({ n: 1, kind: "turn", time: TIME });
+          sent.forEach((a, i) => count.add({ n: i + 2, kind: "answer", answer: answer({ kind: "answer", prints: false, text: "", ...a }) }));
+          // What usage.json keeps is of its schema.
+          expect(UsageCountState.safeParse(count.state()).success).toBe(true);
+          return count.figures();
+        });
+        const all = conversations.flat();
+        for (const f of [...figures, totalUsage(figures)]) {
+          for (const n of [f.tokens.in, f.tokens.out, f.tokens.cached]) expect(Number.isSafeInteger(n)).toBe(true);
+          for (const n of [f.cost ?? 0, f.model_ms]) expect(Number.isFinite(n)).toBe(true);
+          expect(() => AgentUsage.parse({ conversations: figures, total: totalUsage(figures) })).not.toThrow();
+        }
+        const exact = all.reduce((s, a) => s + (a.usage?.in ?? 0), 0);
+        if (exact <= Number.MAX_SAFE_INTEGER) expect(totalUsage(figures).tokens.in).toBe(exact);
+        else expect(totalUsage(figures).tokens.in).toBe(Number.MAX_SAFE_INTEGER);
+      }),
+      { numRuns: 2_000 },
     );
   });
 });

@@ -313,9 +313,16 @@ export const MODEL_ANSWER_MAX_CHARS = 4 * 1024 * 1024;
 /** The most calls one answer makes: its calls are numbered from 0, and one numbered past this cuts it. */
 export const MODEL_ANSWER_MAX_CALLS = 128;
 
-/** A count of tokens is a non-negative whole number; a cost a finite non-negative one. */
-const saneCount = (v: unknown): v is number => typeof v === "number" && Number.isSafeInteger(v) && v >= 0;
-const saneCost = (v: unknown): v is number => typeof v === "number" && Number.isFinite(v) && v >= 0;
+/**
+ * The most tokens one answer counts, and the most it costs: far past any provider's (a window of
+ * some million tokens, an answer of a few dollars), and low enough that no sum of them a person
+ * could make leaves the numbers' range.
+ */
+export const ANSWER_TOKENS_MAX = 1e9;
+export const ANSWER_COST_MAX = 1e6;
+/** A count of tokens is a non-negative whole number; a cost a finite non-negative one; each up to its bound. */
+const saneCount = (v: unknown): v is number => typeof v === "number" && Number.isSafeInteger(v) && v >= 0 && v <= ANSWER_TOKENS_MAX;
+const saneCost = (v: unknown): v is number => typeof v === "number" && Number.isFinite(v) && v >= 0 && v <= ANSWER_COST_MAX;
 /** A value as the provider sent it, short. */
 const sent = (v: unknown): string => (typeof v === "number" ? String(v) : (JSON.stringify(v) ?? String(v)).slice(0, 40));
 

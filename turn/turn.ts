@@ -16,7 +16,7 @@ import { composeSections, messageHeader, systemPrompt } from "./sections.js";
 import { openOptions, type ToolBox } from "./tools.js";
 import { updateTranscript } from "./transcript.js";
 import type { IncomingMessage, TurnInput, TurnListener, TurnOutcome } from "./types.js";
-import { promptChanges, usageReport } from "./usage.js";
+import { addTokens, promptChanges, usageReport } from "./usage.js";
 import { roughTokens } from "./window.js";
 
 /**
@@ -357,9 +357,7 @@ class Turn {
       this.modelMs += answer.waitedMs;
       if (answer.usage) {
         this.sawUsage = true;
-        this.usage.in += answer.usage.in;
-        this.usage.out += answer.usage.out;
-        this.usage.cached += answer.usage.cached;
+        addTokens(this.usage, answer.usage);
       }
       // Past the last round, calls the model makes anyway are not run.
       const toolCalls = callNothing ? [] : answer.toolCalls;

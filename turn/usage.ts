@@ -18,6 +18,19 @@ const HELD = 0.9;
 
 const share = (u: { in: number; cached: number }): number => (u.in > 0 ? u.cached / u.in : 0);
 
+/**
+ * Sums that stay in range whatever they add (a folder's answers written by hand, each of the
+ * largest count or cost an event holds): a count at most the largest whole number a count can be,
+ * an amount (a cost, a time) at most the largest finite one, where Infinity would be written null.
+ */
+export const addCount = (a: number, b: number): number => Math.min(a + b, Number.MAX_SAFE_INTEGER);
+export const addAmount = (a: number, b: number): number => Math.min(a + b, Number.MAX_VALUE);
+export const addTokens = (to: Tokens, u: Tokens): void => {
+  to.in = addCount(to.in, u.in);
+  to.out = addCount(to.out, u.out);
+  to.cached = addCount(to.cached, u.cached);
+};
+
 /** What a share is compared with: an answer's model, counts and fingerprints. */
 type Compared = Pick<AssistantMessage, "model" | "usage" | "prompt">;
 
@@ -80,18 +93,14 @@ export class UsageCount {
     const turn = s.open;
     s.requests++;
     turn.requests++;
-    if (a.usage) {
-      s.tokens.in += a.usage.in;
-      s.tokens.out += a.usage.out;
-      s.tokens.cached += a.usage.cached;
-    }
-    if (a.cost !== undefined) s.cost = (s.cost ?? 0) + a.cost;
+    if (a.usage) addTokens(s.tokens, a.usage);
+    if (a.cost !== undefined) s.cost = addAmount(s.cost ?? 0, a.cost);
     else {
       s.requests_without_cost++;
       turn.without_cost = true;
     }
-    s.model_ms += a.latency_ms;
-    turn.model_ms += a.latency_ms;
+    s.model_ms = addAmount(s.model_ms, a.latency_ms);
+    turn.model_ms = addAmount(turn.model_ms, a.latency_ms);
     if (s.before && !turn.fell && fell(s.before, a)) {
       turn.fell = true;
       const b = s.before.usage;
@@ -219,15 +228,13 @@ export function totalUsage(conversations: readonly ConversationUsage[]): UsageFi
   let cost: number | undefined;
   const total = { turns: 0, requests: 0, turns_without_cost: 0, requests_without_cost: 0, model_ms: 0 };
   for (const c of conversations) {
-    tokens.in += c.tokens.in;
-    tokens.out += c.tokens.out;
-    tokens.cached += c.tokens.cached;
-    if (c.cost !== undefined) cost = (cost ?? 0) + c.cost;
-    total.turns += c.turns;
-    total.requests += c.requests;
-    total.turns_without_cost += c.turns_without_cost;
-    total.requests_without_cost += c.requests_without_cost;
-    total.model_ms += c.model_ms;
+    addTokens(tokens, c.tokens);
+    if (c.cost !== undefined) cost = addAmount(cost ?? 0, c.cost);
+    total.turns = addCount(total.turns, c.turns);
+    total.requests = addCount(total.requests, c.requests);
+    total.turns_without_cost = addCount(total.turns_without_cost, c.turns_without_cost);
+    total.requests_without_cost = addCount(total.requests_without_cost, c.requests_without_cost);
+    total.model_ms = addAmount(total.model_ms, c.model_ms);
   }
   return {
     turns: total.turns,
