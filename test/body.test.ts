@@ -4,7 +4,7 @@
 import fc from "fast-check";
 import { describe, expect, it } from "vitest";
 import type { Event } from "../protocol/index.js";
-import { encodeBody, forgetBodies } from "../turn/body.js";
+import { encodeBody, forgetBodies, jsonBytes } from "../turn/body.js";
 import { eventsToMessages, type ChatMessage } from "../turn/prompt.js";
 
 const seed = process.env.FC_SEED ? { seed: Number(process.env.FC_SEED) } : {};
@@ -129,5 +129,17 @@ describe("calls that use one id in two rounds", () => {
       ["tool_call_update", "call_0#2"],
     ]);
     expect(u.finish("ended")).toEqual([]);
+  });
+});
+
+describe("a string's bytes in a body", () => {
+  it("are those JSON.stringify writes of it, escapes and all", () => {
+    const any = fc.string({ unit: fc.oneof(fc.constantFrom("\u0001", "\u001f", "\b", "\t", "\f", "\r", "\u007f"), fc.constantFrom("a", "é", "日", "😀", '"', "\\", "\n", "\u0000", "\u2028", " ")), maxLength: 40 });
+    fc.assert(
+      fc.property(fc.oneof(any, fc.string(), fc.string({ unit: "binary" })), (s) => {
+        expect(jsonBytes(s)).toBe(Buffer.byteLength(JSON.stringify(s)) - 2);
+      }),
+      { numRuns: 5_000, ...seed },
+    );
   });
 });

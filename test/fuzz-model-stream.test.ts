@@ -8,7 +8,8 @@ import type { AddressInfo } from "node:net";
 import fc from "fast-check";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { nestsWithin, parsedArguments, Settings, THINKING_DEPTH_MAX } from "../protocol/index.js";
-import { askModel, ModelError, MODEL_ANSWER_MAX_CALLS, MODEL_ANSWER_MAX_CHARS } from "../turn/model.js";
+import { askModel, ModelError, MODEL_ANSWER_MAX_BYTES, MODEL_ANSWER_MAX_CALLS } from "../turn/model.js";
+import { jsonBytes } from "../turn/body.js";
 import { ANSWER_EVENT_MAX } from "../turn/http.js";
 import { scriptedSettings } from "./acp-client.js";
 const seed = process.env.FC_SEED ? { seed: Number(process.env.FC_SEED) } : {};
@@ -88,7 +89,7 @@ describe("the model's streamed answer, fuzzed", { timeout: 120_000 }, () => {
         try {
           const answer = await askModel({ settings, model: "scripted-model", messages: [{ role: "user", content: "hi" }], calls: [] });
           expect(answer.toolCalls.length).toBeLessThanOrEqual(MODEL_ANSWER_MAX_CALLS);
-          expect(answer.text.length).toBeLessThanOrEqual(MODEL_ANSWER_MAX_CHARS);
+          expect(jsonBytes(answer.text)).toBeLessThanOrEqual(MODEL_ANSWER_MAX_BYTES);
           expect(typeof answer.text).toBe("string");
           for (const call of answer.toolCalls) expect([typeof call.id, typeof call.name, typeof call.arguments]).toEqual(["string", "string", "string"]);
         } catch (e) {

@@ -16,7 +16,7 @@ import type { ModelServer } from "./model-server.js";
 import { BIN, ROOT } from "./fixtures/built.js";
 import { UPDATE_TEXT_MAX } from "../acp/outbox.js";
 import { ANSWER_BODY_MAX, ANSWER_EVENT_MAX } from "../turn/http.js";
-import { MODEL_ANSWER_MAX_CALLS, MODEL_ANSWER_MAX_CHARS, QUOTED_MAX } from "../turn/model.js";
+import { MODEL_ANSWER_MAX_BYTES, MODEL_ANSWER_MAX_CALLS, QUOTED_MAX } from "../turn/model.js";
 
 let server: ModelServer;
 const cleanup = daemonTestHooks([BIN, "dist/daemon/serve.js", "dist/acp/app.js"], (s) => (server = s));
@@ -268,19 +268,19 @@ describe("an endpoint that floods", { timeout: 60_000 }, () => {
     const dir = agent();
     const d = daemon(dir);
     const { c, sessionId } = await session(d);
-    // Characters of one, two and three bytes: some 7 MB of UTF-8 past the bound.
-    const flood = "words, wörter, 言葉 ".repeat(Math.ceil((MODEL_ANSWER_MAX_CHARS + 100_000) / 17));
+    // Characters of one, two and three bytes: some 2 MB of UTF-8 past the bound.
+    const flood = "words, wörter, 言葉 ".repeat(Math.ceil((MODEL_ANSWER_MAX_BYTES + 100_000) / 17));
     server.script({ text: flood, chunks: 48 });
     const cut = await failure(prompt(c, sessionId, "say everything"));
-    expect(cut.message).toMatch(new RegExp(`ran past ${MODEL_ANSWER_MAX_CHARS} characters, the most one answer holds`));
+    expect(cut.message).toMatch(new RegExp(`ran past ${MODEL_ANSWER_MAX_BYTES} bytes as JSON, the most one answer holds`));
     const [, fail] = events(dir, sessionId);
     expect(fail).toMatchObject({ kind: "failure", reason: "model_error" });
     // What came before the cut was streamed, each update at most UPDATE_TEXT_MAX characters, none split inside a character.
     const chunks = c.updates.filter((u) => u.update.sessionUpdate === "agent_message_chunk").map((u) => (u.update as { content: { text: string } }).content.text);
-    expect(chunks.length).toBeGreaterThan(MODEL_ANSWER_MAX_CHARS / UPDATE_TEXT_MAX);
     for (const t of chunks) expect(t.length).toBeLessThanOrEqual(UPDATE_TEXT_MAX);
     const streamed = chunks.join("");
-    expect(streamed.length).toBeGreaterThanOrEqual(MODEL_ANSWER_MAX_CHARS);
+    expect(chunks.length).toBeGreaterThanOrEqual(Math.ceil(streamed.length / UPDATE_TEXT_MAX));
+    expect(Buffer.byteLength(streamed)).toBeGreaterThanOrEqual(MODEL_ANSWER_MAX_BYTES);
     expect(flood.startsWith(streamed)).toBe(true);
     // The conversation takes its next turn.
     server.script({ text: "Short, this time." });

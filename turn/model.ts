@@ -2,7 +2,7 @@
 // Unknown delta keys (reasoning_content, reasoning, reasoning_details) are appended, not overwritten.
 import { setTimeout as sleep } from "node:timers/promises";
 import { nestsWithin, THINKING_DEPTH_MAX, TIMEOUT_DEFAULTS, type Settings, type Thinking, type TimeoutsSettings, type ToolCall, type Usage } from "../protocol/index.js";
-import { encodeBody } from "./body.js";
+import { encodeBody, jsonBytes } from "./body.js";
 import { readChunk, Refused, type ReportedUsage } from "./chunk.js";
 import { lazyImport } from "./load.js";
 import type { ChatMessage } from "./prompt.js";
@@ -303,13 +303,14 @@ class Cut extends Error {
 }
 
 /**
- * The most one answer holds, in characters (UTF-16 code units) of its text, its thinking and its
- * calls together: some million tokens, more than any model writes in one answer, and an event that
- * holds all of it still far under the most one holds on disk (store/files.ts LIMITS.event: at most
- * three bytes of UTF-8 a character, six where JSON escapes one). An endpoint that streams past it (a
- * model that never stops, one that floods) has its answer cut there, as a timeout cuts it.
+ * The most one answer holds, in bytes of its text, its thinking and its calls together as JSON writes
+ * them (UTF-8, and six bytes for a control character it escapes): some million tokens, more than any
+ * model writes in one answer, and as much as it adds to each request after it and to its event on
+ * disk (store/files.ts LIMITS.event). Counted in characters, an answer of control characters took
+ * six times as much. An endpoint that streams past it (a model that never stops, one that floods)
+ * has its answer cut there, as a timeout cuts it.
  */
-export const MODEL_ANSWER_MAX_CHARS = 4 * 1024 * 1024;
+export const MODEL_ANSWER_MAX_BYTES = 4 * 1024 * 1024;
 /** The most calls one answer makes: its calls are numbered from 0, and one numbered past this cuts it. */
 export const MODEL_ANSWER_MAX_CALLS = 128;
 
@@ -344,7 +345,7 @@ class Streamed {
   finishReason: string | undefined;
   /** The endpoint said the answer is whole: [DONE]. */
   ended = false;
-  /** Characters of text, thinking and calls so far (MODEL_ANSWER_MAX_CHARS). */
+  /** Bytes of text, thinking and calls so far (MODEL_ANSWER_MAX_BYTES). */
   size = 0;
   /** A call numbered past MODEL_ANSWER_MAX_CALLS, left out: the answer is cut. */
   private pastCalls: number | undefined;
@@ -379,11 +380,11 @@ class Streamed {
       if (!d) continue;
       if (d.reasoning_content) {
         this.reasoningContent = (this.reasoningContent ?? "") + d.reasoning_content;
-        this.size += d.reasoning_content.length;
+        this.size += jsonBytes(d.reasoning_content);
       }
       if (d.reasoning) {
         this.reasoning = (this.reasoning ?? "") + d.reasoning;
-        this.size += d.reasoning.length;
+        this.size += jsonBytes(d.reasoning);
       }
       if (d.reasoning_details) {
         // Never written as JSON before its depth is known: too deep, V8 runs out of stack doing it.
@@ -394,11 +395,11 @@ class Streamed {
         // Added one by one: copying all kept so far at each chunk made many small chunks cost their square.
         const kept = (this.reasoningDetails ??= []);
         for (const detail of d.reasoning_details) kept.push(detail);
-        this.size += JSON.stringify(d.reasoning_details).length;
+        this.size += Buffer.byteLength(JSON.stringify(d.reasoning_details));
       }
       if (d.content) {
         this.text += d.content;
-        this.size += d.content.length;
+        this.size += jsonBytes(d.content);
         this.shown?.push(d.content);
       }
       for (const tc of d.tool_calls ?? []) {
@@ -410,15 +411,15 @@ class Streamed {
         const at = (this.calls[tc.index] ??= { id: "", name: "", arguments: "" });
         if (tc.id) {
           at.id = tc.id;
-          this.size += tc.id.length;
+          this.size += jsonBytes(tc.id);
         }
         if (tc.function?.name) {
           at.name += tc.function.name;
-          this.size += tc.function.name.length;
+          this.size += jsonBytes(tc.function.name);
         }
         if (tc.function?.arguments) {
           at.arguments += tc.function.arguments;
-          this.size += tc.function.arguments.length;
+          this.size += jsonBytes(tc.function.arguments);
         }
       }
     }
@@ -429,7 +430,7 @@ class Streamed {
     if (this.refused !== undefined) return this.refused;
     if (this.pastCalls !== undefined) return `the model's answer made a call numbered ${this.pastCalls}, where one answer makes at most ${MODEL_ANSWER_MAX_CALLS}`;
     if (this.tooDeep) return `the model's reasoning_details nest deeper than ${THINKING_DEPTH_MAX} arrays and objects, which no provider's do`;
-    if (this.size > MODEL_ANSWER_MAX_CHARS) return `the model's answer ran past ${MODEL_ANSWER_MAX_CHARS} characters, the most one answer holds`;
+    if (this.size > MODEL_ANSWER_MAX_BYTES) return `the model's answer ran past ${MODEL_ANSWER_MAX_BYTES} bytes as JSON, the most one answer holds`;
     return undefined;
   }
 

@@ -316,6 +316,18 @@ class Turn {
         const n = await this.write(userEvent(m, inputs), history);
         this.listener({ type: "asked", after: n - 1, through: this.conv, conversation: writes });
       }
+      // A turn's own rounds never drop from its window: past the conversation's share, the request
+      // is one the endpoint would refuse, or take whole at the window's cost. Said here, not sent.
+      if (round > 0) {
+        const known = await windowKnown();
+        const held = history.count.total - history.count.tokensBefore;
+        if (held > known.budget) {
+          const message = `this turn's rounds outgrew the window: its messages hold about ${held} tokens, past the conversation's share ${known.budget} (window ${known.window.window} from ${known.window.source}), so the next round was not sent: ask for less at a time, or start a new conversation with /new`;
+          const outcome = await this.fail("context_too_long", message, history);
+          this.finish(history);
+          return outcome;
+        }
+      }
       const callNothing = round >= MAX_ROUNDS;
       const messages: ChatMessage[] = [{ role: "system", content: system }, ...eventsToMessages(history.window(), { tools: calls.length > 0 })];
       let answer: ModelAnswer;
