@@ -13,11 +13,13 @@ import { MODEL_ANSWER_MAX_BYTES } from "../turn/model.js";
 let server: ModelServer;
 const cleanup = daemonTestHooks([BIN, "dist/daemon/serve.js", "dist/acp/app.js"], (s) => (server = s));
 
-async function session(extra: Record<string, unknown> = {}): Promise<{ dir: string; d: Daemon; c: Client; sessionId: string }> {
+const EVERYTHING = `"${process.execPath}" "${ROOT}node_modules/@modelcontextprotocol/server-everything/dist/index.js" stdio`;
+
+async function session(extra: Record<string, unknown> = {}, env: NodeJS.ProcessEnv = {}): Promise<{ dir: string; d: Daemon; c: Client; sessionId: string }> {
   const dir = tempDir("lnk-hardening-rounds-");
   cleanup.push(() => dir.remove());
   configure(dir.path, scriptedSettings(server.url, extra));
-  const d = watched(startDaemon(["--agent", dir.path]), cleanup);
+  const d = watched(startDaemon(["--agent", dir.path], env), cleanup);
   const c = await openClient(stdioStream(d.child));
   cleanup.push(() => c.close());
   const { sessionId } = await c.agent.request(acp.methods.agent.session.new, { cwd: ROOT, mcpServers: [] });
@@ -38,18 +40,31 @@ describe("what one prompt makes its requests grow to", { timeout: 60_000 }, () =
     expect(await d.stop()).toEqual({ code: 0, signal: null });
   });
 
-  it("a round whose calls outgrew the window is not sent: the turn fails as context_too_long, saying so", async () => {
+  it("calls that outgrew the window are not run: the turn fails as context_too_long, saying so", async () => {
     const { dir, d, c, sessionId } = await session({ window: { max: 16_000 } });
     // A call of some 25,000 tokens: past the conversation's share of a window of 16,000.
     server.script({ tool_calls: [{ id: "c1", name: "fs__write", arguments: { text: "word ".repeat(20_000) } }] });
     const failed = await failure(prompt(c, sessionId, "write it all"));
-    expect(failed.message).toMatch(/this turn's rounds outgrew the window: its messages hold about \d+ tokens, past the conversation's share \d+ \(window 16000 from settings\), so the next round was not sent/);
+    expect(failed.message).toMatch(/this turn's rounds outgrew the window: its messages hold about \d+ tokens, past the conversation's share \d+ \(window 16000 from settings\), so its calls were not run/);
     expect(server.requests).toHaveLength(1);
+    expect(c.updates.some((u) => u.update.sessionUpdate === "tool_call")).toBe(false);
     expect(events(dir, sessionId).at(-1)).toMatchObject({ kind: "failure", reason: "context_too_long" });
     // The conversation goes on: its next turn's window drops the turn that outgrew it.
     server.script({ text: "Fine." });
     expect(await prompt(c, sessionId, "never mind")).toMatchObject({ stopReason: "end_turn" });
     expect(JSON.stringify(server.requests[1]?.body.messages)).not.toContain("word word");
+    expect(await d.stop()).toEqual({ code: 0, signal: null });
+  });
+
+  it("a round whose calls' answers outgrew the window is not sent", async () => {
+    const { dir, d, c, sessionId } = await session({ window: { max: 22_000 } }, { LNK_TOOL_EVERYTHING: EVERYTHING });
+    // A call of some 10,000 tokens, within the share; its answer (the same, up to 32 KiB) is past it.
+    server.script({ tool_calls: [{ id: "c1", name: "everything__echo", arguments: { message: "word ".repeat(8_000) } }] }, { text: "Never asked." });
+    const failed = await failure(prompt(c, sessionId, "echo it all"));
+    expect(failed.message).toMatch(/this turn's rounds outgrew the window: .*, so the next round was not sent/);
+    expect(c.updates.filter((u) => u.update.sessionUpdate === "tool_call_update").map((u) => u.update)).toEqual([expect.objectContaining({ toolCallId: "c1", status: "completed" })]);
+    expect(server.requests).toHaveLength(1);
+    expect(events(dir, sessionId).map((e) => e.kind)).toEqual(["message", "message", "tool_result", "failure"]);
     expect(await d.stop()).toEqual({ code: 0, signal: null });
   });
 

@@ -224,6 +224,16 @@ class Turn {
     return this.outcome("end_turn", { reason, message });
   }
 
+  /** The turn's end, when what its window holds is past the conversation's share of it: `what` was not done. */
+  private async outgrew(history: History, known: { window: { window: number; source: string }; budget: number }, what: string): Promise<TurnOutcome | undefined> {
+    const held = history.count.total - history.count.tokensBefore;
+    if (held <= known.budget) return undefined;
+    const message = `this turn's rounds outgrew the window: its messages hold about ${held} tokens, past the conversation's share ${known.budget} (window ${known.window.window} from ${known.window.source}), so ${what}: ask for less at a time, or start a new conversation with /new`;
+    const outcome = await this.fail("context_too_long", message, history);
+    this.finish(history);
+    return outcome;
+  }
+
   /** The question's write, once begun. */
   private question: Promise<number> | undefined;
 
@@ -318,16 +328,8 @@ class Turn {
       }
       // A turn's own rounds never drop from its window: past the conversation's share, the request
       // is one the endpoint would refuse, or take whole at the window's cost. Said here, not sent.
-      if (round > 0) {
-        const known = await windowKnown();
-        const held = history.count.total - history.count.tokensBefore;
-        if (held > known.budget) {
-          const message = `this turn's rounds outgrew the window: its messages hold about ${held} tokens, past the conversation's share ${known.budget} (window ${known.window.window} from ${known.window.source}), so the next round was not sent: ask for less at a time, or start a new conversation with /new`;
-          const outcome = await this.fail("context_too_long", message, history);
-          this.finish(history);
-          return outcome;
-        }
-      }
+      const outgrown = round > 0 ? await this.outgrew(history, await windowKnown(), "the next round was not sent") : undefined;
+      if (outgrown) return outgrown;
       const callNothing = round >= MAX_ROUNDS;
       const messages: ChatMessage[] = [{ role: "system", content: system }, ...eventsToMessages(history.window(), { tools: calls.length > 0 })];
       let answer: ModelAnswer;
@@ -404,6 +406,9 @@ class Turn {
       }
       lastText = answer.text;
       if (toolCalls.length) {
+        // Calls whose answers could never be sent are not run.
+        const over = await this.outgrew(history, await windowKnown(), "its calls were not run");
+        if (over) return over;
         for (const c of toolCalls) this.listener({ type: "tool_call", id: c.id, name: c.name, arguments: parsedArguments(c.arguments) });
         await runCalls(toolCalls, box, this.signal, async ({ call, result, media }) => {
           await this.write(result, history);
