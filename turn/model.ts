@@ -502,8 +502,8 @@ const redactors = new WeakMap<Settings, { env: NodeJS.ProcessEnv; secrets: Redac
 /**
  * What a request's answer is kept clean of: the secrets of its settings and its environment. Made
  * once while both are the objects they were, each frozen (settings as read: store/settings.ts; a
- * daemon's environment), so nothing of them can have changed: finding them again at each answer
- * cost 0.025 ms after the model's last byte.
+ * daemon's environment), so nothing of them can have changed: finding them again for each request
+ * cost it 0.025 ms.
  */
 function secretsOf(settings: Settings, env: NodeJS.ProcessEnv): Redactor {
   const kept = redactors.get(settings);
@@ -523,10 +523,11 @@ export async function askModel(req: ModelRequest): Promise<ModelAnswer> {
   const c = OpenAICtor ? clientOf(OpenAICtor, req.settings, env) : await client(req.settings, env);
   let body = requestBody(req);
   const limits = { ...TIMEOUT_DEFAULTS, ...req.settings.timeouts };
+  // What its answer is kept clean of, the text it streams too.
+  const secrets = secretsOf(req.settings, env);
   // From here on it is the model's time: the request on its way, the model thinking, its answer coming.
   const started = performance.now();
   let described = false;
-  const secrets = secretsOf(req.settings, env);
   for (let retry = 0; ; retry++) {
     const into = new Streamed(req.onText, secrets);
     let failed: unknown;
