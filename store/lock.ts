@@ -503,10 +503,26 @@ const lockFs = {
     }, cb),
   // The lock itself, never what a link there points to.
   stat: (path: string, cb: Callback<fs.Stats>) => now(() => fs.lstatSync(path), cb),
-  utimes: (path: string, atime: Date, mtime: Date, cb: Callback<void>) => now(() => fs.utimesSync(path, atime, mtime), cb),
+  utimes: (path: string, atime: Date, mtime: Date, cb: Callback<void>) => now(() => refreshLock(path, atime, mtime), cb),
   rmdir: (path: string, cb: Callback<void>) => now(() => removeLock(path), cb),
   rmdirSync: (path: string) => removeLock(path),
 };
+
+/**
+ * Sets a lock's times (proper-lockfile's refresh, and its first probe of the time's precision)
+ * through the descriptor this process keeps of it, never through its path: a link put in the lock's
+ * place would have its target's times set. A lock that is no longer the file kept (swapped, removed)
+ * is lost (ENOENT, which proper-lockfile takes as the lock compromised). One more lstat a refresh,
+ * every half stale period, not a turn's.
+ */
+function refreshLock(path: string, atime: Date, mtime: Date): void {
+  const own = kept.get(path);
+  const there = lstatOrUndefined(path);
+  if (own === undefined || there === undefined || there.dev !== own.dev || there.ino !== own.ino) {
+    throw Object.assign(new Error("the lock file was replaced or removed"), { code: "ENOENT" });
+  }
+  fs.futimesSync(own.fd, atime, mtime);
+}
 
 const Owner = z.object({ pid: z.number().int(), host: z.string(), folder: z.string().optional() });
 type Owner = z.infer<typeof Owner>;

@@ -1,7 +1,7 @@
 // The store on disk: numbered events under many writers, the conversation lock across processes,
 // names, files that fail their schema, links, and the derived files beside the events.
 import { spawnSync } from "node:child_process";
-import { appendFileSync, existsSync, linkSync, lstatSync, mkdirSync, mkdtempSync, readFileSync, readdirSync, renameSync, rmSync, statSync, symlinkSync, utimesSync, writeFileSync } from "node:fs";
+import { appendFileSync, existsSync, linkSync, lstatSync, lutimesSync, mkdirSync, mkdtempSync, readFileSync, readdirSync, renameSync, rmSync, statSync, symlinkSync, utimesSync, writeFileSync } from "node:fs";
 import { hostname, tmpdir } from "node:os";
 import { dirname, join } from "node:path";
 import fc from "fast-check";
@@ -1796,6 +1796,35 @@ describe("hostile files in the agent's folder", () => {
     expect(await withConversationLock(conv, async () => fds())).toBe(before + 2);
     await sweepsSettled();
     expect(fds()).toBe(before);
+  });
+
+  it("a lock swapped for a link to a file outside, its time the lock's, is lost at its refresh; the file outside keeps its times", async () => {
+    const conv = paths({ dir: tempDir() }).conversation("t");
+    ensureConversation(conv);
+    const outside = join(tempDir(), "target.txt");
+    writeFileSync(outside, "not the agent's\n");
+    const old = new Date("2000-01-01T00:00:00Z");
+    utimesSync(outside, old, old);
+    let lost!: (message: string) => void;
+    const compromised = new Promise<string>((resolve) => (lost = resolve));
+    let why = "";
+    await withConversationLock(
+      conv,
+      async () => {
+        // The link's own time set to the lock's, so the refresh's look (an lstat) finds it as it left it.
+        const m = lstatSync(conv.lock).mtime;
+        const link = join(conv.dir, "link-tmp");
+        symlinkSync(outside, link);
+        lutimesSync(link, m, m);
+        renameSync(link, conv.lock);
+        // Refreshed every half stale period: waits for the refresh that finds the lock lost.
+        why = await compromised;
+      },
+      { stale: 2_000, onCompromised: (e) => lost(e.message) },
+    );
+    expect(statSync(outside).mtime.getTime()).toBe(old.getTime());
+    expect(why).toBe("the lock file was replaced or removed");
+    expect(lstatSync(conv.lock).isSymbolicLink()).toBe(true);
   });
 
   it("parsed events are held to their bound in bytes, however many long conversations are read", () => {
