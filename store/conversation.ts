@@ -21,7 +21,11 @@ export function transcriptTail(conv: ConversationPaths, bytes = 256): string | u
   } catch (e) {
     if (isErrno(e, "ENOENT")) return undefined;
     if (isErrno(e, "ELOOP")) throw new StoreError(`refused: ${conv.transcript} is a symbolic link`, conv.transcript);
-    throw e;
+    // Derived: one that can't be opened (a socket says ENXIO; one its mode keeps from this user,
+    // EACCES) reads as a copy cut short, made again by renaming a new one into place.
+    if (isErrno(e, "ENXIO") || isErrno(e, "EACCES") || isErrno(e, "EPERM")) return "";
+    // Named as the conversation's file, never the descriptor's path it was opened through.
+    throw new StoreError(`cannot read ${conv.transcript}: ${(e as NodeJS.ErrnoException).code ?? (e as Error).message}`, conv.transcript);
   }
   try {
     const st = fstatSync(fd);

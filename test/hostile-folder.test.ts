@@ -2,7 +2,7 @@
 // conversation folder swapped for a link mid-turn, files of any size, a paused process whose lock was
 // taken over, any umask, a derived file that can't be written, a store or facts error.
 import { spawnSync } from "node:child_process";
-import { existsSync, mkdirSync, readdirSync, renameSync, statSync, symlinkSync, truncateSync, writeFileSync } from "node:fs";
+import { chmodSync, existsSync, lstatSync, mkdirSync, readFileSync, readdirSync, renameSync, statSync, symlinkSync, truncateSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import * as acp from "@agentclientprotocol/sdk";
 import type { ContentBlock } from "@agentclientprotocol/sdk";
@@ -97,6 +97,51 @@ describe("a FIFO where the store expects a file", { timeout: 60_000 }, () => {
     // Made after the answer, under the turn's lock.
     await lockFreed(paths({ dir }).conversation(sessionId).lock);
     expect(statSync(paths({ dir }).conversation(sessionId).window).isFile()).toBe(true);
+  });
+});
+
+describe("a transcript.md that can't be opened", { timeout: 60_000 }, () => {
+  /** Runs one turn of the conversation in a daemon of its own (nothing of the last one kept), as `via` runs it. */
+  async function freshTurn(dir: string, thread: string, words: string, env: NodeJS.ProcessEnv = {}, via: string[] = []) {
+    const d = daemon(dir, env, via);
+    const c = await client(d);
+    await c.agent.request(acp.methods.agent.session.load, { sessionId: thread, cwd: "/", mcpServers: [] }).catch(() => session(c, thread));
+    const answer = await prompt(c, thread, words);
+    await lockFreed(paths({ dir }).conversation(thread).lock);
+    await d.stop();
+    return answer;
+  }
+
+  it("a socket there (ENXIO) reads as a copy cut short: made again, every turn answered", async () => {
+    const dir = agent();
+    const conv = paths({ dir }).conversation("t1");
+    expect(await freshTurn(dir, "t1", "hello")).toMatchObject({ stopReason: "end_turn" });
+    renameSync(conv.transcript, `${conv.transcript}.was`);
+    // A socket bound and left there by a process that is gone.
+    const bound = spawnSync(process.execPath, ["-e", "require('node:net').createServer().listen(process.argv[1], () => process.exit(0))", conv.transcript]);
+    expect(bound.status).toBe(0);
+    expect(lstatSync(conv.transcript).isSocket()).toBe(true);
+    for (const words of ["again", "and again"]) expect(await freshTurn(dir, "t1", words)).toMatchObject({ stopReason: "end_turn" });
+    expect(events(dir, "t1").map(shape)).toEqual(["message:user", "message:assistant", "message:user", "message:assistant", "message:user", "message:assistant"]);
+    expect(lstatSync(conv.transcript).isFile()).toBe(true);
+    expect(readFileSync(conv.transcript, "utf8")).toContain("and again");
+  });
+
+  it("one its mode keeps from the daemon's user (EACCES) is made again too", async () => {
+    const dir = agent();
+    const conv = paths({ dir }).conversation("t1");
+    // Root reads a file of mode 000: the daemon runs as another user then, owning the agent's folder.
+    const root = process.getuid?.() === 0;
+    const home = folder();
+    if (root) expect(spawnSync("chown", ["-R", "65534:65534", dir, home]).status).toBe(0);
+    const via = root ? ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups"] : [];
+    const env = { HOME: home, XDG_CONFIG_HOME: join(home, ".config") };
+    expect(await freshTurn(dir, "t1", "hello", env, via)).toMatchObject({ stopReason: "end_turn" });
+    chmodSync(conv.transcript, 0o000);
+    for (const words of ["again", "and again"]) expect(await freshTurn(dir, "t1", words, env, via)).toMatchObject({ stopReason: "end_turn" });
+    expect(events(dir, "t1").map(shape)).toEqual(["message:user", "message:assistant", "message:user", "message:assistant", "message:user", "message:assistant"]);
+    expect(mode(conv.transcript)).toBe(0o600);
+    expect(readFileSync(conv.transcript, "utf8")).toContain("and again");
   });
 });
 
