@@ -238,6 +238,36 @@ export function lastEventNumber(conv: ConversationPaths, hint?: number): number 
   return n;
 }
 
+/**
+ * A conversation with a number missing among its events and events written after it (a file removed
+ * by hand): its readers stop at the missing one, so a writer taking the numbers after the last one
+ * written would write where none reads. Nothing is written until the gap is mended.
+ */
+export class EventGapError extends StoreError {
+  constructor(conv: ConversationPaths, missing: number) {
+    super(
+      `conversation ${conv.thread}: event ${missing} (${conv.event(missing)}) is missing, and events after it are there: nothing is written to it until that file is put back or those after it are moved away`,
+      conv.event(missing),
+    );
+    this.name = "EventGapError";
+  }
+}
+
+/**
+ * The number a writer that read a conversation under its lock through event `readThrough` (the
+ * first missing number after it) takes next: the one after the last known written. Higher than
+ * `readThrough + 1` only when events were written since by a writer that takes no lock (then that
+ * one is there), or when a number is missing among them (EventGapError). One look at that file,
+ * only then: the steady turn's next number is the one after its reads, at no cost.
+ */
+export function nextEventNumber(conv: ConversationPaths, readThrough: number): number {
+  const last = knownLastEventNumber(conv);
+  if (last > readThrough && lstatSync(`${readBase(conv)}/${eventName(readThrough + 1)}`, { throwIfNoEntry: false }) === undefined) {
+    throw new EventGapError(conv, readThrough + 1);
+  }
+  return Math.max(last, readThrough) + 1;
+}
+
 /** Makes the conversation's folder, 0700 (refusing a link where it, or chats/, should be). */
 export function ensureConversation(conv: ConversationPaths): void {
   withFolder(conv, () => undefined);

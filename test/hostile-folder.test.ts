@@ -145,6 +145,48 @@ describe("a transcript.md that can't be opened", { timeout: 60_000 }, () => {
   });
 });
 
+describe("a number missing among a conversation's events, with events after it", { timeout: 60_000 }, () => {
+  const numbered = (dir: string, thread: string) => readdirSync(paths({ dir }).conversation(thread).dir).filter((n) => /^\d{12}\.json$/.test(n)).sort();
+
+  it("refuses the turn, naming the missing file, and writes nothing past the gap: in a fresh daemon that loads the session, and one that never did", async () => {
+    const dir = agent();
+    const conv = paths({ dir }).conversation("t1");
+    const first = daemon(dir);
+    const c1 = await client(first);
+    await session(c1, "t1");
+    expect(await prompt(c1, "t1", "first question")).toMatchObject({ stopReason: "end_turn" });
+    await lockFreed(conv.lock);
+    await first.stop();
+    // 3 missing, 4 there: readers stop at 3.
+    writeFileSync(conv.event(4), readFileSync(conv.event(2)));
+    for (const load of [true, false]) {
+      const d = daemon(dir);
+      const c = await client(d);
+      // Loading lists the folder (its last number, 4); a new session on the thread reads only as far as 2.
+      if (load) await c.agent.request(acp.methods.agent.session.load, { sessionId: "t1", cwd: "/", mcpServers: [] });
+      else await session(c, "t1");
+      const err = await failure(prompt(c, "t1", "second question"));
+      expect(err.message).toContain(`event 3 (${conv.event(3)}) is missing, and events after it are there`);
+      await lockFreed(conv.lock);
+      await d.stop();
+      expect(numbered(dir, "t1")).toEqual(["000000000001.json", "000000000002.json", "000000000004.json"]);
+      expect(readdirSync(conv.dir).filter((n) => n.startsWith("owed-"))).toEqual([]);
+    }
+    expect(server.requests).toHaveLength(1);
+
+    // The first number missing: the same, for a conversation no process has read.
+    const other = paths({ dir }).conversation("t2");
+    mkdirSync(other.dir, { mode: 0o700 });
+    writeFileSync(other.event(2), readFileSync(conv.event(2)));
+    const d = daemon(dir);
+    const c = await client(d);
+    await session(c, "t2");
+    expect((await failure(prompt(c, "t2", "hello"))).message).toContain(`event 1 (${other.event(1)}) is missing`);
+    expect(numbered(dir, "t2")).toEqual(["000000000002.json"]);
+    expect(server.requests).toHaveLength(1);
+  });
+});
+
 describe("a conversation folder swapped for a link mid-turn", { timeout: 60_000 }, () => {
   it("gets nothing written outside: not through the link, not into the folder moved away", async () => {
     const dir = agent();

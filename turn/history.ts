@@ -2,7 +2,7 @@
 // on, never every message, unless the mark is missing or stale, or the chat holds several
 // conversations (turn/chat.ts), which is read whole at a process's first turn of it.
 import { StoreError, type Command, type Event, type Numbered, type Verbosity, type WindowMark } from "../protocol/index.js";
-import { eachEventFrom, knownLastEventNumber, lastEventNumber, readEvent, readEventsFrom, readMark, writeMark, type ConversationPaths } from "../store/index.js";
+import { eachEventFrom, lastEventNumber, nextEventNumber, readEvent, readEventsFrom, readMark, writeMark, type ConversationPaths } from "../store/index.js";
 import { chatMap, conversationEvents, isBegin, isPlain, type ChatMap } from "./chat.js";
 import { SizedRecent } from "./recent.js";
 import { transcriptEnd } from "./transcript.js";
@@ -327,8 +327,8 @@ export class History {
    */
   ahead(event: Event): number {
     // The history was read under the lock up to the first number missing: that one, unless another
-    // writer took it since, which `settle` then counts in.
-    const n = Math.max(knownLastEventNumber(this.conv), this.events.at(-1)?.n ?? 0) + 1;
+    // writer took it since, which `settle` then counts in; refused where events are after a gap.
+    const n = nextEventNumber(this.conv, this.events.at(-1)?.n ?? 0);
     this.push(n, event);
     return n;
   }

@@ -1,7 +1,7 @@
 // One turn, stateless: reads what it needs through the store, asks the model, runs tools in rounds,
 // and writes every event as it happens. It reports through a callback of plain events, never ACP.
 import { parsedArguments, type AssistantMessage, type Event, type Failure, type ModelInput, type PromptPrints, type Settings, type StopReason, type ToolCall, type Usage, type UserMessage } from "../protocol/index.js";
-import { beginEvent, dropEvent, dropSpares, flushHeld, makeSpares, prepareEvent, type BeginOptions, type BegunEvent, type PreparedEvent, forgetDerived, forgetEvents, forgetSettings, LockLostError, paths, readSettings, readToolsList, withConversationLock, type ConversationPaths } from "../store/index.js";
+import { beginEvent, dropEvent, dropSpares, flushHeld, makeSpares, prepareEvent, type BeginOptions, type BegunEvent, type PreparedEvent, forgetDerived, forgetEvents, forgetSettings, EventGapError, LockLostError, paths, readSettings, readToolsList, withConversationLock, type ConversationPaths } from "../store/index.js";
 import { forgetBodies } from "./body.js";
 import { runCalls } from "./calls.js";
 import { conversationShare, modelInputs, modelWindow, type ModelWindow } from "./facts.js";
@@ -264,6 +264,8 @@ class Turn {
     } catch (e) {
       // Once the lock is lost, nothing more is written, not even why.
       if (e instanceof LockLostError) throw e;
+      // Nor where its events are after a gap: its question and why would land where none reads.
+      if (e instanceof EventGapError) throw e;
       // A store, facts or tools error: a failed turn is an event, whenever the folder can take it.
       try {
         return await this.refuse((e as Error).message);
