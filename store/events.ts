@@ -2,14 +2,17 @@
 import { existsSync, linkSync, lstatSync, readdirSync } from "node:fs";
 import { basename, dirname } from "node:path";
 import { Event, StoreError, describeIssues, quickEvent, quickEventText, type Numbered } from "../protocol/index.js";
-import { checkNoLinks, dropTemp, isErrno, jsonFault, LIMITS, makeTemp, readNoFollow, unlinkQuiet, writeTempAsync, type MadeFile } from "./files.js";
-import { heldBase, removeQuiet, withFolder } from "./folder.js";
+import { checkNoLinks, dropTemp, foldersOnTheWay, isErrno, jsonFault, LIMITS, makeTemp, readNoFollow, unlinkQuiet, writeTempAsync, type MadeFile } from "./files.js";
+import { folderIdentity, heldFolder, removeQuiet, withFolder } from "./folder.js";
 import { eventName, eventNumber, type ConversationPaths } from "./paths.js";
 import { spareFor } from "./spares.js";
 
 /**
  * Parsed events by number, per conversation folder. Event files never change once written, so
- * this cache is always valid; another process's new events are found by probing the next numbers.
+ * this cache is valid while the folder is the one they were read from: each is kept with its
+ * folder's identity (its device, inode and birth time), and a conversation whose folder is another now (removed
+ * and made again, moved in) is forgotten (confirm). Another process's new events are found by
+ * probing the next numbers.
  * It is held to a number of bytes (the events' text as read), the conversations used least lately
  * forgotten first: a replay of a long conversation must not keep the process large for good.
  */
@@ -18,6 +21,8 @@ class EventCache {
   private bytes = 0;
   /** Highest number known to exist, per folder: a number each, kept for more conversations. */
   readonly last = new Map<string, number>();
+  /** Which folder (folderIdentity) what is kept of each conversation was read from, or written to. */
+  private readonly folders = new Map<string, string>();
   static readonly BYTES = 64 * 1024 * 1024;
   private static readonly LAST = 4096;
 
@@ -64,6 +69,33 @@ class EventCache {
     this.last.set(dir, n);
   }
 
+  /**
+   * Notes that the conversation named by `dir` is the folder `id` now (undefined: none is there):
+   * what is kept of another folder by that name is forgotten. A lookup at each read of many, or of
+   * one under a lock: no call to the system.
+   */
+  confirm(dir: string, id: string | undefined): void {
+    if (this.folders.get(dir) === id) return;
+    this.forget(dir);
+    if (id === undefined) return;
+    if (this.folders.size >= EventCache.LAST) {
+      // Whatever is kept of the folder known first is forgotten with its identity.
+      const oldest = this.folders.keys().next().value;
+      if (oldest !== undefined) this.forget(oldest);
+    }
+    this.folders.set(dir, id);
+  }
+
+  private forget(dir: string): void {
+    const m = this.byDir.get(dir);
+    if (m) {
+      this.byDir.delete(dir);
+      this.bytes -= m.bytes;
+    }
+    this.last.delete(dir);
+    this.folders.delete(dir);
+  }
+
   get held(): number {
     return this.bytes;
   }
@@ -71,6 +103,7 @@ class EventCache {
   clear(): void {
     this.byDir.clear();
     this.last.clear();
+    this.folders.clear();
     this.bytes = 0;
   }
 }
@@ -108,10 +141,20 @@ function parseEvent(path: string, text: string): Event {
 
 /** The event numbered n, or undefined when there is none yet. `keep: false`: read once, for a reader of a whole conversation, and not kept. */
 export function readEvent(conv: ConversationPaths, n: number, keep = true): Event | undefined {
+  // Under a lock, checked to be of the folder it holds; outside one, a kept event is taken as it is.
+  const held = heldChecked(conv);
   const events = cache.of(conv.dir);
   const known = events.get(n);
   if (known) return known;
-  return readCached(conv, readBase(conv), events, n, keep);
+  return readCached(conv, held ?? pathBase(conv), events, n, keep);
+}
+
+/** The held folder's base (heldBase), what is kept of the conversation confirmed to be of that folder. */
+function heldChecked(conv: ConversationPaths): string | undefined {
+  const folder = heldFolder(conv);
+  if (folder === undefined) return undefined;
+  cache.confirm(conv.dir, folder.identity);
+  return folder.base !== conv.dir ? folder.base : undefined;
 }
 
 /**
@@ -122,12 +165,17 @@ export function readEvent(conv: ConversationPaths, n: number, keep = true): Even
  * 0.8 us a file, 1.6 ms of a fresh turn's 2,000.
  */
 export function readBase(conv: ConversationPaths): string {
-  return heldBase(conv) ?? pathBase(conv);
+  return heldChecked(conv) ?? pathBase(conv);
 }
 
-/** The conversation's path, checked for links first (checkConversationLinks): where a read of many files opens them. */
+/**
+ * The conversation's path, checked for links first (checkConversationLinks): where a read of many
+ * files opens them. The last look of that check says which folder is there: what is kept of
+ * another by that name is forgotten.
+ */
 function pathBase(conv: ConversationPaths): string {
-  checkConversationLinks(conv);
+  const st = foldersOnTheWay(dirname(dirname(conv.dir)), conv.event(1));
+  cache.confirm(conv.dir, st ? folderIdentity(st) : undefined);
   return conv.dir;
 }
 
@@ -163,8 +211,9 @@ export function checkConversationLinks(conv: ConversationPaths): void {
 export function readEventsFrom(conv: ConversationPaths, from: number): Numbered[] {
   // Past the last number known (a turn's look for events written since its last): one or a few,
   // and most often none, which a look says without the error a failed open makes (some 3 us).
+  const held = heldChecked(conv);
   const past = from > (cache.last.get(conv.dir) ?? 0);
-  const base = past ? readBase(conv) : pathBase(conv);
+  const base = past ? (held ?? pathBase(conv)) : pathBase(conv);
   if (past && lstatSync(`${base}/${eventName(Math.max(1, from))}`, { throwIfNoEntry: false }) === undefined) return [];
   const out: Numbered[] = [];
   const events = cache.of(conv.dir);
@@ -400,6 +449,7 @@ function linkBegun(conv: ConversationPaths, event: Event, written: Promise<strin
       if (!folder.held) await folder.flush();
       // The caller's own object, checked: what it holds (a turn's history) and what is read back by
       // number are one object, so what is made from it once (its message, its count) is made once.
+      cache.confirm(conv.dir, folder.identity);
       cache.add(conv.dir, n, event, chars);
       return n;
     } finally {

@@ -46,17 +46,26 @@ export class LinkRefused extends StoreError {
  * missing file costs Node an error made, some 3 us, where the look that finds it missing cost 0.4).
  */
 export function checkNoLinks(root: string, path: string): boolean {
+  return foldersOnTheWay(root, path) !== undefined;
+}
+
+/**
+ * checkNoLinks, saying how the folder `path` is in stands (its own lstat, from the same looks):
+ * undefined where a folder on the way is missing; null where that folder is `root` itself.
+ */
+export function foldersOnTheWay(root: string, path: string): Stats | null | undefined {
   const rel = relative(root, dirname(path));
   if (rel.startsWith("..")) throw new StoreError(`refused: ${path} is outside ${root}`, path);
   let at = root;
+  let st: Stats | null | undefined = null;
   for (const part of rel === "" ? [] : rel.split(sep)) {
     at = join(at, part);
-    const st = lstatSync(at, { throwIfNoEntry: false });
-    if (st === undefined) return false;
+    st = lstatSync(at, { throwIfNoEntry: false });
+    if (st === undefined) return undefined;
     if (st.isSymbolicLink()) throw new LinkRefused(at);
     if (!st.isDirectory()) throw new StoreError(`refused: ${at} is not a folder`, at);
   }
-  return true;
+  return st;
 }
 
 /** Where files are read into: one buffer for the process. A larger file gets a buffer of its own. */

@@ -42,6 +42,15 @@ export function folderId(st: { dev: number; ino: number }): string {
   return `${st.dev}:${st.ino}`;
 }
 
+/**
+ * Which folder a folder's stat is, told from any folder made later at its path: its device and
+ * inode, and its birth time where the file system keeps one (ext4 gives a folder removed and made
+ * again at once the same inode). What a process keeps of a conversation is of the folder of this.
+ */
+export function folderIdentity(st: { dev: number; ino: number; birthtimeMs: number }): string {
+  return `${st.dev}:${st.ino}:${st.birthtimeMs}`;
+}
+
 export class ConversationFolder {
   /** Checks that must still hold before each write: the conversation's lock, while a turn holds it. */
   guard: (() => void) | undefined;
@@ -76,6 +85,12 @@ export class ConversationFolder {
   get id(): string {
     return folderId(this.stat);
   }
+
+  /** Which folder this is, told from one made at its path later (folderIdentity). */
+  get identity(): string {
+    return (this.identityText ??= folderIdentity(this.stat));
+  }
+  private identityText: string | undefined;
 
   /**
    * Makes the conversation's folder (and chats/) where missing, each 0700, and opens it: chats/ and
@@ -305,8 +320,18 @@ export async function holdWhile<T>(folder: ConversationFolder, fn: () => Promise
  * The held folder a conversation's files are read through, as its descriptor names it
  * (`/proc/self/fd/<fd>`): the folder checked as it was opened, which no link or swap of its path
  * since can change, so a read through it needs no look at the path first. Undefined when no lock of
- * this process holds it through these paths, or files are named by their path here (no /proc).
+ * this process holds it through these paths (heldBase: or files are named by their path here, no /proc).
  */
+export function heldFolder(conv: ConversationPaths): ConversationFolder | undefined {
+  return held.get(conv);
+}
+
+/** Which folder (folderIdentity) a lock of this process holds for the conversation, through these paths. */
+export function heldFolderId(conv: ConversationPaths): string | undefined {
+  return held.get(conv)?.identity;
+}
+
+/** The held folder's base (see heldFolder), where it is named by its descriptor. */
 export function heldBase(conv: ConversationPaths): string | undefined {
   const folder = held.get(conv);
   return folder !== undefined && folder.base !== conv.dir ? folder.base : undefined;

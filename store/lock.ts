@@ -10,7 +10,7 @@ import { StoreError } from "../protocol/index.js";
 import { isErrno } from "./errno.js";
 import { FILE_MODE, LIMITS, PROCESS_TAG, PROCESS_TOKEN, readNoFollow, removeTempsIn, removeTempsOf, TEMP_NAME, tempPrefix, tokenTag, unlinkQuiet, writeAll } from "./files.js";
 import { ConversationFolder, holdWhile, withFolder } from "./folder.js";
-export { flushHeld } from "./folder.js";
+export { flushHeld, heldFolderId } from "./folder.js";
 import type { ConversationPaths } from "./paths.js";
 
 export interface LockOptions {

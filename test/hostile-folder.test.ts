@@ -2,7 +2,7 @@
 // conversation folder swapped for a link mid-turn, files of any size, a paused process whose lock was
 // taken over, any umask, a derived file that can't be written, a store or facts error.
 import { spawnSync } from "node:child_process";
-import { chmodSync, existsSync, lstatSync, mkdirSync, readFileSync, readdirSync, renameSync, statSync, symlinkSync, truncateSync, writeFileSync } from "node:fs";
+import { chmodSync, existsSync, lstatSync, mkdirSync, readFileSync, readdirSync, renameSync, rmSync, statSync, symlinkSync, truncateSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import * as acp from "@agentclientprotocol/sdk";
 import type { ContentBlock } from "@agentclientprotocol/sdk";
@@ -184,6 +184,41 @@ describe("a number missing among a conversation's events, with events after it",
     expect((await failure(prompt(c, "t2", "hello"))).message).toContain(`event 1 (${other.event(1)}) is missing`);
     expect(numbered(dir, "t2")).toEqual(["000000000002.json"]);
     expect(server.requests).toHaveLength(1);
+  });
+});
+
+describe("a conversation's folder removed or replaced while the daemon runs", { timeout: 60_000 }, () => {
+  /** What the model was sent in the last request, but the system prompt: each message's last line. */
+  const sent = () => (server.requests.at(-1)?.body.messages ?? []).filter((m) => m.role !== "system").map((m) => `${m.role}: ${String(m.content).split("\n").at(-1)}`);
+  const texts = (dir: string, thread: string) => events(dir, thread).map((e) => ("text" in e ? e.text : e.kind));
+
+  it("is what the next turn reads: nothing of the folder that was there is sent or numbered after", async () => {
+    const dir = agent();
+    const conv = paths({ dir }).conversation("t1");
+    const d = daemon(dir);
+    const c = await client(d);
+    await session(c, "t1");
+    expect(await prompt(c, "t1", "my bank PIN is 4711")).toMatchObject({ stopReason: "end_turn" });
+    await lockFreed(conv.lock);
+    // Removed by hand, and made again empty at once (on ext4, as likely as not with the same inode):
+    // the next turn begins a new conversation at event 1.
+    rmSync(conv.dir, { recursive: true, force: true });
+    mkdirSync(conv.dir, { mode: 0o700 });
+    expect(await prompt(c, "t1", "hello again")).toMatchObject({ stopReason: "end_turn" });
+    expect(sent()).toEqual(["user: hello again"]);
+    expect(texts(dir, "t1")).toEqual(["hello again", "echo: hello again"]);
+
+    // Another conversation's folder moved in its place: the next turn goes on from its events.
+    await lockFreed(conv.lock);
+    const other = paths({ dir }).conversation("t2");
+    await session(c, "t2");
+    expect(await prompt(c, "t2", "about the garden")).toMatchObject({ stopReason: "end_turn" });
+    await lockFreed(other.lock);
+    rmSync(conv.dir, { recursive: true, force: true });
+    renameSync(other.dir, conv.dir);
+    expect(await prompt(c, "t1", "and the roses?")).toMatchObject({ stopReason: "end_turn" });
+    expect(sent()).toEqual(["user: about the garden", "assistant: echo: about the garden", "user: and the roses?"]);
+    expect(texts(dir, "t1")).toEqual(["about the garden", "echo: about the garden", "and the roses?", "echo: and the roses?"]);
   });
 });
 

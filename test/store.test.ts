@@ -1325,6 +1325,25 @@ describe("an agent's paths", () => {
     expect(() => paths({ dir: root }).conversation("../x")).toThrow(InvalidNameError);
   });
 
+  it("a conversation's events the process keeps are its folder's: one removed and made again at once is read anew, and numbered from its own", async () => {
+    const conv = paths({ dir: tempDir() }).conversation("t");
+    const texts = () => readEventsFrom(conv, 1).map((e) => ("text" in e.event ? e.event.text : e.event.kind));
+    await appendEvent(conv, userMessage("old one"));
+    await appendEvent(conv, userMessage("old two"));
+    expect(texts()).toEqual(["old one", "old two"]);
+    // Made again at once, as another process would: on ext4, often with the same inode.
+    rmSync(conv.dir, { recursive: true });
+    mkdirSync(conv.dir, { mode: 0o700 });
+    writeFileSync(conv.event(1), `${JSON.stringify(userMessage("new one"))}\n`, { mode: 0o600 });
+    expect(texts()).toEqual(["new one"]);
+    expect(await appendEvent(conv, userMessage("new two"))).toBe(2);
+    expect(texts()).toEqual(["new one", "new two"]);
+    // Under a lock too, through the folder it holds.
+    rmSync(conv.dir, { recursive: true });
+    mkdirSync(conv.dir, { mode: 0o700 });
+    expect(await withConversationLock(conv, async () => [readEvent(conv, 1), await appendEvent(conv, userMessage("newest"))])).toEqual([undefined, 1]);
+  });
+
   it("a folder replaced by a link after it was read through is refused at the next read", () => {
     const dir = tempDir();
     mkdirSync(join(dir, "instructions"));

@@ -2,7 +2,7 @@
 // on, never every message, unless the mark is missing or stale, or the chat holds several
 // conversations (turn/chat.ts), which is read whole at a process's first turn of it.
 import { StoreError, type Command, type Event, type Numbered, type Verbosity, type WindowMark } from "../protocol/index.js";
-import { eachEventFrom, lastEventNumber, nextEventNumber, readEvent, readEventsFrom, readMark, writeMark, type ConversationPaths } from "../store/index.js";
+import { eachEventFrom, heldFolderId, lastEventNumber, nextEventNumber, readEvent, readEventsFrom, readMark, writeMark, type ConversationPaths } from "../store/index.js";
 import { chatMap, conversationEvents, isBegin, isPlain, type ChatMap } from "./chat.js";
 import { SizedRecent } from "./recent.js";
 import { transcriptEnd } from "./transcript.js";
@@ -152,6 +152,8 @@ function copyCount(count: WindowCount): WindowCount {
  * budget, or a command that began another conversation of the chat, loads it again from disk.
  */
 interface Kept {
+  /** The conversation's folder it was kept of (its identity, as the lock held it): another's by its name is not it. */
+  folder: string | undefined;
   mark: string;
   budget: number;
   chosen: Chosen;
@@ -239,7 +241,7 @@ export class History {
     const mark = readMark(conv);
     const markText = mark ? JSON.stringify(mark) : "";
     const left = kept.get(conv.dir);
-    if (left && left.mark === markText) {
+    if (left && left.mark === markText && left.folder === heldFolderId(conv)) {
       const more = readEventsFrom(conv, (left.events.at(-1)?.n ?? 0) + 1);
       // Events after a turn's own are its conversation's, unless one began another.
       if (isPlain(more)) {
@@ -389,6 +391,7 @@ export class History {
     kept.set(
       this.conv.dir,
       {
+        folder: heldFolderId(this.conv),
         mark: text,
         budget: this.known,
         chosen: this.chosen,
