@@ -3,7 +3,7 @@
 // `<path>.lock`, is held while the socket is probed, a stale one removed and the new one listened on.
 // Without it, two daemons could each find the socket stale, and the second remove the first's new
 // socket and serve in its place, the first left serving on a socket no one can reach.
-import { chmodSync, closeSync, linkSync, lstatSync, openSync, readFileSync, renameSync, statSync, unlinkSync, writeSync } from "node:fs";
+import { chmodSync, closeSync, constants, fstatSync, linkSync, lstatSync, openSync, readSync, renameSync, statSync, unlinkSync, writeSync } from "node:fs";
 import { connect, createServer, type Server, type Socket } from "node:net";
 import { dirname } from "node:path";
 import { isErrno } from "../store/errno.js";
@@ -56,16 +56,43 @@ function makeLock(lock: string): number | undefined {
   return lstatSync(lock).ino;
 }
 
-/** The lock another process holds: its pid (NaN while it is being written), inode and age; undefined once gone. */
-function readLock(lock: string): { pid: number; ino: number; age: number } | undefined {
+/** Opened without following a link or waiting: a FIFO there would block the start, and SIGTERM with it. */
+const READ_LOCK = constants.O_RDONLY | constants.O_NOFOLLOW | constants.O_NONBLOCK;
+
+/**
+ * The lock another process holds: its pid (NaN while it is being written), inode and age; undefined
+ * once gone. `foreign` where it is no file a process could have made (a link, a FIFO, a socket, a
+ * device): no one holds it.
+ */
+function readLock(lock: string): { pid: number; ino: number; age: number; foreign?: true } | undefined {
+  let fd: number;
   try {
-    const st = lstatSync(lock);
-    const text = readFileSync(lock, "utf8").trim();
-    return { pid: /^\d+$/.test(text) ? Number(text) : NaN, ino: st.ino, age: Date.now() - st.mtimeMs };
+    fd = openSync(lock, READ_LOCK);
   } catch (e) {
     if (isErrno(e, "ENOENT")) return undefined;
+    // A link (ELOOP) or a socket (ENXIO) there: looked at, not opened.
+    if (isErrno(e, "ELOOP") || isErrno(e, "ENXIO")) return foreignLock(lock);
     throw new ServeError(`cannot read the lock ${lock}: ${(e as Error).message}`);
   }
+  try {
+    const st = fstatSync(fd);
+    if (st.isDirectory()) throw new ServeError(`the lock ${lock} is a folder: not removed`);
+    if (!st.isFile()) return { pid: NaN, ino: st.ino, age: 0, foreign: true };
+    const buf = Buffer.alloc(32);
+    const text = buf.subarray(0, readSync(fd, buf, 0, buf.length, 0)).toString("utf8").trim();
+    return { pid: /^\d+$/.test(text) ? Number(text) : NaN, ino: st.ino, age: Date.now() - st.mtimeMs };
+  } catch (e) {
+    if (e instanceof ServeError) throw e;
+    throw new ServeError(`cannot read the lock ${lock}: ${(e as Error).message}`);
+  } finally {
+    closeSync(fd);
+  }
+}
+
+/** A lock that can't be opened as a file (a link, a socket): foreign, by its own inode; undefined once gone. */
+function foreignLock(lock: string): { pid: number; ino: number; age: number; foreign: true } | undefined {
+  const st = lstatSync(lock, { throwIfNoEntry: false });
+  return st === undefined ? undefined : { pid: NaN, ino: st.ino, age: 0, foreign: true };
 }
 
 /**
@@ -110,7 +137,8 @@ async function takeLock(path: string): Promise<() => void> {
     const held = readLock(lock);
     if (held === undefined) continue;
     const gone = Number.isInteger(held.pid) && (held.pid === process.pid || !running(held.pid));
-    if (gone || held.age > LOCK_STALE_MS) breakLock(lock, held);
+    // One no process could have made is removed at once.
+    if (held.foreign || gone || held.age > LOCK_STALE_MS) breakLock(lock, held);
     else await new Promise((resolve) => setTimeout(resolve, LOCK_POLL_MS));
   }
 }

@@ -1,9 +1,9 @@
 // The built daemon on its Unix control socket: mode 0600, many connections at once sharing one
 // process, a stale socket replaced and a live one never taken, clients that misbehave or go away.
-import { spawn } from "node:child_process";
-import { existsSync, statSync, utimesSync, writeFileSync } from "node:fs";
+import { spawn, spawnSync } from "node:child_process";
+import { existsSync, readFileSync, statSync, symlinkSync, utimesSync, writeFileSync } from "node:fs";
 import { connect as netConnect } from "node:net";
-import { join } from "node:path";
+import { dirname, join } from "node:path";
 import { createInterface } from "node:readline";
 import * as acp from "@agentclientprotocol/sdk";
 import type { ContentBlock } from "@agentclientprotocol/sdk";
@@ -203,6 +203,23 @@ describe("the control socket", () => {
     const c = await client(socket);
     expect(await c.agent.request(acp.methods.agent.session.list, {})).toEqual({ sessions: [] });
     expect(second.child.exitCode).toBeNull();
+  });
+
+  it("a lock no process could have made (a FIFO, a link to a file outside) is removed at once, never waited on or followed", async () => {
+    const { dir, socket } = place();
+    const lock = `${socket}.lock`;
+    const outside = join(dirname(socket), "outside.txt");
+    writeFileSync(outside, `${process.pid}\n`);
+    for (const plant of [() => expect(spawnSync("mkfifo", [lock]).status).toBe(0), () => symlinkSync(outside, lock)]) {
+      plant();
+      const d = await serving(dir, socket);
+      expect(existsSync(lock)).toBe(false);
+      const c = await client(socket);
+      expect(await c.agent.request(acp.methods.agent.session.list, {})).toEqual({ sessions: [] });
+      c.hangUp();
+      expect(await d.stop("SIGTERM")).toEqual({ code: 0, signal: null });
+    }
+    expect(readFileSync(outside, "utf8")).toBe(`${process.pid}\n`);
   });
 
   it("a client that hangs up mid-turn: the turn still finishes and is kept, and another client sees it", async () => {
