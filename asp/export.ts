@@ -4,7 +4,7 @@
 // settings' remembered notes) is left out, so nothing comes back as the harness's own.
 import { relative } from "node:path";
 import { AspState, describeIssues, IDENTITY_HEADINGS, Note, outsideBlock, splitNotes, type AspKind } from "../protocol/index.js";
-import { filePathFault, listOwnSkills, paths, readStanding, readTree, type AgentRef } from "../store/index.js";
+import { filePathFault, LIMITS, listOwnSkills, paths, readStanding, readTree, type AgentRef } from "../store/index.js";
 
 /** The kinds `state export` gives (sessions are not given yet). */
 export const EXPORTED = ["instructions", "skills", "memory"] as const satisfies readonly AspKind[];
@@ -18,9 +18,9 @@ export interface Exported {
 /** Where a text of the agent's own already says which of Identity::all it is, it is given as it is. */
 const HEADED = new RegExp(`^(${IDENTITY_HEADINGS.map(([, h]) => h).join("|")})\\s*$`, "m");
 
-/** The agent's own instruction text: instruction.md outside Link's block, under its heading. */
-function instructions(agent: AgentRef): string | undefined {
-  const file = readStanding(agent);
+/** The agent's own instruction text: instruction.md outside Link's block, under its heading; `onCut` called when only its first part is. */
+function instructions(agent: AgentRef, onCut: () => void): string | undefined {
+  const file = readStanding(agent, LIMITS.settings, onCut);
   if (file === undefined) return undefined;
   const own = outsideBlock(file).trim();
   if (!own) return undefined;
@@ -55,8 +55,13 @@ export function exportState(agent: AgentRef, kinds: readonly AspKind[] = EXPORTE
     return true;
   };
   if (kinds.includes("instructions")) {
-    const text = instructions(agent);
-    if (text !== undefined && fits("instructions/instruction.md", jsonBytes(text))) state.instructions = text;
+    let cut = false;
+    const text = instructions(agent, () => (cut = true));
+    if (text !== undefined && fits("instructions/instruction.md", jsonBytes(text))) {
+      state.instructions = text;
+      // What a turn reads of it is carried, and said to be only that: the rest is left out.
+      if (cut) left.push({ path: "instructions/instruction.md", why: `over the limit of ${LIMITS.settings} bytes: only its first ${LIMITS.settings} bytes carried` });
+    }
   }
   if (kinds.includes("skills")) {
     const skills = listOwnSkills(agent, (path, why) => left.push({ path: relative(p.dir, path), why: `${why.replace(`${path} `, "")}: its skill not carried` }));

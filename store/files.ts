@@ -81,6 +81,8 @@ export interface ReadOptions {
   max: number;
   /** Over `max`: false refuses the file; true reads its first `max` bytes (a section is cut anyway). */
   cut?: boolean;
+  /** Called when the file was cut (`cut`): it holds more than `max` bytes. */
+  onCut?: () => void;
   /** Refuse a file with more than one name (a hard link): for the files the harness reads but never writes. */
   single?: boolean;
   /** Follow a symbolic link: for a file of the user's outside the agent's folder (their facts file). */
@@ -138,7 +140,10 @@ export function readNoFollow(at: string, o: ReadOptions = { max: LIMITS.event })
       // Empty (a FIFO with no writer reads so too) or more to come: what is it, and how large?
       if (!checked && (length === 0 || !ended)) check();
       if (length > o.max) {
-        if (o.cut) return utf8(buffer, o.max);
+        if (o.cut) {
+          o.onCut?.();
+          return utf8(buffer, o.max);
+        }
         throw new StoreError(`refused: ${path} is over the limit of ${describeSize(o.max)}`, path);
       }
       if (ended) return buffer.toString("utf8", 0, length);

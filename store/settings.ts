@@ -132,15 +132,15 @@ export function sectionBytes(chars: number): number {
  * A file the harness reads but never writes, for a section: a link refused, anything but a regular
  * file refused, a file with more than one name (a hard link) refused, and at most `bytes` read.
  */
-function readSource(root: string, path: string, bytes: number): string | undefined {
+function readSource(root: string, path: string, bytes: number, onCut?: () => void): string | undefined {
   if (!checkNoLinks(root, path)) return undefined;
-  return readText(path, { max: bytes, cut: true, single: true });
+  return readText(path, { max: bytes, cut: true, single: true, ...(onCut ? { onCut } : {}) });
 }
 
-/** Your standing instructions, read at each turn (at most `bytes` of them). */
-export function readStanding(agent: AgentRef, bytes = LIMITS.settings): string | undefined {
+/** Your standing instructions, read at each turn (at most `bytes` of them; `onCut` called when there are more). */
+export function readStanding(agent: AgentRef, bytes = LIMITS.settings, onCut?: () => void): string | undefined {
   const p = paths(agent);
-  return readSource(p.dir, p.instruction, bytes);
+  return readSource(p.dir, p.instruction, bytes, onCut);
 }
 
 /**

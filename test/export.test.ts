@@ -83,6 +83,16 @@ describe("state export", { timeout: 60_000 }, () => {
     expect(JSON.parse(r.stdout)).toEqual({ skills: [], memory: [{ path: "memory/notes.md", text: "kept\n", source: "link" }] });
     expect(r.stderr).toMatch(/^lnk-link-harness: left out of the export: memory\/big\.md: over the limit of 1048576 bytes\n$/);
 
+    // The instructions over it: what a turn reads of them (their first 1 MiB) is carried, and the cut said.
+    const long = folder();
+    const line = "Always answer in French.\n";
+    write(join(long, "instructions", "instruction.md"), `${line.repeat(Math.ceil((1.5 * 1024 * 1024) / line.length))}THE LAST RULE\n`);
+    r = await cli(["state", "export", "--agent", long]);
+    expect(r.code, r.stderr).toBe(0);
+    const cut = String(JSON.parse(r.stdout).instructions);
+    expect([cut.startsWith(`## Standing instructions\n${line}`), cut.includes("THE LAST RULE")]).toEqual([true, false]);
+    expect(r.stderr).toBe("lnk-link-harness: left out of the export: instructions/instruction.md: over the limit of 1048576 bytes: only its first 1048576 bytes carried\n");
+
     const other = folder();
     mkdirSync(join(other, "elsewhere", "x"), { recursive: true });
     symlinkSync(join(other, "elsewhere"), join(dir, "skills"));
