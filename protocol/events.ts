@@ -1,6 +1,8 @@
 // Conversation events: one JSON object a file, written once (spec: decisions.txt, DESIGN.md "Events").
 import { z } from "zod";
+import { nestsWithin } from "./nesting.js";
 import { SECTION_NAMES, SectionName, Verbosity } from "./settings.js";
+export { nestsWithin } from "./nesting.js";
 
 export const EVENT_VERSION = 1 as const;
 
@@ -33,17 +35,6 @@ export type Usage = z.infer<typeof Usage>;
  */
 export const THINKING_DEPTH_MAX = 64;
 
-/** Whether `value` nests no deeper than `max` arrays and objects: walked with a stack of its own, not by recursion. */
-export function nestsWithin(value: unknown, max: number): boolean {
-  const stack: [unknown, number][] = [[value, 0]];
-  for (let top = stack.pop(); top !== undefined; top = stack.pop()) {
-    const [v, depth] = top;
-    if (v === null || typeof v !== "object") continue;
-    if (depth >= max) return false;
-    for (const item of Array.isArray(v) ? v : Object.values(v)) stack.push([item, depth + 1]);
-  }
-  return true;
-}
 
 /**
  * A tool call's arguments as the model sent them (a JSON text): parsed when they are JSON that nests

@@ -1,6 +1,7 @@
 // Settings: the agent's config.json, as `configure` takes them (spec: contract.txt, decisions.txt).
 import { z } from "zod";
 import { BLOCK_MARK } from "./identity.js";
+import { nestsWithin } from "./nesting.js";
 import { notePathFault, noteSourceFault, noteTextFault } from "./notes.js";
 
 /** Adds a fault found by a check as the issue of the value checked. */
@@ -9,6 +10,9 @@ function fault(ctx: z.RefinementCtx, why: string | undefined): void {
 }
 
 const tokens = z.number().int().positive();
+
+/** How deep a model parameter's value may nest, in arrays and objects (a response format's JSON schema nests a few levels). */
+export const PARAMS_DEPTH_MAX = 64;
 
 export const ModelSettings = z
   .object({
@@ -20,8 +24,18 @@ export const ModelSettings = z
     key: z.string().optional(),
     /** The answer's share of the window ([model] answer). */
     answer: tokens.optional(),
-    /** Extra fields sent with each request as given (temperature, reasoning_effort, …). */
-    params: z.record(z.string(), z.unknown()).optional(),
+    /**
+     * Extra fields sent with each request as given (temperature, reasoning_effort, …), each nesting
+     * no deeper than PARAMS_DEPTH_MAX: deeper, the settings could not be written as JSON, nor the request.
+     */
+    params: z
+      .record(z.string(), z.unknown())
+      .superRefine((params, ctx) => {
+        for (const [key, value] of Object.entries(params)) {
+          if (!nestsWithin(value, PARAMS_DEPTH_MAX)) ctx.addIssue({ code: "custom", path: [key], message: `nests deeper than ${PARAMS_DEPTH_MAX} arrays and objects` });
+        }
+      })
+      .optional(),
   })
   .strict();
 

@@ -7,7 +7,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import fc from "fast-check";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { SECTION_NAMES, VERBOSITIES } from "../protocol/index.js";
+import { PARAMS_DEPTH_MAX, SECTION_NAMES, VERBOSITIES } from "../protocol/index.js";
 import { parseSettings, readSettings, SettingsError, writeSettings } from "../store/index.js";
 import { assertBuilt, BIN, MAIN } from "./fixtures/built.js";
 import { run } from "./fixtures/child.js";
@@ -190,6 +190,27 @@ describe("settings, fuzzed", () => {
     ] as const) {
       expect(() => parseSettings(JSON.stringify(settings))).toThrow(new SettingsError(`invalid settings: ${where}: the key "__proto__" is not allowed`));
     }
+  });
+
+  it(`a model parameter nesting deeper than ${PARAMS_DEPTH_MAX} arrays and objects is refused, naming it; one as deep is taken`, async () => {
+    const model = { provider: "p", name: "m", base_url: "http://127.0.0.1:9/v1", key: SECRET };
+    /** `depth` arrays, one in another (as JSON.parse makes them, without recursion). */
+    const nested = (depth: number): string => `${"[".repeat(depth)}${"]".repeat(depth)}`;
+    fc.assert(
+      fc.property(word, fc.integer({ min: 1, max: 2 * PARAMS_DEPTH_MAX }), (key, depth) => {
+        const text = `{"model": ${JSON.stringify({ ...model, params: { temperature: 0.2 } }).slice(0, -2)}, ${JSON.stringify(key)}: ${nested(depth)}}}}`;
+        if (depth <= PARAMS_DEPTH_MAX) expect(JSON.stringify(parseSettings(text).model.params?.[key])).toBe(nested(depth));
+        else expect(() => parseSettings(text)).toThrow(new SettingsError(`invalid settings: model.params.${key}: nests deeper than ${PARAMS_DEPTH_MAX} arrays and objects`));
+      }),
+      { numRuns: 200, ...seed },
+    );
+    // 400,000 deep, within config.json's 1 MiB: read by the command, refused in one line naming it.
+    const agent = join(tmp, "deep-params");
+    writeSettings({ dir: agent }, parseSettings(JSON.stringify({ model })));
+    const config = join(agent, "config.json");
+    writeFileSync(config, readFileSync(config, "utf8").replace(/"key":/, `"params": {"x": ${nested(400_000)}}, "key":`));
+    const r = await run(process.execPath, [MAIN, "instructions", "--agent", agent], { ms: 30_000 });
+    expect([r.code, r.stderr]).toEqual([1, `lnk-link-harness: ${config}: invalid settings: model.params.x: nests deeper than ${PARAMS_DEPTH_MAX} arrays and objects\n`]);
   });
 
   it("a timeout that is not a number of seconds a timer can hold is refused, naming it", () => {
