@@ -96,14 +96,20 @@ export function readSession(agent: AgentRef, thread: string, room = Number.POSIT
 export function* readSessions(agent: AgentRef, room?: () => number): Generator<ReadSession> {
   let threads: string[];
   const links: string[] = [];
+  const notText: string[] = [];
   try {
-    threads = listThreads(paths(agent).chats, (name) => links.push(name));
+    threads = listThreads(
+      paths(agent).chats,
+      (name) => links.push(name),
+      (shown) => notText.push(shown),
+    );
   } catch (e) {
     if (!(e instanceof StoreError)) throw e;
     yield { thread: "", left: { path: "chats", why: e.message } };
     return;
   }
   for (const name of links) yield { thread: name, left: { path: `chats/${name}`, why: "a symbolic link, not followed" } };
+  for (const shown of notText) yield { thread: shown, left: { path: `chats/${shown}`, why: "its name is not UTF-8 text: not read" } };
   for (const thread of threads) yield readSession(agent, thread, room?.());
 }
 

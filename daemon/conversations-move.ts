@@ -53,7 +53,11 @@ export async function moveOut(o: AgentOptions, threads: readonly string[]): Prom
     const chats = paths(agent).chats;
     let every: string[];
     try {
-      every = listThreads(chats, (name) => leftOut(`chats/${name}`, "a symbolic link, not followed"));
+      every = listThreads(
+        chats,
+        (name) => leftOut(`chats/${name}`, "a symbolic link, not followed"),
+        (shown) => leftOut(`chats/${shown}`, "its name is not UTF-8 text: not read"),
+      );
     } catch (e) {
       if (!(e instanceof StoreError)) throw e;
       leftOut("chats", e.message);
@@ -68,7 +72,8 @@ export async function moveOut(o: AgentOptions, threads: readonly string[]): Prom
       try {
         read = readNamed(agent, thread, PAD);
       } catch (e) {
-        if (!(e instanceof StoreError)) throw e;
+        // One gone since it was listed (no conversation by that name now) is left out too: the rest still go.
+        if (!(e instanceof StoreError) && !(e instanceof UsageError)) throw e;
         leftOut(`chats/${thread}`, e.message);
         continue;
       }

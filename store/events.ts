@@ -476,19 +476,33 @@ export async function appendEventAfter(conv: ConversationPaths, event: Event, se
   return linkBegun(conv, event, written, chars, { seen, passes });
 }
 
-/** The conversations (threads) of an agent's chats folder. */
-export function listThreads(chats: string, onLink?: (name: string) => void): string[] {
+/**
+ * The conversations (threads) of an agent's chats folder. A folder whose name is not UTF-8 text is
+ * left out, and named to `onNotText`, its bytes that are not plain ASCII escaped (\xff): read as a string,
+ * its name would be another name, of another path or none.
+ */
+export function listThreads(chats: string, onLink?: (name: string) => void, onNotText?: (shown: string) => void): string[] {
   try {
     if (lstatSync(chats).isSymbolicLink()) throw new StoreError(`refused: ${chats} is a symbolic link`, chats);
-    const entries = readdirSync(chats, { withFileTypes: true }).filter((d) => !d.name.startsWith("."));
-    if (onLink) for (const d of entries) if (d.isSymbolicLink()) onLink(d.name);
-    return entries
-      .filter((d) => d.isDirectory())
-      .map((d) => d.name)
-      .sort();
+    const threads: string[] = [];
+    for (const d of readdirSync(chats, { withFileTypes: true, encoding: "buffer" })) {
+      if (d.name[0] === 46 || !(d.isDirectory() || d.isSymbolicLink())) continue;
+      const name = d.name.toString("utf8");
+      if (!Buffer.from(name, "utf8").equals(d.name)) onNotText?.(escapedName(d.name));
+      else if (d.isSymbolicLink()) onLink?.(name);
+      else threads.push(name);
+    }
+    return threads.sort();
   } catch (e) {
     if (isErrno(e, "ENOENT")) return [];
     if (isErrno(e, "ENOTDIR")) throw new StoreError(`refused: ${chats} is not a folder`, chats);
     throw e;
   }
+}
+
+/** A name's bytes as text to show: printable ASCII as it is, any other byte (and a backslash) as \xHH. */
+function escapedName(name: Buffer): string {
+  let out = "";
+  for (const b of name) out += b >= 0x20 && b < 0x7f && b !== 0x5c ? String.fromCharCode(b) : `\\x${b.toString(16).padStart(2, "0")}`;
+  return out;
 }

@@ -374,4 +374,29 @@ describe("conversation and conversations move", { timeout: 240_000 }, () => {
     expect(into.code, into.stderr).toBe(0);
     expect(readFileSync(join(target, "chats", "odd", "000000000001.json"), "utf8")).toContain("\\u001b]0;owned");
   });
+
+  it("a folder of chats/ whose name is not UTF-8 text is left out and named by every reader of all conversations; the rest still go", async () => {
+    const dir = folder();
+    const event = { v: 1, time: "2026-01-02T03:04:05.000Z", kind: "message", role: "user", text: "hello", header: "[Fri]" };
+    for (const name of [Buffer.from("alpha"), Buffer.from([0x62, 0x61, 0x64, 0xff, 0xfe]), Buffer.from("zulu")]) {
+      // Named by its bytes: read as a string, "bad\xff\xfe" is "bad\ufffd\ufffd", a valid thread name of no folder.
+      const at = Buffer.concat([Buffer.from(`${join(dir, "chats")}/`), name]);
+      mkdirSync(at, { recursive: true, mode: 0o700 });
+      writeFileSync(Buffer.concat([at, Buffer.from("/000000000001.json")]), `${JSON.stringify(event)}\n`);
+    }
+    const said = "left out: chats/bad\\xff\\xfe: its name is not UTF-8 text";
+    const out = await cli(["conversations", "move", "out", "--agent", dir]);
+    expect(out.code, out.stderr).toBe(0);
+    expect(out.stderr).toBe(`lnk-link-harness: ${said}: not read\n`);
+    expect((AspState.parse(JSON.parse(out.stdout)).sessions ?? []).map((s) => s.thread)).toEqual(["alpha", "zulu"]);
+    const usage = await cli(["usage", "--agent", dir, "--json"]);
+    expect(usage.code, usage.stderr).toBe(0);
+    expect(usage.stderr).toBe(`lnk-link-harness: ${said}\n`);
+    expect(z.object({ conversations: z.array(z.object({ thread: z.string() }).loose()) }).loose().parse(JSON.parse(usage.stdout)).conversations.map((c) => c.thread)).toEqual(["alpha", "zulu"]);
+    // _asp/export: the same sessions, and the same name said in the log.
+    const d = daemon(dir);
+    const c = await stdioClient(d, cleanup);
+    expect((await exported(c)).map((x) => x.thread)).toEqual(["alpha", "zulu"]);
+    expect(await d.waitForLog(/left out of the export/)).toContain('"path":"chats/bad\\\\xff\\\\xfe","why":"its name is not UTF-8 text: not read"');
+  });
 });

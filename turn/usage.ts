@@ -253,7 +253,7 @@ export function totalUsage(conversations: readonly ConversationUsage[]): UsageFi
 /** An agent's figures: each conversation's (or the one named) and their total. */
 export function agentUsage(agent: AgentRef, o: { thread?: string; since?: Date; warn?: (line: string) => void } = {}): AgentUsage {
   const p = paths(agent);
-  let threads = o.thread !== undefined ? [o.thread] : listThreads(p.chats);
+  let threads = o.thread !== undefined ? [o.thread] : listThreads(p.chats, undefined, (shown) => o.warn?.(`left out: chats/${shown}: its name is not UTF-8 text`));
   // A folder of chats/ whose name is not a thread's (one made by hand) holds no conversation: named, and passed over.
   if (o.thread === undefined) {
     threads = threads.filter((t) => {
