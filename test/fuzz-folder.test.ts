@@ -36,6 +36,8 @@ const WHERE = [
   // The number the turn's answer would take, found taken: its link passes over it (EEXIST), and what
   // is there is read by nothing that could follow it.
   `chats/${THREAD}/000000000002.json`,
+  // Past a number missing: the turn is refused, naming it, rather than written where none reads.
+  `chats/${THREAD}/000000000004.json`,
   `chats/${THREAD}/window.json`,
   `chats/${THREAD}/transcript.md`,
   `chats/${THREAD}/tools.json`,
@@ -45,7 +47,7 @@ const WHERE = [
   `chats/${THREAD}/.holder-9999999999-0123456789ab-01234567`,
   `chats/${THREAD}/.tmp-9999999999-0123456789ab-x-1`,
 ] as const;
-const WHAT = ["fifo", "link to the secret", "hard link to the secret", "dangling link", "link to a folder outside", "sparse file", "folder"] as const;
+const WHAT = ["fifo", "socket", "link to the secret", "hard link to the secret", "dangling link", "link to a folder outside", "sparse file", "folder"] as const;
 
 interface Planting {
   where: (typeof WHERE)[number];
@@ -132,6 +134,13 @@ function make(path: string, what: Planting["what"]): void {
       const made = spawnSync("mkfifo", [path], { encoding: "utf8" });
       if (made.status !== 0 && existsSync(path)) throw Object.assign(new Error(made.stderr), { code: "EEXIST" });
       expect(made.status).toBe(0);
+      return;
+    }
+    case "socket": {
+      // Bound by a process that exits at once, leaving the socket file: one no open can read (ENXIO).
+      const made = spawnSync(process.execPath, ["-e", "require('node:net').createServer().listen(process.argv[1], () => process.exit(0))", path], { encoding: "utf8" });
+      if (made.status !== 0 && existsSync(path)) throw Object.assign(new Error(made.stderr), { code: "EEXIST" });
+      expect(made.status, made.stderr).toBe(0);
       return;
     }
     case "link to the secret":
