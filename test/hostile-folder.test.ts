@@ -127,6 +127,23 @@ describe("a transcript.md that can't be opened", { timeout: 60_000 }, () => {
     expect(readFileSync(conv.transcript, "utf8")).toContain("and again");
   });
 
+  it("a link there, planted after a turn: a fresh daemon's turn is answered, the link warned of and its target left alone", async () => {
+    const dir = agent();
+    const conv = paths({ dir }).conversation("t1");
+    expect(await freshTurn(dir, "t1", "hello")).toMatchObject({ stopReason: "end_turn" });
+    const outside = join(folder(), "target.md");
+    writeFileSync(outside, "untouched\n");
+    renameSync(conv.transcript, `${conv.transcript}.was`);
+    symlinkSync(outside, conv.transcript);
+    const d = daemon(dir);
+    const c = await client(d);
+    await c.agent.request(acp.methods.agent.session.load, { sessionId: "t1", cwd: "/", mcpServers: [] });
+    expect(await prompt(c, "t1", "again")).toMatchObject({ stopReason: "end_turn" });
+    expect(events(dir, "t1").map(shape)).toEqual(["message:user", "message:assistant", "message:user", "message:assistant"]);
+    expect(await d.waitForLog(/"turn warning".*derived files/)).toContain("symbolic link");
+    expect(readFileSync(outside, "utf8")).toBe("untouched\n");
+  });
+
   it("one its mode keeps from the daemon's user (EACCES) is made again too", async () => {
     const dir = agent();
     const conv = paths({ dir }).conversation("t1");

@@ -163,6 +163,20 @@ interface Kept {
   begin: Begin;
 }
 /**
+ * The last answer the copy ends with (transcriptEnd), where a load may start reading: undefined, so
+ * the load starts at the mark, where the copy is refused (a link there). The copy is derived: the
+ * turn's update after the answer says why it can't be made, as a warning, never a failed turn.
+ */
+function copyEnd(conv: ConversationPaths): number | undefined {
+  try {
+    return transcriptEnd(conv);
+  } catch (e) {
+    if (e instanceof StoreError) return undefined;
+    throw e;
+  }
+}
+
+/**
  * Held to 256 conversations and to 64 Mi characters of their events (eventChars) together: a
  * process serving many conversations of long messages or images must not keep them all for good.
  */
@@ -259,7 +273,7 @@ export class History {
       let events: Numbered[];
       let chosen: Chosen = {};
       if (belongs) {
-        const end = transcriptEnd(conv);
+        const end = copyEnd(conv);
         events = readEventsFrom(conv, end !== undefined && end > 0 ? Math.min(mark.event, end) : mark.event);
         chosen = choicesOf(mark);
         for (const e of events) if (e.n >= mark.event) chosen = applyChoice(e.event, chosen);
