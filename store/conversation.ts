@@ -62,7 +62,9 @@ export function appendTranscript(conv: ConversationPaths, text: string): void {
     } catch (e) {
       // Opened without waiting: a FIFO no one reads says ENXIO.
       if (isErrno(e, "ENXIO")) throw notFile();
-      throw e;
+      if (isErrno(e, "ELOOP")) throw new StoreError(`refused: ${conv.transcript} is a symbolic link`, conv.transcript);
+      // Named as the conversation's file, never the descriptor's path it was opened through.
+      throw new StoreError(`cannot write ${conv.transcript}: ${(e as NodeJS.ErrnoException).code ?? (e as Error).message}`, conv.transcript);
     }
     try {
       const st = fstatSync(fd);

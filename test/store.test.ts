@@ -1484,7 +1484,8 @@ describe("links are refused, not followed", () => {
     expect(() => transcriptTail(conv)).toThrow(StoreError);
     expect(() => readToolsList(conv)).toThrow(StoreError);
     expect(() => readMark(conv)).toThrow(StoreError);
-    expect(() => appendTranscript(conv, "added\n")).toThrow();
+    // Named by the conversation's path, never the descriptor's (/proc/self/fd/...) it is opened through.
+    expect(() => appendTranscript(conv, "added\n")).toThrow(new StoreError(`refused: ${conv.transcript} is a symbolic link`, conv.transcript));
     expect(readFileSync(target, "utf8")).toBe("outside\n");
   });
 
