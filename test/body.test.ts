@@ -1,17 +1,30 @@
 // The request's body, built by reusing the previous request's bytes: whatever the sequence of requests
 // (windows that grow, drop, change model or tools, messages that are new objects with the same JSON),
-// each body is exactly the bytes JSON.stringify makes of the same object.
+// each body is exactly the bytes JSON.stringify makes of the same object, each lone half of a UTF-16
+// pair in it made U+FFFD (a provider refuses a body with one).
 import fc from "fast-check";
 import { describe, expect, it } from "vitest";
 import type { Event } from "../protocol/index.js";
 import { encodeBody, forgetBodies, jsonBytes } from "../turn/body.js";
+import { wellFormedJson } from "../turn/wellformed.js";
 import { eventsToMessages, type ChatMessage } from "../turn/prompt.js";
 
 const seed = process.env.FC_SEED ? { seed: Number(process.env.FC_SEED) } : {};
 const decoder = new TextDecoder();
 
-/** Text with what JSON escapes and what UTF-8 takes several bytes for. */
-const text = fc.string({ unit: fc.constantFrom("a", "é", "日", "😀", '"', "\\", "\n", "\u0000", "\u2028", " "), maxLength: 12 });
+/**
+ * Text with what JSON escapes and what UTF-8 takes several bytes for; lone halves of a pair (which
+ * may meet their other half), and text that reads as one's escape after a backslash.
+ */
+const text = fc.string({ unit: fc.constantFrom("a", "é", "日", "😀", '"', "\\", "\n", "\u0000", "\u2028", " ", "\ud83d", "\ude00", "\udbff", "ud800", "\\ud800"), maxLength: 12 });
+
+/** A value with each of its strings (its keys too) made well-formed, as a provider takes it. */
+function wellFormedValue(value: unknown): unknown {
+  if (typeof value === "string") return value.toWellFormed();
+  if (Array.isArray(value)) return value.map(wellFormedValue);
+  if (value !== null && typeof value === "object") return Object.fromEntries(Object.entries(value).map(([k, v]) => [k.toWellFormed(), wellFormedValue(v)]));
+  return value;
+}
 
 const message: fc.Arbitrary<ChatMessage> = fc.oneof(
   fc.record({ role: fc.constant("user" as const), content: text }),
@@ -32,8 +45,9 @@ const step = fc.record({
   params: fc.dictionary(fc.constantFrom("temperature", "top_p", "seed"), fc.jsonValue({ maxDepth: 1 }), { maxKeys: 2 }),
 });
 
+/** The body JSON.stringify makes, each lone half of a pair made U+FFFD. */
 function expected(head: Record<string, unknown>, messages: readonly ChatMessage[], tail: Record<string, unknown>): string {
-  return JSON.stringify({ ...head, messages, ...tail });
+  return JSON.stringify(wellFormedValue({ ...head, messages, ...tail }));
 }
 
 describe("the request's body", () => {
@@ -89,6 +103,29 @@ describe("the request's body", () => {
         expect(decoder.decode(bytes)).toBe(expected({ model: "m" }, messages, { stream: true }));
       }
     }
+  });
+});
+
+describe("JSON made well-formed", () => {
+  /** Text made of what reads as a surrogate's escape once JSON.stringify has written it: backslashes, `u`, `d`, hex digits, halves of pairs. */
+  const tricky = fc.string({ unit: fc.constantFrom("\\", "u", "d", "8", "c", "f", "0", "a", "\ud800", "\udfff", "\ud83d", "\ude00", "😀", '"'), maxLength: 24 });
+
+  it("is JSON.stringify's of the value with each lone half made U+FFFD, whatever backslashes come before", () => {
+    fc.assert(
+      // Objects of one key each: two keys made alike would be one in the expected value.
+      fc.property(fc.array(fc.tuple(tricky, fc.array(tricky, { maxLength: 3 })).map(([k, v]) => ({ [k]: v })), { maxLength: 4 }), (value) => {
+        expect(wellFormedJson(JSON.stringify(value))).toBe(JSON.stringify(wellFormedValue(value)));
+      }),
+      { numRuns: 500, ...seed },
+    );
+  });
+
+  it("tells an escape from a backslash written before text that reads as one", () => {
+    expect(wellFormedJson(JSON.stringify("\\ud800"))).toBe(JSON.stringify("\\ud800"));
+    expect(wellFormedJson(JSON.stringify("\\\ud800"))).toBe(JSON.stringify("\\\ufffd"));
+    expect(wellFormedJson(JSON.stringify("C:\\udata\\udfff"))).toBe(JSON.stringify("C:\\udata\\udfff"));
+    const plain = JSON.stringify({ a: "no halves 😀" });
+    expect(wellFormedJson(plain)).toBe(plain);
   });
 });
 

@@ -27,10 +27,14 @@ const description = fc.oneof(
   { weight: 1, arbitrary: fc.tuple(fc.string({ maxLength: 3 }), fc.integer({ min: 8000, max: 9000 })).map(([s, n]) => `${"é".repeat(n - 1)}${s}`) },
   // A character of two UTF-16 units across the cut.
   { weight: 1, arbitrary: fc.integer({ min: DESCRIPTION_MAX - 3, max: DESCRIPTION_MAX + 3 }).map((n) => "😀".repeat(n)) },
+  // Lone halves of a pair, and text that reads as one's escape after a backslash.
+  { weight: 1, arbitrary: fc.string({ unit: fc.constantFrom("a", "\ud800", "\udfff", "\ud83d", "\ude00", "\\", "ud800"), maxLength: 30 }) },
 );
 const parameters = fc.oneof(
   { weight: 6, arbitrary: fc.constant({ type: "object", properties: {} }) },
   { weight: 1, arbitrary: fc.integer({ min: PARAMETERS_MAX - 100, max: PARAMETERS_MAX + 100 }).map((n) => ({ type: "object", description: "x".repeat(n) })) },
+  // Lone halves of a pair in its descriptions and names.
+  { weight: 1, arbitrary: fc.tuple(fc.constantFrom("\ud800", "\udc00", "\\ud800", "😀"), fc.constantFrom("k\udbff", "k")).map(([d, k]) => ({ type: "object", properties: { [k]: { type: "string", description: `a ${d}` } } })) },
 );
 // As a tool lists it, kept as the host keeps it.
 const listedCall: fc.Arbitrary<ListedCall> = fc.record({ call: callName, description, parameters }).map((c) => keptCall(c.call, c.description, c.parameters).listed);
@@ -43,6 +47,9 @@ const tools: fc.Arbitrary<ListedTool<number>[]> = fc
   .map((list) => [...list].sort((a, b) => (a.name < b.name ? -1 : 1)).map((t, i) => ({ ...t, with: i })));
 
 const isMemory = (tool: string) => tool === "memory";
+/** Every string of a value, its keys too. */
+const strings = (value: unknown): string[] =>
+  typeof value === "string" ? [value] : value !== null && typeof value === "object" ? Object.entries(value).flatMap(([k, v]) => [k, ...strings(v)]) : [];
 
 describe("the calls a turn offers, fuzzed", () => {
   it("are what a provider takes, each listed call accounted for, the same for the same lists", () => {
@@ -56,9 +63,10 @@ describe("the calls a turn offers, fuzzed", () => {
           expect(o.name.length).toBeLessThanOrEqual(CALL_NAME_MAX);
           expect(o.name).toBe(offeredName(o.tool, o.call));
           expect(o.description.length).toBeLessThanOrEqual(DESCRIPTION_MAX);
-          // Never cut inside a character: no lone half of a pair.
-          expect(o.description).toBe(Buffer.from(o.description, "utf8").toString("utf8"));
+          // Never cut inside a character, and no lone half of a pair from the tool: a provider refuses a body with one.
+          expect(o.description.isWellFormed()).toBe(true);
           expect(JSON.stringify(o.parameters).length).toBeLessThanOrEqual(PARAMETERS_MAX);
+          expect(strings(o.parameters).every((t) => t.isWellFormed())).toBe(true);
           expect(listed[o.with]?.name).toBe(o.tool);
         }
         // Each tool's calls in the order of their names, the tools in the order given.

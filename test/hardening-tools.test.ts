@@ -559,3 +559,36 @@ describe("a call id the model uses again in a later turn", { timeout: 60_000 }, 
     expect(await again.stop()).toEqual({ code: 0, signal: null });
   });
 });
+
+describe("lone halves of UTF-16 pairs", { timeout: 60_000 }, () => {
+  /** Every string of a value, its keys too. */
+  const strings = (value: unknown): string[] =>
+    typeof value === "string" ? [value] : value !== null && typeof value === "object" ? Object.entries(value).flatMap(([k, v]) => [k, ...strings(v)]) : [];
+
+  it("in a tool's description, schema and answer are kept and offered as U+FFFD: the conversation goes on, turn after turn", async () => {
+    const { dir, d, c, sessionId } = await probeWith("PROBE_SURROGATE", "1");
+    server.script({ tool_calls: [{ name: "probe__surrogate", arguments: {} }] }, { text: "Read." }, { text: "Still here." });
+    // The scripted model refuses a body with a lone surrogate, as DeepSeek, OpenAI and Anthropic do.
+    expect(await prompt(c, sessionId, "read it")).toMatchObject({ stopReason: "end_turn" });
+    expect(await prompt(c, sessionId, "and again")).toMatchObject({ stopReason: "end_turn" });
+    expect(results(dir, sessionId)).toEqual([expect.objectContaining({ error: false, text: "lone \ufffd high and \ufffd low, a pair 😀 kept" })]);
+    const offered = functionsOf(server.requests.at(-1) as RecordedRequest).find((f) => f.name === "probe__surrogate");
+    expect(offered?.description).toBe("Answers with lone halves \ufffd of a pair \ufffd.");
+    expect(JSON.stringify(offered?.parameters)).toContain("A field described \ufffd with a lone half.");
+    for (const r of server.requests) expect(strings(r.body).every((s) => s.isWellFormed())).toBe(true);
+    expect(of(c.updates, "agent_message_chunk").map((u) => (u.content.type === "text" ? u.content.text : "")).join("")).toContain("Still here.");
+    expect(await d.stop()).toEqual({ code: 0, signal: null });
+  });
+
+  it("in a prompt is sent as U+FFFD at its turn and at every later one, read again from the conversation's events", async () => {
+    const dir = agent();
+    const d = daemon(["--agent", dir]);
+    const { c, sessionId } = await session(d);
+    server.script({ text: "Odd." }, { text: "Fine." });
+    expect(await prompt(c, sessionId, "half a pair \ud83d and the other \ude00, a whole 😀")).toMatchObject({ stopReason: "end_turn" });
+    expect(await prompt(c, sessionId, "and now?")).toMatchObject({ stopReason: "end_turn" });
+    const sent = server.requests.slice(-2).map((r) => JSON.stringify(r.body.messages));
+    for (const body of sent) expect(body).toContain("half a pair \ufffd and the other \ufffd, a whole 😀");
+    expect(await d.stop()).toEqual({ code: 0, signal: null });
+  });
+});

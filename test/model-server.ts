@@ -397,6 +397,27 @@ async function answer(res: ServerResponse, request: RecordedRequest, reply: Answ
   res.end();
 }
 
+/**
+ * Whether a request's JSON holds a string (or a key) with a lone UTF-16 surrogate, as an escape
+ * (`\ud800` without the other half): DeepSeek, OpenAI and Anthropic refuse such a body with a 400,
+ * as strict JSON parsers do (serde_json: "lone leading surrogate in hex escape").
+ */
+function holdsLoneSurrogate(value: unknown): boolean {
+  const stack: unknown[] = [value];
+  while (stack.length > 0) {
+    const v = stack.pop();
+    if (typeof v === "string") {
+      if (!v.isWellFormed()) return true;
+    } else if (v !== null && typeof v === "object") {
+      for (const [k, item] of Object.entries(v)) {
+        if (!k.isWellFormed()) return true;
+        stack.push(item);
+      }
+    }
+  }
+  return false;
+}
+
 async function readBody(req: IncomingMessage): Promise<string> {
   const parts: Buffer[] = [];
   for await (const part of req) parts.push(Buffer.isBuffer(part) ? part : Buffer.from(String(part)));
@@ -518,6 +539,7 @@ export async function startModelServer(opts: ModelServerOptions = {}): Promise<M
       return sendError(res, { status: 400, message });
     }
 
+    if (holdsLoneSurrogate(json)) return sendError(res, { status: 400, message: "Failed to parse the request body as JSON: lone leading surrogate in hex escape" });
     const refused = toolsRefused(request.body, server.descriptionMax);
     if (refused) return sendError(res, { status: 400, ...refused });
 

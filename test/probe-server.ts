@@ -5,7 +5,7 @@
 // hostile one too (PROBE_HOSTILE): it starts a process of its own that outlives it, floods its client with pings
 // while it reads nothing, shows links named with a variable of its environment, lists a call named
 // with one (PROBE_NAMED), or says what a file holds on stderr and exits as it starts (PROBE_SAY_FILE);
-// or is slow to exit (PROBE_LINGER_FILE).
+// or is slow to exit (PROBE_LINGER_FILE); or (PROBE_SURROGATE) says lone halves of UTF-16 pairs.
 // Usage: node dist/test/probe-server.js
 import { spawn } from "node:child_process";
 import { readFileSync, writeFileSync } from "node:fs";
@@ -72,6 +72,15 @@ if (process.env.PROBE_HOSTILE) {
       ],
     };
   });
+}
+
+// PROBE_SURROGATE: a call described, schemed and answered with lone UTF-16 surrogates, halves of a pair.
+if (process.env.PROBE_SURROGATE) {
+  server.registerTool(
+    "surrogate",
+    { description: "Answers with lone halves \ud800 of a pair \udc00.", inputSchema: { note: z.string().optional().describe("A field described \udbff with a lone half.") } },
+    () => ({ content: [{ type: "text", text: "lone \ud800 high and \udc00 low, a pair 😀 kept" }] }),
+  );
 }
 
 if (process.env.PROBE_NAMED) server.registerTool(`k_${process.env.PROBE_NAMED}`, { description: "Named with a secret." }, answerName("named"));

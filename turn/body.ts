@@ -4,6 +4,7 @@
 // new messages are encoded as one array and one string, not one by one (2,000 messages: 1.0 ms
 // against 1.4 here), so a body knows where each of its requests' messages ended, not each message.
 import type { ChatMessage } from "./prompt.js";
+import { wellFormedJson } from "./wellformed.js";
 
 interface Encoded {
   /** The body up to its first message: `{...,"model":"…","messages":[`. */
@@ -64,8 +65,11 @@ export function forgetBodies(): void {
  * compared by identity: a message made from an event is made once.
  */
 export function encodeBody(head: Record<string, unknown>, messages: readonly ChatMessage[], tail: Record<string, unknown>, key?: string): Uint8Array {
-  const headJson = JSON.stringify(head);
-  const tailJson = JSON.stringify(tail);
+  // Each string encoded here is made well-formed (turn/wellformed.ts): a lone surrogate from any
+  // source (a prompt, a model's text, an event written before) would have the provider refuse the
+  // body at every turn. What is kept of the previous body was made so when it was encoded.
+  const headJson = wellFormedJson(JSON.stringify(head));
+  const tailJson = wellFormedJson(JSON.stringify(tail));
   const start = `${headJson.slice(0, -1)}${headJson === "{}" ? "" : ","}"messages":[`;
   const end = `]${tailJson === "{}" ? "" : ","}${tailJson.slice(1)}`;
   let before = key === undefined ? undefined : previous.get(key);
@@ -80,10 +84,10 @@ export function encodeBody(head: Record<string, unknown>, messages: readonly Cha
   }
   const from = kept > 0 ? before : undefined;
   // The system prompt on its own, so that a body after a drop (which keeps only it) reuses its bytes.
-  const alone = kept === 0 && messages.length > 0 ? JSON.stringify(messages[0]) : undefined;
+  const alone = kept === 0 && messages.length > 0 ? wellFormedJson(JSON.stringify(messages[0])) : undefined;
   const others = messages.slice(alone === undefined ? kept : 1);
   // `[a,b,…]` less its brackets: the messages as a body lists them.
-  const rest = others.length > 0 ? JSON.stringify(others).slice(1, -1) : undefined;
+  const rest = others.length > 0 ? wellFormedJson(JSON.stringify(others)).slice(1, -1) : undefined;
   // Room for the worst case (three bytes for each UTF-16 unit), rather than measuring the messages
   // first: memory that is never written costs nothing.
   const room = (from ? (from.ends[kept - 1] ?? 0) : 3 * start.length) + 3 * ((alone?.length ?? 0) + (rest?.length ?? 0) + end.length) + 2;

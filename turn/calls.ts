@@ -1,6 +1,7 @@
 // Running one round of tool calls: CALLS_AT_ONCE at a time, each answer kept up to 32 KiB and written as it comes.
 import { nestsWithin, THINKING_DEPTH_MAX, type ToolCall, type ToolResult } from "../protocol/index.js";
 import type { ToolBox, ToolMedia } from "./tools.js";
+import { wellFormed } from "./wellformed.js";
 
 export const ANSWER_MAX_BYTES = 32 * 1024;
 /**
@@ -85,7 +86,8 @@ export async function runCalls(
       if (shown + chars > ROUND_MEDIA_MAX) media = media.filter((m) => m.type !== "image");
       else shown += chars;
     }
-    const cut = cutAnswer(text);
+    // A lone surrogate kept would go back to the model at every later turn, which a provider refuses.
+    const cut = cutAnswer(wellFormed(text));
     await onAnswer({
       call,
       result: {

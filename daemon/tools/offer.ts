@@ -7,7 +7,9 @@
 // turn while that tool is set. What is offered is the same for the same lists, turn after turn, so
 // the provider's cache holds.
 import { createHash } from "node:crypto";
+import { z } from "zod";
 import { cutDescription, TOOL_SEPARATOR } from "../../turn/tools.js";
+import { wellFormed, wellFormedJson } from "../../turn/wellformed.js";
 import type { ListedCall } from "./session.js";
 
 /** The longest name a call is offered under: OpenAI's API, and the others after it, take no longer. */
@@ -24,6 +26,9 @@ export const LISTED_MAX = 1_024;
 export const LISTED_CHARS_MAX = 4 * 1024 * 1024;
 /** A call whose own name is longer than this is not offered (MCP asks for at most 128 characters). */
 export const CALL_NAME_LISTED_MAX = 1_024;
+
+/** A call's arguments' schema, as the MCP SDK took it: a JSON object. */
+const Schema = z.record(z.string(), z.unknown());
 
 /** The length of `{}`, the schema a call unfit to be offered is kept with, as JSON. */
 const EMPTY_SCHEMA = 2;
@@ -73,12 +78,16 @@ export function listedCall(call: string, description: string, parameters: Record
     const listed = { call: `${call.slice(0, 200)}…`, description: "", parameters: {}, unfit: `its name is ${call.length} characters, over the ${CALL_NAME_LISTED_MAX} a call's may be` };
     return { listed, chars: listed.call.length + EMPTY_SCHEMA };
   }
-  const cut = cutDescription(description, DESCRIPTION_MAX);
-  const schema = JSON.stringify(parameters).length;
+  // A lone surrogate in what is offered would have the provider refuse every request while the tool is set.
+  const cut = cutDescription(wellFormed(description), DESCRIPTION_MAX);
+  const json = JSON.stringify(parameters);
+  const schema = json.length;
   if (schema > PARAMETERS_MAX) {
     return { listed: { call, description: cut, parameters: {}, unfit: `its arguments' schema is ${schema} characters, over the ${PARAMETERS_MAX} a call's may be` }, chars: call.length + cut.length + EMPTY_SCHEMA };
   }
-  return { listed: { call, description: cut, parameters }, chars: call.length + cut.length + schema };
+  const fixed = wellFormedJson(json);
+  const kept = fixed === json ? parameters : Schema.parse(JSON.parse(fixed));
+  return { listed: { call, description: cut, parameters: kept }, chars: call.length + cut.length + schema };
 }
 
 /**
