@@ -254,6 +254,34 @@ describe("/model:set", { timeout: 90_000 }, () => {
     expect(commands[1]).not.toHaveProperty("text");
   });
 
+  it("a URL, or a user and password before a host, is refused without repeating it: nothing written, nothing sent", async () => {
+    const dir = agentDir();
+    const { c, sessionId } = await session(dir);
+    await prompt(c, sessionId, "hello");
+    const count = eventsOf(dir, sessionId).length;
+    for (const text of [
+      "/model:set https://user:hunter2@evil.example/v1",
+      "/model:set --agent https://user:hunter2@evil.example/v1",
+      "/model:set user:hunter2@evil.example",
+      "/model:set --agent svc:hunter2/x@evil.example",
+    ]) {
+      const reply = await command(c, sessionId, text);
+      expect(reply).toMatch(/not a model's name: it is not repeated here/);
+      expect(reply).not.toContain("hunter2");
+    }
+    // The model option is the same code path: its refusal says as little.
+    const refused: unknown = await c.agent.request(acp.methods.agent.session.setConfigOption, { sessionId, configId: "model", value: "http://user:hunter2@evil.example/v1" }).catch((e: unknown) => e);
+    expect(refused).toMatchObject({ code: -32602, message: expect.stringMatching(/not a model's name/) });
+    expect(JSON.stringify(refused)).not.toContain("hunter2");
+    expect(eventsOf(dir, sessionId)).toHaveLength(count);
+    await prompt(c, sessionId, "which model?");
+    expect(server.requests.at(-1)?.body.model).toBe("scripted-model");
+    expect(JSON.stringify(c.updates)).not.toContain("hunter2");
+    expect(JSON.stringify(eventsOf(dir, sessionId))).not.toContain("hunter2");
+    // A name with an @ of its own (Vertex AI's versions) is a model's name.
+    expect(await command(c, sessionId, "/model:set claude-sonnet-4@20250514")).toMatch(/now runs on claude-sonnet-4@20250514/);
+  });
+
   it("--agent changes the agent's model for conversations that chose none, in this process only, and writes no setting", async () => {
     const dir = agentDir();
     const config = readFileSync(join(dir, "config.json"), "utf8");

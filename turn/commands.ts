@@ -134,8 +134,18 @@ function known(map: ChatMap, name: string): void {
   refuse(`This chat has no conversation ${JSON.stringify(name)}${near.length ? `: did you mean ${near.join(" or ")}?` : "."} It has: ${[...map.conversations.keys()].join(", ")}.`);
 }
 
-/** A model's name as typed: one word, printable, bounded. */
+/**
+ * A URL (`scheme://`), or a user and password before a host (`user:password@host`): the endpoint's,
+ * never a model's name. Kept, it would be sent as the model's name and written in the command's
+ * event and every later answer's; a name such as Vertex's `claude-sonnet-4@20250514` still passes.
+ */
+const NOT_A_MODEL = /:\/\/|:[^\s@]*@/;
+
+/** A model's name as typed: one word, printable, bounded, no URL; refused without repeating what may be a password. */
 function checkModelName(model: string): void {
+  if (NOT_A_MODEL.test(model)) {
+    refuse("That is a URL, or a user and password before a host (user:password@host), not a model's name: it is not repeated here, kept or sent (nothing was done). The endpoint is the settings' model.base_url; /model:set takes a name such as gpt-5.");
+  }
   if (model.length > ARGS_MAX || /[\s\p{Cc}]/u.test(model)) refuse(`${JSON.stringify(model.slice(0, 80))} is not a model's name: one word, at most ${ARGS_MAX} characters (nothing was done).`);
 }
 

@@ -1,0 +1,60 @@
+// Chat commands, fuzzed from what a person could type: /model:set with a URL that holds a user and a
+// password, in any form a URL takes, is refused without repeating the password, writing nothing; any
+// command padded with whitespace is kept as a bounded text.
+import { mkdtempSync, readdirSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import fc from "fast-check";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { parseCommand, runCommand, type CommandContext } from "../turn/commands.js";
+
+/** FC_SEED=N reruns a failure with the seed fast-check printed for it. */
+const seed = process.env.FC_SEED ? { seed: Number(process.env.FC_SEED) } : {};
+let dir: string;
+
+beforeAll(() => {
+  dir = mkdtempSync(join(tmpdir(), "lnk-fuzz-commands-"));
+});
+afterAll(() => {
+  if (dir) rmSync(dir, { recursive: true, force: true });
+});
+
+/** A context of an agent with no settings; what `--agent` sets is kept in `agentSet`. */
+function context(agentSet: (string | undefined)[]): CommandContext {
+  return {
+    agent: { dir },
+    thread: "fuzz",
+    settings: undefined,
+    time: new Date("2026-12-04T00:00:00.000Z"),
+    stop: () => false,
+    agentModel: { get: () => undefined, set: (m) => void agentSet.push(m) },
+    status: () => Promise.resolve([]),
+  };
+}
+
+const password = fc.stringMatching(/^[A-Za-z0-9._~!$&'()*+,;=%-]{4,24}$/).map((p) => `pw${p}`);
+/** A URL that holds a user and `password`, or a user:password@host alone. */
+const withCredentials = fc.tuple(fc.webUrl({ withQueryParameters: true, withFragments: true }), fc.stringMatching(/^[a-z0-9]{1,10}$/), password, fc.boolean()).map(([url, user, pw, bare]) => {
+  const u = new URL(url);
+  const typed = bare ? `${user}:${pw}@${u.host}${u.pathname}` : `${u.protocol}//${user}:${pw}@${u.host}${u.pathname}${u.search}`;
+  return { typed, pw };
+});
+
+describe("/model:set, fuzzed", () => {
+  it("refuses a URL with a user and a password, or user:password@host, without repeating the password and writing nothing", async () => {
+    await fc.assert(
+      fc.asyncProperty(withCredentials, fc.boolean(), async ({ typed, pw }, agentWide) => {
+        const set: (string | undefined)[] = [];
+        const parsed = parseCommand(`/model:set ${agentWide ? "--agent " : ""}${typed}`, undefined);
+        expect(parsed?.kind).toBe("command");
+        if (parsed === undefined) return;
+        const outcome = await runCommand(context(set), parsed);
+        expect(outcome.refused).toBe(true);
+        expect(outcome.reply).not.toContain(pw);
+        expect(set).toEqual([]);
+        expect(readdirSync(dir)).toEqual([]);
+      }),
+      { numRuns: 300, ...seed },
+    );
+  });
+});
