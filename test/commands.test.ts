@@ -282,6 +282,27 @@ describe("/model:set", { timeout: 90_000 }, () => {
     expect(await command(c, sessionId, "/model:set claude-sonnet-4@20250514")).toMatch(/now runs on claude-sonnet-4@20250514/);
   });
 
+  it("and every command padded with whitespace are kept as typed less the padding: events of bytes, not megabytes, shown so on load", async () => {
+    const dir = agentDir();
+    const { c, sessionId } = await session(dir);
+    await prompt(c, sessionId, "hello");
+    const pad = " ".repeat(1024 * 1024);
+    expect(await command(c, sessionId, `/model:set  other-model${pad}\n`)).toMatch(/now runs on other-model/);
+    expect(await command(c, sessionId, `/chat:create x${pad}`)).toMatch(/Began the conversation x/);
+    expect(await command(c, sessionId, `/verbosity:set${pad}all${pad}`)).toMatch(/now all/);
+    const commands = eventsOf(dir, sessionId).filter((e) => e.kind === "command");
+    // Lengths first: a failure's diff of megabytes of text would take minutes to show.
+    expect(commands.map((e) => JSON.stringify(e).length < 1024)).toEqual([true, true, true]);
+    expect(commands.map((e) => e.text)).toEqual(["/model:set other-model", "/chat:create x", "/verbosity:set all"]);
+    // Over the bound on arguments once the padding is inside them.
+    expect(await command(c, sessionId, `/model:set other${pad}model`)).toMatch(/over 256 characters/);
+    const from = c.updates.length;
+    await c.agent.request(acp.methods.agent.session.load, { sessionId, cwd: dir, mcpServers: [] });
+    const shown = c.updates.slice(from).flatMap((n) => (n.update.sessionUpdate === "user_message_chunk" && n.update.content.type === "text" ? [n.update.content.text] : []));
+    // The conversation x, current now: from its beginning.
+    expect(shown).toEqual(["/chat:create x", "/verbosity:set all"]);
+  });
+
   it("--agent changes the agent's model for conversations that chose none, in this process only, and writes no setting", async () => {
     const dir = agentDir();
     const config = readFileSync(join(dir, "config.json"), "utf8");

@@ -58,3 +58,21 @@ describe("/model:set, fuzzed", () => {
     );
   });
 });
+
+describe("a command padded with whitespace, fuzzed", () => {
+  const space = fc.string({ unit: fc.constantFrom(" ", "\t", "\n", "\r", "\u00a0", "\u3000"), maxLength: 2000 });
+  const word = fc.constantFrom("model:set", "chat:create", "verbosity:set", "new", "skill:weather", "Model", "nope");
+  const args = fc.string({ unit: fc.constantFrom("a", "-", " ", "\n", "é"), maxLength: 40 });
+
+  it("is kept as its name and its arguments, one space between: never the padding", () => {
+    fc.assert(
+      fc.property(word, args, space, space, (name, a, gap, tail) => {
+        const parsed = parseCommand(`/${name}${a.trim() ? ` ${gap}${a}` : ""}${tail}`, undefined);
+        expect(parsed).toBeDefined();
+        const trimmed = a.trim();
+        expect(parsed?.typed).toBe(trimmed ? `/${name} ${trimmed}` : `/${name}`);
+      }),
+      { numRuns: 500, ...seed },
+    );
+  });
+});

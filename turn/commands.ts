@@ -462,9 +462,11 @@ export function parseCommand(text: string, from: From | undefined): Parsed | und
   if (from !== undefined && !from.owner) return undefined;
   const m = COMMAND_LINE.exec(text);
   if (!m?.[1]) return undefined;
-  const typed = text;
   const word = m[1];
   const args = (m[2] ?? "").trim();
+  // What is kept of it (the command's event, a skill's message): as typed, less the whitespace around
+  // its arguments, which no bound on them counts (megabytes of spaces after a model's name).
+  const typed = args ? `/${word} ${args}` : `/${word}`;
   const lower = word.toLowerCase();
   if (lower.startsWith("skill:")) return { kind: "skill", name: word.slice("skill:".length), args, typed };
   const spec = BY_NAME.get(lower);
