@@ -7,7 +7,8 @@
 // give the same offer, whatever order a tool lists its calls in.
 import fc from "fast-check";
 import { describe, expect, it } from "vitest";
-import { CALL_NAME_MAX, DESCRIPTION_MAX, OFFERED_MAX, PARAMETERS_MAX, listedCall as keptCall, offerCalls, offeredName, unfitWithSecrets, type ListedTool } from "../daemon/tools/offer.js";
+import { CALL_NAME_MAX, DESCRIPTION_MAX, OFFERED_MAX, PARAMETERS_DEPTH_MAX, PARAMETERS_MAX, listedCall as keptCall, offerCalls, offeredName, unfitWithSecrets, type ListedTool } from "../daemon/tools/offer.js";
+import { nestsWithin } from "../protocol/index.js";
 import { redactor } from "../turn/redact.js";
 import type { ListedCall } from "../daemon/tools/session.js";
 
@@ -30,9 +31,17 @@ const description = fc.oneof(
   // Lone halves of a pair, and text that reads as one's escape after a backslash.
   { weight: 1, arbitrary: fc.string({ unit: fc.constantFrom("a", "\ud800", "\udfff", "\ud83d", "\ude00", "\\", "ud800"), maxLength: 30 }) },
 );
+/** A schema of `levels` objects each with one property: twice as many levels of arrays and objects, and one. */
+function nested(levels: number): Record<string, unknown> {
+  let schema: Record<string, unknown> = { type: "string" };
+  for (let i = 0; i < levels; i++) schema = { type: "object", properties: { a: schema } };
+  return schema;
+}
 const parameters = fc.oneof(
   { weight: 6, arbitrary: fc.constant({ type: "object", properties: {} }) },
   { weight: 1, arbitrary: fc.integer({ min: PARAMETERS_MAX - 100, max: PARAMETERS_MAX + 100 }).map((n) => ({ type: "object", description: "x".repeat(n) })) },
+  // Nested near the bound, or thousands deep (past what JSON.stringify can write).
+  { weight: 1, arbitrary: fc.constantFrom(...[PARAMETERS_DEPTH_MAX / 2 - 1, PARAMETERS_DEPTH_MAX / 2, PARAMETERS_DEPTH_MAX / 2 + 1, 3_000].map(nested)) },
   // Lone halves of a pair in its descriptions and names.
   { weight: 1, arbitrary: fc.tuple(fc.constantFrom("\ud800", "\udc00", "\\ud800", "😀"), fc.constantFrom("k\udbff", "k")).map(([d, k]) => ({ type: "object", properties: { [k]: { type: "string", description: `a ${d}` } } })) },
 );
@@ -66,6 +75,7 @@ describe("the calls a turn offers, fuzzed", () => {
           // Never cut inside a character, and no lone half of a pair from the tool: a provider refuses a body with one.
           expect(o.description.isWellFormed()).toBe(true);
           expect(JSON.stringify(o.parameters).length).toBeLessThanOrEqual(PARAMETERS_MAX);
+          expect(nestsWithin(o.parameters, PARAMETERS_DEPTH_MAX)).toBe(true);
           expect(strings(o.parameters).every((t) => t.isWellFormed())).toBe(true);
           expect(listed[o.with]?.name).toBe(o.tool);
         }

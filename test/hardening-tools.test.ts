@@ -19,11 +19,12 @@ import { assertBuilt, BIN, ROOT } from "./fixtures/built.js";
 
 const EVERYTHING = `"${process.execPath}" "${ROOT}node_modules/@modelcontextprotocol/server-everything/dist/index.js" stdio`;
 const PROBE = join(ROOT, "dist/test/probe-server.js");
+const RAW = join(ROOT, "dist/test/raw-tool-server.js");
 
 let server: ModelServer;
 const cleanup = daemonTestHooks([BIN, "dist/daemon/serve.js", "dist/acp/app.js"], (s) => (server = s));
 // The probe runs from dist/, as the daemon does.
-beforeAll(() => assertBuilt(["dist/test/probe-server.js"], ["test/probe-server.ts"]));
+beforeAll(() => assertBuilt(["dist/test/probe-server.js", "dist/test/raw-tool-server.js"], ["test/probe-server.ts", "test/raw-tool-server.ts"]));
 
 function agent(extra: Record<string, unknown> = {}): string {
   const dir = tempDir("lnk-hardening-tools-");
@@ -590,5 +591,30 @@ describe("lone halves of UTF-16 pairs", { timeout: 60_000 }, () => {
     const sent = server.requests.slice(-2).map((r) => JSON.stringify(r.body.messages));
     for (const body of sent) expect(body).toContain("half a pair \ufffd and the other \ufffd, a whole 😀");
     expect(await d.stop()).toEqual({ code: 0, signal: null });
+  });
+});
+
+describe("a call whose arguments' schema nests thousands deep", { timeout: 60_000 }, () => {
+  it("is left out, saying why in the log, and the tool's other calls are offered and called, turn after turn", async () => {
+    const dir = agent();
+    const d = daemon(["--agent", dir]);
+    const { c, sessionId } = await session(d, [{ name: "raw", command: process.execPath, args: [RAW], env: [{ name: "RAW_DEPTH", value: "3000" }] }]);
+    let offered: string[] = [];
+    server.script(
+      (r) => {
+        offered = functionsOf(r).map((f) => f.name);
+        return { tool_calls: [{ name: "raw__plain", arguments: {} }] };
+      },
+      { text: "Called." },
+      { text: "Again." },
+    );
+    expect(await prompt(c, sessionId, "call it")).toMatchObject({ stopReason: "end_turn" });
+    expect(offered).toEqual(["raw__plain"]);
+    expect(results(dir, sessionId)).toEqual([expect.objectContaining({ error: false, text: "called plain" })]);
+    expect(await prompt(c, sessionId, "again")).toMatchObject({ stopReason: "end_turn" });
+    expect(functionsOf(server.requests.at(-1) as RecordedRequest).map((f) => f.name)).toEqual(["raw__plain"]);
+    expect(await d.stop()).toEqual({ code: 0, signal: null });
+    const left = logLines(d).filter((l) => l.msg === "a tool's call is not offered");
+    expect(left).toEqual([expect.objectContaining({ tool: "raw", call: "deep", why: "its arguments' schema nests deeper than 128 arrays and objects" })]);
   });
 });

@@ -8,6 +8,7 @@
 // the provider's cache holds.
 import { createHash } from "node:crypto";
 import { z } from "zod";
+import { nestsWithin } from "../../protocol/index.js";
 import { cutDescription, TOOL_SEPARATOR } from "../../turn/tools.js";
 import { wellFormed, wellFormedJson } from "../../turn/wellformed.js";
 import type { ListedCall } from "./session.js";
@@ -20,6 +21,13 @@ export const OFFERED_MAX = 128;
 export const DESCRIPTION_MAX = 8_192;
 /** A call whose arguments' schema is longer than this as JSON (in characters) is not offered: a schema can't be cut. */
 export const PARAMETERS_MAX = 64 * 1024;
+/**
+ * A call whose arguments' schema nests deeper than this in arrays and objects is not offered: a schema
+ * thousands deep can't be written as JSON (the stack runs out), and would drop the tool's whole list.
+ * As deep as the arguments a call may be sent (protocol's THINKING_DEPTH_MAX) and twice more: each of
+ * their levels is two of a schema's (`properties`, then the field).
+ */
+export const PARAMETERS_DEPTH_MAX = 128;
 /** The most calls kept of one tool's list: its pages past them are not asked for. */
 export const LISTED_MAX = 1_024;
 /** The most characters of one tool's list kept (names, descriptions as cut, schemas): past them it is read no further. */
@@ -80,6 +88,9 @@ export function listedCall(call: string, description: string, parameters: Record
   }
   // A lone surrogate in what is offered would have the provider refuse every request while the tool is set.
   const cut = cutDescription(wellFormed(description), DESCRIPTION_MAX);
+  if (!nestsWithin(parameters, PARAMETERS_DEPTH_MAX)) {
+    return { listed: { call, description: cut, parameters: {}, unfit: `its arguments' schema nests deeper than ${PARAMETERS_DEPTH_MAX} arrays and objects` }, chars: call.length + cut.length + EMPTY_SCHEMA };
+  }
   const json = JSON.stringify(parameters);
   const schema = json.length;
   if (schema > PARAMETERS_MAX) {
