@@ -618,3 +618,28 @@ describe("a call whose arguments' schema nests thousands deep", { timeout: 60_00
     expect(left).toEqual([expect.objectContaining({ tool: "raw", call: "deep", why: "its arguments' schema nests deeper than 128 arrays and objects" })]);
   });
 });
+
+describe("a tool that shows thousands of links", { timeout: 60_000 }, () => {
+  /** The resource links a tool call's update shows. */
+  const linksOf = (u: { content?: unknown[] | null }) => (u.content ?? []).filter((x) => (x as { content?: { type?: string } }).content?.type === "resource_link");
+
+  it("has the client shown 100 of an answer's, the rest counted as left out; a round's links held to 32 MiB with its images", async () => {
+    const { dir, d, c, sessionId } = await probeWith("PROBE_HOSTILE", "1");
+    const wide = Array.from({ length: 4 }, (_, i) => ({ id: `wide${i}`, name: "probe__many_links", arguments: { count: 100, uri_bytes: 100 * 1024 } }));
+    server.script({ tool_calls: [{ id: "many", name: "probe__many_links", arguments: { count: 5000 } }] }, { tool_calls: wide }, { text: "Seen." });
+    expect(await prompt(c, sessionId, "show me")).toMatchObject({ stopReason: "end_turn" });
+    const done = of(c.updates, "tool_call_update").filter((u) => u.status === "completed");
+    expect(done).toHaveLength(5);
+    const [many, ...round] = done;
+    expect(linksOf(many ?? {})).toHaveLength(100);
+    expect(JSON.stringify(many?.content)).toContain("[4900 more resource links left out: an answer shows at most 100]");
+    expect(JSON.stringify(many).length).toBeLessThan(64 * 1024);
+    const [first] = results(dir, sessionId).map((r) => r as { text: string });
+    expect(first?.text).toContain("[resource_link file:///links/99/ link 99]");
+    expect(first?.text).not.toContain("file:///links/100/");
+    expect(first?.text).toContain("[4900 more resource links left out: an answer shows at most 100]");
+    // Four answers of 100 links of 100 KiB each, 40 MiB: three are shown theirs, within 32 MiB.
+    expect(round.map((u) => linksOf(u).length).sort()).toEqual([0, 100, 100, 100]);
+    expect(await d.stop()).toEqual({ code: 0, signal: null });
+  });
+});

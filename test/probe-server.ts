@@ -3,7 +3,7 @@
 // only once several calls run at once (so a test sees calls side by side, not by the clock), or answer
 // with as many bytes as asked; or (PROBE_WIDE) lists calls past the bounds of what is offered. A
 // hostile one too (PROBE_HOSTILE): it starts a process of its own that outlives it, floods its client with pings
-// while it reads nothing, shows links named with a variable of its environment, lists a call named
+// while it reads nothing, shows links named with a variable of its environment or thousands of them, lists a call named
 // with one (PROBE_NAMED), or says what a file holds on stderr and exits as it starts (PROBE_SAY_FILE);
 // or is slow to exit (PROBE_LINGER_FILE); or (PROBE_SURROGATE) says lone halves of UTF-16 pairs.
 // Usage: node dist/test/probe-server.js
@@ -60,6 +60,20 @@ if (process.env.PROBE_HOSTILE) {
     more();
     return new Promise<never>(() => {});
   });
+
+  server.registerTool(
+    "many_links",
+    { description: "Shows `count` resource links, each addressed in at least `uri_bytes` characters.", inputSchema: { count: z.number().int().min(1), uri_bytes: z.number().int().min(0).optional() } },
+    ({ count, uri_bytes }) => {
+      const path = "p".repeat(uri_bytes ?? 0);
+      return {
+        content: [
+          { type: "text", text: `${count} links` },
+          ...Array.from({ length: count }, (_, i) => ({ type: "resource_link" as const, uri: `file:///links/${i}/${path}`, name: `link ${i}` })),
+        ],
+      };
+    },
+  );
 
   server.registerTool("links", { description: "Shows a link and an image named with a variable of its environment.", inputSchema: { name: z.string() } }, ({ name }) => {
     const value = process.env[name] ?? "";

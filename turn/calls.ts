@@ -5,9 +5,10 @@ import { wellFormed } from "./wellformed.js";
 
 export const ANSWER_MAX_BYTES = 32 * 1024;
 /**
- * The most characters of images the answers of one round show the client (each is at most 10 MiB):
- * past it, an answer's images are left out of what the client is shown (its text says they were
- * there). A round of a hundred calls each showing a large image held and sent a gigabyte.
+ * The most characters of images and links the answers of one round show the client (an image is at
+ * most 10 MiB): past it, an answer's images, then its links, are left out of what the client is
+ * shown (its text says they were there). A round of a hundred calls each showing a large image held
+ * and sent a gigabyte.
  */
 export const ROUND_MEDIA_MAX = 32 * 1024 * 1024;
 
@@ -18,8 +19,9 @@ export const ROUND_MEDIA_MAX = 32 * 1024 * 1024;
  */
 export const CALLS_AT_ONCE = 8;
 
-/** The characters of an answer's images. */
-const mediaChars = (media: readonly ToolMedia[]): number => media.reduce((sum, m) => sum + (m.type === "image" ? m.data.length : 0), 0);
+/** The characters of an answer's images, or of its links (their address, name and type). */
+const mediaChars = (media: readonly ToolMedia[], type: ToolMedia["type"]): number =>
+  media.reduce((sum, m) => sum + (m.type !== type ? 0 : m.type === "image" ? m.data.length : m.uri.length + m.name.length + (m.mimeType?.length ?? 0)), 0);
 
 /** Cuts an answer to 32 KiB of UTF-8, saying so where it's cut. */
 export function cutAnswer(text: string): { text: string; truncated: boolean } {
@@ -81,9 +83,11 @@ export async function runCalls(
       }
     }
     if (signal?.aborted) [text, error, media] = ["cancelled: the turn was stopped before the tool answered", true, undefined];
-    if (media?.length) {
-      const chars = mediaChars(media);
-      if (shown + chars > ROUND_MEDIA_MAX) media = media.filter((m) => m.type !== "image");
+    // Images, then links, each kept while the round's media fit (a link's address may be megabytes).
+    for (const type of ["image", "resource_link"] as const) {
+      if (!media?.length) break;
+      const chars = mediaChars(media, type);
+      if (shown + chars > ROUND_MEDIA_MAX) media = media.filter((m) => m.type !== type);
       else shown += chars;
     }
     // A lone surrogate kept would go back to the model at every later turn, which a provider refuses.

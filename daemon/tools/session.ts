@@ -487,12 +487,19 @@ function listed(tool: Tool): { listed: ListedCall; chars: number } {
 /** The most of an image a call's answer shows the client, in bytes of its data (a message's part may be 10 MiB). */
 const MEDIA_MAX = 10 * 1024 * 1024;
 
-/** What a result showed beside its text, for the client: its images (each at most 10 MiB) and resource links. */
+/**
+ * The most resource links of one answer shown to the client and named in its text: the rest are
+ * counted, as left out. A tool's answer of 100,000 links was one update of megabytes to the client.
+ */
+export const LINKS_MAX = 100;
+
+/** What a result showed beside its text, for the client: its images (each at most 10 MiB) and its first LINKS_MAX resource links. */
 export function mediaOf(result: CallToolResult): ToolMedia[] {
   const out: ToolMedia[] = [];
+  let links = 0;
   for (const item of result.content) {
     if (item.type === "image" && Buffer.byteLength(item.data, "base64") <= MEDIA_MAX) out.push({ type: "image", data: item.data, mimeType: item.mimeType });
-    else if (item.type === "resource_link") out.push({ type: "resource_link", uri: item.uri, name: item.name, ...(item.mimeType ? { mimeType: item.mimeType } : {}) });
+    else if (item.type === "resource_link" && links++ < LINKS_MAX) out.push({ type: "resource_link", uri: item.uri, name: item.name, ...(item.mimeType ? { mimeType: item.mimeType } : {}) });
   }
   return out;
 }
@@ -501,6 +508,7 @@ export function mediaOf(result: CallToolResult): ToolMedia[] {
 export function answerText(result: CallToolResult): string {
   const parts: string[] = [];
   let hasText = false;
+  let links = 0;
   for (const item of result.content) {
     switch (item.type) {
       case "text":
@@ -523,7 +531,7 @@ export function answerText(result: CallToolResult): string {
         break;
       }
       case "resource_link":
-        parts.push(`[resource_link ${item.uri}${item.name ? ` ${item.name}` : ""}${item.description ? `: ${item.description}` : ""}]`);
+        if (links++ < LINKS_MAX) parts.push(`[resource_link ${item.uri}${item.name ? ` ${item.name}` : ""}${item.description ? `: ${item.description}` : ""}]`);
         break;
       default: {
         const never: never = item;
@@ -531,6 +539,7 @@ export function answerText(result: CallToolResult): string {
       }
     }
   }
+  if (links > LINKS_MAX) parts.push(`[${links - LINKS_MAX} more resource links left out: an answer shows at most ${LINKS_MAX}]`);
   if (!hasText && result.structuredContent !== undefined) parts.push(JSON.stringify(result.structuredContent));
   return parts.join("\n");
 }
