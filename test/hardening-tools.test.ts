@@ -237,8 +237,8 @@ describe("a tool that answers at length", { timeout: 30_000 }, () => {
 });
 
 /** An agent, its daemon, and a session with the probe as its client's tool, started with `name`=`value`. */
-async function probeWith(name: string, value: string): Promise<{ dir: string; d: Daemon; c: Client; sessionId: string }> {
-  const dir = agent();
+async function probeWith(name: string, value: string, extra: Record<string, unknown> = {}): Promise<{ dir: string; d: Daemon; c: Client; sessionId: string }> {
+  const dir = agent(extra);
   const d = daemon(["--agent", dir]);
   return { dir, d, ...(await session(d, [{ name: "probe", command: process.execPath, args: [PROBE], env: [{ name, value }] }])) };
 }
@@ -624,7 +624,8 @@ describe("a tool that shows thousands of links", { timeout: 60_000 }, () => {
   const linksOf = (u: { content?: unknown[] | null }) => (u.content ?? []).filter((x) => (x as { content?: { type?: string } }).content?.type === "resource_link");
 
   it("has the client shown 100 of an answer's, the rest counted as left out; a round's links held to 32 MiB with its images", async () => {
-    const { dir, d, c, sessionId } = await probeWith("PROBE_HOSTILE", "1");
+    // A window that takes the round's four answers of 32 KiB each, so the turn asks again after them.
+    const { dir, d, c, sessionId } = await probeWith("PROBE_HOSTILE", "1", { window: { max: 200_000 } });
     const wide = Array.from({ length: 4 }, (_, i) => ({ id: `wide${i}`, name: "probe__many_links", arguments: { count: 100, uri_bytes: 100 * 1024 } }));
     server.script({ tool_calls: [{ id: "many", name: "probe__many_links", arguments: { count: 5000 } }] }, { tool_calls: wide }, { text: "Seen." });
     expect(await prompt(c, sessionId, "show me")).toMatchObject({ stopReason: "end_turn" });
