@@ -215,6 +215,14 @@ export async function stdioClient(d: Daemon, cleanup: (() => unknown)[]): Promis
   return c;
 }
 
+/** A daemon of the agent in `dir` on stdio, watched, the ACP SDK client on it, and a new session with `cwd`. */
+export async function stdioSession(dir: string, cleanup: (() => unknown)[], cwd = dir): Promise<{ d: Daemon; c: Client; sessionId: string }> {
+  const d = watched(startDaemon(["--agent", dir]), cleanup);
+  const c = await stdioClient(d, cleanup);
+  const { sessionId } = await c.agent.request(acp.methods.agent.session.new, { cwd, mcpServers: [] });
+  return { d, c, sessionId };
+}
+
 /** An ACP stream over a TCP connection to 127.0.0.1:`port` (the daemon's port endpoint). */
 export async function portStream(port: number, host = "127.0.0.1"): Promise<{ stream: acp.Stream; socket: Socket }> {
   const socket = netConnect({ port, host });

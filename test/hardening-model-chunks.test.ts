@@ -5,7 +5,7 @@
 import * as acp from "@agentclientprotocol/sdk";
 import { describe, expect, it } from "vitest";
 import { paths, readEventsFrom } from "../store/index.js";
-import { answerText, configure, daemonTestHooks, failure, openClient, scriptedSettings, startDaemon, stdioStream, tempDir, watched, type Client, type Daemon } from "./acp-client.js";
+import { answerText, configure, daemonTestHooks, failure, scriptedSettings, stdioSession, tempDir, type Client } from "./acp-client.js";
 import type { ModelServer } from "./model-server.js";
 import { BIN, ROOT } from "./fixtures/built.js";
 
@@ -19,13 +19,7 @@ function agent(): string {
   return dir.path;
 }
 
-async function session(dir: string): Promise<{ d: Daemon; c: Client; sessionId: string }> {
-  const d = watched(startDaemon(["--agent", dir]), cleanup);
-  const c = await openClient(stdioStream(d.child));
-  cleanup.push(() => c.close());
-  const { sessionId } = await c.agent.request(acp.methods.agent.session.new, { cwd: ROOT, mcpServers: [] });
-  return { d, c, sessionId };
-}
+const session = (dir: string) => stdioSession(dir, cleanup, ROOT);
 
 const prompt = (c: Client, sessionId: string, s: string) => c.agent.request(acp.methods.agent.session.prompt, { sessionId, prompt: [{ type: "text", text: s }] });
 const events = (dir: string, thread: string) => readEventsFrom(paths({ dir }).conversation(thread), 1).map((e) => e.event);

@@ -11,7 +11,7 @@ import { describe, expect, it } from "vitest";
 import { AgentUsage, type AssistantMessage } from "../protocol/index.js";
 import { eventName, paths, readEventsFrom, readUsageMark } from "../store/index.js";
 import { ANSWER_COST_MAX, ANSWER_TOKENS_MAX } from "../turn/model.js";
-import { configure, daemonTestHooks, scriptedSettings, startDaemon, stdioClient, tempDir, watched } from "./acp-client.js";
+import { configure, daemonTestHooks, scriptedSettings, stdioSession, tempDir } from "./acp-client.js";
 import { BIN, MAIN } from "./fixtures/built.js";
 import type { ModelServer } from "./model-server.js";
 
@@ -37,9 +37,7 @@ describe("usage numbers at and past their bounds", { timeout: 30_000 }, () => {
     const dir = tempDir();
     cleanup.push(() => dir.remove());
     configure(dir.path, scriptedSettings(server.url));
-    const d = watched(startDaemon(["--agent", dir.path]), cleanup);
-    const c = await stdioClient(d, cleanup);
-    const { sessionId } = await c.agent.request(acp.methods.agent.session.new, { cwd: dir.path, mcpServers: [] });
+    const { d, c, sessionId } = await stdioSession(dir.path, cleanup);
     const big = `{"prompt_tokens":${Number.MAX_SAFE_INTEGER},"completion_tokens":${ANSWER_TOKENS_MAX + 1},"cost":${Number.MAX_VALUE}}`;
     const atBound = `{"prompt_tokens":${ANSWER_TOKENS_MAX},"completion_tokens":${ANSWER_TOKENS_MAX},"cost":${ANSWER_COST_MAX}}`;
     server.script({ text: "One.", usageJson: big }, { text: "Two.", usageJson: atBound }, { text: "Three.", usageJson: atBound });
@@ -59,9 +57,7 @@ describe("usage numbers at and past their bounds", { timeout: 30_000 }, () => {
     const dir = tempDir();
     cleanup.push(() => dir.remove());
     configure(dir.path, scriptedSettings(server.url));
-    const d = watched(startDaemon(["--agent", dir.path]), cleanup);
-    const c = await stdioClient(d, cleanup);
-    const { sessionId } = await c.agent.request(acp.methods.agent.session.new, { cwd: dir.path, mcpServers: [] });
+    const { d, c, sessionId } = await stdioSession(dir.path, cleanup);
     server.script({ text: "One.", usage: { prompt_tokens: 10, completion_tokens: 2, cost: 0.5 } });
     await c.agent.request(acp.methods.agent.session.prompt, { sessionId, prompt: [{ type: "text", text: "one" }] });
     expect(await d.stop()).toEqual({ code: 0, signal: null });
