@@ -303,6 +303,15 @@ export class EventGapError extends StoreError {
 }
 
 /**
+ * Throws EventGapError when a number is missing among the conversation's events with events after
+ * it: for a writer that read none of them (a choice written with no lock), one look at the folder.
+ */
+export function checkNoGap(conv: ConversationPaths): void {
+  const numbers = listEventNumbers(conv);
+  for (let i = 0; i < numbers.length; i++) if (numbers[i] !== i + 1) throw new EventGapError(conv, i + 1);
+}
+
+/**
  * The number a writer that read a conversation under its lock through event `readThrough` (the
  * first missing number after it) takes next: the one after the last known written. Higher than
  * `readThrough + 1` only when events were written since by a writer that takes no lock (then that

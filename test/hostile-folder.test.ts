@@ -191,6 +191,18 @@ describe("a number missing among a conversation's events, with events after it",
     }
     expect(server.requests).toHaveLength(1);
 
+    // A command is written past the gap no more than a turn is: a choice with no lock, and one that begins a conversation under it.
+    for (const command of ["/model:set other-model", "/chat:create side"]) {
+      const d = daemon(dir);
+      const c = await client(d);
+      await c.agent.request(acp.methods.agent.session.load, { sessionId: "t1", cwd: "/", mcpServers: [] });
+      const err = await failure(prompt(c, "t1", command));
+      expect(err.message, command).toContain(`event 3 (${conv.event(3)}) is missing, and events after it are there`);
+      await lockFreed(conv.lock);
+      await d.stop();
+      expect(numbered(dir, "t1")).toEqual(["000000000001.json", "000000000002.json", "000000000004.json"]);
+    }
+
     // The first number missing: the same, for a conversation no process has read.
     const other = paths({ dir }).conversation("t2");
     mkdirSync(other.dir, { mode: 0o700 });

@@ -3,7 +3,7 @@
 // changes what the conversation remembers or does next is kept as a command event; its reply goes to
 // the chat only and is stored nowhere.
 import { ConversationName, nearest, type Command, type Event, type From, type Settings, type Verbosity, VERBOSITIES } from "../protocol/index.js";
-import { appendEvent, appendEventAfter, lastEventNumber, listRepositorySkills, listSkills, paths, repositoryOf, readEventsFrom, readMark, readSkill, withConversationLock, writeMark, type AgentRef, type ConversationPaths, type Skill } from "../store/index.js";
+import { appendEvent, appendEventAfter, checkNoGap, lastEventNumber, nextEventNumber, listRepositorySkills, listSkills, paths, repositoryOf, readEventsFrom, readMark, readSkill, withConversationLock, writeMark, type AgentRef, type ConversationPaths, type Skill } from "../store/index.js";
 import { chatMap, conversationEvents, FIRST, isBegin, sessionIdOf, splitSessionId, type ChatMap } from "./chat.js";
 import { applyChoice, conversationChoices, resumeEvent, type Chosen } from "./history.js";
 import type { IncomingMessage } from "./types.js";
@@ -95,6 +95,8 @@ async function writeBegin(
   const conv = conversationOf(ctx);
   return withConversationLock(conv, async () => {
     let { map, last } = readChat(conv);
+    // Nothing is written past a number missing, where no reader looks (EventGapError).
+    nextEventNumber(conv, last);
     const resume = ctx.conversation !== undefined ? resumeEvent(conv, ctx.conversation, map, ctx.time) : undefined;
     if (resume) {
       // Checked first as it will be once its conversation is current: a command refused writes nothing, not even that.
@@ -221,6 +223,8 @@ async function writeChoice(ctx: CommandContext, event: Command): Promise<void> {
   const conv = conversationOf(ctx);
   const own = ctx.conversation;
   if (own === undefined) {
+    // Not past a number missing, where no reader looks (EventGapError).
+    checkNoGap(conv);
     await appendEvent(conv, event);
     return;
   }
