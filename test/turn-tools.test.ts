@@ -32,10 +32,10 @@ afterAll(async () => {
   for (const d of dirs) rmSync(d, { recursive: true, force: true });
 });
 
-function agent(): AgentRef {
+function agent(extra: Record<string, unknown> = {}): AgentRef {
   const dir = mkdtempSync(join(tmpdir(), "lh-turn-tools-"));
   dirs.push(dir);
-  writeSettings({ dir }, { model: { provider: "test", name: "scripted", base_url: server.url } });
+  writeSettings({ dir }, { model: { provider: "test", name: "scripted", base_url: server.url }, ...extra });
   return { dir };
 }
 
@@ -124,6 +124,22 @@ describe("a turn with tools", () => {
     const offered = toolNames(server.requests.at(-1)!).length;
     expect(offered).toBeGreaterThan(0);
     expect(outcome.failure?.message).toMatch(new RegExp(`sent 2 messages, about \\d+ tokens, and ${offered} tool calls offered, about [1-9]\\d* tokens \\(window`));
+    await host.close();
+  });
+
+  it("a window the instructions and the tools offered fill alone: the turn is refused as too long, naming them, and nothing is sent", async () => {
+    host = new McpToolHost();
+    const a = agent({ window: { max: 600, answer: 100, margin: 0 } });
+    // A new conversation's first request waits for no window (a runtime may still be asked for it): the turn after it does.
+    server.script({ text: "Hello." });
+    await turn(a, "hello", [memory(a.dir)]);
+    const before = server.requests.length;
+    const { outcome } = await turn(a, "again", [memory(a.dir)]);
+    expect(outcome.failure?.reason).toBe("context_too_long");
+    expect(outcome.failure?.message).toMatch(/the instructions and the tools offered take about \d+ tokens, of them \d+ tool calls offered, about \d+ tokens, all the 600-token window \(from settings\) leaves a request: the request was not sent/);
+    expect(server.requests.length).toBe(before);
+    const events = readEventsFrom(paths(a).conversation("t"), 1).map((e) => e.event);
+    expect(events.map((e) => e.kind)).toEqual(["message", "message", "message", "failure"]);
     await host.close();
   });
 

@@ -13,7 +13,7 @@ import { partsFor } from "./parts.js";
 import { askModel, ModelError, type ModelAnswer } from "./model.js";
 import { eventsToMessages, type ChatMessage } from "./prompt.js";
 import { composeSections, messageHeader, systemPrompt } from "./sections.js";
-import { openOptions, type ToolBox } from "./tools.js";
+import { openOptions, type OfferedCall, type ToolBox } from "./tools.js";
 import { updateTranscript } from "./transcript.js";
 import type { IncomingMessage, TurnInput, TurnListener, TurnOutcome } from "./types.js";
 import { addTokens, promptChanges, usageReport } from "./usage.js";
@@ -234,6 +234,14 @@ class Turn {
     return outcome;
   }
 
+  /** The turn's end, when the instructions and the tools offered (`fixed` tokens) take all the window leaves a request. */
+  private async crowded(history: History, window: ModelWindow, fixed: number, calls: readonly OfferedCall[]): Promise<TurnOutcome> {
+    const message = `the instructions and the tools offered take about ${fixed} tokens${offeredText(calls).replace(/^, and/, ", of them")}, all the ${window.window}-token window (from ${window.source}) leaves a request: the request was not sent. Narrow the agent's tools (its tools.json, or the session's mcpServers), or use a model with a larger window`;
+    const outcome = await this.fail("context_too_long", message, history);
+    this.finish(history);
+    return outcome;
+  }
+
   /** The question's write, once begun. */
   private question: Promise<number> | undefined;
 
@@ -332,6 +340,10 @@ class Turn {
       // is one the endpoint would refuse, or take whole at the window's cost. Said here, not sent.
       const outgrown = round > 0 ? await this.outgrew(history, await windowKnown(), "the next round was not sent") : undefined;
       if (outgrown) return outgrown;
+      // Instructions and tools that leave the conversation no room in the window: a request every
+      // endpoint refuses, whatever the conversation holds, and that a new conversation would not mend.
+      const crowded = round === 0 && window !== undefined && fixed >= conversationShare(window, 0, settings) ? await this.crowded(history, window, fixed, calls) : undefined;
+      if (crowded) return crowded;
       const callNothing = round >= MAX_ROUNDS;
       const messages: ChatMessage[] = [{ role: "system", content: system }, ...eventsToMessages(history.window(), { tools: calls.length > 0 })];
       let answer: ModelAnswer;
