@@ -14,7 +14,7 @@ import { initializeResult } from "./initialize.js";
 import { owe } from "./delivery.js";
 import { groupSession, onlyMention } from "./groups.js";
 import { LinkConnection, withLinkMethods } from "./link.js";
-import { NewSessionLink, OVERSIZED_METHOD, ParamsError, PromptLink, SessionLink, TOO_DEEP_METHOD, parseLink, servedAgent } from "./meta.js";
+import { NewSessionLink, NOT_TEXT_METHOD, OVERSIZED_METHOD, ParamsError, PromptLink, SessionLink, TOO_DEEP_METHOD, parseLink, servedAgent } from "./meta.js";
 import { configOptions, configOptionsNow, setModel } from "./model.js";
 import { availableCommands } from "./commands.js";
 import { ASP_EXPORT, ASP_IMPORT, aspExport, aspImport } from "./asp.js";
@@ -25,6 +25,7 @@ import { turnKey, Turns, type StartTurn, type Subscriber } from "./turns.js";
 
 const Oversized = z.object({ bytes: z.number(), max: z.number() });
 const TooDeep = z.object({ max: z.number() });
+const NotText = z.object({});
 
 /** What every connection shares: the agent's sessions and the turns running. */
 export class AcpState {
@@ -450,6 +451,13 @@ export function createAgentApp(state: AcpState, outbox: Outbox, connection = new
       TooDeep,
       guard(({ params }) => {
         throw acp.RequestError.invalidRequest(params, `the message nests arrays and objects deeper than this agent's limit of ${params.max}`);
+      }),
+    )
+    .onRequest(
+      NOT_TEXT_METHOD,
+      NotText,
+      guard(() => {
+        throw acp.RequestError.invalidRequest(undefined, "the message is not UTF-8 text, the only encoding JSON-RPC over ACP is read in");
       }),
     );
   return withLinkMethods(app, { key: deps.key, agent: deps.agent, served, log }, connection);

@@ -17,6 +17,8 @@ export const INITIALIZE_META = {
 export const OVERSIZED_METHOD = "_link/oversized";
 /** Stands in for a message that nests too deep to read (daemon/lines.ts), so its request still gets an answer. */
 export const TOO_DEEP_METHOD = "_link/too-deep";
+/** Stands in for a message whose bytes are not UTF-8 text (daemon/lines.ts), so its request still gets an answer. */
+export const NOT_TEXT_METHOD = "_link/not-text";
 
 export function initializeResult(version: string) {
   return {

@@ -4,7 +4,7 @@ import { z } from "zod";
 import { From, Thread, Verbosity, describeIssues } from "../protocol/index.js";
 import type { AgentRef } from "../store/index.js";
 
-export { INITIALIZE_META, OVERSIZED_METHOD, TOO_DEEP_METHOD } from "./initialize.js";
+export { INITIALIZE_META, NOT_TEXT_METHOD, OVERSIZED_METHOD, TOO_DEEP_METHOD } from "./initialize.js";
 
 const name = z.string().min(1).max(256);
 

@@ -3,11 +3,11 @@
 // which the agent refuses under the request's own id; a notification is dropped. Anyone on the
 // machine can reach 127.0.0.1, where a Unix socket of mode 0600 or stdio reaches only its owner.
 import { LINK_METHODS, type LinkConnection } from "../acp/link.js";
-import { OVERSIZED_METHOD, TOO_DEEP_METHOD } from "../acp/initialize.js";
+import { NOT_TEXT_METHOD, OVERSIZED_METHOD, TOO_DEEP_METHOD } from "../acp/initialize.js";
 import { parseLine } from "./lines.js";
 
 /** What is served before the proof: the handshake, the proof, and the stand-ins for lines too large or deep to read. */
-const OPEN: ReadonlySet<string> = new Set(["initialize", LINK_METHODS.prove, OVERSIZED_METHOD, TOO_DEEP_METHOD]);
+const OPEN: ReadonlySet<string> = new Set(["initialize", LINK_METHODS.prove, OVERSIZED_METHOD, TOO_DEEP_METHOD, NOT_TEXT_METHOD]);
 
 /**
  * What an unproved line that can't be read goes on as: a line no one reads as JSON, which the agent

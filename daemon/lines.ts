@@ -2,7 +2,8 @@
 // and stands in as a small request the agent refuses, so the connection lives on and the client's
 // request still gets an answer. So does a message that nests deeper than the limit: the SDK's answer
 // to one (its error echoes what it read) overflowed the stack and closed the connection.
-import { OVERSIZED_METHOD, TOO_DEEP_METHOD } from "../acp/initialize.js";
+import { isUtf8 } from "node:buffer";
+import { NOT_TEXT_METHOD, OVERSIZED_METHOD, TOO_DEEP_METHOD } from "../acp/initialize.js";
 
 /** How much of an oversized line is kept to find its request id. */
 const HEAD = 4096;
@@ -180,8 +181,20 @@ export function tooDeepLine(text: string, max: number): string {
   return `${JSON.stringify(stand)}\n`;
 }
 
-/** A whole line as it goes on: itself, or its stand-in when it nests too deep. */
+/**
+ * The line that stands in for one whose bytes are not UTF-8 text (JSON's own encoding): a request
+ * the agent refuses, or (no id found) not a request at all. Decoded as it is, each bad byte would
+ * be read as U+FFFD, and the message taken with text its client never sent.
+ */
+export function notTextLine(text: string): string {
+  const id = topLevelId(text);
+  const stand = id !== undefined ? { jsonrpc: "2.0", id, method: NOT_TEXT_METHOD, params: {} } : "message is not UTF-8 text";
+  return `${JSON.stringify(stand)}\n`;
+}
+
+/** A whole line as it goes on: itself, or its stand-in when it is not UTF-8 text or nests too deep. */
 function checked(line: Uint8Array, decoder: TextDecoder, encoder: TextEncoder): Uint8Array {
+  if (!isUtf8(line)) return encoder.encode(notTextLine(decoder.decode(line)));
   return nestsDeeper(line, MAX_DEPTH) ? encoder.encode(tooDeepLine(decoder.decode(line), MAX_DEPTH)) : line;
 }
 

@@ -1,7 +1,7 @@
 // stdio for a process serving several agents (--agents): each request goes to the agent its
 // `_meta.link.agent` names (a name or an id), on a connection of that agent's own, and every
 // agent's answers come back on the one output. `initialize` goes to each, and is answered once.
-import { OVERSIZED_METHOD, TOO_DEEP_METHOD } from "../acp/initialize.js";
+import { NOT_TEXT_METHOD, OVERSIZED_METHOD, TOO_DEEP_METHOD } from "../acp/initialize.js";
 import { answerId } from "./front.js";
 import { parseLine } from "./lines.js";
 
@@ -15,7 +15,7 @@ export interface Routed {
 }
 
 /** Stand-ins for lines too large or too deep to read: answered by any agent, each refuses them alike. */
-const ANY_AGENT: ReadonlySet<string> = new Set([OVERSIZED_METHOD, TOO_DEEP_METHOD]);
+const ANY_AGENT: ReadonlySet<string> = new Set([OVERSIZED_METHOD, TOO_DEEP_METHOD, NOT_TEXT_METHOD]);
 
 interface Message {
   id?: unknown;

@@ -1,6 +1,7 @@
 // The ACP layer in process, against a stand-in turn: sessions, steering, cancel, tool calls always
 // closed, errors, replay, prompt content and oversized lines.
 import { failure } from "./acp-client.js";
+import { isUtf8 } from "node:buffer";
 import { mkdtempSync, rmSync, symlinkSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
@@ -460,6 +461,28 @@ describe("oversized lines", () => {
             else expect(stand).toMatchObject({ method: "_link/oversized", params: { bytes: size(text), max } });
           }
         });
+      }),
+      { numRuns: 500 },
+    );
+  });
+
+  it("hands on a line of any bytes as it is when they are UTF-8 text, and a stand-in the agent refuses when they are not", () => {
+    const lineBytes = fc.uint8Array({ maxLength: 40 }).map((b) => b.map((x) => (x === 0x0a ? 0x20 : x)));
+    const withId = fc.tuple(lineBytes, fc.integer({ min: 0, max: 999 })).map(([b, id]) => Buffer.concat([Buffer.from(`{"jsonrpc":"2.0","id":${id},"method":"m","params":"`), b, Buffer.from('"}')]));
+    fc.assert(
+      fc.property(fc.oneof(lineBytes, withId), (bytes) => {
+        const lines: Uint8Array[] = [];
+        const splitter = new LineSplitter(1024);
+        splitter.push(Buffer.concat([bytes, Buffer.of(0x0a)]), (l) => void lines.push(l));
+        splitter.end((l) => void lines.push(l));
+        expect(lines).toHaveLength(1);
+        const got = Buffer.from(lines[0] as Uint8Array);
+        if (isUtf8(bytes)) expect(got.equals(Buffer.concat([bytes, Buffer.of(0x0a)])) || JSON.parse(got.toString()).method === "_link/too-deep").toBe(true);
+        else {
+          const stand: unknown = JSON.parse(got.toString());
+          if (typeof stand === "string") expect(stand).toBe("message is not UTF-8 text");
+          else expect(stand).toMatchObject({ jsonrpc: "2.0", method: "_link/not-text", id: expect.any(Number) });
+        }
       }),
       { numRuns: 500 },
     );

@@ -122,6 +122,26 @@ describe("the front", () => {
     for (const i of leads.keys()) expect(got.filter((a) => a.id === 10 + i)).toEqual([expect.objectContaining({ error: expect.objectContaining({ message: expect.stringMatching(/cannot reach the model/) }) })]);
   });
 
+  it("refuses a line whose bytes are not UTF-8 text -32600, under its id when it has one, and serves the next; never reads it with U+FFFD for the bytes", async () => {
+    const d = new Child(process.execPath, [MAIN, "--agent", dir]);
+    d.proc.stdin.write(init(1));
+    await d.line((l) => l.includes('"id":1'));
+    const bad = (head: string, tail: string, bytes: number[]) => Buffer.concat([Buffer.from(head), Buffer.from(bytes), Buffer.from(tail)]);
+    // A lone continuation byte, an overlong encoding of "/", a surrogate's encoding, a byte UTF-8 never uses.
+    d.proc.stdin.write(bad('{"jsonrpc":"2.0","id":2,"method":"session/new","params":{"cwd":"/tmp', '","mcpServers":[]}}\n', [0x80]));
+    d.proc.stdin.write(bad('{"jsonrpc":"2.0","id":3,"method":"session/list","params":{"cwd":"', '"}}\n', [0xc0, 0xaf]));
+    d.proc.stdin.write(bad('{"jsonrpc":"2.0","id":4,"method":"session/list","params":{"x":"', '"}}\n', [0xed, 0xa0, 0x80]));
+    d.proc.stdin.write(bad('{"jsonrpc":"2.0","method":"session/cancel","params":{"sessionId":"', '"}}\n', [0xff]));
+    d.proc.stdin.write(line({ jsonrpc: "2.0", id: 5, method: "session/list", params: {} }));
+    await d.line((l) => l.includes('"id":5'));
+    d.proc.stdin.end();
+    expect((await d.exit()).code).toBe(0);
+    const got = answers(d.stdout);
+    for (const id of [2, 3, 4]) expect(got.filter((a) => a.id === id), String(id)).toEqual([expect.objectContaining({ error: expect.objectContaining({ code: -32600, message: expect.stringContaining("not UTF-8 text") }) })]);
+    expect(got.filter((a) => a.id === null)).toEqual([expect.objectContaining({ error: expect.objectContaining({ code: -32600 }) })]);
+    expect(got.filter((a) => a.id === 5)).toEqual([{ jsonrpc: "2.0", id: 5, result: { sessions: [] } }]);
+  });
+
   it("answers an initialize that comes in pieces, once", async () => {
     const d = new Child(process.execPath, [MAIN, "--agent", dir]);
     const whole = init(4);
