@@ -25,7 +25,7 @@ import { benchSettings } from "./agent.js";
 import { daemonNodeArgs } from "./daemon.js";
 import { Stamps, summarizeInside, turnsInside, type InsideSplit, type SeenTurn, type TurnInside } from "./inside.js";
 import type { OpenClawResult } from "./openclaw.js";
-import type { Stamp } from "./stamps.js";
+import { onMachineClock, type Stamp } from "./stamps.js";
 import { nodeStart } from "./start.js";
 import { summarize, type Summary } from "./stats.js";
 
@@ -193,7 +193,7 @@ export interface TurnTimes {
   after: number[];
   overhead: number[];
   client: number[];
-  /** Each turn's times as the client and the proxy saw them (ms since the epoch), the first too. */
+  /** Each turn's times as the client and the proxy saw them (ms on the machine's clock: stamps.ts machineNow), the first too. */
   seen: SeenTurn[];
   cpu?: number;
 }
@@ -204,7 +204,7 @@ export async function turns(d: Driven, proxy: TimingProxy, sessionId: string, n:
   const overhead: number[] = [];
   const client: number[] = [];
   const turnsSeen: SeenTurn[] = [];
-  const epoch = (t: number) => performance.timeOrigin + t;
+  const epoch = onMachineClock;
   let cpuFrom: number | undefined;
   for (let i = 0; i < n; i++) {
     if (i === 1) cpuFrom = cpuOf(d.child.pid);

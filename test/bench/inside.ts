@@ -9,7 +9,7 @@ import { summarize, type Summary } from "./stats.js";
 /** What a stamped process wrote (stamps.ts). */
 export const Stamps = z.array(z.tuple([z.enum(STAMP_KINDS), z.number()]));
 
-/** One turn as the client and the proxy saw it (ms since the epoch). */
+/** One turn as the client and the proxy saw it (ms on the machine's clock: stamps.ts machineNow). */
 export interface SeenTurn {
   /** The client sent the prompt. */
   sent: number;

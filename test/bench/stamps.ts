@@ -13,8 +13,19 @@ import { Socket } from "node:net";
 /** What a stamp notes: input read, a request written, an answer's chunk read, a response written. */
 export const STAMP_KINDS = ["in", "request", "answer", "response"] as const;
 export type StampKind = (typeof STAMP_KINDS)[number];
-/** A stamp: what happened, and when (ms since the epoch: performance.timeOrigin + performance.now(), comparable across processes). */
+/** A stamp: what happened, and when (ms on the machine's clock, machineNow: comparable across processes). */
 export type Stamp = [StampKind, number];
+
+/**
+ * Milliseconds on the machine's monotonic clock (CLOCK_MONOTONIC), one clock for every process of
+ * the machine. Not performance.timeOrigin + performance.now(): a process's time origin is taken
+ * from the wall clock as it starts, and a wall clock being slewed (by NTP, by a virtual machine's
+ * host) set two processes' times apart by some milliseconds a second, and no turn's stamps fit.
+ */
+export const machineNow = (): number => Number(process.hrtime.bigint()) / 1e6;
+
+/** A time of this process's performance.now(), on the machine's clock (both monotonic: one offset). */
+export const onMachineClock = (t: number): number => t + (machineNow() - performance.now());
 
 const RESPONSE = /^\{"jsonrpc":"2\.0","id":(?:"(?:[^"\\]|\\.)*"|-?\d+|null),"(?:result|error)":/;
 
@@ -33,7 +44,7 @@ interface Internals {
 const file = process.env.LNK_BENCH_STAMPS;
 if (file) {
   const stamps: Stamp[] = [];
-  const now = () => performance.timeOrigin + performance.now();
+  const now = machineNow;
   const fdOf = (s: Socket) => (s as unknown as Internals)._handle?.fd;
   const proto = Socket.prototype as unknown as Internals & { push: Socket["push"] };
   const push = proto.push;
