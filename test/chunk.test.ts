@@ -90,13 +90,14 @@ function carries(raw: unknown): boolean {
   return choices.some((c: unknown) => {
     const d = (c as { delta?: unknown } | null)?.delta;
     if (typeof d !== "object" || d === null || Array.isArray(d)) return false;
-    const { content, tool_calls: calls } = d as { content?: unknown; tool_calls?: unknown };
-    return (content != null && content !== "") || (calls != null && !(Array.isArray(calls) && calls.length === 0));
+    const any = (v: unknown) => v != null && v !== "" && !(Array.isArray(v) && v.length === 0);
+    const { content, tool_calls: calls, reasoning_content: thought, reasoning, reasoning_details: details } = d as Record<string, unknown>;
+    return [content, calls, thought, reasoning, details].some(any);
   });
 }
 
 /** A refusal's words: where in the chunk, and what it should be; nothing the endpoint sent. */
-const SAID = /^the model sent a chunk with text or calls that can't be read: (?:the chunk|[a-z_]+(?:\[\d+\]|\.[a-z_]+)*) is (?:not an? [a-z ]+|out of range|not of a chunk's shape)$/;
+const SAID = /^the model sent a chunk with text, thinking or calls that can't be read: (?:the chunk|[a-z_]+(?:\[\d+\]|\.[a-z_]+)*) is (?:not an? [a-z ]+|out of range|not of a chunk's shape)$/;
 
 describe("a streamed answer's chunk", () => {
   it("is taken by the plain check only as the schema takes it, and read as the schema reads it", () => {
@@ -159,10 +160,15 @@ describe("a streamed answer's chunk", () => {
     expect(readChunk(oddUsage)).toEqual({ id: "c", choices: [{ delta: { content: "a" } }], usage: undefined });
     const oddDetails = wire({ choices: [], usage: { prompt_tokens: 3, prompt_tokens_details: 7 } });
     expect((readChunk(oddDetails) as ChunkData | undefined)?.usage).toEqual({ prompt_tokens: 3, prompt_tokens_details: undefined });
-    expect(readChunk(wire({ choices: [{ delta: { tool_calls: [{ index: -1 }] } }] }))).toEqual(new Refused("the model sent a chunk with text or calls that can't be read: choices[0].delta.tool_calls[0].index is out of range"));
+    expect(readChunk(wire({ choices: [{ delta: { tool_calls: [{ index: -1 }] } }] }))).toEqual(new Refused("the model sent a chunk with text, thinking or calls that can't be read: choices[0].delta.tool_calls[0].index is out of range"));
     expect(readChunk(wire({ choices: [{ delta: { tool_calls: [{ index: 1.5 }] } }] }))).toEqual(
-      new Refused("the model sent a chunk with text or calls that can't be read: choices[0].delta.tool_calls[0].index is not a whole number"),
+      new Refused("the model sent a chunk with text, thinking or calls that can't be read: choices[0].delta.tool_calls[0].index is not a whole number"),
     );
+    // Thinking the schema can't read is refused too: a provider is sent its model's thinking back.
+    expect(readChunk(wire({ choices: [{ delta: { reasoning_content: "Let me think." }, finish_reason: 0 }] }))).toEqual(
+      new Refused("the model sent a chunk with text, thinking or calls that can't be read: choices[0].finish_reason is not a string"),
+    );
+    expect(readChunk(wire({ choices: [{ delta: { reasoning_details: [{ type: "reasoning.text", text: "hm" }], refusal: 5 } }] }))).toBeInstanceOf(Refused);
     // Nothing in it that the answer would lose: skipped.
     expect(readChunk(wire({ id: 7, choices: [] }))).toBeUndefined();
     expect(readChunk(wire({ choices: [{ delta: { content: "" }, finish_reason: 0 }] }))).toBeUndefined();

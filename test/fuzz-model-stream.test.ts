@@ -209,7 +209,7 @@ describe("the model's streamed answer, fuzzed", { timeout: 120_000 }, () => {
         if (sent.some((c) => c.odd)) {
           expect(got).toBeInstanceOf(ModelError);
           expect((got as ModelError).reason).toBe("model_error");
-          expect((got as ModelError).message).toMatch(/a chunk with text or calls that can't be read: choices\[0\]\.delta\.(?:content|tool_calls\[0\]\.index) is not an? (?:string|number)$/);
+          expect((got as ModelError).message).toMatch(/a chunk with text, thinking or calls that can't be read: choices\[0\]\.delta\.(?:content|tool_calls\[0\]\.index) is not an? (?:string|number)$/);
           return;
         }
         if (got instanceof Error) throw got;

@@ -54,8 +54,8 @@ describe("chunks not of a chunk's shape", { timeout: 30_000 }, () => {
     const failed = [];
     for (const s of ["one", "two", "three"]) failed.push((await failure(prompt(c, sessionId, s))).message);
     expect(failed).toEqual([
-      "Internal error: the model's stream was cut: the model sent a chunk with text or calls that can't be read: choices[0].finish_reason is not a string",
-      "Internal error: the model's stream was cut: the model sent a chunk with text or calls that can't be read: choices[0].delta.tool_calls[0].index is not a number",
+      "Internal error: the model's stream was cut: the model sent a chunk with text, thinking or calls that can't be read: choices[0].finish_reason is not a string",
+      "Internal error: the model's stream was cut: the model sent a chunk with text, thinking or calls that can't be read: choices[0].delta.tool_calls[0].index is not a number",
       "Internal error: the model's stream was cut: the model sent a chunk of 50000 choices, where one holds at most 16",
     ]);
     expect(events(dir, sessionId).filter((e) => e.kind === "failure")).toEqual(Array.from({ length: 3 }, () => expect.objectContaining({ reason: "model_error" })));

@@ -110,7 +110,7 @@ export function readChunk(raw: unknown): ChunkData | Refused | undefined {
   const other = salvaged(raw);
   const again = other === undefined ? parsed : Chunk.safeParse(other);
   if (again.success) return again.data;
-  return carries(raw) ? new Refused(`the model sent a chunk with text or calls that can't be read: ${issue(again.error.issues[0])}`) : undefined;
+  return carries(raw) ? new Refused(`the model sent a chunk with text, thinking or calls that can't be read: ${issue(again.error.issues[0])}`) : undefined;
 }
 
 /** The choices of a chunk, when it has them as an array. */
@@ -129,11 +129,17 @@ function tooMany(raw: unknown): string | undefined {
   return undefined;
 }
 
-/** Whether a chunk carries text or calls. */
+/** Whether a value holds anything: not null or absent, nor an empty text or list. */
+const holds = (v: unknown): boolean => !nothing(v) && v !== "" && !(Array.isArray(v) && v.length === 0);
+
+/**
+ * Whether a chunk carries text, thinking or calls: what the answer would lose, and with thinking
+ * what a provider that is sent its model's thinking back (DeepSeek's reasoning_content) is sent.
+ */
 function carries(raw: unknown): boolean {
   return (choicesOf(raw) ?? []).some((choice) => {
     const d = deltaOf(choice);
-    return d !== undefined && ((!nothing(d.content) && d.content !== "") || (!nothing(d.tool_calls) && !(Array.isArray(d.tool_calls) && d.tool_calls.length === 0)));
+    return d !== undefined && (holds(d.content) || holds(d.tool_calls) || holds(d.reasoning_content) || holds(d.reasoning) || holds(d.reasoning_details));
   });
 }
 

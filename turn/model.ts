@@ -351,7 +351,7 @@ class Streamed {
   private pastCalls: number | undefined;
   /** Thinking details nested past THINKING_DEPTH_MAX: the answer is cut. */
   private tooDeep = false;
-  /** Why a chunk with text or calls was refused: the answer is cut. */
+  /** Why a chunk with text, thinking or calls was refused: the answer is cut. */
   private refused: string | undefined;
 
   /** The text handed on to onText, if any. */
