@@ -149,7 +149,10 @@ export function readEvent(conv: ConversationPaths, n: number, keep = true): Even
   return readCached(conv, held ?? pathBase(conv), events, n, keep);
 }
 
-/** The held folder's base (heldBase), what is kept of the conversation confirmed to be of that folder. */
+/**
+ * The base of the folder a lock of this process holds (heldFolder), where it is named by its
+ * descriptor; what is kept of the conversation confirmed to be of that folder.
+ */
 function heldChecked(conv: ConversationPaths): string | undefined {
   const folder = heldFolder(conv);
   if (folder === undefined) return undefined;
@@ -159,7 +162,7 @@ function heldChecked(conv: ConversationPaths): string | undefined {
 
 /**
  * Where a conversation's files are opened from (`<base>/<name>`), for a read of one or a few: the
- * folder its lock holds, through the descriptor that holds it (heldBase: checked as it was opened);
+ * folder its lock holds, through the descriptor that holds it (heldChecked: checked as it was opened);
  * else its path, checked first for links (checkConversationLinks). A read of many goes by the path, checked once
  * (pathBase): a name through /proc costs the kernel more each time than the check costs once, some
  * 0.8 us a file, 1.6 ms of a fresh turn's 2,000.

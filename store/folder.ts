@@ -320,7 +320,8 @@ export async function holdWhile<T>(folder: ConversationFolder, fn: () => Promise
  * The held folder a conversation's files are read through, as its descriptor names it
  * (`/proc/self/fd/<fd>`): the folder checked as it was opened, which no link or swap of its path
  * since can change, so a read through it needs no look at the path first. Undefined when no lock of
- * this process holds it through these paths (heldBase: or files are named by their path here, no /proc).
+ * this process holds it through these paths. Its `base` is the conversation's path itself where files
+ * are named by their path here (no /proc).
  */
 export function heldFolder(conv: ConversationPaths): ConversationFolder | undefined {
   return held.get(conv);
@@ -329,12 +330,6 @@ export function heldFolder(conv: ConversationPaths): ConversationFolder | undefi
 /** Which folder (folderIdentity) a lock of this process holds for the conversation, through these paths. */
 export function heldFolderId(conv: ConversationPaths): string | undefined {
   return held.get(conv)?.identity;
-}
-
-/** The held folder's base (see heldFolder), where it is named by its descriptor. */
-export function heldBase(conv: ConversationPaths): string | undefined {
-  const folder = held.get(conv);
-  return folder !== undefined && folder.base !== conv.dir ? folder.base : undefined;
 }
 
 /**
