@@ -211,6 +211,7 @@ describe("a number missing among a conversation's events, with events after it",
     const c = await client(d);
     await session(c, "t2");
     expect((await failure(prompt(c, "t2", "hello"))).message).toContain(`event 1 (${other.event(1)}) is missing`);
+    expect((await failure(prompt(c, "t2", "/chat:create side"))).message).toContain(`event 1 (${other.event(1)}) is missing`);
     expect(numbered(dir, "t2")).toEqual(["000000000002.json"]);
     expect(server.requests).toHaveLength(1);
   });

@@ -3,7 +3,7 @@
 // changes what the conversation remembers or does next is kept as a command event; its reply goes to
 // the chat only and is stored nowhere.
 import { ConversationName, nearest, type Command, type Event, type From, type Settings, type Verbosity, VERBOSITIES } from "../protocol/index.js";
-import { appendEvent, appendEventAfter, checkNoGap, lastEventNumber, nextEventNumber, listRepositorySkills, listSkills, paths, repositoryOf, readEventsFrom, readMark, readSkill, withConversationLock, writeMark, type AgentRef, type ConversationPaths, type Skill } from "../store/index.js";
+import { appendEvent, appendEventAfter, checkNoGap, lastEventNumber, listRepositorySkills, listSkills, paths, repositoryOf, readEventsFrom, readMark, readSkill, withConversationLock, writeMark, type AgentRef, type ConversationPaths, type Skill } from "../store/index.js";
 import { chatMap, conversationEvents, FIRST, isBegin, sessionIdOf, splitSessionId, type ChatMap } from "./chat.js";
 import { applyChoice, conversationChoices, resumeEvent, type Chosen } from "./history.js";
 import type { IncomingMessage } from "./types.js";
@@ -94,9 +94,10 @@ async function writeBegin(
 ): Promise<{ n: number; event: Command }> {
   const conv = conversationOf(ctx);
   return withConversationLock(conv, async () => {
+    // Nothing is written past a number missing, where no reader looks (EventGapError): the first one
+    // too, where what was read (nothing) says nothing of what is on disk.
+    checkNoGap(conv);
     let { map, last } = readChat(conv);
-    // Nothing is written past a number missing, where no reader looks (EventGapError).
-    nextEventNumber(conv, last);
     const resume = ctx.conversation !== undefined ? resumeEvent(conv, ctx.conversation, map, ctx.time) : undefined;
     if (resume) {
       // Checked first as it will be once its conversation is current: a command refused writes nothing, not even that.
