@@ -65,6 +65,21 @@ const answering = (text: string) =>
     (l) => l({ type: "event", n: 2, event: answer(text) }),
   );
 
+/** A subscriber whose every send throws, as one did whose walk of its loads overflowed the stack. */
+const broken: Subscriber = {
+  send: () => {
+    throw new RangeError("Maximum call stack size exceeded");
+  },
+};
+
+/** The conversation's next turn runs, and is answered. */
+async function nextTurnRuns(turns: Turns): Promise<void> {
+  const next = answering("Again.");
+  const again = await begin(turns, next, subscriber());
+  next.open();
+  expect(await again.answered).toEqual(done);
+}
+
 describe("a load that follows a running turn", () => {
   it("is shown nothing its load showed when a message steers the turn while its calls wait for their names", async () => {
     const names = deferred<CallNames>();
@@ -294,39 +309,23 @@ describe("a load that follows, with several connections sending messages", () =>
     turn.open();
     expect(await answered).toEqual(done);
     expect(follower.view()).toEqual(["agent: Done."]);
-    const next = answering("Again.");
-    const again = await begin(turns, next, subscriber());
-    next.open();
-    expect(await again.answered).toEqual(done);
+    await nextTurnRuns(turns);
   });
 
   it("a subscriber that throws as it is sent an update fails neither the turn nor the conversation's next", async () => {
     const errors: unknown[] = [];
     const turns = new Turns((_key, e) => errors.push(e));
-    const broken: Subscriber = {
-      send: () => {
-        throw new RangeError("Maximum call stack size exceeded");
-      },
-    };
     const turn = answering("Done.");
     const { answered } = await begin(turns, turn, broken);
     turn.open();
     expect(await answered).toEqual(done);
     expect(errors.length).toBeGreaterThan(0);
-    const next = answering("Again.");
-    const again = await begin(turns, next, subscriber());
-    next.open();
-    expect(await again.answered).toEqual(done);
+    await nextTurnRuns(turns);
   });
 
   it("a run whose own last steps fail (its call left unanswered, shown to a subscriber that throws) answers its messages with the failure, and frees the conversation", async () => {
     const errors: unknown[] = [];
     const turns = new Turns((_key, e) => errors.push(e));
-    const broken: Subscriber = {
-      send: () => {
-        throw new RangeError("Maximum call stack size exceeded");
-      },
-    };
     const turn = pausing((l) => {
       l({ type: "asked", after: 0, through });
       l({ type: "event", n: 1, event: user("q") });
@@ -337,10 +336,7 @@ describe("a load that follows, with several connections sending messages", () =>
     turn.open();
     await expect(answered).rejects.toThrow(/could not go on: Maximum call stack/);
     expect(turns.count).toBe(0);
-    const next = answering("Again.");
-    const again = await begin(turns, next, subscriber());
-    next.open();
-    expect(await again.answered).toEqual(done);
+    await nextTurnRuns(turns);
   });
 });
 

@@ -176,32 +176,28 @@ describe("a number missing among a conversation's events, with events after it",
     await first.stop();
     // 3 missing, 4 there: readers stop at 3.
     writeFileSync(conv.event(4), readFileSync(conv.event(2)));
-    for (const load of [true, false]) {
+    // A turn, in a fresh daemon that loads the session and one that never did; and a command, written
+    // past the gap no more than a turn is: a choice with no lock, and one that begins a conversation under it.
+    const cases = [
+      { load: true, text: "second question" },
+      { load: false, text: "second question" },
+      { load: true, text: "/model:set other-model" },
+      { load: true, text: "/chat:create side" },
+    ];
+    for (const { load, text } of cases) {
       const d = daemon(dir);
       const c = await client(d);
       // Loading lists the folder (its last number, 4); a new session on the thread reads only as far as 2.
       if (load) await c.agent.request(acp.methods.agent.session.load, { sessionId: "t1", cwd: "/", mcpServers: [] });
       else await session(c, "t1");
-      const err = await failure(prompt(c, "t1", "second question"));
-      expect(err.message).toContain(`event 3 (${conv.event(3)}) is missing, and events after it are there`);
+      const err = await failure(prompt(c, "t1", text));
+      expect(err.message, text).toContain(`event 3 (${conv.event(3)}) is missing, and events after it are there`);
       await lockFreed(conv.lock);
       await d.stop();
       expect(numbered(dir, "t1")).toEqual(["000000000001.json", "000000000002.json", "000000000004.json"]);
       expect(readdirSync(conv.dir).filter((n) => n.startsWith("owed-"))).toEqual([]);
     }
     expect(server.requests).toHaveLength(1);
-
-    // A command is written past the gap no more than a turn is: a choice with no lock, and one that begins a conversation under it.
-    for (const command of ["/model:set other-model", "/chat:create side"]) {
-      const d = daemon(dir);
-      const c = await client(d);
-      await c.agent.request(acp.methods.agent.session.load, { sessionId: "t1", cwd: "/", mcpServers: [] });
-      const err = await failure(prompt(c, "t1", command));
-      expect(err.message, command).toContain(`event 3 (${conv.event(3)}) is missing, and events after it are there`);
-      await lockFreed(conv.lock);
-      await d.stop();
-      expect(numbered(dir, "t1")).toEqual(["000000000001.json", "000000000002.json", "000000000004.json"]);
-    }
 
     // The first number missing: the same, for a conversation no process has read.
     const other = paths({ dir }).conversation("t2");
