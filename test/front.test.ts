@@ -280,6 +280,29 @@ describe("the front", () => {
     };
     const note = (n: number) => ({ jsonrpc: "2.0", method: "session/update", params: { sessionId: "s", n } });
 
+    /** A front over fresh Node streams, its output taken and dropped, and what it hands on read (readAll). */
+    const reading = () => {
+      const input = new PassThrough();
+      const output = new PassThrough();
+      output.resume();
+      const c = front(input, output, () => Writable.toWeb(output), version(), 1024 * 1024);
+      const reader = c.input.getReader();
+      /** A read under way, which a wait that went idle leaves to the next. */
+      let pending: ReturnType<typeof reader.read> | undefined;
+      /** The messages handed on until none comes for a while. */
+      const readAll = async (): Promise<unknown[]> => {
+        const got: unknown[] = [];
+        for (;;) {
+          pending ??= reader.read();
+          const r = await Promise.race([pending, new Promise<"idle">((resolve) => setTimeout(() => resolve("idle"), 300))]);
+          if (r === "idle" || r.done) return got;
+          pending = undefined;
+          got.push(JSON.parse(new TextDecoder().decode(r.value)));
+        }
+      };
+      return { input, c, readAll };
+    };
+
     it("sends whole messages in order to a client that reads slowly, each answer told once it left, and the SDK's initialize answer left out", async () => {
       const { output, writes } = slowClient(64, 1);
       const c = opened(output);
@@ -323,56 +346,25 @@ describe("the front", () => {
     });
 
     it("reads no more than 256 requests ahead of their answers: one more once one is answered", async () => {
-      const input = new PassThrough();
-      const output = new PassThrough();
-      output.resume();
-      const c = front(input, output, () => Writable.toWeb(output), version(), 1024 * 1024);
+      const { input, c, readAll } = reading();
       input.write(init(1));
       for (let i = 0; i < 300; i++) input.write(line({ jsonrpc: "2.0", id: 100 + i, method: "session/list", params: {} }));
       await c.first;
-      const reader = c.input.getReader();
-      /** A read under way, which a wait that went idle leaves to the next. */
-      let reading: ReturnType<typeof reader.read> | undefined;
-      /** Lines read until none comes for a while. */
-      const readAll = async (): Promise<number> => {
-        for (let n = 0; ; n++) {
-          reading ??= reader.read();
-          const got = await Promise.race([reading, new Promise<"idle">((resolve) => setTimeout(() => resolve("idle"), 300))]);
-          if (got === "idle") return n;
-          reading = undefined;
-          if (got.done) return n;
-        }
-      };
-      expect(await readAll()).toBe(1);
+      expect(await readAll()).toHaveLength(1);
       await c.send.write({ jsonrpc: "2.0", id: 1, result: initializeResult(version()) });
-      expect(await readAll()).toBe(256);
+      expect(await readAll()).toHaveLength(256);
       await c.send.write({ jsonrpc: "2.0", id: 100, result: { sessions: [] } });
-      expect(await readAll()).toBe(1);
+      expect(await readAll()).toHaveLength(1);
       input.destroy();
     });
 
     it("past 256 requests read ahead of their answers, still hands on a notification (a client's cancel of the turns it filled them with), the next request held", async () => {
-      const input = new PassThrough();
-      const output = new PassThrough();
-      output.resume();
-      const c = front(input, output, () => Writable.toWeb(output), version(), 1024 * 1024);
+      const { input, c, readAll } = reading();
       input.write(init(1));
       for (let i = 0; i < 256; i++) input.write(line({ jsonrpc: "2.0", id: 100 + i, method: "session/prompt", params: { sessionId: "s", prompt: [] } }));
       const cancel = { jsonrpc: "2.0", method: "session/cancel", params: { sessionId: "s" } };
       input.write(line(cancel) + line({ jsonrpc: "2.0", id: 999, method: "session/list", params: {} }) + line(cancel));
       await c.first;
-      const reader = c.input.getReader();
-      let reading: ReturnType<typeof reader.read> | undefined;
-      const readAll = async (): Promise<unknown[]> => {
-        const got: unknown[] = [];
-        for (;;) {
-          reading ??= reader.read();
-          const r = await Promise.race([reading, new Promise<"idle">((resolve) => setTimeout(() => resolve("idle"), 300))]);
-          if (r === "idle" || r.done) return got;
-          reading = undefined;
-          got.push(JSON.parse(new TextDecoder().decode(r.value)));
-        }
-      };
       expect(await readAll()).toHaveLength(1);
       await c.send.write({ jsonrpc: "2.0", id: 1, result: initializeResult(version()) });
       const read = await readAll();
