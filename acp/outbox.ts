@@ -2,6 +2,7 @@
 import * as acp from "@agentclientprotocol/sdk";
 import type { AgentContext, SessionUpdate } from "@agentclientprotocol/sdk";
 import { shownAfter, type HeldFor, type Subscriber } from "./turns.js";
+import { isHighSurrogate } from "../turn/wellformed.js";
 
 /** The kinds of update whose text a client appends to the one before it. */
 const APPENDED = new Set(["agent_message_chunk", "agent_thought_chunk"]);
@@ -27,8 +28,7 @@ export function textPieces(text: string, max: number): string[] {
   const pieces: string[] = [];
   for (let start = 0; start < text.length; ) {
     let end = Math.min(start + max, text.length);
-    const last = text.charCodeAt(end - 1);
-    if (end < text.length && end - start > 1 && last >= 0xd800 && last <= 0xdbff) end--;
+    if (end < text.length && end - start > 1 && isHighSurrogate(text.charCodeAt(end - 1))) end--;
     pieces.push(text.slice(start, end));
     start = end;
   }

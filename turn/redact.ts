@@ -3,6 +3,7 @@
 // DESIGN.md: "The key comes from the settings or the environment and is never written to an event or a log."
 import type { Settings } from "../protocol/index.js";
 import type { ToolSource } from "./tools.js";
+import { isHighSurrogate } from "./wellformed.js";
 
 /** What stands where a secret was. */
 export const REDACTED = "[redacted]";
@@ -172,7 +173,7 @@ export class RedactedStream {
     const text = this.held + piece;
     let from = this.start(text);
     // Never between the two halves of a character.
-    if (from > 0 && isHigh(text.charCodeAt(from - 1))) from--;
+    if (from > 0 && isHighSurrogate(text.charCodeAt(from - 1))) from--;
     const { out, end } = this.secrets.redactUpTo(text, from);
     this.held = text.slice(end);
     if (out) this.out(out);
@@ -195,8 +196,6 @@ export class RedactedStream {
     return text.length;
   }
 }
-
-const isHigh = (c: number): boolean => c >= 0xd800 && c <= 0xdbff;
 
 function escape(s: string): string {
   return s.replace(/[.*+?^${}()|[\]\\]/g, "\\$&");

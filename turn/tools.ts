@@ -3,6 +3,7 @@
 import type { Settings, TimeoutsSettings } from "../protocol/index.js";
 import { paths, type AgentRef } from "../store/index.js";
 import { settingsSecrets } from "./redact.js";
+import { isHighSurrogate } from "./wellformed.js";
 
 /** Where a tool (an MCP server) is reached. */
 export type ToolSource =
@@ -93,7 +94,6 @@ export const MEMORY_TOOL = "memory";
 export function cutDescription(text: string, max: number): string {
   if (text.length <= max) return text;
   let end = Math.max(0, max - 1);
-  const last = text.charCodeAt(end - 1);
-  if (last >= 0xd800 && last <= 0xdbff) end--;
+  if (isHighSurrogate(text.charCodeAt(end - 1))) end--;
   return `${text.slice(0, end)}…`;
 }

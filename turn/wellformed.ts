@@ -3,6 +3,9 @@
 // JSON.stringify as a `\udXXX` escape, which DeepSeek, OpenAI and Anthropic refuse with a 400 — at
 // every later turn of the conversation that holds it. Each is made U+FFFD, as toWellFormed does.
 
+/** Whether a UTF-16 code unit is the first half of a surrogate pair: text cut after it cuts a character in two. */
+export const isHighSurrogate = (c: number): boolean => c >= 0xd800 && c <= 0xdbff;
+
 /** `text` with each lone surrogate made U+FFFD. */
 export function wellFormed(text: string): string {
   return text.isWellFormed() ? text : text.toWellFormed();
