@@ -97,7 +97,7 @@ export class Refused {
 /**
  * A chunk read: as the schema takes it, or as it takes the chunk's unambiguous other forms (a call
  * numbered "0", content as parts of text). A chunk it still refuses is skipped when it carries no
- * text and no call, and fails the answer when it does (Refused), as does one of more choices or
+ * text, thinking or call, and fails the answer when it does (Refused), as does one of more choices or
  * calls than any answer's, before the schema walks them.
  */
 export function readChunk(raw: unknown): ChunkData | Refused | undefined {
