@@ -236,7 +236,7 @@ class Turn {
 
   /** The turn's end, when the instructions and the tools offered (`fixed` tokens) take all the window leaves a request. */
   private async crowded(history: History, window: ModelWindow, fixed: number, calls: readonly OfferedCall[]): Promise<TurnOutcome> {
-    const message = `the instructions and the tools offered take about ${fixed} tokens${offeredText(calls).replace(/^, and/, ", of them")}, all the ${window.window}-token window (from ${window.source}) leaves a request: the request was not sent. Narrow the agent's tools (its tools.json, or the session's mcpServers), or use a model with a larger window`;
+    const message = `the instructions and the tools offered take about ${fixed} tokens${offeredText(calls, "of them")}, all the ${window.window}-token window (from ${window.source}) leaves a request: the request was not sent. Narrow the agent's tools (its tools.json, or the session's mcpServers), or use a model with a larger window`;
     const outcome = await this.fail("context_too_long", message, history);
     this.finish(history);
     return outcome;
@@ -376,7 +376,7 @@ class Turn {
         const known = await windowKnown();
         const message =
           e.reason === "context_too_long"
-            ? `the model refused the prompt as too long: sent ${sent.messages} messages, about ${sent.tokens} tokens${offeredText(calls)} (window ${known.window.window} from ${known.window.source}, conversation's share ${known.budget}): ${e.message}`
+            ? `the model refused the prompt as too long: sent ${sent.messages} messages, about ${sent.tokens} tokens${offeredText(calls, "and")} (window ${known.window.window} from ${known.window.source}, conversation's share ${known.budget}): ${e.message}`
             : e.message;
         const outcome = await this.fail(e.reason, message, history, { sent, ...(e.status ? { status: e.status } : {}) });
         this.finish(history);
@@ -524,12 +524,13 @@ function settleLater(work: Promise<unknown>): void {
 /**
  * The calls a request offered, as a refusal of it as too long names them: their descriptions and
  * schemas take the window too, and a tool that lists megabytes of them fills it whatever the
- * conversation holds, which a new conversation would not mend.
+ * conversation holds, which a new conversation would not mend. `joiner` leads them into the
+ * sentence they end ("and", "of them").
  */
-function offeredText(calls: readonly { name: string; description: string; parameters: unknown }[]): string {
+function offeredText(calls: readonly { name: string; description: string; parameters: unknown }[], joiner: string): string {
   if (calls.length === 0) return "";
   const tokens = calls.reduce((s, c) => s + roughTokens(c.name) + roughTokens(c.description) + roughTokens(JSON.stringify(c.parameters) ?? ""), 0);
-  return `, and ${calls.length} tool calls offered, about ${tokens} tokens`;
+  return `, ${joiner} ${calls.length} tool calls offered, about ${tokens} tokens`;
 }
 
 export async function runTurn(input: TurnInput, listener: TurnListener, o: { early?: boolean; spare?: boolean } = {}): Promise<TurnOutcome> {
