@@ -59,12 +59,25 @@ function makeLock(lock: string): number | undefined {
 /** Opened without following a link or waiting: a FIFO there would block the start, and SIGTERM with it. */
 const READ_LOCK = constants.O_RDONLY | constants.O_NOFOLLOW | constants.O_NONBLOCK;
 
+/** Who holds the socket's lock, as its file says. */
+interface HeldLock {
+  pid: number;
+  ino: number;
+  age: number;
+  foreign?: true;
+}
+
+/** A lock that is no file a process could have made, by its inode: no one holds it. */
+function foreign(ino: number): HeldLock {
+  return { pid: NaN, ino, age: 0, foreign: true };
+}
+
 /**
  * The lock another process holds: its pid (NaN while it is being written), inode and age; undefined
  * once gone. `foreign` where it is no file a process could have made (a link, a FIFO, a socket, a
  * device): no one holds it.
  */
-function readLock(lock: string): { pid: number; ino: number; age: number; foreign?: true } | undefined {
+function readLock(lock: string): HeldLock | undefined {
   let fd: number;
   try {
     fd = openSync(lock, READ_LOCK);
@@ -77,7 +90,7 @@ function readLock(lock: string): { pid: number; ino: number; age: number; foreig
   try {
     const st = fstatSync(fd);
     if (st.isDirectory()) throw new ServeError(`the lock ${lock} is a folder: not removed`);
-    if (!st.isFile()) return { pid: NaN, ino: st.ino, age: 0, foreign: true };
+    if (!st.isFile()) return foreign(st.ino);
     const buf = Buffer.alloc(32);
     const text = buf.subarray(0, readSync(fd, buf, 0, buf.length, 0)).toString("utf8").trim();
     return { pid: /^\d+$/.test(text) ? Number(text) : NaN, ino: st.ino, age: Date.now() - st.mtimeMs };
@@ -90,9 +103,9 @@ function readLock(lock: string): { pid: number; ino: number; age: number; foreig
 }
 
 /** A lock that can't be opened as a file (a link, a socket): foreign, by its own inode; undefined once gone. */
-function foreignLock(lock: string): { pid: number; ino: number; age: number; foreign: true } | undefined {
+function foreignLock(lock: string): HeldLock | undefined {
   const st = lstatSync(lock, { throwIfNoEntry: false });
-  return st === undefined ? undefined : { pid: NaN, ino: st.ino, age: 0, foreign: true };
+  return st === undefined ? undefined : foreign(st.ino);
 }
 
 /**

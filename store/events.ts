@@ -26,6 +26,11 @@ class EventCache {
   static readonly BYTES = 64 * 1024 * 1024;
   private static readonly LAST = 4096;
 
+  /** Whether event n of the folder is kept, without counting it as used. */
+  known(dir: string, n: number): boolean {
+    return this.byDir.get(dir)?.events.has(n) ?? false;
+  }
+
   of(dir: string): Map<number, Event> {
     return this.entry(dir).events;
   }
@@ -141,12 +146,23 @@ function parseEvent(path: string, text: string): Event {
 
 /** The event numbered n, or undefined when there is none yet. `keep: false`: read once, for a reader of a whole conversation, and not kept. */
 export function readEvent(conv: ConversationPaths, n: number, keep = true): Event | undefined {
-  // Under a lock, checked to be of the folder it holds; outside one, a kept event is taken as it is.
+  // Under a lock, checked to be of the folder it holds; outside one, a kept event is taken once a look
+  // at the folder says it is the one the event was read from (lookAtFolder).
   const held = heldChecked(conv);
+  if (heldFolder(conv) === undefined && cache.known(conv.dir, n)) lookAtFolder(conv);
   const events = cache.of(conv.dir);
   const known = events.get(n);
   if (known) return known;
   return readCached(conv, held ?? pathBase(conv), events, n, keep);
+}
+
+/**
+ * One look at a conversation's folder, by its path (one lstat, no check for links: nothing is read
+ * through it): what is kept of another folder by that name, or of one that is gone, is forgotten.
+ */
+function lookAtFolder(conv: ConversationPaths): void {
+  const st = lstatSync(conv.dir, { throwIfNoEntry: false });
+  cache.confirm(conv.dir, st?.isDirectory() ? folderIdentity(st) : undefined);
 }
 
 /**

@@ -1335,6 +1335,9 @@ describe("an agent's paths", () => {
     rmSync(conv.dir, { recursive: true });
     mkdirSync(conv.dir, { mode: 0o700 });
     writeFileSync(conv.event(1), `${JSON.stringify(userMessage("new one"))}\n`, { mode: 0o600 });
+    // One event, kept, asked for alone outside a lock: the folder is looked at first.
+    expect(readEvent(conv, 1)).toMatchObject({ text: "new one" });
+    expect(readEvent(conv, 2)).toBeUndefined();
     expect(texts()).toEqual(["new one"]);
     expect(await appendEvent(conv, userMessage("new two"))).toBe(2);
     expect(texts()).toEqual(["new one", "new two"]);
