@@ -1,6 +1,7 @@
 // A prompt's ACP content blocks → the message a turn answers: text, and images as OpenAI content parts.
 import type { ContentBlock } from "@agentclientprotocol/sdk";
 import type { Part } from "../protocol/index.js";
+import { wellFormed } from "../turn/wellformed.js";
 
 export class ContentError extends Error {
   constructor(message: string) {
@@ -37,7 +38,8 @@ function fileName(uri: string): string {
 /**
  * Text blocks (and links to resources, as their URI) are joined in order, one a line; an embedded
  * resource with text is appended after them, fenced and named by its URI; images become
- * `image_url` parts and other embedded files `file` parts, both as data: URLs.
+ * `image_url` parts and other embedded files `file` parts, both as data: URLs. Text is made
+ * well-formed (wellFormed).
  */
 export function promptContent(blocks: readonly ContentBlock[]): PromptContent {
   const lines: string[] = [];
@@ -62,7 +64,7 @@ export function promptContent(blocks: readonly ContentBlock[]): PromptContent {
         } else if (r.mimeType?.startsWith("image/")) {
           parts.push({ type: "image_url", image_url: { url: dataUrl("a resource block", r.mimeType, r.blob) } });
         } else {
-          parts.push({ type: "file", file: { file_data: dataUrl("a resource block", r.mimeType ?? "application/octet-stream", r.blob), filename: fileName(r.uri) } });
+          parts.push({ type: "file", file: { file_data: dataUrl("a resource block", r.mimeType ?? "application/octet-stream", r.blob), filename: wellFormed(fileName(r.uri)) } });
         }
         break;
       }
@@ -74,7 +76,9 @@ export function promptContent(blocks: readonly ContentBlock[]): PromptContent {
       }
     }
   }
-  const text = [lines.join("\n"), ...attached].filter((s) => s.length > 0).join("\n\n");
+  // Kept as the conversation's event and shown again at every replay: a lone surrogate (a JSON
+  // string may hold one) is made U+FFFD here, so no reader of the event or of an update meets one.
+  const text = wellFormed([lines.join("\n"), ...attached].filter((s) => s.length > 0).join("\n\n"));
   if (text.length === 0 && parts.length === 0) throw new ContentError("the prompt is empty");
   return { text, parts };
 }

@@ -6,7 +6,7 @@ import fc from "fast-check";
 import { describe, expect, it } from "vitest";
 import type { Event } from "../protocol/index.js";
 import { encodeBody, forgetBodies, jsonBytes } from "../turn/body.js";
-import { wellFormedJson } from "../turn/wellformed.js";
+import { wellFormedJson, WellFormedPieces } from "../turn/wellformed.js";
 import { eventsToMessages, type ChatMessage } from "../turn/prompt.js";
 
 const seed = process.env.FC_SEED ? { seed: Number(process.env.FC_SEED) } : {};
@@ -117,6 +117,26 @@ describe("JSON made well-formed", () => {
         expect(wellFormedJson(JSON.stringify(value))).toBe(JSON.stringify(wellFormedValue(value)));
       }),
       { numRuns: 500, ...seed },
+    );
+  });
+
+  it("handed on in pieces, cut anywhere (a pair's halves in two pieces too), is the whole text made well-formed, each piece well-formed", () => {
+    const halves = fc.string({ unit: fc.constantFrom("a", " ", "\ud800", "\udfff", "\ud83d", "\ude00", "😀"), maxLength: 40 });
+    fc.assert(
+      fc.property(halves, fc.array(fc.nat(40), { maxLength: 8 }), (text, cuts) => {
+        const out: string[] = [];
+        const pieces = new WellFormedPieces((piece) => out.push(piece));
+        let from = 0;
+        for (const cut of [...cuts.map((c) => Math.min(c, text.length))].sort((a, b) => a - b)) {
+          pieces.push(text.slice(from, cut));
+          from = cut;
+        }
+        pieces.push(text.slice(from));
+        pieces.flush();
+        expect(out.join("")).toBe(text.toWellFormed());
+        expect(out.every((piece) => piece.length > 0 && piece.isWellFormed())).toBe(true);
+      }),
+      { numRuns: 1000, ...seed },
     );
   });
 

@@ -42,6 +42,37 @@ describe("chunks not of a chunk's shape", { timeout: 30_000 }, () => {
     expect(await d.stop()).toEqual({ code: 0, signal: null });
   });
 
+  it("halves of a UTF-16 pair: two sent in two chunks are one character, a lone one is U+FFFD, in the updates and in what is kept", async () => {
+    const dir = agent();
+    const { d, c, sessionId } = await session(dir);
+    // JSON.stringify writes each lone half as a \\udXXX escape, as an endpoint's JSON may hold one.
+    server.script(
+      {
+        events: [
+          data({ delta: { content: "a pair \ud83d", reasoning_content: "thought \udc00 alone" } }),
+          data({ delta: { content: "\ude00 whole, a half \ud83d" } }),
+          data({ delta: { content: " alone, and \ude00 one", reasoning_details: [{ type: "reasoning.text", text: "detail \ud800" }] } }),
+          data({ delta: { tool_calls: [{ index: 0, id: "c\udfff1", type: "function", function: { name: "fs__read", arguments: '{"p":"\ud800"}' } }] }, finish_reason: "tool_calls" }),
+          "[DONE]",
+        ],
+      },
+      { text: "Fine." },
+    );
+    expect(await prompt(c, sessionId, "go")).toMatchObject({ stopReason: "end_turn" });
+    const said = "a pair 😀 whole, a half \ufffd alone, and \ufffd one";
+    expect(answerText(c.updates)).toBe(`${said}Fine.`);
+    const answer = events(dir, sessionId).find((e) => e.kind === "message" && e.role === "assistant");
+    expect(answer).toMatchObject({
+      text: said,
+      thinking: { reasoning_content: "thought \ufffd alone", reasoning_details: [{ type: "reasoning.text", text: "detail \ufffd" }] },
+      tool_calls: [{ id: "c\ufffd1", name: "fs__read", arguments: '{"p":"\ufffd"}' }],
+    });
+    // Nothing kept, and nothing shown, holds a lone half.
+    expect(JSON.stringify(events(dir, sessionId))).not.toMatch(/\\ud[89a-f]/);
+    expect(JSON.stringify(c.updates)).not.toMatch(/\\ud[89a-f]/);
+    expect(await d.stop()).toEqual({ code: 0, signal: null });
+  });
+
   it("one that would lose text or calls fails the turn as model_error, naming what was wrong and quoting nothing of it; the conversation goes on", async () => {
     const dir = agent();
     const { d, c, sessionId } = await session(dir);

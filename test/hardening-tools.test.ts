@@ -581,7 +581,7 @@ describe("lone halves of UTF-16 pairs", { timeout: 60_000 }, () => {
     expect(await d.stop()).toEqual({ code: 0, signal: null });
   });
 
-  it("in a prompt is sent as U+FFFD at its turn and at every later one, read again from the conversation's events", async () => {
+  it("in a prompt is kept and sent as U+FFFD, at its turn and at every later one", async () => {
     const dir = agent();
     const d = daemon(["--agent", dir]);
     const { c, sessionId } = await session(d);
@@ -590,6 +590,9 @@ describe("lone halves of UTF-16 pairs", { timeout: 60_000 }, () => {
     expect(await prompt(c, sessionId, "and now?")).toMatchObject({ stopReason: "end_turn" });
     const sent = server.requests.slice(-2).map((r) => JSON.stringify(r.body.messages));
     for (const body of sent) expect(body).toContain("half a pair \ufffd and the other \ufffd, a whole 😀");
+    // Kept so too: a reader of the conversation that decodes strictly meets no lone half.
+    const asked = readEventsFrom(paths({ dir }).conversation(sessionId), 1).find((e) => e.event.kind === "message" && e.event.role === "user")?.event;
+    expect(asked).toMatchObject({ text: "half a pair \ufffd and the other \ufffd, a whole 😀" });
     expect(await d.stop()).toEqual({ code: 0, signal: null });
   });
 });

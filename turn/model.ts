@@ -7,6 +7,7 @@ import { readChunk, Refused, type ReportedUsage } from "./chunk.js";
 import { lazyImport } from "./load.js";
 import type { ChatMessage } from "./prompt.js";
 import { envSecrets, RedactedStream, redactor, settingsSecrets, type Redactor } from "./redact.js";
+import { wellFormed, wellFormedValue, WellFormedPieces } from "./wellformed.js";
 import { connectionFault } from "./faults.js";
 import { checkRequest, nodeFetch, readAnswerEvents, sendChecked, TooLarge, type CheckedRequest } from "./http.js";
 import { endpointName } from "./runtime.js";
@@ -354,14 +355,17 @@ class Streamed {
   /** Why a chunk with text, thinking or calls was refused: the answer is cut. */
   private refused: string | undefined;
 
-  /** The text handed on to onText, if any. */
-  private readonly shown: RedactedStream | undefined;
+  /** The text handed on to onText, if any: made well-formed, then its secrets taken out. */
+  private readonly shown: { pieces: WellFormedPieces; redacted: RedactedStream } | undefined;
 
   constructor(
     onText: ((delta: string) => void) | undefined,
     private readonly secrets: Redactor,
   ) {
-    if (onText) this.shown = new RedactedStream(secrets, onText);
+    if (onText) {
+      const redacted = new RedactedStream(secrets, onText);
+      this.shown = { pieces: new WellFormedPieces((piece) => redacted.push(piece)), redacted };
+    }
   }
 
   add(raw: unknown): void {
@@ -400,7 +404,7 @@ class Streamed {
       if (d.content) {
         this.text += d.content;
         this.size += jsonBytes(d.content);
-        this.shown?.push(d.content);
+        this.shown?.pieces.push(d.content);
       }
       for (const tc of d.tool_calls ?? []) {
         // Never an array as long as a number the endpoint sent: one of billions would take minutes to walk.
@@ -457,11 +461,15 @@ class Streamed {
 
   /**
    * The answer, with no secret in anything the endpoint said (its text, thinking and calls, its id,
-   * the counts left out), its id bounded; what is held of its text is handed on.
+   * the counts left out), its id bounded, and no lone surrogate in it (a JSON string may hold one: kept
+   * in an event, a reader that decodes strictly would refuse it); what is held of its text is handed on.
    */
   answer(waited: number, aborted: boolean): ModelAnswer {
-    const clean = this.secrets;
-    this.shown?.flush();
+    const secrets = this.secrets;
+    // As the text was shown: made well-formed, then its secrets taken out.
+    const clean = { redact: (text: string) => secrets.redact(wellFormed(text)), redactValue: <T>(value: T): T => secrets.redactValue(wellFormedValue(value)) };
+    this.shown?.pieces.flush();
+    this.shown?.redacted.flush();
     const responseId = this.responseId ? clean.redact(this.responseId).slice(0, RESPONSE_ID_MAX) : undefined;
     const thinking: Thinking = {};
     if (this.reasoningContent !== undefined) thinking.reasoning_content = clean.redact(this.reasoningContent);
