@@ -112,6 +112,23 @@ describe("a runtime slow to say its window", { timeout: 60_000 }, () => {
   });
 });
 
+describe("a runtime's window that the instructions and tools fill", { timeout: 60_000 }, () => {
+  it("fails a new conversation's first turn as too long, naming them, and sends nothing: the runtime would cut the prompt short", async () => {
+    server.runtime = { ollama: { contextLength: 131_072, numCtx: 1024 } };
+    const dir = agent({ model: { provider: "ollama", name: "small-model", base_url: server.url } });
+    const d = watched(startDaemon(["--agent", dir], { XDG_CONFIG_HOME: config() }), cleanup);
+    const c = await stdioClient(d, cleanup);
+    const everything = { name: "everything", command: process.execPath, args: [join(ROOT, "node_modules/@modelcontextprotocol/server-everything/dist/index.js"), "stdio"], env: [] };
+    const { sessionId } = await c.agent.request(acp.methods.agent.session.new, { cwd: ROOT, mcpServers: [everything] });
+    const before = server.requests.length;
+    const refused = await failure(c.agent.request(acp.methods.agent.session.prompt, { sessionId, prompt: text("hello") }));
+    expect(refused.message).toMatch(/the instructions and the tools offered take about \d+ tokens, of them \d+ tool calls offered, about \d+ tokens, all the 1024-token window \(from runtime\) leaves a request: the request was not sent/);
+    expect(server.requests.length).toBe(before);
+    const kinds = readEventsFrom(paths({ dir }).conversation(sessionId), 1).map((e) => e.event.kind);
+    expect(kinds).toEqual(["message", "failure"]);
+  });
+});
+
 describe("Link's facts", { timeout: 60_000 }, () => {
   it("are the shipped file's in the daemon, which holds them as its build read them", async () => {
     // No runtime answers here: the window is Link's entry for the model.

@@ -130,16 +130,16 @@ describe("a turn with tools", () => {
   it("a window the instructions and the tools offered fill alone: the turn is refused as too long, naming them, and nothing is sent", async () => {
     host = new McpToolHost();
     const a = agent({ window: { max: 600, answer: 100, margin: 0 } });
-    // A new conversation's first request waits for no window (a runtime may still be asked for it): the turn after it does.
-    server.script({ text: "Hello." });
-    await turn(a, "hello", [memory(a.dir)]);
+    // A new conversation's first turn too: its instructions and tools are over FILL_NO_WINDOW, so it waits for the window.
     const before = server.requests.length;
-    const { outcome } = await turn(a, "again", [memory(a.dir)]);
-    expect(outcome.failure?.reason).toBe("context_too_long");
-    expect(outcome.failure?.message).toMatch(/the instructions and the tools offered take about \d+ tokens, of them \d+ tool calls offered, about \d+ tokens, all the 600-token window \(from settings\) leaves a request: the request was not sent/);
+    for (const prompt of ["hello", "again"]) {
+      const { outcome } = await turn(a, prompt, [memory(a.dir)]);
+      expect(outcome.failure?.reason).toBe("context_too_long");
+      expect(outcome.failure?.message).toMatch(/the instructions and the tools offered take about \d+ tokens, of them \d+ tool calls offered, about \d+ tokens, all the 600-token window \(from settings\) leaves a request: the request was not sent/);
+    }
     expect(server.requests.length).toBe(before);
     const events = readEventsFrom(paths(a).conversation("t"), 1).map((e) => e.event);
-    expect(events.map((e) => e.kind)).toEqual(["message", "message", "message", "failure"]);
+    expect(events.map((e) => e.kind)).toEqual(["message", "failure", "message", "failure"]);
     await host.close();
   });
 

@@ -36,6 +36,15 @@ function following(source: AbortSignal | undefined): AbortController {
 export const MAX_ROUNDS = 8;
 
 /**
+ * Tokens of instructions and tools that leave room in any window of 1,024 tokens or more (its
+ * answer's share a quarter, its margin 256): fewer, and a new conversation's first request is sent
+ * without waiting for the window. More (most agents with tools), and it waits, a runtime being asked
+ * only once for its model (some milliseconds): Ollama cuts a prompt longer than its context short,
+ * with no error, so what fills the window is said before anything is sent, at the first turn too.
+ */
+export const FILL_NO_WINDOW = 512;
+
+/**
  * The message as an event. With what the model reads, only the parts it takes, within the contract's
  * limits, are kept to be sent, and the text names each one left out and why (turn/parts.ts).
  */
@@ -303,6 +312,7 @@ class Turn {
     // The conversation's share: the window less the answer's, the instructions and tools, and the margin.
     // A new conversation's first request needs none of it (nothing of it can drop): the runtime that
     // tells the window may still be answering while the model is asked; the answer waits for it.
+    // Unless the instructions and tools are many (FILL_NO_WINDOW).
     const history = await History.load(
       this.conv,
       async (chosen) => conversationShare(await (asked = modelWindow(settings, chosen ?? agentModel, facts)), fixed, settings),
@@ -311,7 +321,9 @@ class Turn {
     const model = history.model ?? agentModel;
     if (history.chosen.verbosity !== undefined) this.listener({ type: "verbosity", verbosity: history.chosen.verbosity });
     const windowAsked = asked ?? modelWindow(settings, model, facts);
-    let window = history.waiting ? undefined : await windowAsked;
+    // A new conversation's first request waits for the window only when its instructions and tools
+    // could fill one (crowded, below): a runtime might otherwise cut them short without a word.
+    let window = history.waiting && fixed < FILL_NO_WINDOW ? undefined : await windowAsked;
     /** The window and the budget, once the runtime has said (at once, unless the history was loaded `later`). */
     const windowKnown = async () => ({ window: (window ??= await windowAsked), budget: await history.sure() });
     const inputs = window?.inputs ?? modelInputs(model, facts.env);
