@@ -118,7 +118,7 @@ describe("a runtime's window that the instructions and tools fill", { timeout: 6
     const dir = agent({ model: { provider: "ollama", name: "small-model", base_url: server.url } });
     const d = watched(startDaemon(["--agent", dir], { XDG_CONFIG_HOME: config() }), cleanup);
     const c = await stdioClient(d, cleanup);
-    const everything = { name: "everything", command: process.execPath, args: [join(ROOT, "node_modules/@modelcontextprotocol/server-everything/dist/index.js"), "stdio"], env: [] };
+    const everything: acp.McpServer = { name: "everything", command: process.execPath, args: [join(ROOT, "node_modules/@modelcontextprotocol/server-everything/dist/index.js"), "stdio"], env: [] };
     const { sessionId } = await c.agent.request(acp.methods.agent.session.new, { cwd: ROOT, mcpServers: [everything] });
     const before = server.requests.length;
     const refused = await failure(c.agent.request(acp.methods.agent.session.prompt, { sessionId, prompt: text("hello") }));
