@@ -83,13 +83,20 @@ export async function route(agents: readonly Routed[], input: ReadableStream<Uin
     if (done) break;
     const msg = read(line, decoder);
     if (msg === undefined || typeof msg.method !== "string") {
-      // Not a request the agents can route (a parse error, a client's answer): the first agent answers what it can.
-      if (msg === undefined) await writers[0]?.write(line);
+      // Not a request the agents can route: one that can't be read, or whose method is no name, the
+      // first agent refuses (-32600, as it would alone); a client's answer is left, as no agent asks.
+      if (msg === undefined || msg.method !== undefined) await writers[0]?.write(line);
       continue;
     }
     if (msg.method === "initialize") {
       const id = msg.id;
-      if (isId(id)) initializes.forEach((skip, i) => i > 0 && skip.set(id, (skip.get(id) ?? 0) + 1));
+      // Only under an id its answers can be told apart by: each agent's would go out under any other
+      // (null, an object), one line bringing back as many answers as the process serves agents.
+      if (!isId(id)) {
+        await writers[0]?.write(line);
+        continue;
+      }
+      initializes.forEach((skip, i) => i > 0 && skip.set(id, (skip.get(id) ?? 0) + 1));
       await Promise.all(writers.map((w) => w.write(line)));
       continue;
     }

@@ -11,7 +11,7 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { z } from "zod";
 import { UsageError } from "../daemon/cli.js";
 import { readAgentsFile } from "../daemon/shared.js";
-import { configure, scriptedSettings, startDaemon, tempDir, type Daemon } from "./acp-client.js";
+import { configure, scriptedSettings, startDaemon, tempDir, until, type Daemon } from "./acp-client.js";
 import { assertBuilt, BIN } from "./fixtures/built.js";
 import { linkFreeEnv } from "./fixtures/env.js";
 import { startModelServer, type ModelServer } from "./model-server.js";
@@ -171,6 +171,44 @@ describe("--agents files, fuzzed", () => {
         expect(listing(root)).toEqual(before);
       }),
       runs(300),
+    );
+  });
+});
+
+describe("--agents on stdio, fuzzed", () => {
+  let shared: Daemon;
+  const got: Answer[] = [];
+
+  beforeAll(async () => {
+    const root = join(tmp.path, "shared-stdio");
+    mkdirSync(root);
+    const file = join(root, "agents.json");
+    writeFileSync(file, JSON.stringify(sharedAgents(root)));
+    shared = startDaemon(["--agents", file], linkFreeEnv());
+    createInterface({ input: shared.child.stdout as NodeJS.ReadableStream }).on("line", (line) => got.push(Answer.parse(JSON.parse(line))));
+    shared.child.stdin?.write(`${JSON.stringify({ jsonrpc: "2.0", id: 0, method: "initialize", params: { protocolVersion: 1, clientCapabilities: {} } })}\n`);
+    await until(() => got.length === 1, "initialized");
+  });
+  afterAll(() => shared?.stop("SIGKILL"));
+
+  it("a request of any id and any method that is no name, or an initialize, is answered once, by one agent; an initialize without an id not at all", async () => {
+    const id = fc.oneof(json.filter((v) => !(typeof v === "string" && v.startsWith("after-"))), fc.constant(undefined));
+    const method = fc.oneof(json.filter((v) => typeof v !== "string"), fc.constant("initialize"));
+    const params = fc.oneof(fc.constant({ protocolVersion: 1, clientCapabilities: {} }), json);
+    let k = 0;
+    await fc.assert(
+      fc.asyncProperty(id, method, params, async (i, m, p) => {
+        const before = got.length;
+        const after = [`after-${k}-a`, `after-${k}-b`];
+        k++;
+        shared.child.stdin?.write(`${JSON.stringify({ jsonrpc: "2.0", ...(i !== undefined ? { id: i } : {}), method: m, params: p })}\n`);
+        // A request of each agent after it: once both are answered, so is the line before them, by each agent that took it.
+        for (const [n, agent] of after.entries()) shared.child.stdin?.write(`${JSON.stringify({ jsonrpc: "2.0", id: agent, method: "session/list", params: { _meta: { link: { agent: n === 0 ? "a" : "b" } } } })}\n`);
+        await until(() => got.slice(before).filter((a) => after.includes(a.id as string)).length === 2, "answered after");
+        const answers = got.slice(before).filter((a) => !after.includes(a.id as string));
+        expect(answers).toHaveLength(m === "initialize" && i === undefined ? 0 : 1);
+      }),
+      runs(100),
     );
   });
 });

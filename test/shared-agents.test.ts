@@ -10,7 +10,7 @@ import { describe, expect, it } from "vitest";
 import { z } from "zod";
 import { CLIENT_PROOF_PREFIX } from "../acp/link.js";
 import { paths } from "../store/index.js";
-import { answerText, configure, daemonTestHooks, failure, openClient, portStream, scriptedSettings, servedPort, startDaemon, stdioClient, tempDir, watched, type Client } from "./acp-client.js";
+import { answerText, configure, daemonTestHooks, failure, openClient, portStream, scriptedSettings, servedPort, startDaemon, stdioClient, tempDir, until, watched, type Client } from "./acp-client.js";
 import { BIN, ROOT } from "./fixtures/built.js";
 import { linkFreeEnv } from "./fixtures/env.js";
 import { freePort } from "./fixtures/port.js";
@@ -203,6 +203,36 @@ describe("--agents", () => {
       const answers = await answered(n);
       expect(answers, agent).toHaveLength(n);
       expect(answers.at(-1), agent).toMatchObject({ result: { sessions: [] } });
+    }
+  });
+
+  it("on stdio, a request whose method is no name, and an initialize under no id, are answered once: -32600, or the one initialize's", async () => {
+    const { file } = threeAgents();
+    const d = watched(startDaemon(["--agents", file], linkFreeEnv()), cleanup);
+    const got: { id?: unknown; result?: unknown; error?: { code?: unknown } }[] = [];
+    createInterface({ input: d.child.stdout as NodeJS.ReadableStream }).on("line", (line) => {
+      got.push(z.object({ id: z.unknown(), result: z.unknown(), error: z.looseObject({ code: z.unknown() }) }).partial().loose().parse(JSON.parse(line)));
+    });
+    const send = (msg: object) => d.child.stdin?.write(`${JSON.stringify({ jsonrpc: "2.0", ...msg })}\n`);
+    const initialize = { protocolVersion: 1, clientCapabilities: {} };
+    send({ id: 1, method: "initialize", params: initialize });
+    await until(() => got.some((a) => a.id === 1), "initialized");
+    const cases: [string, object, (a: (typeof got)[number]) => boolean][] = [
+      ["a number for a method", { id: 2, method: 7 }, (a) => a.error?.code === -32600],
+      ["null for a method", { id: 3, method: null, params: {} }, (a) => a.error?.code === -32600],
+      ["an object for a method, with no id", { method: { name: "session/list" } }, (a) => a.error?.code === -32600],
+      ["an initialize under null", { id: null, method: "initialize", params: initialize }, (a) => a.id === null && a.result !== undefined],
+      ["an initialize under an object", { id: { n: 1 }, method: "initialize", params: initialize }, (a) => a.error?.code === -32600],
+    ];
+    for (const [what, msg, answered] of cases) {
+      const before = got.length;
+      send(msg);
+      // Then a request of each agent: once all three are answered, every answer to the line above is out.
+      for (const agent of ["alpha", "beta", "gamma"]) send({ id: `after-${agent}`, method: "session/list", params: { _meta: { link: { agent } } } });
+      await until(() => got.slice(before).filter((a) => typeof a.id === "string" && a.id.startsWith("after-")).length === 3, what);
+      const answers = got.slice(before).filter((a) => !(typeof a.id === "string" && a.id.startsWith("after-")));
+      expect(answers, what).toHaveLength(1);
+      expect(answered(answers[0] as (typeof got)[number]), what).toBe(true);
     }
   });
 
