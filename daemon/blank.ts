@@ -102,7 +102,7 @@ export function readBind(line: string): { agent: AgentRef; names: string[]; key:
   return { agent: { dir: store, files }, names: [b.agent.name, b.agent.id], key: b.key, settings: heldSettings(b.settings, b.key), name: b.agent.name };
 }
 
-/** Reads one line from the connection, at most BIND_MAX bytes; undefined when it ends or is over the bound. */
+/** Reads one line from the connection, at most BIND_MAX bytes; undefined when it ends with nothing sent or is over the bound. */
 function oneLine(socket: Socket): Promise<{ line?: string; over?: boolean }> {
   return new Promise((resolve) => {
     const chunks: Buffer[] = [];
@@ -122,7 +122,9 @@ function oneLine(socket: Socket): Promise<{ line?: string; over?: boolean }> {
     };
     const idle = setTimeout(() => done({}), CONTROL_IDLE_MS);
     socket.on("data", onData);
-    socket.once("end", () => done({}));
+    // A line its client ended its side after, with no newline (printf without \n, say), is still
+    // the line: it is answered, where the connection was closed with no word.
+    socket.once("end", () => done(size > 0 ? { line: Buffer.concat(chunks).toString("utf8") } : {}));
     socket.once("close", () => done({}));
     socket.once("error", () => done({}));
   });

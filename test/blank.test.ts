@@ -23,8 +23,11 @@ const BIND_KEY = "bind-key-3e9a51c07d2f4b68";
 const Loaded = z.looseObject({ msg: z.literal("blank: loaded"), warmed: z.number().int(), asked: z.number().int() });
 const Answer = z.union([z.object({}).strict(), z.object({ error: z.string() }).strict()]);
 
-/** Sends one line on the control socket and reads its one-line answer. */
-async function control(path: string, line: string): Promise<z.infer<typeof Answer>> {
+/**
+ * Sends one line on the control socket and reads its one-line answer. `ended`: without its newline,
+ * the client's side ended after it, as `printf '%s' "$bind" | nc -U` sends one.
+ */
+async function control(path: string, line: string, ended = false): Promise<z.infer<typeof Answer>> {
   const socket = connect(path);
   await new Promise<void>((resolve, reject) => {
     socket.once("connect", resolve);
@@ -33,9 +36,10 @@ async function control(path: string, line: string): Promise<z.infer<typeof Answe
   cleanup.push(() => socket.destroy());
   let got = "";
   socket.setEncoding("utf8").on("data", (d: string) => (got += d));
-  const ended = new Promise((resolve) => socket.once("close", resolve));
-  socket.write(`${line}\n`);
-  await ended;
+  const closed = new Promise((resolve) => socket.once("close", resolve));
+  if (ended) socket.end(line);
+  else socket.write(`${line}\n`);
+  await closed;
   return Answer.parse(JSON.parse(got));
 }
 
@@ -226,6 +230,20 @@ describe("--blank", () => {
     expect(statSync(join(tmp.path, "lnk-link-harness-warm-other")).isDirectory()).toBe(true);
     // Its own, once it has warmed up, removed.
     expect(scratchOf(next.child.pid)).toEqual([]);
+  });
+
+  it("answers a Bind its client sent without a newline and then ended its side: a bad one is refused, a good one binds it", async () => {
+    const p = place();
+    const d = watched(startDaemon(["--blank", p.control], linkFreeEnv()), cleanup);
+    await d.waitForLog(/"blank: waiting for a Bind"/);
+    expect(await control(p.control, "{not json", true)).toEqual({ error: expect.stringMatching(/not JSON/) });
+    expect(await control(p.control, JSON.stringify({ ...p.bind, store: "store" }), true)).toEqual({ error: expect.stringMatching(/store: not an absolute path/) });
+    // A connection that sends nothing and ends is closed with no answer, and binds nothing.
+    expect(await control(p.control, "", true).catch(() => "no answer")).toBe("no answer");
+    expect(await control(p.control, JSON.stringify(p.bind), true)).toEqual({});
+    expect(await control(p.control, JSON.stringify(p.bind), true)).toEqual({ error: expect.stringContaining("bound already") });
+    const c = await stdioClient(d, cleanup);
+    expect(await c.agent.request(acp.methods.agent.session.list, {})).toMatchObject({ sessions: [] });
   });
 
   it("bound with --port, serves that agent on the port, gated by the Bind's key; a port in use refuses the Bind and leaves it blank", async () => {

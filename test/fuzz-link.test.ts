@@ -230,14 +230,16 @@ describe("Bind lines, fuzzed", () => {
   });
   afterAll(() => blank?.stop("SIGKILL"));
 
-  const send = (line: string) =>
+  /** Sends a line and reads its answer; `ended`: without its newline, the client's side ended after it. */
+  const send = (line: string, ended = false) =>
     new Promise<string>((resolve, reject) => {
       const s = connect(control);
       let got = "";
       s.setEncoding("utf8").on("data", (d: string) => (got += d));
       s.once("error", reject);
       s.once("close", () => resolve(got));
-      s.write(`${line}\n`);
+      if (ended) s.end(line);
+      else s.write(`${line}\n`);
     });
 
   it("a malformed, mistyped or impossible Bind gets one line of {\"error\"}, without the key, and the process stays blank and able to be bound", async () => {
@@ -265,8 +267,10 @@ describe("Bind lines, fuzzed", () => {
     const line = fc.oneof(broken, json.map((j) => JSON.stringify(j)), fc.string().filter((s) => !s.includes("\n")));
     const before = listing(store);
     await fc.assert(
-      fc.asyncProperty(line, async (l) => {
-        const got = await send(l);
+      // Sent with its newline, or without one and the side ended (a line of nothing is no line then).
+      fc.asyncProperty(line, fc.boolean(), async (l, ended) => {
+        if (ended && l === "") return;
+        const got = await send(l, ended);
         expect(got.endsWith("\n") && got.indexOf("\n") === got.length - 1, got).toBe(true);
         const answer = z.object({ error: z.string() }).strict().parse(JSON.parse(got));
         expect(answer.error).not.toContain(KEY);
