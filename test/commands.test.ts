@@ -282,6 +282,26 @@ describe("/model:set", { timeout: 90_000 }, () => {
     expect(await command(c, sessionId, "/model:set claude-sonnet-4@20250514")).toMatch(/now runs on claude-sonnet-4@20250514/);
   });
 
+  it("a name holding a format character (a bidirectional control, a zero-width one) or half of a UTF-16 pair is refused: nothing written, nothing sent", async () => {
+    const dir = agentDir();
+    const { c, sessionId } = await session(dir);
+    await prompt(c, sessionId, "hello");
+    const count = eventsOf(dir, sessionId).length;
+    for (const model of ["gpt-5\u202e1im", "gpt\u200b-5", "\u2066gpt-5", "gpt-5\ud800", "\udc00gpt"]) {
+      for (const text of [`/model:set ${model}`, `/model:set --agent ${model}`]) {
+        const reply = await command(c, sessionId, text);
+        expect(reply, JSON.stringify(text)).toMatch(/is not a model's name/);
+        // Not repeated as it is: what can't be shown is written as an escape.
+        expect(reply, JSON.stringify(text)).not.toMatch(/[\p{Cf}\p{Cs}]/u);
+      }
+      const refused: unknown = await c.agent.request(acp.methods.agent.session.setConfigOption, { sessionId, configId: "model", value: model }).catch((e: unknown) => e);
+      expect(refused, JSON.stringify(model)).toMatchObject({ code: -32602, message: expect.stringMatching(/not a model's name/) });
+    }
+    expect(eventsOf(dir, sessionId)).toHaveLength(count);
+    await prompt(c, sessionId, "which model?");
+    expect(server.requests.at(-1)?.body.model).toBe("scripted-model");
+  });
+
   it("and every command padded with whitespace are kept as typed less the padding: events of bytes, not megabytes, shown so on load", async () => {
     const dir = agentDir();
     const { c, sessionId } = await session(dir);

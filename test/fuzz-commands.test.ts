@@ -6,7 +6,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import fc from "fast-check";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { parseCommand, runCommand, type CommandContext } from "../turn/commands.js";
+import { parseCommand, runCommand, setConversationModel, type CommandContext } from "../turn/commands.js";
 
 /** FC_SEED=N reruns a failure with the seed fast-check printed for it. */
 const seed = process.env.FC_SEED ? { seed: Number(process.env.FC_SEED) } : {};
@@ -51,6 +51,41 @@ describe("/model:set, fuzzed", () => {
         const outcome = await runCommand(context(set), parsed);
         expect(outcome.refused).toBe(true);
         expect(outcome.reply).not.toContain(pw);
+        expect(set).toEqual([]);
+        expect(readdirSync(dir)).toEqual([]);
+      }),
+      { numRuns: 300, ...seed },
+    );
+  });
+});
+
+describe("/model:set with a character no name holds, fuzzed", () => {
+  /**
+   * A format character (bidirectional controls, zero-width ones among them), half of a UTF-16 pair, or
+   * U+FFFD. Not U+FEFF: trimmed as a space is, it leaves a name at either end.
+   */
+  const unshown = fc.oneof(
+    fc.constantFrom("\u202a", "\u202e", "\u2066", "\u2069", "\u200b", "\u200d", "\u200e", "\u061c", "\u00ad", "\u2060", "\ufffd"),
+    fc.integer({ min: 0xd800, max: 0xdfff }).map((c) => String.fromCharCode(c)),
+  );
+  const name = fc.stringMatching(/^[a-z0-9][a-z0-9._:-]{0,40}$/);
+
+  it("is refused, here and as the model option, writing nothing, and the reply shows it only as an escape", async () => {
+    await fc.assert(
+      fc.asyncProperty(name, unshown, fc.nat(), fc.constantFrom("command", "command --agent", "option"), async (word, c, at, how) => {
+        const model = `${word.slice(0, at % (word.length + 1))}${c}${word.slice(at % (word.length + 1))}`;
+        const set: (string | undefined)[] = [];
+        const ctx = context(set);
+        let outcome;
+        if (how === "option") outcome = await setConversationModel(ctx, model, "");
+        else {
+          const parsed = parseCommand(`/model:set ${how === "command --agent" ? "--agent " : ""}${model}`, undefined);
+          if (parsed === undefined) throw new Error("not a command");
+          outcome = await runCommand(ctx, parsed);
+        }
+        expect(outcome.refused).toBe(true);
+        expect(outcome.reply).toMatch(/is not a model's name/);
+        expect(outcome.reply).not.toMatch(/[\p{Cf}\p{Cs}]/u);
         expect(set).toEqual([]);
         expect(readdirSync(dir)).toEqual([]);
       }),

@@ -144,12 +144,24 @@ function known(map: ChatMap, name: string): void {
  */
 const NOT_A_MODEL = /:\/\/|:[^\s@]*@/;
 
+/**
+ * What no model's name holds: a space, a control character, a format character (a bidirectional
+ * control, a zero-width one, which would make the name read other than it is wherever it is shown),
+ * half of a UTF-16 pair, or U+FFFD, which such a half of a prompt's text is read as: no provider
+ * names a model so, and the name would be kept and sent at each turn.
+ */
+const NOT_IN_A_NAME = /[\s\p{Cc}\p{Cf}\p{Cs}\uFFFD]/u;
+
 /** A model's name as typed: one word, printable, bounded, no URL; refused without repeating what may be a password. */
 function checkModelName(model: string): void {
   if (NOT_A_MODEL.test(model)) {
     refuse("That is a URL, or a user and password before a host (user:password@host), not a model's name: it is not repeated here, kept or sent (nothing was done). The endpoint is the settings' model.base_url; /model:set takes a name such as gpt-5.");
   }
-  if (model.length > ARGS_MAX || /[\s\p{Cc}]/u.test(model)) refuse(`${JSON.stringify(model.slice(0, 80))} is not a model's name: one word, at most ${ARGS_MAX} characters (nothing was done).`);
+  if (model.length > ARGS_MAX || NOT_IN_A_NAME.test(model)) {
+    // Said with what can't be shown as it is written as an escape.
+    const shown = JSON.stringify(model.slice(0, 80)).replace(/[\p{Cf}\p{Cs}]/gu, (c) => `\\u{${(c.codePointAt(0) ?? 0).toString(16)}}`);
+    refuse(`${shown} is not a model's name: one printable word, at most ${ARGS_MAX} characters (nothing was done).`);
+  }
 }
 
 /** Providers whose own model names say which provider made the model (`anthropic/claude-…`). */
