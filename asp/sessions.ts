@@ -25,7 +25,7 @@ import {
   type Numbered,
 } from "../protocol/index.js";
 import { EXPORTED } from "./export.js";
-import { LIMITS, appendEvent, conversationIn, eachEventFrom, flushFolderSync, flushMadeAboveSync, forgetEvents, isErrno, listEventNumbers, listThreads, makeNewFolder, paths, processAlive, readEventsFrom, withoutProtoKeys, writtenPast, type AgentRef, type ConversationPaths } from "../store/index.js";
+import { LIMITS, appendEvent, conversationIn, eachEventFrom, flushFolderSync, flushMadeAboveSync, forgetEvents, isErrno, listEventNumbers, listThreads, makeNewFolder, paths, processAlive, protoKey, readEventsFrom, withoutProtoKeys, writtenPast, type AgentRef, type ConversationPaths } from "../store/index.js";
 
 /** The kinds an endpoint's `_asp/export` gives (`state export`'s and sessions), and `_asp/import` takes. */
 export const ENDPOINT_EXPORTED = [...EXPORTED, "sessions"] as const satisfies readonly AspKind[];
@@ -176,8 +176,14 @@ function eventFaults(raw: unknown, error: z.ZodError): string {
   return `${describeIssues(new z.ZodError(named))}${more}`;
 }
 
-/** Checks sessions whole before anything is written: each of the form, each event within the store's limit. */
+/**
+ * Checks sessions whole before anything is written: each of the form, each event within the store's
+ * limit, and no key named `__proto__` anywhere (a loose part's field may hold one): no export carries
+ * it, so a conversation holding one could not be moved out again as it came in.
+ */
 export function checkSessions(raw: unknown): SessionForm[] {
+  const proto = protoKey(raw);
+  if (proto !== undefined) throw new InvalidSessions(`sessions${proto === "(top)" ? "" : `.${proto}`}: the key "__proto__" is not allowed`);
   const parsed = SessionForm.array().safeParse(raw);
   if (!parsed.success) throw new InvalidSessions(eventFaults(raw, parsed.error));
   parsed.data.forEach((s, i) =>

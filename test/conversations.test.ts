@@ -268,6 +268,9 @@ describe("conversation and conversations move", { timeout: 240_000 }, () => {
       [["conversations", "move", "in", "--agent", dir], JSON.stringify({ sessions: [good], bogus: 1 }), /bogus/],
       [["conversations", "move", "in", "--agent", dir], JSON.stringify({ ...good, events: [{ ...good.events[0], kind: "note" }] }), /^lnk-link-harness: the session: events\.0\.kind: /],
       [["conversations", "move", "in", "--agent", dir], JSON.stringify({ ...good, extra: 1 }), /the session: \(top\): Unrecognized key/],
+      // A part's own fields are loose, and JSON.parse makes "__proto__" an own key there: no export would carry it.
+      [["conversations", "move", "in", "--agent", dir], `{"sessions":[${JSON.stringify(good)},{"thread":"t","events":[{"v":1,"time":"2026-01-02T03:04:05.000Z","kind":"message","role":"user","text":"hi","header":"h","parts":[{"type":"text","text":"x","__proto__":{"polluted":1}}]}]}]}`, /sessions\.1\.events\.0\.parts\.0: the key "__proto__" is not allowed/],
+      [["conversations", "move", "in", "--agent", dir], `{"thread":"t","events":[{"v":1,"time":"2026-01-02T03:04:05.000Z","kind":"message","role":"assistant","text":"yo","model":"m","provider":"p","latency_ms":0,"stop":"end_turn","thinking":{"reasoning_details":[{"__proto__":{}}]}}]}`, /the session: events\.0\.thinking\.reasoning_details\.0: the key "__proto__" is not allowed/],
     ] as const) {
       const r = await cli([...args], input);
       expect(r.code, `${args.join(" ")} ${input}`).toBe(2);

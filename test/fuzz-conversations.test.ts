@@ -116,6 +116,34 @@ describe("conversations, fuzzed", { timeout: 180_000 }, () => {
     );
   });
 
+  it("move in refuses a State holding a key __proto__ at any depth of an event's loose fields, naming where, and writes nothing", async () => {
+    /** A value nesting a key "__proto__" `depth` objects and arrays down, as JSON text (JSON.parse makes it an own key). */
+    const nested = (depth: number, inArray: boolean[]): string =>
+      Array.from({ length: depth }, (_, i) => (inArray[i] ? "[" : '{"k":')).join("") + '{"__proto__":{"x":1}}' + Array.from({ length: depth }, (_, i) => (inArray[depth - 1 - i] ? "]" : "}")).join("");
+    const place = fc.constantFrom("part", "url", "details");
+    await fc.assert(
+      fc.asyncProperty(fc.nat({ max: 3 }), fc.nat({ max: 6 }), place, fc.array(fc.boolean(), { minLength: 6, maxLength: 6 }), fc.boolean(), async (before, depth, where, inArray, one) => {
+        const value = nested(depth, inArray);
+        const bad =
+          where === "details"
+            ? `{"v":1,"time":"${time}","kind":"message","role":"assistant","text":"yo","model":"m","provider":"p","latency_ms":0,"stop":"end_turn","thinking":{"reasoning_details":[${value}]}}`
+            : where === "url"
+              ? `{"v":1,"time":"${time}","kind":"message","role":"user","text":"hi","header":"h","parts":[{"type":"image_url","image_url":{"url":"data:,","more":${value}}}]}`
+              : `{"v":1,"time":"${time}","kind":"message","role":"user","text":"hi","header":"h","parts":[{"type":"text","text":"x","more":${value}}]}`;
+        const events = `[${[...Array.from({ length: before }, () => JSON.stringify(user)), bad].join(",")}]`;
+        const text = one ? `{"thread":"t","events":${events}}` : `{"sessions":[{"thread":"a","events":[${JSON.stringify(user)}]},{"thread":"t","events":${events}}]}`;
+        const dir = agents.folder();
+        const r = await agents.cli(["conversations", "move", "in", "--agent", dir], text);
+        expect(r.code, r.stderr).toBe(2);
+        expect(r.stdout).toBe("");
+        expect(r.stderr).toMatch(/^lnk-link-harness: [^\n]+: the key "__proto__" is not allowed\n$/);
+        expect(r.stderr).toContain(`${one ? "" : "sessions.1."}events.${before}.`);
+        expect(listing(dir)).toEqual([]);
+      }),
+      { numRuns: 25, ...seed },
+    );
+  });
+
   it("any THREAD names a conversation the agent has, or is refused in one line", async () => {
     const dir = agents.folder();
     mkdirSync(join(dir, "chats", "real"), { recursive: true });

@@ -177,6 +177,8 @@ describe("sessions both ways", { timeout: 180_000 }, () => {
       [{ sessions: null }, "sessions: Invalid input: expected array, received null"],
       [{ sessions: [good], bogus: 1 }, "bogus"],
       [{ sessions: [good], _meta: { link: { agent: "another" } } }, "_meta.link.agent"],
+      // A part's own fields are loose: JSON.parse makes "__proto__" an own key there, which no export carries.
+      [{ sessions: [good, { thread: "t", events: [{ ...good.events[0], parts: [JSON.parse('{"type":"text","text":"x","__proto__":{"polluted":1}}')] }] }] }, 'sessions.1.events.0.parts.0: the key "__proto__" is not allowed'],
     ] as const) {
       const e = await failure(c.agent.request("_asp/import", params));
       expect(e.code, JSON.stringify(params)).toBe(-32602);
