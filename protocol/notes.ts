@@ -16,6 +16,8 @@ export function notePathFault(path: string): string | undefined {
   if (path.startsWith("/")) return "an absolute path";
   // eslint-disable-next-line no-control-regex
   if (/[\\\s\u0000-\u001f\u007f]/.test(path)) return "holds a backslash, a space or a control character";
+  // A lone surrogate has no UTF-8 form: a note's file would be named with U+FFFD, so two such paths are one file.
+  if (/\p{Cs}/u.test(path)) return "holds a lone surrogate (half of a UTF-16 pair)";
   if (path.split("/").some((part) => part === "" || part === "." || part === "..")) return "holds an empty part, . or ..";
   return undefined;
 }

@@ -32,6 +32,8 @@ export function filePathFault(path: string): string | undefined {
   if (path.startsWith("/")) return "an absolute path";
   // eslint-disable-next-line no-control-regex
   if (/[\\\u0000-\u001f\u007f]/.test(path)) return "holds a backslash or a control character";
+  // A lone surrogate has no UTF-8 form: the file system is given U+FFFD for it, so two such names are one file.
+  if (/\p{Cs}/u.test(path)) return "holds a lone surrogate (half of a UTF-16 pair)";
   const parts = path.split("/");
   if (parts.some((part) => part === "" || part === "." || part === "..")) return "holds an empty part, . or ..";
   if (parts.length - 1 > TREE_LIMITS.depth) return `deeper than ${TREE_LIMITS.depth} folders`;

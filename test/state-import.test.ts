@@ -104,6 +104,9 @@ describe("state import", { timeout: 60_000 }, () => {
       // A good skill before a bad note: neither is written.
       [JSON.stringify({ skills: [triage], memory: [{ path: "/abs", text: "x", source: "link" }] }), /invalid State: memory\.0\.path/],
       [JSON.stringify({ sessions: [{ thread: "t", events: [{ bogus: 1 }] }] }), /invalid State: sessions\.0\.events\.0/],
+      // A lone surrogate is written as U+FFFD: two such names would be one file, the second written over the first.
+      [JSON.stringify({ skills: [{ name: "x", files: { "SKILL.md": "", "a\ud800": "one", "a\udc00": "two" } }] }), /invalid State: skills\.0\.files: a path holds a lone surrogate/],
+      [JSON.stringify({ memory: [{ path: "memory/n\ud800.md", text: "first", source: "link" }, { path: "memory/n\ufffd.md", text: "second", source: "link" }] }), /invalid State: memory\.0\.path: holds a lone surrogate/],
     ];
     for (const [input, why] of bad) {
       const r = await cli(["state", "import", "--agent", dir], input);
@@ -159,7 +162,7 @@ describe("state import that fails part-way", { timeout: 60_000 }, () => {
 });
 
 describe("state import of hostile States, fuzzed", { timeout: 120_000 }, () => {
-  const part = fc.oneof(fc.stringMatching(/^[a-z][a-z0-9._-]{0,6}$/), fc.constantFrom("..", ".", "", "/", "\\", "a\u0000", "~", " "));
+  const part = fc.oneof(fc.stringMatching(/^[a-z][a-z0-9._-]{0,6}$/), fc.constantFrom("..", ".", "", "/", "\\", "a\u0000", "~", " ", "a\ud800", "a\udc00", "a\ufffd"));
   const path = fc.array(part, { minLength: 1, maxLength: 4 }).map((p) => p.join("/"));
   const text = fc.oneof(fc.string({ maxLength: 20 }), fc.constantFrom("<!-- link:end -->", "<!-- link:begin note a b -->\n"));
   const state = fc.record(
@@ -188,6 +191,12 @@ describe("state import of hostile States, fuzzed", { timeout: 120_000 }, () => {
         // Inside the agent's folder only its own parts, each a file.
         for (const f of Object.keys(imported.got)) expect(f).toMatch(/^(instructions\/instruction\.md|skills\/[^/]+\/.+|memory\/.+)$/);
         for (const f of Object.keys(imported.got)) expect(statSync(join(imported.dir, f)).isFile()).toBe(true);
+        // Every skill file and every note of its own file is there with its own text: none written over another.
+        const taken = AspState.parse(s);
+        for (const skill of taken.skills ?? []) for (const [path, text] of Object.entries(skill.files)) expect(imported.got[`skills/${skill.name}/${path}`]).toBe(text);
+        for (const note of taken.memory ?? []) {
+          if (note.source === "link" && note.path.startsWith("memory/") && note.path !== "memory/notes.md" && note.text.trim()) expect(imported.got[note.path]).toBe(note.text);
+        }
       }),
       { numRuns: 300, endOnFailure: true, ...seed },
     );
