@@ -228,10 +228,14 @@ function ensureChats(chats: string): boolean {
  * session of no events has no staging folder (`staged` undefined): its folder is made in place, a
  * name that is there never taken (a rename would take an empty folder).
  */
-function placeThread(chats: string, staged: string | undefined, thread: string): string {
-  for (let k = 1; ; k++) {
+function placeThread(chats: string, staged: string | undefined, thread: string, taken: Map<string, number>): string {
+  // The names an earlier session of this call found taken are not looked at again: a State of
+  // thousands of sessions of one thread would look at each name before its own, a time that grows
+  // as the square of their number.
+  for (let k = taken.get(thread) ?? 1; ; k++) {
     const name = withSuffix(thread, k);
     const target = join(chats, name);
+    taken.set(thread, k + 1);
     try {
       if (staged === undefined) {
         makeNewFolder(target);
@@ -358,6 +362,8 @@ export async function writeSessions(agent: AgentRef, sessions: readonly SessionF
   const mine: string[] = [];
   let chatsMade = false;
   const imported: AspImported[] = [];
+  /** For each thread, the first of its names no session of this call has found taken. */
+  const taken = new Map<string, number>();
   const undo = () => {
     for (const { conv } of staged) if (conv !== undefined) rmSync(conv.dir, { recursive: true, force: true });
     // One written in since it was put in place is its writer's too now: it is left as it is.
@@ -397,7 +403,7 @@ export async function writeSessions(agent: AgentRef, sessions: readonly SessionF
           throw new StoreError(`the folder session ${session.thread} was being written in was removed meanwhile: nothing of it is kept`, conv.dir);
         }
       }
-      const as = placeThread(p.chats, conv?.dir, session.thread);
+      const as = placeThread(p.chats, conv?.dir, session.thread, taken);
       staged.shift();
       placed.push({ as, events: session.events.length });
       imported.push({ kind: "sessions", thread: session.thread, as, events: session.events.length });

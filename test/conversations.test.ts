@@ -313,6 +313,32 @@ describe("conversation and conversations move", { timeout: 240_000 }, () => {
     expect(named.stderr).toMatch(/^lnk-link-harness: the conversations named print \d+ bytes, over the \d+ conversations move in takes: move them out a few at a time\n$/);
   }, 240_000);
 
+  it("thousands of sessions of one thread each take the next free name at once, never one that is there", async () => {
+    const dir = folder(false);
+    const said = { v: 1, time: "2026-01-02T03:04:05.000Z", kind: "message", role: "user", text: "mine", header: "[h]" };
+    for (const name of ["a", "a-3"]) {
+      mkdirSync(join(dir, "chats", name), { recursive: true });
+      writeFileSync(join(dir, "chats", name, "000000000001.json"), `${JSON.stringify(said)}\n`);
+    }
+    const before = listing(dir);
+    // Each looked at every name before its own: 4,000 took over a minute, 8,000 four.
+    const count = 4000;
+    const sessions = Array.from({ length: count }, (_, i) => ({ thread: "a", events: i === 0 ? [{ ...said, text: "theirs" }] : [] }));
+    const started = Date.now();
+    const r = await cli(["conversations", "move", "in", "--agent", dir], JSON.stringify({ sessions }));
+    expect(r.code, r.stderr).toBe(0);
+    expect(Date.now() - started).toBeLessThan(20_000);
+    const as = Imported.parse(JSON.parse(r.stdout)).imported.map((i) => i.as);
+    expect(as.slice(0, 3)).toEqual(["a-2", "a-4", "a-5"]);
+    expect(new Set(as).size).toBe(count);
+    expect(as.filter((name) => ["a", "a-3"].includes(name))).toEqual([]);
+    expect(readdirSync(join(dir, "chats")).length).toBe(count + 2);
+    // What was there is as it was.
+    expect(listing(dir).filter((f) => before.includes(f))).toEqual(before);
+    for (const name of ["a", "a-3"]) expect(readFileSync(join(dir, "chats", name, "000000000001.json"), "utf8")).toBe(`${JSON.stringify(said)}\n`);
+    expect(readFileSync(join(dir, "chats", "a-2", "000000000001.json"), "utf8")).toContain('"theirs"');
+  });
+
   it("an event holding a key __proto__ is given without it, and said so: what is given, any import takes", async () => {
     const dir = folder(false);
     const chat = join(dir, "chats", "proto");

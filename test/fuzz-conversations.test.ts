@@ -116,6 +116,35 @@ describe("conversations, fuzzed", { timeout: 180_000 }, () => {
     );
   });
 
+  it("move in gives sessions of the same threads each a name of its own, never one that is there, and leaves what is there as it was", async () => {
+    // Long names are cut to take their -<k>: two threads may then share their names past the first.
+    const long = "l".repeat(126);
+    const thread = fc.constantFrom("t", "t-2", "t-3", long, `${long}x`, `${long}-2`);
+    await fc.assert(
+      fc.asyncProperty(
+        fc.array(fc.record({ thread, events: fc.array(fc.constantFrom<Record<string, unknown>>(user, answer, command), { maxLength: 2 }) }), { minLength: 1, maxLength: 12 }),
+        fc.uniqueArray(fc.tuple(thread, fc.integer({ min: 1, max: 6 })).map(([t, k]) => (k === 1 ? t : `${t.slice(0, 124)}-${k}`)), { maxLength: 5 }),
+        async (sessions, there) => {
+          const dir = agents.folder();
+          for (const name of there) {
+            mkdirSync(join(dir, "chats", name), { recursive: true });
+            writeFileSync(join(dir, "chats", name, "000000000001.json"), `${JSON.stringify({ ...user, text: `there: ${name}` })}\n`);
+          }
+          const r = await agents.cli(["conversations", "move", "in", "--agent", dir], JSON.stringify({ sessions }));
+          expect(r.code, r.stderr).toBe(0);
+          const as = z.object({ imported: z.array(z.object({ as: z.string() }).loose()) }).loose().parse(JSON.parse(r.stdout)).imported.map((i) => i.as);
+          expect(new Set(as).size).toBe(sessions.length);
+          expect(as.filter((name) => there.includes(name))).toEqual([]);
+          for (const name of there) expect(readFileSync(join(dir, "chats", name, "000000000001.json"), "utf8")).toBe(`${JSON.stringify({ ...user, text: `there: ${name}` })}\n`);
+          const out = await agents.cli(["conversations", "move", "out", "--agent", dir, ...as]);
+          expect(out.code, out.stderr).toBe(0);
+          expect((AspState.parse(JSON.parse(out.stdout)).sessions ?? []).map((s) => s.events)).toEqual(sessions.map((s) => s.events));
+        },
+      ),
+      { numRuns: 25, ...seed },
+    );
+  });
+
   it("move in refuses a State holding a key __proto__ at any depth of an event's loose fields, naming where, and writes nothing", async () => {
     /** A value nesting a key "__proto__" `depth` objects and arrays down, as JSON text (JSON.parse makes it an own key). */
     const nested = (depth: number, inArray: boolean[]): string =>
