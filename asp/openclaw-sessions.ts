@@ -179,14 +179,28 @@ const STOP: Record<string, AssistantMessage["stop"]> = { stop: "end_turn", toolU
 
 const Count = z.number().int().nonnegative();
 
+/**
+ * The most different things one Leaving names: each row's fault is named by its place, and a type,
+ * a role or a field's name may be anything, so a session of millions of rows could name millions
+ * (a transcript of lines of `{}` ran the heap out). Past it they are counted.
+ */
+export const OPENCLAW_LEFT_NAMED = 1000;
+
 /** What one session's conversion leaves behind: counted by what it is, and said once. */
 class Leaving {
   private readonly counts = new Map<string, number>();
+  /** Those past OPENCLAW_LEFT_NAMED, not named. */
+  private more = 0;
   add(what: string): void {
-    this.counts.set(what, (this.counts.get(what) ?? 0) + 1);
+    const n = this.counts.get(what);
+    if (n !== undefined) this.counts.set(what, n + 1);
+    else if (this.counts.size < OPENCLAW_LEFT_NAMED) this.counts.set(what, 1);
+    else this.more++;
   }
   lines(prefix: string): string[] {
-    return [...this.counts].map(([what, n]) => `${prefix}: ${what}${n > 1 ? ` (${n} times)` : ""}`);
+    const lines = [...this.counts].map(([what, n]) => `${prefix}: ${what}${n > 1 ? ` (${n} times)` : ""}`);
+    if (this.more > 0) lines.push(`${prefix}: ${this.more} more thing${this.more === 1 ? "" : "s"} not carried, past the first ${OPENCLAW_LEFT_NAMED} named`);
+    return lines;
   }
 }
 
@@ -494,7 +508,7 @@ export class SessionsRead implements ReadSessions {
   }
 
   /** One session's rows, in order of seq. */
-  async add(sessionId: string, rows: readonly Row[], at: (row: Row) => string = (row) => `its event seq ${row.seq}`): Promise<void> {
+  async add(sessionId: string, rows: Iterable<Row>, at: (row: Row) => string = (row) => `its event seq ${row.seq}`): Promise<void> {
     const made = new SessionConverter(sessionId, this.parts, at);
     for (const row of rows) await made.row(row);
     this.left.push(...made.left());
@@ -603,10 +617,21 @@ export async function readDatabase(bytes: Uint8Array, name: string, into: Sessio
 
 /** One JSONL transcript of OpenClaw's before its database (a line an event, in order) into `into`. */
 export async function readTranscript(text: string, sessionId: string, into: SessionsRead): Promise<void> {
-  // A row's seq is its line's number, from 1.
-  const rows: Row[] = text
-    .split("\n")
-    .map((line, i) => ({ session_id: sessionId, seq: i + 1, event_json: line, event_zstd: null, created_at: null }))
-    .filter((row) => row.event_json.trim() !== "");
-  await into.add(sessionId, rows, (row) => `its line ${row.seq}`);
+  await into.add(sessionId, transcriptRows(text, sessionId), (row) => `its line ${row.seq}`);
+}
+
+/**
+ * A transcript's lines that hold anything, one row at a time, each row's seq its line's number from
+ * 1: a transcript within its limit may hold tens of millions of lines, and a row made of each at once
+ * ran the heap out.
+ */
+function* transcriptRows(text: string, sessionId: string): Generator<Row> {
+  let seq = 0;
+  for (let at = 0; at <= text.length; ) {
+    const end = text.indexOf("\n", at);
+    const line = text.slice(at, end === -1 ? text.length : end);
+    seq++;
+    at = end === -1 ? text.length + 1 : end + 1;
+    if (line.trim() !== "") yield { session_id: sessionId, seq, event_json: line, event_zstd: null, created_at: null };
+  }
 }

@@ -13,7 +13,7 @@ import initSqlJs from "sql.js";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { StoreError } from "../protocol/index.js";
 import { OpenClawError, readOpenClaw } from "../asp/openclaw.js";
-import { readDatabase, SessionsRead, zstdFault } from "../asp/openclaw-sessions.js";
+import { OPENCLAW_LEFT_NAMED, readDatabase, readTranscript, SessionsRead, zstdFault } from "../asp/openclaw-sessions.js";
 import { ImportError, checkState, planImport } from "../asp/state-import.js";
 import { ROOT } from "./fixtures/built.js";
 import { files } from "./fixtures/files.js";
@@ -319,5 +319,40 @@ describe("a database of many sessions", () => {
       ["openclaw-s0", 2],
     ]);
     expect(into.left).toContain("agent.sqlite: 2 sessions past the import's 3 (the first by id are read)");
+  });
+});
+
+describe("a transcript of many faults, fuzzed", () => {
+  it("names at most a thousand things a session leaves, counts the rest, and carries every message among them in order", async () => {
+    let past = 0;
+    /** A line OpenClaw would not write: each of a fault, a type, a role or a field of its own. */
+    const junk = fc.oneof(
+      fc.constantFrom("{}", "{bad", "[]", "null", '"x"'),
+      fc.nat().map((n) => JSON.stringify({ type: `t${n}` })),
+      fc.nat().map((n) => JSON.stringify({ type: "message", message: { role: `r${n}`, timestamp: 1 } })),
+      fc.nat().map((n) => JSON.stringify({ type: "message", message: { role: "toolResult", content: [{ type: `p${n}` }], timestamp: 1, [`f${n}`]: 1 } })),
+    );
+    await fc.assert(
+      fc.asyncProperty(fc.array(fc.oneof({ weight: 1, arbitrary: fc.nat().map((n) => ({ said: `m${n}` })) }, { weight: 30, arbitrary: junk }), { maxLength: 3000, size: "max" }), async (lines) => {
+        const text = lines.map((l) => (typeof l === "string" ? l : JSON.stringify({ type: "message", message: { role: "user", content: l.said, timestamp: 1764528000000 } }))).join("\n");
+        const into = new SessionsRead();
+        await readTranscript(text, "s", into);
+        into.done();
+        const said = lines.flatMap((l) => (typeof l === "string" ? [] : [l.said]));
+        expect(into.sessions.flatMap((s) => s.events.map((e) => ("text" in e ? e.text : "")))).toEqual(said);
+        const own = into.left.filter((l) => l.startsWith("session openclaw-s: "));
+        const shared = into.left.filter((l) => l.startsWith("sessions: "));
+        expect(own.length).toBeLessThanOrEqual(OPENCLAW_LEFT_NAMED + 1);
+        expect(shared.length).toBeLessThanOrEqual(OPENCLAW_LEFT_NAMED + 1);
+        // Past the bound, the last line counts what was not named.
+        if (own.length > OPENCLAW_LEFT_NAMED) {
+          past++;
+          expect(own.at(-1)).toMatch(/^session openclaw-s: \d+ more things? not carried, past the first 1000 named$/);
+        }
+      }),
+      { numRuns: 30, ...seed },
+    );
+    // Transcripts past the bound were among them.
+    expect(past).toBeGreaterThan(0);
   });
 });

@@ -407,6 +407,31 @@ describe("state import --from openclaw, transcripts before the database", { time
   });
 });
 
+describe("state import --from openclaw, transcripts of millions of lines", { timeout: 120_000 }, () => {
+  it("are read a line at a time, each fault past the first thousand a session names counted, in a heap smaller than a row of each line", async () => {
+    const openclaw = copyFixture(temp("lnk-openclaw-src-"));
+    const sessions = join(openclaw, "state", "agents", "main", "sessions");
+    mkdirSync(sessions);
+    // Eight million blank lines; near two million events of no type or of a type or role of their own, each a fault of its own (under the 64 MiB a transcript may be).
+    writeFileSync(join(sessions, "blank.jsonl"), "\n".repeat(8 * 1024 * 1024));
+    const junk = Array.from({ length: 600_000 }, (_, i) => `{}\n{"type":"t${i}"}\n{"type":"message","message":{"role":"r${i}","timestamp":1}}\n`).join("");
+    writeFileSync(join(sessions, "junk.jsonl"), `${junk}{"type":"message","message":{"role":"user","content":"still here","timestamp":1764528000000}}\n`);
+    const dir = agent();
+    const r = await run("/bin/sh", ["-c", 'exec "$0" --max-old-space-size=128 "$@"', process.execPath, MAIN, "state", "import", "--from", "openclaw", "--agent", dir, openclaw], { ms: 90_000 });
+    expect(r.code, r.stderr.slice(-2000)).toBe(0);
+    expect(r.stderr).toBe("");
+    // The rest of the folder still came.
+    expect(r.stdout).toContain(`came: session ${FIRST}: 12 events into chats/${FIRST}/\n`);
+    expect(r.stdout).toContain("came: session openclaw-junk: 1 event into chats/openclaw-junk/\n");
+    expect(r.stdout).toContain("left behind: session openclaw-blank: no events\n");
+    const junkLines = r.stdout.split("\n").filter((l) => l.startsWith("left behind: session openclaw-junk: "));
+    expect(junkLines).toHaveLength(1001);
+    expect(junkLines[0]).toBe("left behind: session openclaw-junk: its line 1: not an object with a type");
+    expect(junkLines.at(-1)).toBe(`left behind: session openclaw-junk: ${3 * 600_000 - 1000} more things not carried, past the first 1000 named`);
+    expect(readEventsFrom(paths({ dir }).conversation("openclaw-junk"), 1).map((e) => e.event)).toMatchObject([{ role: "user", text: "still here" }]);
+  });
+});
+
 describe("state import --from openclaw, bad folders", { timeout: 120_000 }, () => {
   it("not a folder, not OpenClaw's, a database that is not SQLite: one line, exit 2, nothing written", async () => {
     const place = temp("lnk-openclaw-bad-");
