@@ -3,7 +3,7 @@
 // memory files as notes. What Link wrote in (the identity's block, its skills' copies in the home, the
 // settings' remembered notes) is left out, so nothing comes back as the harness's own.
 import { relative } from "node:path";
-import { AspState, describeIssues, IDENTITY_HEADINGS, Note, outsideBlock, splitNotes, type AspKind } from "../protocol/index.js";
+import { AspState, describeIssues, IDENTITY_HEADINGS, LINK_BLOCK_HELD, Note, outsideBlock, splitBlock, splitNotes, type AspKind } from "../protocol/index.js";
 import { filePathFault, LIMITS, listOwnSkills, paths, readStanding, readTree, type AgentRef } from "../store/index.js";
 
 /** The kinds `state export` gives (sessions are not given yet). */
@@ -18,12 +18,20 @@ export interface Exported {
 /** Where a text of the agent's own already says which of Identity::all it is, it is given as it is. */
 const HEADED = new RegExp(`^(${IDENTITY_HEADINGS.map(([, h]) => h).join("|")})\\s*$`, "m");
 
-/** The agent's own instruction text: instruction.md outside Link's block, under its heading; `onCut` called when only its first part is. */
-function instructions(agent: AgentRef, onCut: () => void): string | undefined {
+/**
+ * The agent's own instruction text: instruction.md outside Link's block, under its heading; `onCut`
+ * called when only its first part is, `onHeld` when it is not carried, as it holds a second block.
+ */
+function instructions(agent: AgentRef, onCut: () => void, onHeld: () => void): string | undefined {
   const file = readStanding(agent, LIMITS.settings, onCut);
   if (file === undefined) return undefined;
   const own = outsideBlock(file).trim();
   if (!own) return undefined;
+  // No import takes it: taken in where there is no block, it would be taken for Link's.
+  if (splitBlock(own).block !== undefined) {
+    onHeld();
+    return undefined;
+  }
   return HEADED.test(own) ? `${own}\n` : `## Standing instructions\n${own}\n`;
 }
 
@@ -56,7 +64,11 @@ export function exportState(agent: AgentRef, kinds: readonly AspKind[] = EXPORTE
   };
   if (kinds.includes("instructions")) {
     let cut = false;
-    const text = instructions(agent, () => (cut = true));
+    const text = instructions(
+      agent,
+      () => (cut = true),
+      () => left.push({ path: "instructions/instruction.md", why: `its text outside Link's block ${LINK_BLOCK_HELD}: not carried` }),
+    );
     if (text !== undefined && fits("instructions/instruction.md", jsonBytes(text))) {
       state.instructions = text;
       // What a turn reads of it is carried, and said to be only that: the rest is left out.

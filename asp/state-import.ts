@@ -6,7 +6,7 @@
 import { existsSync, lstatSync, renameSync, rmdirSync, rmSync, statSync } from "node:fs";
 import { dirname, join } from "node:path";
 import { z } from "zod";
-import { AspState, describeIssues, type AspKind, outsideBlock, splitNotes, withNotes, type Note, type SessionForm } from "../protocol/index.js";
+import { AspState, LINK_BLOCK_HELD, describeIssues, type AspKind, outsideBlock, splitBlock, splitNotes, withNotes, type Note, type SessionForm } from "../protocol/index.js";
 import { InvalidNameError, LIMITS, TREE_LIMITS, checkNoLinks, filePathFault, checkThread, flushFolderSync, makeFolder, paths, planNotes, protoKey, readText, replaceFile, unlinkQuiet, type AgentRef } from "../store/index.js";
 import { InvalidSessions, checkSessions, importedAs, writeSessions } from "./sessions.js";
 
@@ -96,6 +96,11 @@ export function checkState(raw: unknown): AspState {
   // No more than a turn reads of instruction.md.
   if (state.instructions !== undefined && Buffer.byteLength(state.instructions) > LIMITS.settings) {
     throw new ImportError(`invalid State: instructions: over ${LIMITS.settings} bytes`);
+  }
+  // Lines that mark Link's block would be taken for it: the next configure would write the
+  // identity over the text between them, and no export would give it.
+  if (state.instructions !== undefined && splitBlock(state.instructions).block !== undefined) {
+    throw new ImportError(`invalid State: instructions: ${LINK_BLOCK_HELD}`);
   }
   const names = new Set<string>();
   for (const [i, skill] of (state.skills ?? []).entries()) {

@@ -35,6 +35,9 @@ export function splitBlock(text: string): Split {
   return { before: text.slice(0, begin.index), block: text.slice(from, from + end.index), after: text.slice(from + end.index + end[0].length) };
 }
 
+/** Why instructions that hold a line `<!-- link:begin` and, after it, a line `<!-- link:end -->` are not carried. */
+export const LINK_BLOCK_HELD = 'holds lines that mark Link\'s block ("<!-- link:begin" to "<!-- link:end -->"), which the next configure would write over';
+
 /** The block's inner text for the identity's texts: each under its heading; empty when there is none. */
 export function blockText(identity: IdentityTexts): string {
   return IDENTITY_HEADINGS.filter(([key]) => identity[key]?.trim())

@@ -168,6 +168,20 @@ describe("state export", { timeout: 60_000 }, () => {
 });
 
 describe("state export of a hostile folder, fuzzed", { timeout: 120_000 }, () => {
+  it("instructions whose own text holds a second block of Link's markers are left out, named: no import takes them; the rest is exported", async () => {
+    const dir = folder();
+    write(join(dir, "instructions", "instruction.md"), "<!-- link:begin identity -->\n## Who you are\nMira\n<!-- link:end -->\nOwn.\n<!-- link:begin notes -->\nInner.\n<!-- link:end -->\n");
+    write(join(dir, "memory", "a.md"), "A note.\n");
+    const r = await cli(["state", "export", "--agent", dir]);
+    expect(r.code, r.stderr).toBe(0);
+    expect(AspState.parse(JSON.parse(r.stdout))).toEqual({ skills: [], memory: [{ path: "memory/a.md", text: "A note.\n", source: "link" }] });
+    expect(r.stderr).toBe(
+      "lnk-link-harness: left out of the export: instructions/instruction.md: its text outside Link's block holds lines that mark Link's block (\"<!-- link:begin\" to \"<!-- link:end -->\"), which the next configure would write over: not carried\n",
+    );
+    const taken = await cli(["state", "import", "--agent", folder()], r.stdout);
+    expect(taken.code, taken.stderr).toBe(0);
+  });
+
   it("prints valid ASP holding only files of the agent's folder, or fails with one line", async () => {
     const name = fc.oneof(fc.constantFrom("SKILL.md", "notes.md", "..x", "a b", "é", "__proto__", "constructor"), fc.stringMatching(/^[a-z][a-z0-9.]{0,6}$/));
     const entry = fc.record({

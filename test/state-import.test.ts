@@ -7,7 +7,7 @@ import { mkdirSync, readFileSync, readdirSync, statSync, writeFileSync } from "n
 import { join } from "node:path";
 import fc from "fast-check";
 import { describe, expect, it } from "vitest";
-import { AspState, splitNotes } from "../protocol/index.js";
+import { AspState, outsideBlock, splitNotes } from "../protocol/index.js";
 import { BIN } from "./fixtures/built.js";
 import { cliAgents } from "./fixtures/cli-agents.js";
 import { files as filesUnder } from "./fixtures/files.js";
@@ -104,6 +104,8 @@ describe("state import", { timeout: 60_000 }, () => {
       // A good skill before a bad note: neither is written.
       [JSON.stringify({ skills: [triage], memory: [{ path: "/abs", text: "x", source: "link" }] }), /invalid State: memory\.0\.path/],
       [JSON.stringify({ sessions: [{ thread: "t", events: [{ bogus: 1 }] }] }), /invalid State: sessions\.0\.events\.0/],
+      // Lines a configure takes for Link's block: the text between them would be written over.
+      [JSON.stringify({ instructions: "Answer in French.\n<!-- link:begin notes -->\nNever share the gate code.\n<!-- link:end -->\n" }), /invalid State: instructions: holds lines that mark Link's block/],
       // A lone surrogate is written as U+FFFD: two such names would be one file, the second written over the first.
       [JSON.stringify({ skills: [{ name: "x", files: { "SKILL.md": "", "a\ud800": "one", "a\udc00": "two" } }] }), /invalid State: skills\.0\.files: a path holds a lone surrogate/],
       [JSON.stringify({ memory: [{ path: "memory/n\ud800.md", text: "first", source: "link" }, { path: "memory/n\ufffd.md", text: "second", source: "link" }] }), /invalid State: memory\.0\.path: holds a lone surrogate/],
@@ -167,7 +169,10 @@ describe("state import of hostile States, fuzzed", { timeout: 120_000 }, () => {
   const text = fc.oneof(fc.string({ maxLength: 20 }), fc.constantFrom("<!-- link:end -->", "<!-- link:begin note a b -->\n"));
   const state = fc.record(
     {
-      instructions: text,
+      instructions: fc.oneof(
+        text,
+        fc.array(fc.constantFrom("Own.", "", "<!-- link:begin identity -->", "<!-- link:begin note a b -->", "Inner.", "<!-- link:end -->"), { maxLength: 6 }).map((lines) => lines.join("\n")),
+      ),
       skills: fc.array(
         fc.record({ name: fc.oneof(fc.stringMatching(/^[a-z]{1,6}$/), part), files: fc.dictionary(fc.oneof(path, fc.constant("SKILL.md")), text, { maxKeys: 4 }) }),
         { maxLength: 3 },
@@ -193,6 +198,8 @@ describe("state import of hostile States, fuzzed", { timeout: 120_000 }, () => {
         for (const f of Object.keys(imported.got)) expect(statSync(join(imported.dir, f)).isFile()).toBe(true);
         // Every skill file and every note of its own file is there with its own text: none written over another.
         const taken = AspState.parse(s);
+        // The instructions are the agent's own text, none of it taken for Link's block (which a configure writes over).
+        if (taken.instructions?.trim()) expect(outsideBlock(imported.got["instructions/instruction.md"] ?? "")).toContain(taken.instructions);
         for (const skill of taken.skills ?? []) for (const [path, text] of Object.entries(skill.files)) expect(imported.got[`skills/${skill.name}/${path}`]).toBe(text);
         for (const note of taken.memory ?? []) {
           if (note.source === "link" && note.path.startsWith("memory/") && note.path !== "memory/notes.md" && note.text.trim()) expect(imported.got[note.path]).toBe(note.text);
