@@ -271,7 +271,7 @@ function proc(path: string, link = false): string {
 
 /** Whose pids a staging folder's name holds (STAGED): those of processes this one can see. */
 let host: string | undefined;
-const thisHost = (): string =>
+export const thisHost = (): string =>
   (host ??= createHash("sha256")
     .update(`${hostname()}\n${proc("/proc/sys/kernel/random/boot_id")}\n${proc("/proc/self/ns/pid", true)}`)
     .digest("hex")
@@ -287,15 +287,38 @@ const staging = new Set<string>();
  * that import, never half-writes it.
  */
 function sweepStaged(chats: string): void {
+  sweepLeft(
+    chats,
+    (name) => {
+      const m = STAGED.exec(name);
+      return m ? { host: m[1], pid: Number(m[2]) } : undefined;
+    },
+    (dir) => staging.has(dir),
+  );
+}
+
+/**
+ * Removes from `dir` what an import killed midway left there: each entry `whose` names as one (the
+ * host tag and pid in its name; no tag, a name an earlier version made), of a process this one can
+ * see that is gone, or untouched for an hour, unless `busy`. One that can't be removed is left for
+ * the next import.
+ */
+export function sweepLeft(dir: string, whose: (name: string) => { host: string | undefined; pid: number } | undefined, busy: (path: string) => boolean = () => false): void {
   const host = thisHost();
-  for (const name of readdirSync(chats)) {
-    const m = STAGED.exec(name);
-    if (!m) continue;
-    const dir = join(chats, name);
-    if (staging.has(dir)) continue;
+  let names: string[];
+  try {
+    names = readdirSync(dir);
+  } catch {
+    return;
+  }
+  for (const name of names) {
+    const left = whose(name);
+    if (!left) continue;
+    const path = join(dir, name);
+    if (busy(path)) continue;
     try {
-      const gone = (m[1] === host && !processAlive(Number(m[2]))) || Date.now() - lstatSync(dir).mtimeMs > STAGED_UNTOUCHED_MS;
-      if (gone) rmSync(dir, { recursive: true, force: true });
+      const gone = (left.host === host && !processAlive(left.pid)) || Date.now() - lstatSync(path).mtimeMs > STAGED_UNTOUCHED_MS;
+      if (gone) rmSync(path, { recursive: true, force: true });
     } catch {
       // Left for the next import.
     }

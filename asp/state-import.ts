@@ -8,7 +8,7 @@ import { dirname, join } from "node:path";
 import { z } from "zod";
 import { AspState, LINK_BLOCK_HELD, describeIssues, type AspKind, outsideBlock, splitBlock, splitNotes, withNotes, type Note, type SessionForm } from "../protocol/index.js";
 import { InvalidNameError, LIMITS, TREE_LIMITS, checkNoLinks, filePathFault, checkThread, flushFolderSync, makeFolder, paths, planNotes, protoKey, readText, replaceFile, unlinkQuiet, type AgentRef } from "../store/index.js";
-import { InvalidSessions, checkSessions, importedAs, writeSessions } from "./sessions.js";
+import { InvalidSessions, checkSessions, importedAs, sweepLeft, thisHost, writeSessions } from "./sessions.js";
 
 /**
  * The kinds `state import` takes: every kind `state export` and `_asp/export` give. (The contract's
@@ -181,6 +181,8 @@ export function planImport(agent: AgentRef, state: AspState): Imported {
 
   if (state.skills?.length) {
     checkNoLinks(p.dir, join(p.skills, "x"));
+    // What a killed import left half written is nobody's: found by no reader, removed by no one else.
+    sweepSkills(p.skills);
     for (const skill of state.skills) {
       const dir = join(p.skills, skill.name);
       if (existsSync(dir) || isLink(dir)) {
@@ -287,9 +289,23 @@ function isLink(path: string): boolean {
   }
 }
 
+/**
+ * A skill being written: `.<name>.importing-<host>-<pid>`, the host tag saying whose pids it holds
+ * (thisHost); without it, a name an earlier version made. No skill's name begins with a dot.
+ */
+const IMPORTING = /^\.(.+)\.importing-(?:([0-9a-f]{8})-)?(\d+)$/;
+
+/** Removes the skills that imports killed midway left half written (sweepLeft). */
+function sweepSkills(skills: string): void {
+  sweepLeft(skills, (name) => {
+    const m = IMPORTING.exec(name);
+    return m ? { host: m[2], pid: Number(m[3]) } : undefined;
+  });
+}
+
 /** A skill's folder, written whole beside skills/ first and then put in place, so no half skill is seen. */
 function writeSkill(skills: string, name: string, files: Record<string, string>): void {
-  const tmp = join(skills, `.${name}.importing-${process.pid}`);
+  const tmp = join(skills, `.${name}.importing-${thisHost()}-${process.pid}`);
   rmSync(tmp, { recursive: true, force: true });
   try {
     for (const [path, text] of Object.entries(files)) {

@@ -3,12 +3,14 @@
 // by their paths, another harness's in Link's blocks), sessions and what was there named as left
 // behind; a second import adds nothing. Bad input: one line naming the field, exit 2, nothing
 // written; hostile States fuzzed; and export, import into a fresh folder, export again: the same State.
-import { mkdirSync, readFileSync, readdirSync, statSync, writeFileSync } from "node:fs";
+import { spawn } from "node:child_process";
+import { existsSync, mkdirSync, readFileSync, readdirSync, statSync, utimesSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import fc from "fast-check";
 import { describe, expect, it } from "vitest";
 import { AspState, outsideBlock, splitNotes } from "../protocol/index.js";
-import { BIN } from "./fixtures/built.js";
+import { until } from "./acp-client.js";
+import { BIN, MAIN } from "./fixtures/built.js";
 import { cliAgents } from "./fixtures/cli-agents.js";
 import { files as filesUnder } from "./fixtures/files.js";
 import { importOnce } from "./fixtures/import-once.js";
@@ -160,6 +162,50 @@ describe("state import that fails part-way", { timeout: 60_000 }, () => {
     const fits = await cli(["state", "import", "--agent", dir], JSON.stringify({ ...state, sessions: state.sessions.slice(0, 1) }));
     expect(fits.code, fits.stderr).toBe(0);
     expect(readdirSync(dir).sort()).toEqual(["chats", "config.json", "instructions", "memory", "skills"]);
+  });
+});
+
+describe("state import killed while it writes a skill", { timeout: 60_000 }, () => {
+  it("leaves no skill half written, and the next import removes what it left, never another's under way", async () => {
+    const dir = folder();
+    const c = await cli(["configure", "--agent", dir], JSON.stringify({ model }));
+    expect(c.code, c.stderr).toBe(0);
+    const skills = join(dir, "skills");
+    // Many files each, each written and flushed: long enough to be killed in the middle of one.
+    const many = (name: string) => ({ name, files: Object.fromEntries([["SKILL.md", `---\nname: ${name}\n---\nDo it.\n`], ...Array.from({ length: 200 }, (_, i) => [`f/${i}.md`, `file ${i}\n`])]) });
+    const state = JSON.stringify({ skills: Array.from({ length: 20 }, (_, i) => many(`s${i}`)) });
+    const importing = () => (existsSync(skills) ? readdirSync(skills).filter((n) => n.includes(".importing-")) : []);
+    const child = spawn(process.execPath, [MAIN, "state", "import", "--agent", dir], { stdio: ["pipe", "ignore", "ignore"] });
+    const exited = new Promise<number | null>((resolve) => child.once("exit", (code) => resolve(code)));
+    child.stdin.end(state);
+    await until(() => importing().some((n) => existsSync(join(skills, n, "f")) && readdirSync(join(skills, n, "f")).length >= 20), "a skill part written");
+    child.kill("SIGKILL");
+    expect(await exited).toBeNull();
+    const left = importing();
+    expect(left).toHaveLength(1);
+    // An earlier version's name (no host tag) untouched for more than an hour is left behind too.
+    const old = join(skills, ".old.importing-4242");
+    mkdirSync(old);
+    utimesSync(old, new Date(Date.now() - 2 * 3600_000), new Date(Date.now() - 2 * 3600_000));
+    // Another import, under way in a live process, keeps its own.
+    const other = spawn(process.execPath, [MAIN, "state", "import", "--agent", dir], { stdio: ["pipe", "pipe", "pipe"] });
+    let out = "";
+    other.stdout.on("data", (b: Buffer) => (out += b.toString()));
+    const otherExited = new Promise<number | null>((resolve) => other.once("exit", (code) => resolve(code)));
+    other.stdin.end(JSON.stringify({ skills: Array.from({ length: 20 }, (_, i) => many(`o${i}`)) }));
+    await until(() => importing().some((n) => !left.includes(n) && n !== ".old.importing-4242"), "the other import under way");
+    const r = await cli(["state", "import", "--agent", dir], JSON.stringify({ skills: [triage] }));
+    expect(r.code, r.stderr).toBe(0);
+    expect(await otherExited).toBe(0);
+    expect(out).toContain("came: skill o19: 201 files into skills/o19/");
+    // Nothing half written is left, and every skill whole.
+    expect(importing()).toEqual([]);
+    const names = readdirSync(skills).sort();
+    expect(names.filter((n) => n.startsWith("o"))).toHaveLength(20);
+    for (const n of names) if (n.startsWith("o")) expect(readdirSync(join(skills, n, "f"))).toHaveLength(200);
+    expect(names).toContain("triage");
+    // What the killed import finished is whole; the one it was writing is not there at all.
+    for (const n of names.filter((n) => /^s\d+$/.test(n))) expect(readdirSync(join(skills, n, "f"))).toHaveLength(200);
   });
 });
 
