@@ -563,6 +563,14 @@ describe("/help, /status and unknown commands", { timeout: 60_000 }, () => {
     for (const name of ["/new", "/model:set", "/chat:create", "/chat:fork", "/chat:resume", "/stop", "/verbosity:set", "/status", "/reset", "/clear", "/fork", "/cancel"]) expect(help).toContain(name);
     expect(await command(c, sessionId, "/nwe")).toMatch(/\/nwe is not a command: did you mean \/new/);
     expect(eventsOf(dir, sessionId)).toHaveLength(0);
+    // A name holding what can't be shown (a bell, a bidirectional override, a zero-width joiner) is
+    // repeated quoted with escapes; one cut at its bound keeps a pair whole or leaves it out.
+    const odd = await command(c, sessionId, "/ab\u0007c\u202ed\u200de\u009b");
+    expect(odd).toContain(String.raw`"/ab\u0007c\u{202e}d\u{200d}e\u{9b}" is not a command`);
+    expect(odd).not.toMatch(/[\p{Cc}\p{Cf}\p{Cs}]/u);
+    const long = await command(c, sessionId, `/${"x".repeat(63)}\u{1f600}`);
+    expect(long).toContain(`/${"x".repeat(63)} is not a command`);
+    expect(long).not.toMatch(/\p{Cs}/u);
     // Not commands: a path, a slash alone, a doubled slash, a slash then a space.
     for (const text of ["/usr/bin/env is broken", "/", "//new", "/ new"]) {
       const asked = server.requests.length;

@@ -1,6 +1,7 @@
 // Chat commands, fuzzed from what a person could type: /model:set with a URL that holds a user and a
 // password, in any form a URL takes, is refused without repeating the password, writing nothing; any
-// command padded with whitespace is kept as a bounded text.
+// command padded with whitespace is kept as a bounded text; an unknown command's name is repeated
+// with what can't be shown as escapes, never half a pair.
 import { mkdtempSync, readdirSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
@@ -106,6 +107,51 @@ describe("a command padded with whitespace, fuzzed", () => {
         expect(parsed).toBeDefined();
         const trimmed = a.trim();
         expect(parsed?.typed).toBe(trimmed ? `/${name} ${trimmed}` : `/${name}`);
+      }),
+      { numRuns: 500, ...seed },
+    );
+  });
+});
+
+describe("an unknown command's name, fuzzed", () => {
+  /** What a name may hold: letters, quotes and backslashes, controls, format characters, pairs and their lone halves; never a space or a slash. */
+  const unit = fc.oneof(
+    fc.constantFrom("a", "z", "-", ":", "\"", "\\", "é"),
+    fc.integer({ min: 0, max: 0x9f }).filter((c) => !/[\s/]/.test(String.fromCharCode(c))).map((c) => String.fromCharCode(c)),
+    fc.constantFrom("\u202a", "\u202e", "\u2066", "\u2069", "\u200b", "\u200d", "\u200e", "\u061c", "\u00ad", "\u2060", "\u{e0041}", "\u{1f600}", "\u{10ffff}"),
+    fc.integer({ min: 0xd800, max: 0xdfff }).map((c) => String.fromCharCode(c)),
+  );
+  const name = fc.string({ unit, minLength: 1, maxLength: 90 }).filter((n) => /^[^\s/]/.test(n));
+
+  /** The name as the reply shows it, its escapes read back: `\u{…}` as the character, the rest as JSON. */
+  function readBack(shown: string): string {
+    if (!shown.startsWith('"')) return shown;
+    const json = shown.replace(/(?<!\\)((?:\\\\)*)\\u\{([0-9a-f]+)\}/g, (_, slashes: string, hex: string) => slashes + JSON.stringify(String.fromCodePoint(parseInt(hex, 16))).slice(1, -1));
+    const back: unknown = JSON.parse(json);
+    if (typeof back !== "string") throw new Error(`not a string: ${shown}`);
+    return back;
+  }
+
+  it("is repeated showable, well-formed and bounded: what it shows reads back as the start of what was typed, never half a pair", async () => {
+    await fc.assert(
+      fc.asyncProperty(name, async (n) => {
+        const parsed = parseCommand(`/${n}`, undefined);
+        fc.pre(parsed?.kind === "unknown");
+        if (parsed === undefined) return;
+        const outcome = await runCommand(context([]), parsed);
+        expect(outcome.refused).toBe(true);
+        expect(outcome.reply).not.toMatch(/[\p{Cc}\p{Cf}\p{Cs}]/u);
+        expect(outcome.reply.isWellFormed()).toBe(true);
+        const shown = / is not a command/.exec(outcome.reply);
+        if (!shown) throw new Error(`no refusal: ${outcome.reply}`);
+        const typed = `/${parsed.name}`;
+        const back = readBack(outcome.reply.slice(0, shown.index));
+        expect(typed.startsWith(back)).toBe(true);
+        // All of it, or its first 65 code units less a pair's first half the cut would part.
+        if (back.length < typed.length) {
+          expect(back.length === 65 || (back.length === 64 && typed.charCodeAt(64) >= 0xd800 && typed.charCodeAt(64) <= 0xdbff)).toBe(true);
+        }
+        expect(readdirSync(dir)).toEqual([]);
       }),
       { numRuns: 500, ...seed },
     );

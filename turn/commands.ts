@@ -7,6 +7,7 @@ import { appendEvent, appendEventAfter, checkNoGap, lastEventNumber, listReposit
 import { chatMap, conversationEvents, FIRST, isBegin, sessionIdOf, splitSessionId, type ChatMap } from "./chat.js";
 import { applyChoice, conversationChoices, resumeEvent, type Chosen } from "./history.js";
 import type { IncomingMessage } from "./types.js";
+import { isHighSurrogate } from "./wellformed.js";
 
 /** Who may run a command: the owner alone (`_meta.link.from` left out, or `owner: true`). */
 export type CommandWho = "owner";
@@ -152,15 +153,31 @@ const NOT_A_MODEL = /:\/\/|:[^\s@]*@/;
  */
 const NOT_IN_A_NAME = /[\s\p{Cc}\p{Cf}\p{Cs}\uFFFD]/u;
 
+/** What a reply can't show as it is: a control or format character (a bidirectional control, a zero-width one), half of a UTF-16 pair, a line or paragraph separator. */
+const UNSHOWN = /[\p{Cc}\p{Cf}\p{Cs}\u2028\u2029]/gu;
+
+/** The first `max` code units of what was typed, less the first half of a pair the cut would part from its second. */
+function cut(text: string, max: number): string {
+  return text.length > max && isHighSurrogate(text.charCodeAt(max - 1)) ? text.slice(0, max - 1) : text.slice(0, max);
+}
+
+/**
+ * What was typed, repeated in a reply: bounded, quoted, each character that can't be shown as it is
+ * written as an escape, so the reply reads as what was typed and nothing in it turns the chat's text
+ * around or hides part of it.
+ */
+function quoted(text: string, max: number): string {
+  // JSON.stringify escapes C0 controls, quotes and lone halves; what it leaves as it is is escaped here.
+  return JSON.stringify(cut(text, max)).replace(UNSHOWN, (c) => `\\u{${(c.codePointAt(0) ?? 0).toString(16)}}`);
+}
+
 /** A model's name as typed: one word, printable, bounded, no URL; refused without repeating what may be a password. */
 function checkModelName(model: string): void {
   if (NOT_A_MODEL.test(model)) {
     refuse("That is a URL, or a user and password before a host (user:password@host), not a model's name: it is not repeated here, kept or sent (nothing was done). The endpoint is the settings' model.base_url; /model:set takes a name such as gpt-5.");
   }
   if (model.length > ARGS_MAX || NOT_IN_A_NAME.test(model)) {
-    // Said with what can't be shown as it is written as an escape.
-    const shown = JSON.stringify(model.slice(0, 80)).replace(/[\p{Cf}\p{Cs}]/gu, (c) => `\\u{${(c.codePointAt(0) ?? 0).toString(16)}}`);
-    refuse(`${shown} is not a model's name: one printable word, at most ${ARGS_MAX} characters (nothing was done).`);
+    refuse(`${quoted(model, 80)} is not a model's name: one printable word, at most ${ARGS_MAX} characters (nothing was done).`);
   }
 }
 
@@ -523,7 +540,7 @@ export async function runCommand(ctx: CommandContext, parsed: Parsed): Promise<C
       if (!skill) {
         const near = nearest(parsed.name, skills.flatMap((s) => [s.folder, s.name]));
         refuse(
-          `The agent has no skill ${JSON.stringify(parsed.name.slice(0, 80))}${near.length ? `: did you mean ${near.map((n) => `/skill:${n}`).join(" or ")}?` : "."}${skills.length ? ` Its skills: ${skills.map((s) => s.folder).join(", ")}.` : " It has none."}`,
+          `The agent has no skill ${quoted(parsed.name, 80)}${near.length ? `: did you mean ${near.map((n) => `/skill:${n}`).join(" or ")}?` : "."}${skills.length ? ` Its skills: ${skills.map((s) => s.folder).join(", ")}.` : " It has none."}`,
         );
       }
       return skillMessage(ctx, skill, parsed.typed);
@@ -540,8 +557,12 @@ export async function runCommand(ctx: CommandContext, parsed: Parsed): Promise<C
     if (shadow && (shadow.folder.toLowerCase() === typedName || shadow.name.toLowerCase() === typedName)) return skillMessage(ctx, shadow, parsed.typed);
     if (parsed.kind === "unknown") {
       const near = nearest(typedName, BY_NAME.keys());
+      // Repeated as typed when every character of it can be shown, else quoted with escapes as a refused
+      // model's name is: a bidirectional control would turn the rest of the reply around.
+      const name = `/${cut(parsed.name, 64)}`;
+      const shown = name.search(UNSHOWN) < 0 ? name : quoted(name, name.length);
       refuse(
-        `/${parsed.name.slice(0, 64)} is not a command${near.length ? `: did you mean ${near.map((n) => `/${n}`).join(" or ")}?` : "."} /help lists them. (Not sent to the agent; start with // to send it.)`,
+        `${shown} is not a command${near.length ? `: did you mean ${near.map((n) => `/${n}`).join(" or ")}?` : "."} /help lists them. (Not sent to the agent; start with // to send it.)`,
       );
     }
     if (parsed.args.length > ARGS_MAX) refuse(`/${parsed.spec.name}: its arguments are over ${ARGS_MAX} characters (nothing was done).`);
