@@ -106,6 +106,8 @@ export class Served {
   stopping = false;
   /** Whether its load ahead of any request was planned. */
   ahead = false;
+  /** Taken back before it was served (a Bind refused once an endpoint was made): never loaded. */
+  dropped = false;
 
   constructor(
     readonly spec: AgentSpec,
@@ -113,10 +115,16 @@ export class Served {
     max: number,
   ) {
     // A load that failed (a moment of EMFILE, say) is tried again, never kept.
-    this.started = lazy(async () => (await agentModule()).startAgent({ ...spec, version, max }));
+    this.started = lazy(async () => {
+      const running = (await agentModule()).startAgent({ ...spec, version, max });
+      log.info("agent loaded", { agent: spec.names?.[0] ?? spec.agent.dir });
+      return running;
+    });
   }
 
   load(): Promise<RunningAgent> {
+    // Loaded, a refused Bind's agent would hold its key and settings for the life of the process.
+    if (this.dropped) return Promise.reject(new Error("the agent was taken back before it was served"));
     return (this.loading = this.started());
   }
 
@@ -216,9 +224,11 @@ export class Process {
     for (const served of this.agents) {
       if (served.ahead) continue;
       served.ahead = true;
-      this.timers.push(
-        setTimeout(() => void served.load().catch((e: unknown) => log.warn("loading the agent failed: the next connection tries again", { error: (e as Error).message })), LOAD_AFTER_MS),
-      );
+      // One dropped meanwhile (its Bind refused by its next endpoint) is let go, not loaded.
+      const loadNow = () => {
+        if (!served.dropped) void served.load().catch((e: unknown) => log.warn("loading the agent failed: the next connection tries again", { error: (e as Error).message }));
+      };
+      this.timers.push(setTimeout(loadNow, LOAD_AFTER_MS));
     }
   }
 
@@ -232,6 +242,7 @@ export class Process {
     const at = this.agents.indexOf(served);
     if (at >= 0) this.agents.splice(at, 1);
     served.stopping = true;
+    served.dropped = true;
   }
 
   /** Undoes a start that failed, saying nothing: the failure is said once, by the caller. */

@@ -266,4 +266,30 @@ describe("--blank", () => {
     const c = await openClient(stream);
     expect(await failure(c.agent.request(acp.methods.agent.session.list, {}))).toMatchObject({ code: -32000 });
   });
+
+  it("a Bind refused once its --socket is made, its --port in use, never loads its agent; the next Bind's is loaded", async () => {
+    const p = place();
+    const busy = watched(startDaemon(["--blank", join(p.root, "other.sock"), "--port", "0"], linkFreeEnv()), cleanup);
+    await busy.waitForLog(/"blank: waiting for a Bind"/);
+    expect(await control(join(p.root, "other.sock"), JSON.stringify(place().bind))).toEqual({});
+    const taken = await servedPort(busy);
+
+    const d = watched(startDaemon(["--blank", p.control, "--socket", join(p.root, "acp.sock"), "--port", String(taken)], linkFreeEnv()), cleanup);
+    await d.waitForLog(/"blank: waiting for a Bind"/);
+    const refusedKey = "refused-key-5b07c2e9d41a86f3";
+    const refused = { ...p.bind, agent: { name: "refused-one", id: "refused-1", owner: "ada" }, key: refusedKey };
+    expect(await control(p.control, JSON.stringify(refused))).toEqual({ error: expect.stringContaining(`port ${taken} on 127.0.0.1 is in use`) });
+    // Its socket was made, and taken back: the process served it a moment.
+    expect(d.stderr()).toMatch(/"msg":"serving ACP"[^\n]*"agent":"refused-one"/);
+    // What is shown is an absence: an agent is loaded 100 ms after its endpoint is made, so the
+    // refused one, had its load been left set, would be on the log well within this half second.
+    await new Promise((resolve) => setTimeout(resolve, 500));
+    expect(d.stderr()).not.toMatch(/"msg":"agent loaded"/);
+
+    await busy.stop();
+    expect(await control(p.control, JSON.stringify(p.bind))).toEqual({});
+    await d.waitForLog(/"msg":"agent loaded","agent":"ida"/);
+    expect(d.stderr().match(/"msg":"agent loaded"/g)).toHaveLength(1);
+    expect(d.stderr()).not.toContain(refusedKey);
+  });
 });
