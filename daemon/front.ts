@@ -12,7 +12,11 @@ import { log } from "./log.js";
 const NEWLINE = 0x0a;
 /** An initialize request is small: a first line longer than this isn't answered ahead. */
 const FIRST_LINE_MAX = 64 * 1024;
-/** The most requests of one connection read and not yet answered: past it, its input is read no further until one is. */
+/**
+ * The most requests of one connection read and not yet answered: past it, its input is read no
+ * further until one is. On stdio routed to several agents, the most of each agent's (daemon/route.ts),
+ * and the connection's own bound as many times over as it serves agents.
+ */
 export const PENDING_MAX = 256;
 /**
  * How long a client may leave its output unread, none of what waits for it taken, before its
@@ -153,7 +157,7 @@ function nodeLines(input: Readable, splitter: LineSplitter): NodeLines {
  * `input`, as the SDK asks for its lines. What the SDK writes goes to the same output (as bytes through `web()`, made
  * when it first writes them), but for its own answer to the initialize answered ahead.
  */
-export function front(input: Readable, output: Writable, web: WebOutput, version: string, max: number, unreadMs = DEFAULT_UNREAD_MS, gate?: Gate): Connection {
+export function front(input: Readable, output: Writable, web: WebOutput, version: string, max: number, unreadMs = DEFAULT_UNREAD_MS, gate?: Gate, pendingMax = PENDING_MAX): Connection {
   const decoder = new TextDecoder();
   /** The initialize answered ahead, whose answer from the SDK is left out. */
   let skip: Id | undefined;
@@ -168,7 +172,7 @@ export function front(input: Readable, output: Writable, web: WebOutput, version
   // its requests are answered, so none is pending exactly when the map is empty.
   const pending = new Map<Id, number>();
   let drained: (() => void) | undefined;
-  // Requests in flight, of every id: past PENDING_MAX, the next request read waits until one is answered.
+  // Requests in flight, of every id: past pendingMax, the next request read waits until one is answered.
   // Each holds what its answer will be (a turn's updates, waiting for a client that may read none),
   // so a burst of prompts read at once, before any output was there to fill, held them all.
   let inFlight = 0;
@@ -182,7 +186,7 @@ export function front(input: Readable, output: Writable, web: WebOutput, version
     const n = pending.get(id);
     if (n === undefined) return;
     inFlight--;
-    if (inFlight < PENDING_MAX && roomFor) {
+    if (inFlight < pendingMax && roomFor) {
       roomFor();
       roomFor = undefined;
     }
@@ -308,9 +312,9 @@ export function front(input: Readable, output: Writable, web: WebOutput, version
       }
       if (initializing) await initializing.done;
       const request = requestOf(decoder.decode(line));
-      // Past PENDING_MAX a request waits, this one line held, until one is answered; a notification
+      // Past pendingMax a request waits, this one line held, until one is answered; a notification
       // goes on: a client whose prompts fill the bound can still cancel them.
-      while (request && inFlight >= PENDING_MAX && !unread) await new Promise<void>((resolve) => (roomFor = resolve));
+      while (request && inFlight >= pendingMax && !unread) await new Promise<void>((resolve) => (roomFor = resolve));
       if (request) {
         asked(request.id);
         if (request.method === "initialize") {

@@ -1,8 +1,11 @@
 // stdio for a process serving several agents (--agents): each request goes to the agent its
 // `_meta.link.agent` names (a name or an id), on a connection of that agent's own, and every
 // agent's answers come back on the one output. `initialize` goes to each, and is answered once.
+// Each agent holds at most PENDING_MAX requests unanswered: one whose model is stalled never holds
+// up another's.
+import { INTERNAL_ERROR } from "../acp/errors.js";
 import { NOT_TEXT_METHOD, OVERSIZED_METHOD, TOO_DEEP_METHOD } from "../acp/initialize.js";
-import { answerId } from "./front.js";
+import { PENDING_MAX, answerId } from "./front.js";
 import { parseLine } from "./lines.js";
 
 type Id = string | number;
@@ -18,6 +21,7 @@ export interface Routed {
 const ANY_AGENT: ReadonlySet<string> = new Set([OVERSIZED_METHOD, TOO_DEEP_METHOD, NOT_TEXT_METHOD]);
 
 interface Message {
+  jsonrpc?: unknown;
   id?: unknown;
   method?: unknown;
   agent?: unknown;
@@ -27,17 +31,42 @@ function read(line: Uint8Array, decoder: TextDecoder): Message | undefined {
   try {
     const msg: unknown = parseLine(decoder.decode(line));
     if (typeof msg !== "object" || msg === null || Array.isArray(msg)) return undefined;
-    const { id, method, params } = msg as { id?: unknown; method?: unknown; params?: unknown };
+    const { jsonrpc, id, method, params } = msg as { jsonrpc?: unknown; id?: unknown; method?: unknown; params?: unknown };
     const meta = typeof params === "object" && params !== null ? (params as { _meta?: unknown })._meta : undefined;
     const link = typeof meta === "object" && meta !== null ? (meta as { link?: unknown }).link : undefined;
     const agent = typeof link === "object" && link !== null ? (link as { agent?: unknown }).agent : undefined;
-    return { id, method, agent };
+    return { jsonrpc, id, method, agent };
   } catch {
     return undefined;
   }
 }
 
 const isId = (id: unknown): id is Id => typeof id === "string" || (typeof id === "number" && Number.isFinite(id));
+
+/** The id an agent answers a request under, as the front counts it (JSON-RPC 2.0, a string or a whole number), or undefined. */
+function answeredUnder(msg: Message): Id | undefined {
+  if (msg.jsonrpc !== "2.0") return undefined;
+  return typeof msg.id === "string" || (typeof msg.id === "number" && Number.isInteger(msg.id)) ? msg.id : undefined;
+}
+
+/** One agent's requests sent on and not answered yet, counted by id: a client that uses one id twice is owed two answers. */
+class Unanswered {
+  private readonly ids = new Map<Id, number>();
+  count = 0;
+
+  asked(id: Id): void {
+    this.count++;
+    this.ids.set(id, (this.ids.get(id) ?? 0) + 1);
+  }
+
+  answered(id: Id): void {
+    const n = this.ids.get(id);
+    if (n === undefined) return;
+    this.count--;
+    if (n > 1) this.ids.set(id, n - 1);
+    else this.ids.delete(id);
+  }
+}
 
 /** Serves one connection (stdio) for every agent, each request routed by the agent it names. */
 export async function route(agents: readonly Routed[], input: ReadableStream<Uint8Array>, output: WritableStream<Uint8Array>): Promise<void> {
@@ -51,6 +80,7 @@ export async function route(agents: readonly Routed[], input: ReadableStream<Uin
    * client may use the id again for any request after, whose answer goes out.
    */
   const initializes = agents.map(() => new Map<Id, number>());
+  const unanswered = agents.map(() => new Unanswered());
   const inputs = agents.map(() => new TransformStream<Uint8Array, Uint8Array>());
   const writers = inputs.map((t) => t.writable.getWriter());
   const connections = agents.map((a, i) =>
@@ -58,9 +88,10 @@ export async function route(agents: readonly Routed[], input: ReadableStream<Uin
       (inputs[i] as TransformStream<Uint8Array, Uint8Array>).readable,
       new WritableStream({
         async write(chunk) {
+          const id = answerId(chunk, decoder);
+          if (id !== undefined) (unanswered[i] as Unanswered).answered(id);
           const skip = initializes[i] as Map<Id, number>;
           if (skip.size > 0) {
-            const id = answerId(chunk, decoder);
             const left = id === undefined ? undefined : skip.get(id);
             if (id !== undefined && left !== undefined) {
               if (left > 1) skip.set(id, left - 1);
@@ -73,8 +104,8 @@ export async function route(agents: readonly Routed[], input: ReadableStream<Uin
       }),
     ),
   );
-  const refuse = (id: unknown, message: string) =>
-    isId(id) ? out.write(encoder.encode(`${JSON.stringify({ jsonrpc: "2.0", id, error: { code: -32602, message: `Invalid params: ${message}` } })}\n`)) : undefined;
+  const answer = (id: unknown, error: { code: number; message: string; data?: object }) => (isId(id) ? out.write(encoder.encode(`${JSON.stringify({ jsonrpc: "2.0", id, error })}\n`)) : undefined);
+  const refuse = (id: unknown, message: string) => answer(id, { code: -32602, message: `Invalid params: ${message}` });
   const byName = (name: string) => agents.findIndex((a) => a.names.includes(name));
 
   const reader = input.getReader();
@@ -97,6 +128,9 @@ export async function route(agents: readonly Routed[], input: ReadableStream<Uin
         continue;
       }
       initializes.forEach((skip, i) => i > 0 && skip.set(id, (skip.get(id) ?? 0) + 1));
+      // Counted for each agent, as each answers it; never refused: it carries no turn, and is answered at once.
+      const under = answeredUnder(msg);
+      if (under !== undefined) for (const u of unanswered) u.asked(under);
       await Promise.all(writers.map((w) => w.write(line)));
       continue;
     }
@@ -112,6 +146,25 @@ export async function route(agents: readonly Routed[], input: ReadableStream<Uin
     if (at < 0) {
       await refuse(msg.id, `_meta.link.agent: this process serves no agent ${JSON.stringify(msg.agent.slice(0, 80))}: it serves ${served}`);
       continue;
+    }
+    const under = answeredUnder(msg);
+    const held = unanswered[at] as Unanswered;
+    if (under !== undefined) {
+      // Past the bound, a request is answered at once, not held: held, it would be read and kept in
+      // memory with nothing to bound how many (each a line of up to the bound on one), or stdin would be
+      // read no further and every other agent's requests would wait with it. Refused, its client knows
+      // at once which agent is behind, and may send it again once that agent answers; a notification
+      // (a cancel of what it holds) still goes on.
+      if (held.count >= PENDING_MAX) {
+        const name = agents[at]?.names[0] ?? msg.agent;
+        await answer(under, {
+          code: INTERNAL_ERROR,
+          message: `Internal error: agent ${JSON.stringify(name)} has ${PENDING_MAX} requests unanswered on this connection, the most it holds at once: this one was not taken; send it again once some are answered (a stalled model holds them)`,
+          data: { agent: name, unanswered: PENDING_MAX },
+        });
+        continue;
+      }
+      held.asked(under);
     }
     // Not awaited: an agent busy reading holds up no other's requests; each agent's stay in order.
     void writers[at]?.write(line).catch(() => undefined);

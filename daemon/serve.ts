@@ -157,8 +157,8 @@ const webOf =
  * Serves one connection: its front answers its first line (an initialize, at once), then the
  * target takes the rest through `web`; `first` runs once that line is read.
  */
-function serveConnection(input: Readable, output: Writable, web: WebOutput, target: Target, o: { version: string; bounds: Bounds; gate?: Gate; first?: () => void }): Promise<void> {
-  const c = front(input, output, web, o.version, o.bounds.max, o.bounds.unreadMs, o.gate);
+function serveConnection(input: Readable, output: Writable, web: WebOutput, target: Target, o: { version: string; bounds: Bounds; gate?: Gate; first?: () => void; pendingMax?: number }): Promise<void> {
+  const c = front(input, output, web, o.version, o.bounds.max, o.bounds.unreadMs, o.gate, o.pendingMax);
   return c.first.then(() => {
     o.first?.();
     return target(c.input, c.output, o.gate, c.send);
@@ -265,12 +265,12 @@ export class Process {
     })());
   }
 
-  private serveFront(input: Readable, output: Writable, web: WebOutput, target: Target, gate: Gate | undefined): Promise<void> {
+  private serveFront(input: Readable, output: Writable, web: WebOutput, target: Target, gate: Gate | undefined, pendingMax?: number): Promise<void> {
     // A client came: its connection loads the agent it asks for, so the loads planned a moment from now are let go.
     const first = () => {
       for (const t of this.timers) clearTimeout(t);
     };
-    return serveConnection(input, output, web, target, { version: this.version, bounds: this.bounds, ...(gate ? { gate } : {}), first });
+    return serveConnection(input, output, web, target, { version: this.version, bounds: this.bounds, ...(gate ? { gate } : {}), first, ...(pendingMax !== undefined ? { pendingMax } : {}) });
   }
 
   /**
@@ -390,13 +390,16 @@ export class Process {
     return endpoint.port;
   }
 
-  /** ACP on stdio. With `last`, the process ends once the client goes away (its turns finished and kept). */
-  serveStdio(target: Target, fields: Record<string, unknown>, last: boolean): void {
+  /**
+   * ACP on stdio. With `last`, the process ends once the client goes away (its turns finished and
+   * kept). `pendingMax`: the most requests read and not yet answered, where not the front's own.
+   */
+  serveStdio(target: Target, fields: Record<string, unknown>, last: boolean, pendingMax?: number): void {
     // A client that hangs up closes the pipe: not the daemon's failure.
     process.stdout.on("error", (e) => log.warn("stdout closed", { error: e.message }));
     log.info("serving ACP", { stdio: true, ...fields });
     this.loadAhead();
-    void this.serveFront(process.stdin, process.stdout, webOf(process.stdout), target, undefined)
+    void this.serveFront(process.stdin, process.stdout, webOf(process.stdout), target, undefined, pendingMax)
       .catch((e: unknown) => {
         // Its one connection can't be served: the daemon ends, and says so by its exit status.
         if (e instanceof AgentUnavailable && last) this.exitCode = 1;

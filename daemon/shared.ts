@@ -8,6 +8,7 @@ import { SharedAgents, describeIssues, type SharedAgents as SharedAgentsT } from
 import type { AgentRef } from "../store/paths.js";
 import { checkAgent } from "./check.js";
 import { UsageError } from "./cli.js";
+import { PENDING_MAX } from "./front.js";
 import { route } from "./route.js";
 import type { Process, Served } from "./serve.js";
 
@@ -136,5 +137,9 @@ export async function serveShared(p: Process, file: string): Promise<void> {
       ),
     { agents: agents.length },
     false,
+    // Each agent holds at most PENDING_MAX unanswered (the route refuses past it), so the connection
+    // holds at most that many of each: its own bound, one agent's alone, would let one agent's stalled
+    // requests keep stdin unread and every other agent's waiting.
+    PENDING_MAX * agents.length,
   );
 }

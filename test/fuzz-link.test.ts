@@ -1,6 +1,7 @@
 // Fuzzing the inputs of dense deployment: challenges and answers of _link/prove, _link/recover's
-// params, SharedAgents files (--agents) and Bind lines (--blank). Each is answered or refused in one
-// clear line, never with the key, and leaves nothing written and the process as it was.
+// params, SharedAgents files (--agents), requests routed on --agents stdio and Bind lines (--blank).
+// Each is answered or refused in one clear line, never with the key, and leaves nothing written and
+// the process as it was (an agent's bound of unanswered requests whole).
 import { createHmac } from "node:crypto";
 import { mkdirSync, readdirSync, statSync, writeFileSync } from "node:fs";
 import { connect } from "node:net";
@@ -10,6 +11,7 @@ import fc from "fast-check";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { z } from "zod";
 import { UsageError } from "../daemon/cli.js";
+import { PENDING_MAX } from "../daemon/front.js";
 import { readAgentsFile } from "../daemon/shared.js";
 import { configure, scriptedSettings, startDaemon, tempDir, until, type Daemon } from "./acp-client.js";
 import { assertBuilt, BIN } from "./fixtures/built.js";
@@ -126,11 +128,11 @@ describe("_link/prove and _link/recover, fuzzed", () => {
 });
 
 /** A valid SharedAgents list of two agents, with their folders made and configured. */
-function sharedAgents(root: string) {
+function sharedAgents(root: string, model = "http://127.0.0.1:9/v1") {
   return ["a", "b"].map((name) => {
     const own = join(root, name, "own");
     mkdirSync(join(root, name, "files"), { recursive: true });
-    configure(own, scriptedSettings("http://127.0.0.1:9/v1"));
+    configure(own, scriptedSettings(model));
     return { name, id: `${name}-id`, owner: "o", home: join(root, name), files: join(root, name, "files"), agent: own, port: 0, env: {} };
   });
 }
@@ -183,9 +185,14 @@ describe("--agents on stdio, fuzzed", () => {
     const root = join(tmp.path, "shared-stdio");
     mkdirSync(root);
     const file = join(root, "agents.json");
-    writeFileSync(file, JSON.stringify(sharedAgents(root)));
+    writeFileSync(file, JSON.stringify(sharedAgents(root, server.url)));
     shared = startDaemon(["--agents", file], linkFreeEnv());
-    createInterface({ input: shared.child.stdout as NodeJS.ReadableStream }).on("line", (line) => got.push(Answer.parse(JSON.parse(line))));
+    // Answers alone: a prompt's turn sends its updates too.
+    createInterface({ input: shared.child.stdout as NodeJS.ReadableStream }).on("line", (line) => {
+      const message: unknown = JSON.parse(line);
+      if (typeof message === "object" && message !== null && "method" in message) return;
+      got.push(Answer.parse(message));
+    });
     shared.child.stdin?.write(`${JSON.stringify({ jsonrpc: "2.0", id: 0, method: "initialize", params: { protocolVersion: 1, clientCapabilities: {} } })}\n`);
     await until(() => got.length === 1, "initialized");
   });
@@ -210,6 +217,40 @@ describe("--agents on stdio, fuzzed", () => {
       }),
       runs(100),
     );
+  });
+
+  it("requests to one agent under any id, any version, sent twice or once, leave its bound of unanswered requests whole once answered", async () => {
+    const id = fc.oneof(json.filter((v) => !(typeof v === "string" && v.startsWith("after-"))), fc.integer(), fc.constant(undefined));
+    const version = fc.constantFrom("2.0", "1.0", 2, null, undefined);
+    const method = fc.constantFrom("session/list", "session/load", "session/cancel", "session/set_mode", "_link/recover", "no/such");
+    const params = fc.dictionary(fc.string({ maxLength: 8 }), json, { maxKeys: 3 }).map((extra) => ({ ...extra, _meta: { link: { agent: "a" } } }));
+    let k = 0;
+    await fc.assert(
+      fc.asyncProperty(id, version, method, params, fc.integer({ min: 1, max: 3 }), async (i, v, m, p, times) => {
+        const after = `after-held-${k++}`;
+        const line = `${JSON.stringify({ ...(v !== undefined ? { jsonrpc: v } : {}), ...(i !== undefined ? { id: i } : {}), method: m, params: p })}\n`;
+        for (let n = 0; n < times; n++) shared.child.stdin?.write(line);
+        shared.child.stdin?.write(`${JSON.stringify({ jsonrpc: "2.0", id: after, method: "session/list", params: { _meta: { link: { agent: "a" } } } })}\n`);
+        await until(() => got.some((a) => a.id === after), "answered after");
+      }),
+      runs(100),
+    );
+    // Then, its model stalled, the agent holds as many prompts as ever: the bound's worth, and refuses the next.
+    const from = got.length;
+    const send = (msg: object) => shared.child.stdin?.write(`${JSON.stringify({ jsonrpc: "2.0", ...msg })}\n`);
+    send({ id: "held-session", method: "session/new", params: { cwd: "/", mcpServers: [], _meta: { link: { agent: "a", thread: "held" } } } });
+    await until(() => got.some((a) => a.id === "held-session"), "a session");
+    let letGo!: () => void;
+    const stalled = new Promise<void>((resolve) => (letGo = resolve));
+    server.fallback = async () => {
+      await stalled;
+      return { text: "at last" };
+    };
+    for (let n = 0; n <= PENDING_MAX; n++) send({ id: `held-${n}`, method: "session/prompt", params: { sessionId: "held", prompt: [{ type: "text", text: `${n}` }], _meta: { link: { agent: "a" } } } });
+    await until(() => got.slice(from).some((a) => a.id === `held-${PENDING_MAX}`), "the one past the bound refused");
+    expect(got.slice(from).filter((a) => typeof a.id === "string" && a.id.startsWith("held-") && a.id !== "held-session").map((a) => [a.id, "error" in a ? a.error.code : "answered"])).toEqual([[`held-${PENDING_MAX}`, -32603]]);
+    letGo();
+    await until(() => got.slice(from).filter((a) => typeof a.id === "string" && /^held-\d+$/.test(a.id)).length === PENDING_MAX + 1, "every prompt answered", 30_000);
   });
 });
 

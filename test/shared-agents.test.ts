@@ -9,6 +9,7 @@ import * as acp from "@agentclientprotocol/sdk";
 import { describe, expect, it } from "vitest";
 import { z } from "zod";
 import { CLIENT_PROOF_PREFIX } from "../acp/link.js";
+import { PENDING_MAX } from "../daemon/front.js";
 import { paths } from "../store/index.js";
 import { answerText, configure, daemonTestHooks, failure, openClient, portStream, scriptedSettings, servedPort, startDaemon, stdioClient, tempDir, until, watched, type Client } from "./acp-client.js";
 import { BIN, ROOT } from "./fixtures/built.js";
@@ -234,6 +235,53 @@ describe("--agents", () => {
       expect(answers, what).toHaveLength(1);
       expect(answered(answers[0] as (typeof got)[number]), what).toBe(true);
     }
+  });
+
+  it("on stdio, one agent's requests piled up past the bound, its model stalled, hold up no other agent's; past the bound they are refused at once, naming the agent", { timeout: 60_000 }, async () => {
+    const { file } = threeAgents();
+    const d = watched(startDaemon(["--agents", file], linkFreeEnv()), cleanup);
+    const stdio = await stdioClient(d, cleanup);
+    const session = async (agent: string) => (await stdio.agent.request(acp.methods.agent.session.new, { cwd: "/", mcpServers: [], _meta: { link: { agent, thread: "piled" } } })).sessionId;
+    const [sa, sb] = [await session("alpha"), await session("beta")];
+    const prompt = (sessionId: string, agent: string, words: string) =>
+      stdio.agent.request(acp.methods.agent.session.prompt, { sessionId, prompt: text(words), _meta: { link: { agent } } }) as Promise<acp.PromptResponse>;
+    // alpha's model answers nothing until let go; beta's answers at once.
+    let letGo!: () => void;
+    const stalled = new Promise<void>((resolve) => (letGo = resolve));
+    server.fallback = async (request) => {
+      if (whoIn(request).includes("alpha")) await stalled;
+      return { text: `I am ${whoIn(request).join(" and ")}` };
+    };
+    // More prompts of alpha than one connection's bound, all on stdin ahead of beta's: the first waits
+    // on the model, and the others for the turn it runs.
+    const over = 40;
+    const piled = Array.from({ length: PENDING_MAX + over }, (_, n) =>
+      prompt(sa, "alpha", `message ${n}`).then(
+        (r) => ({ stopReason: r.stopReason }),
+        (e: unknown) => ({ error: e as { code: number; message: string; data?: unknown } }),
+      ),
+    );
+    const beta = prompt(sb, "beta", "who are you?");
+    const late = new Promise<"late">((resolve) => setTimeout(() => resolve("late"), 15_000).unref());
+    expect(await Promise.race([beta.then((r) => r.stopReason), late])).toBe("end_turn");
+    expect(answerText(stdio.updates, sb)).toBe("I am beta");
+
+    // alpha's past the bound were refused at once, each naming alpha and the bound; the rest wait.
+    const settled: (Awaited<(typeof piled)[number]> | undefined)[] = piled.map(() => undefined);
+    piled.forEach((p, n) => void p.then((r) => (settled[n] = r)));
+    await until(() => settled.filter((r) => r !== undefined).length === over, `${over} of alpha's refused`);
+    const refused = settled.filter((r) => r !== undefined);
+    for (const r of refused) {
+      expect(r).toMatchObject({ error: { code: -32603, data: { agent: "alpha", unanswered: PENDING_MAX } } });
+      expect("error" in r ? r.error.message : "").toMatch(new RegExp(`agent "alpha" has ${PENDING_MAX} requests unanswered`));
+    }
+    // Its model answers: every one it took is answered.
+    letGo();
+    const all = await Promise.all(piled);
+    expect(all.filter((r) => "stopReason" in r && r.stopReason === "end_turn")).toHaveLength(PENDING_MAX);
+    expect(all.filter((r) => "error" in r)).toHaveLength(over);
+    // With room again, alpha takes a prompt as before.
+    expect((await prompt(sa, "alpha", "and now?")).stopReason).toBe("end_turn");
   });
 
   it("keeps memory's session per agent: two agents naming the same memory command each get a session of their own", async () => {
