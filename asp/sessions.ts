@@ -223,10 +223,12 @@ function ensureChats(chats: string): boolean {
 
 /**
  * Puts a session written whole in its staging folder in place, under a fresh thread: its own name
- * when free, else the first free `<name>-<k>`. A rename, so the conversation is seen whole or not at
- * all; a name something holds (a folder with anything in it, or any other file) is never taken. A
- * session of no events has no staging folder (`staged` undefined): its folder is made in place, a
- * name that is there never taken (a rename would take an empty folder).
+ * when free, else the first free `<name>-<k>`. The name is claimed first, by making its folder (a
+ * name that is there is never taken); a session of no events has no staging folder (`staged`
+ * undefined), and that folder is its conversation. Any other is put over the empty folder this call
+ * just made by a rename, so the conversation is seen whole or not at all. A look then a rename would
+ * take a name another import claimed in between for a session of no events (rename(2) replaces an
+ * empty folder), and both would say they wrote it.
  */
 function placeThread(chats: string, staged: string | undefined, thread: string, taken: Map<string, number>): string {
   // The names an earlier session of this call found taken are not looked at again: a State of
@@ -237,16 +239,21 @@ function placeThread(chats: string, staged: string | undefined, thread: string, 
     const target = join(chats, name);
     taken.set(thread, k + 1);
     try {
-      if (staged === undefined) {
-        makeNewFolder(target);
-        return name;
-      }
-      if (lstatSync(target, { throwIfNoEntry: false }) !== undefined) continue;
+      makeNewFolder(target);
+    } catch (e) {
+      if (isErrno(e, "EEXIST")) continue;
+      throw e;
+    }
+    if (staged === undefined) return name;
+    try {
       renameSync(staged, target);
       return name;
     } catch (e) {
-      // Made in the moment between the look and the rename, and not empty.
-      if (!isErrno(e, "EEXIST") && !isErrno(e, "ENOTEMPTY") && !isErrno(e, "ENOTDIR")) throw e;
+      // Written in since it was made (a turn begun under that name): it is its writer's now, and
+      // the next name is tried.
+      if (isErrno(e, "ENOTEMPTY") || isErrno(e, "EEXIST") || isErrno(e, "ENOTDIR")) continue;
+      rmEmpty(target);
+      throw e;
     }
   }
 }

@@ -339,6 +339,45 @@ describe("conversation and conversations move", { timeout: 240_000 }, () => {
     expect(readFileSync(join(dir, "chats", "a-2", "000000000001.json"), "utf8")).toContain('"theirs"');
   });
 
+  it("two imports at once of thousands of sessions of one thread, some of no events: each session under a name of its own, none taken from the other", async () => {
+    // A name looked at, then a rename onto it, took the empty folder the other import made in
+    // between for a session of no events: both named it, and that session was gone. Each round ran
+    // both imports' placing at once, and hundreds of names were said twice in every one.
+    const count = 3000;
+    for (let round = 0; round < 3; round++) {
+      const dir = folder(false);
+      const input = (who: string) =>
+        JSON.stringify({
+          sessions: Array.from({ length: count }, (_, i) => ({
+            thread: "t",
+            events: i % 10 === 0 ? [{ v: 1, time: "2026-01-02T03:04:05.000Z", kind: "message", role: "user", text: `${who} ${i}`, header: "[h]" }] : [],
+          })),
+        });
+      const runs = await Promise.all(["a", "b"].map((who) => cli(["conversations", "move", "in", "--agent", dir], input(who))));
+      const placed = new Map<string, string>();
+      runs.forEach((r, n) => {
+        expect(r.code, r.stderr).toBe(0);
+        const imported = Imported.parse(JSON.parse(r.stdout)).imported;
+        expect(imported).toHaveLength(count);
+        imported.forEach((s, i) => {
+          expect(placed.get(s.as), `chats/${s.as}/ said by both imports`).toBeUndefined();
+          placed.set(s.as, s.events === 0 ? "" : `${["a", "b"][n]} ${i}`);
+        });
+      });
+      // On disk: a conversation for each name said, holding what that session held, and nothing else.
+      const chats = readdirSync(join(dir, "chats")).sort();
+      expect(chats).toEqual([...placed.keys()].sort());
+      for (const [as, said] of placed) {
+        const events = readdirSync(join(dir, "chats", as));
+        if (said === "") expect(events, `chats/${as}/`).toEqual([]);
+        else {
+          expect(events, `chats/${as}/`).toEqual(["000000000001.json"]);
+          expect(z.object({ text: z.string() }).loose().parse(JSON.parse(readFileSync(join(dir, "chats", as, "000000000001.json"), "utf8"))).text).toBe(said);
+        }
+      }
+    }
+  });
+
   it("an event holding a key __proto__ is given without it, and said so: what is given, any import takes", async () => {
     const dir = folder(false);
     const chat = join(dir, "chats", "proto");

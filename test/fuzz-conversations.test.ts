@@ -145,6 +145,50 @@ describe("conversations, fuzzed", { timeout: 180_000 }, () => {
     );
   });
 
+  it("two move ins at once, of sessions with and without events, each name their own conversations, never one the other or anything there holds", async () => {
+    const thread = fc.constantFrom("t", "t-2", "u");
+    const sessions = fc.array(fc.record({ thread, events: fc.array(fc.constantFrom<Record<string, unknown>>(user, answer), { maxLength: 2 }) }), { minLength: 1, maxLength: 30 });
+    await fc.assert(
+      fc.asyncProperty(
+        fc.tuple(sessions, sessions),
+        // What is there already: an empty conversation (one of no events an import made), one with an event, a file.
+        fc.uniqueArray(fc.tuple(fc.constantFrom("t", "t-2", "t-3", "t-2-2", "u-2"), fc.constantFrom("empty", "event", "file")), { maxLength: 4, selector: ([name]) => name }),
+        async (both, there) => {
+          const dir = agents.folder();
+          mkdirSync(join(dir, "chats"), { recursive: true });
+          for (const [name, kind] of there) {
+            if (kind === "file") writeFileSync(join(dir, "chats", name), "not a conversation");
+            else mkdirSync(join(dir, "chats", name));
+            if (kind === "event") writeFileSync(join(dir, "chats", name, "000000000001.json"), `${JSON.stringify({ ...user, text: `there: ${name}` })}\n`);
+          }
+          // Each event's text says whose session it is, so each conversation can be told from the rest.
+          const mark = (who: number) => ({ sessions: both[who]?.map((s, i) => ({ ...s, events: s.events.map((e) => ({ ...e, text: `${who} ${i}` })) })) ?? [] });
+          const runs = await Promise.all([0, 1].map((who) => agents.cli(["conversations", "move", "in", "--agent", dir], JSON.stringify(mark(who)))));
+          const said = new Map<string, { who: number; i: number }>();
+          runs.forEach((r, who) => {
+            expect(r.code, r.stderr).toBe(0);
+            z.object({ imported: z.array(z.object({ as: z.string() }).loose()) })
+              .loose()
+              .parse(JSON.parse(r.stdout))
+              .imported.forEach(({ as }, i) => {
+                expect(said.has(as), `chats/${as}/ said twice`).toBe(false);
+                said.set(as, { who, i });
+              });
+          });
+          expect(said.size).toBe((both[0]?.length ?? 0) + (both[1]?.length ?? 0));
+          for (const [name] of there) expect(said.has(name)).toBe(false);
+          for (const [as, { who, i }] of said) {
+            const events = readdirSync(join(dir, "chats", as)).sort();
+            const count = both[who]?.[i]?.events.length ?? 0;
+            expect(events).toEqual(Array.from({ length: count }, (_, n) => `${String(n + 1).padStart(12, "0")}.json`));
+            for (const e of events) expect(readFileSync(join(dir, "chats", as, e), "utf8")).toContain(`"text":"${who} ${i}"`);
+          }
+        },
+      ),
+      { numRuns: 15, ...seed },
+    );
+  });
+
   it("move in refuses a State holding a key __proto__ at any depth of an event's loose fields, naming where, and writes nothing", async () => {
     /** A value nesting a key "__proto__" `depth` objects and arrays down, as JSON text (JSON.parse makes it an own key). */
     const nested = (depth: number, inArray: boolean[]): string =>
