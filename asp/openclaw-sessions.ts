@@ -7,6 +7,7 @@
 // sql.js and fzstd are loaded here alone, when `state import --from openclaw` asks.
 import { z } from "zod";
 import { AssistantMessage, Event, Part, Thread, ToolResult, UserMessage, type SessionForm, type Thinking, type ToolCall } from "../protocol/index.js";
+import { withSuffix } from "./sessions.js";
 
 /** The most of one event's JSON read, compressed or not: OpenClaw's own CHECK allows 4 MiB. */
 export const OPENCLAW_EVENT_MAX = 4 * 1024 * 1024;
@@ -359,12 +360,12 @@ class SessionConverter {
   private branched = false;
 
   constructor(
-    sessionId: string,
+    thread: string,
     private readonly parts: Leaving,
     private readonly at: (row: Row) => string,
     private readonly keep = true,
   ) {
-    this.thread = threadOf(sessionId);
+    this.thread = thread;
   }
 
   async row(row: Row): Promise<void> {
@@ -480,25 +481,43 @@ export class SessionsRead implements ReadSessions {
   readonly sessions: SessionForm[] = [];
   readonly left: string[] = [];
   private size = 0;
+  /** Each session's thread, by its id. */
+  private readonly ids = new Map<string, string>();
+  /** The threads given, and for each name threadOf made, the first of its `-<k>` names not yet looked at. */
   private readonly threads = new Set<string>();
+  private readonly next = new Map<string, number>();
   readonly parts = new Leaving();
 
-  /** Whether a session of this id was read already. */
+  /** Whether the session of this very id was read already: its transcript and its rows are one session. */
   has(sessionId: string): boolean {
-    return this.threads.has(threadOf(sessionId));
+    return this.ids.has(sessionId);
   }
 
   /**
-   * Takes a session of `chars` characters of events, or says why not: a second session whose id
-   * makes the same folder's name, or one past the import's limit. Its thread is taken either way.
+   * The thread a session is carried under: threadOf its id, or, where another session's id made
+   * that name already (ids `a b` and `a-b`), the first of that name's `-<k>` that no session has.
+   * Another session is no reason to leave one behind: two sessions of one thread are written under
+   * names of their own anyway (writeSessions), and a second import finds each again by its events
+   * (importedAs). Named apart here, what is said of each (what came, what was left) is told apart.
    */
-  admit(sessionId: string, chars: number): boolean {
-    const thread = threadOf(sessionId);
-    if (this.threads.has(thread)) {
-      this.left.push(`session ${thread}: a second session whose id makes the same folder's name`);
-      return false;
+  threadOf(sessionId: string): string {
+    const given = this.ids.get(sessionId);
+    if (given !== undefined) return given;
+    const made = threadOf(sessionId);
+    let thread = made;
+    // The names looked at before are not looked at again: thousands of ids may make one name.
+    for (let k = this.next.get(made) ?? 2; this.threads.has(thread); k++) {
+      thread = withSuffix(made, k);
+      this.next.set(made, k + 1);
     }
+    this.ids.set(sessionId, thread);
     this.threads.add(thread);
+    return thread;
+  }
+
+  /** Takes a session of `chars` characters of events, or says why not: one past the import's limit. Its thread is given either way. */
+  admit(sessionId: string, chars: number): boolean {
+    const thread = this.threadOf(sessionId);
     if (this.size + chars > OPENCLAW_SESSIONS_MAX) {
       this.left.push(`session ${thread}: past the import's limit of ${OPENCLAW_SESSIONS_MAX} bytes of sessions`);
       return false;
@@ -509,7 +528,7 @@ export class SessionsRead implements ReadSessions {
 
   /** One session's rows, in order of seq. */
   async add(sessionId: string, rows: Iterable<Row>, at: (row: Row) => string = (row) => `its event seq ${row.seq}`): Promise<void> {
-    const made = new SessionConverter(sessionId, this.parts, at);
+    const made = new SessionConverter(this.threadOf(sessionId), this.parts, at);
     for (const row of rows) await made.row(row);
     this.left.push(...made.left());
     if (this.admit(sessionId, made.chars)) this.sessions.push({ thread: made.thread, events: made.events });
@@ -572,7 +591,8 @@ export async function readDatabase(bytes: Uint8Array, name: string, into: Sessio
             made = undefined;
             return;
           }
-          made = new SessionConverter(id, new Leaving(), () => "", false);
+          // Measured only: what it leaves, said under its thread, is said when it is made again.
+          made = new SessionConverter("", new Leaving(), () => "", false);
           measured.set(id, { chars: 0, began: Infinity });
         }
         if (!made) return;
@@ -594,7 +614,7 @@ export async function readDatabase(bytes: Uint8Array, name: string, into: Sessio
       await eachRow(db, async (row) => {
         if (!taken.has(row.session_id)) return;
         let session = made.get(row.session_id);
-        if (!session) made.set(row.session_id, (session = new SessionConverter(row.session_id, into.parts, (r) => `its event seq ${r.seq}`)));
+        if (!session) made.set(row.session_id, (session = new SessionConverter(into.threadOf(row.session_id), into.parts, (r) => `its event seq ${r.seq}`)));
         await session.row(row);
       });
     } catch (e) {

@@ -249,7 +249,9 @@ export async function readOpenClaw(dir: string): Promise<FromOpenClaw> {
   } else if (!hasTranscripts) {
     left.push(`sessions: none read, since ${rel(db)} is ${dbKind === undefined ? "not there" : what(dbKind)}`);
   } else if (dbKind !== undefined) leave(db, `${what(dbKind)}: not read`);
-  // The transcripts OpenClaw kept before its database, sessions/<id>.jsonl: one the database holds is read from there.
+  // The transcripts OpenClaw kept before its database, sessions/<id>.jsonl: one of a session the database
+  // holds, by its very id, is read from there; one whose id only makes the same thread as another's is a
+  // session of its own, carried under a name of its own (SessionsRead.threadOf).
   if (hasTranscripts) {
     for (const entry of entries(transcripts)) {
       const path = join(transcripts, entry);

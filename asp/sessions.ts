@@ -196,7 +196,7 @@ export function checkSessions(raw: unknown): SessionForm[] {
 }
 
 /** The thread's name with `-<k>` at its end, cut to fit a thread's limits. */
-function withSuffix(thread: string, k: number): string {
+export function withSuffix(thread: string, k: number): string {
   if (k === 1) return thread;
   const suffix = `-${k}`;
   const chars = Array.from(thread);

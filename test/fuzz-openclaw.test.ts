@@ -322,6 +322,43 @@ describe("a database of many sessions", () => {
   });
 });
 
+describe("sessions whose ids make one thread, fuzzed", () => {
+  it("each comes under a thread of its own; only the transcript of the database's very session is said to be the database's", async () => {
+    const SQL = await initSqlJs();
+    // Ids that make one thread (openclaw-a-b or openclaw-a.b), some of them in both places.
+    const ids = fc.uniqueArray(fc.constantFrom<string>("a b", "a-b", "a  b", "a..b", "a.b", "a\tb"), { maxLength: 5 });
+    let n = 0;
+    await fc.assert(
+      fc.asyncProperty(ids, fc.uniqueArray(fc.constantFrom<string>("a b", "a-b", "a  b", "a..b", "a.b", "a/b"), { maxLength: 5 }), async (inTranscripts, inDatabase) => {
+        const agentDir = join(root, `one-thread-${++n}`, "agents", "main");
+        mkdirSync(join(agentDir, "agent"), { recursive: true });
+        mkdirSync(join(agentDir, "sessions"));
+        const said = (where: string, id: string, at: number) => JSON.stringify({ type: "message", message: { role: "user", content: `${where} ${id}`, timestamp: at } });
+        const db = new SQL.Database();
+        db.run("CREATE TABLE transcript_events (session_id TEXT NOT NULL, seq INTEGER NOT NULL, event_json TEXT, created_at INTEGER NOT NULL, event_zstd BLOB, PRIMARY KEY (session_id, seq))");
+        inDatabase.forEach((id, i) => db.run("INSERT INTO transcript_events VALUES (?, 1, ?, ?, NULL)", [id, said("database", id, 1764528000000 + i), 1764528000000 + i]));
+        writeFileSync(join(agentDir, "agent", "openclaw-agent.sqlite"), db.export());
+        db.close();
+        for (const id of inTranscripts) writeFileSync(join(agentDir, "sessions", `${id}.jsonl`), `${said("transcript", id, 1764528000000)}\n`);
+        const { state, left } = await readOpenClaw(join(agentDir, "..", ".."));
+        const sessions = state.sessions ?? [];
+        // Every session, under a thread no other has, holding what it said.
+        const want = [...inDatabase.map((id) => `database ${id}`), ...inTranscripts.filter((id) => !inDatabase.includes(id)).map((id) => `transcript ${id}`)];
+        expect(sessions.map((s) => s.events.map((e) => ("text" in e ? (e.text ?? "").split("\n").at(-1) : "")).join()).sort()).toEqual(want.sort());
+        expect(new Set(sessions.map((s) => s.thread)).size).toBe(sessions.length);
+        const held = left.filter((l) => l.includes("the transcript of a session the database holds"));
+        expect(held.sort()).toEqual(
+          inTranscripts
+            .filter((id) => inDatabase.includes(id))
+            .map((id) => `agents/main/sessions/${id}.jsonl: the transcript of a session the database holds: read from the database`)
+            .sort(),
+        );
+      }),
+      { numRuns: 60, ...seed },
+    );
+  });
+});
+
 describe("a transcript of many faults, fuzzed", () => {
   it("names at most a thousand things a session leaves, counts the rest, and carries every message among them in order", async () => {
     let past = 0;

@@ -405,6 +405,37 @@ describe("state import --from openclaw, transcripts before the database", { time
     const same = readEventsFrom(paths({ dir }).conversation(FIRST), 1).map((e) => e.event);
     expect(older).toEqual(same);
   });
+
+  it("a session whose id makes the same thread as another's, in a transcript or in the database, comes under a name of its own", async () => {
+    const openclaw = copyFixture(temp("lnk-openclaw-src-"));
+    const said = (text: string, at: number) => JSON.stringify({ type: "message", message: { role: "user", content: text, timestamp: at } });
+    // Ids `c0d45299 f027-…` and `c0d45299-f027-…` make one thread: two sessions, not one.
+    const sessions = join(openclaw, "state", "agents", "main", "sessions");
+    mkdirSync(sessions);
+    writeFileSync(join(sessions, "c0d45299 f027-41df-af45-7363803a7ad5.jsonl"), `${said("kept only as a transcript", 1764528000000)}\n`);
+    writeFileSync(join(sessions, "faf7aa5c-d2a6-486c-8156-0c957356be3b.jsonl"), "{}\n");
+    await alterDb(openclaw, ["INSERT INTO transcript_events (session_id, seq, event_json, created_at) VALUES (?, 1, ?, ?)", ["faf7aa5c d2a6-486c-8156-0c957356be3b", said("a later session of the database", 1796065000000), 1796065000000]]);
+    const dir = agent();
+    const r = await cli(["state", "import", "--from", "openclaw", "--agent", dir, openclaw]);
+    expect(r.code, r.stderr).toBe(0);
+    expect(r.stdout).toContain(`came: session ${FIRST}: 12 events into chats/${FIRST}/\n`);
+    expect(r.stdout).toContain(`came: session ${FIRST}-2: 1 event into chats/${FIRST}-2/\n`);
+    expect(r.stdout).toContain(`came: session ${SECOND}: 4 events into chats/${SECOND}/\n`);
+    expect(r.stdout).toContain(`came: session ${SECOND}-2: 1 event into chats/${SECOND}-2/\n`);
+    // Only the transcript of the database's very session is said to be the database's.
+    expect(r.stdout.match(/the transcript of a session the database holds/g)).toHaveLength(1);
+    expect(r.stdout).toContain("left behind: state/agents/main/sessions/faf7aa5c-d2a6-486c-8156-0c957356be3b.jsonl: the transcript of a session the database holds: read from the database\n");
+    expect(r.stdout).not.toContain("a second session");
+    const texts = (thread: string) => readEventsFrom(paths({ dir }).conversation(thread), 1).map((e) => (e.event.kind === "message" ? e.event.text.split("\n").at(-1) : ""));
+    expect(texts(`${FIRST}-2`)).toEqual(["kept only as a transcript"]);
+    expect(texts(`${SECOND}-2`)).toEqual(["a later session of the database"]);
+    expect(texts(FIRST)).toHaveLength(12);
+    // A second import finds each where the first put it.
+    const again = await cli(["state", "import", "--from", "openclaw", "--agent", dir, openclaw]);
+    expect(again.code, again.stderr).toBe(0);
+    expect(again.stdout).not.toMatch(/came: session /);
+    for (const thread of [FIRST, `${FIRST}-2`, SECOND, `${SECOND}-2`]) expect(again.stdout).toContain(`left behind: session ${thread}: already imported as chats/${thread}/\n`);
+  });
 });
 
 describe("state import --from openclaw, transcripts of millions of lines", { timeout: 120_000 }, () => {
