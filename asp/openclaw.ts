@@ -4,8 +4,8 @@
 // MEMORY.md and memory/*.md as notes of source `openclaw`, its skills, and its sessions from the
 // agent's SQLite database (openclaw-sessions.ts). Everything else found there is named as left
 // behind, with why: nothing is dropped silently. The folder is untrusted: a link is never followed
-// (but DIR itself, which the person named), anything but a regular file is named and not read, every
-// read is bounded, and nothing is written anywhere.
+// (but DIR itself, which the person named), anything but a regular file is named and not read, so is
+// a file of more than one name (a hard link), every read is bounded, and nothing is written anywhere.
 import { closeSync, constants, fstatSync, lstatSync, openSync, readdirSync, readSync, realpathSync } from "node:fs";
 import { createHash } from "node:crypto";
 import { basename, join, relative, sep } from "node:path";
@@ -84,12 +84,20 @@ export function isSeeded(file: string, text: string): boolean {
   return createHash("sha256").update(normal).digest("hex") === seeded;
 }
 
-/** A file's bytes, never through a link, never a FIFO or a device, at most `max`. */
+/** A file of more than one name, not read. */
+class HardLink extends OpenClawError {}
+
+/**
+ * A file's bytes, never through a link, never a FIFO or a device, never a file of more than one name
+ * (HardLink), at most `max`. A hard link in the folder may be any file of the machine this user can
+ * read, named from inside it: the workspace's files are refused so too (readText's `single`).
+ */
 function readBytes(path: string, max: number): Buffer {
   const fd = openSync(path, constants.O_RDONLY | constants.O_NOFOLLOW | constants.O_NONBLOCK);
   try {
     const st = fstatSync(fd);
     if (!st.isFile()) throw new OpenClawError(`${path} is not a regular file`);
+    if (st.nlink > 1) throw new HardLink(`${path} has ${st.nlink} names (a hard link): copy it to give it one (cp ${path} ${path}.new && mv ${path}.new ${path})`);
     if (st.size > max) throw new OpenClawError(`${path} is over the limit of ${max} bytes`);
     const buffer = Buffer.allocUnsafe(st.size);
     let got = 0;
@@ -238,14 +246,16 @@ export async function readOpenClaw(dir: string): Promise<FromOpenClaw> {
   if (dbDirKind !== undefined && dbDirKind !== "folder") leave(dbDir, dbDirKind === "link" ? "a symbolic link, not followed" : `${what(dbDirKind)}: no database read`);
   const dbKind = dbDirKind === "folder" ? kindOf(db) : undefined;
   if (dbKind === "file") {
-    let bytes: Buffer;
+    let bytes: Buffer | undefined;
     try {
       bytes = readBytes(db, OPENCLAW_DB_MAX);
     } catch (e) {
-      if (e instanceof OpenClawError) throw new OpenClawError(e.message.replace(db, rel(db)));
-      throw new OpenClawError(`${rel(db)} can't be read: ${(e as Error).message.replace(db, rel(db))}`);
+      // Left behind as a workspace file of more than one name is, the rest of the folder still read.
+      if (e instanceof HardLink) leave(db, `${e.message.replace(`${db} `, "")}: not read`);
+      else if (e instanceof OpenClawError) throw new OpenClawError(e.message.replace(db, rel(db)));
+      else throw new OpenClawError(`${rel(db)} can't be read: ${(e as Error).message.replace(db, rel(db))}`);
     }
-    await readDatabase(bytes, rel(db), read);
+    if (bytes !== undefined) await readDatabase(bytes, rel(db), read);
   } else if (!hasTranscripts) {
     left.push(`sessions: none read, since ${rel(db)} is ${dbKind === undefined ? "not there" : what(dbKind)}`);
   } else if (dbKind !== undefined) leave(db, `${what(dbKind)}: not read`);
@@ -257,7 +267,8 @@ export async function readOpenClaw(dir: string): Promise<FromOpenClaw> {
       const path = join(transcripts, entry);
       const kind = kindOf(path);
       const id = entry.slice(0, -".jsonl".length);
-      if (!entry.endsWith(".jsonl") || kind !== "file" || !id) leave(path, `${what(kind)} of OpenClaw's own, not a transcript: not carried`);
+      if (!entry.endsWith(".jsonl") || !id) leave(path, `${what(kind)} of OpenClaw's own, not a transcript: not carried`);
+      else if (kind !== "file") leave(path, `${what(kind)}: not read`);
       else if (read.has(id)) leave(path, "the transcript of a session the database holds: read from the database");
       else {
         let text: string;

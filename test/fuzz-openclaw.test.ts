@@ -5,7 +5,7 @@
 // or refused with a clear error and nothing written; nothing outside it is ever written or read into
 // it, and a second import adds nothing.
 import { execFileSync } from "node:child_process";
-import { mkdirSync, mkdtempSync, readFileSync, readdirSync, rmSync, symlinkSync, writeFileSync } from "node:fs";
+import { linkSync, mkdirSync, mkdtempSync, readFileSync, readdirSync, rmSync, symlinkSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import fc from "fast-check";
@@ -106,13 +106,22 @@ const row = fc.record({
 });
 const database = fc.oneof(
   fc.constant({ kind: "none" as const }),
+  // A second name of another folder's database, which holds the secret.
+  fc.constant({ kind: "hard" as const }),
   fc.record({ kind: fc.constant("bytes" as const), bytes: fc.uint8Array({ maxLength: 600 }) }),
   fc.record({ kind: fc.constant("rows" as const), rows: fc.array(row, { maxLength: 8 }) }),
 );
 
-/** JSONL transcripts of OpenClaw's before its database: a line an event, or a link out. */
+/**
+ * JSONL transcripts of OpenClaw's before its database: a line an event, or a link out, a second
+ * name (a hard link) of another folder's transcript, which holds the secret, or a FIFO.
+ */
 const transcripts = fc.array(
-  fc.record({ name: fc.oneof(fc.stringMatching(/^[a-z0-9.-]{1,8}\.jsonl$/), fc.constantFrom(".jsonl", "sessions.json", "c0d45299-f027-41df-af45-7363803a7ad5.jsonl")), lines: fc.array(event, { maxLength: 5 }), link: fc.boolean() }),
+  fc.record({
+    name: fc.oneof(fc.stringMatching(/^[a-z0-9.-]{1,8}\.jsonl$/), fc.constantFrom(".jsonl", "sessions.json", "c0d45299-f027-41df-af45-7363803a7ad5.jsonl")),
+    lines: fc.array(event, { maxLength: 5 }),
+    how: fc.constantFrom("file", "file", "link", "hard", "fifo"),
+  }),
   { maxLength: 3 },
 );
 
@@ -128,6 +137,14 @@ describe("hostile OpenClaw folders, fuzzed", { timeout: 300_000 }, () => {
         const secret = join(place, "secret.md");
         mkdirSync(place);
         writeFileSync(secret, `${SECRET}\n`);
+        // Another folder's session, as a transcript and in a database: what a link or a second name of it would carry.
+        const secretLine = JSON.stringify({ type: "message", message: { role: "user", content: SECRET, timestamp: 1764528000000 } });
+        writeFileSync(join(place, "secret.jsonl"), `${secretLine}\n`);
+        const secretDb = new SQL.Database();
+        secretDb.run("CREATE TABLE transcript_events (session_id TEXT NOT NULL, seq INTEGER NOT NULL, event_json TEXT, created_at INTEGER NOT NULL, event_zstd BLOB, PRIMARY KEY (session_id, seq))");
+        secretDb.run("INSERT INTO transcript_events VALUES ('theirs', 1, ?, 1764528000000, NULL)", [secretLine]);
+        writeFileSync(join(place, "secret.sqlite"), secretDb.export());
+        secretDb.close();
         const openclaw = join(place, "openclaw");
         const state = nested ? join(openclaw, "state") : openclaw;
         const workspace = join(openclaw, "workspace");
@@ -155,7 +172,8 @@ describe("hostile OpenClaw folders, fuzzed", { timeout: 300_000 }, () => {
         const dbPath = join(state, "agents", "main", "agent", "openclaw-agent.sqlite");
         if (db.kind !== "none") {
           mkdirSync(join(dbPath, ".."), { recursive: true });
-          if (db.kind === "bytes") writeFileSync(dbPath, db.bytes);
+          if (db.kind === "hard") linkSync(join(place, "secret.sqlite"), dbPath);
+          else if (db.kind === "bytes") writeFileSync(dbPath, db.bytes);
           else {
             // A copy: sql.js keeps the bytes it is given as its file, and writes into them.
             const d = new SQL.Database(new Uint8Array(fixture));
@@ -171,7 +189,9 @@ describe("hostile OpenClaw folders, fuzzed", { timeout: 300_000 }, () => {
           const folder = join(state, "agents", "main", "sessions");
           mkdirSync(folder, { recursive: true });
           try {
-            if (t.link) symlinkSync(secret, join(folder, t.name));
+            if (t.how === "link") symlinkSync(join(place, "secret.jsonl"), join(folder, t.name));
+            else if (t.how === "hard") linkSync(join(place, "secret.jsonl"), join(folder, t.name));
+            else if (t.how === "fifo") execFileSync("mkfifo", [join(folder, t.name)], { stdio: "ignore" });
             else writeFileSync(join(folder, t.name), t.lines.join("\n"), { flag: "wx" });
           } catch {
             // A name an earlier transcript took.
@@ -197,7 +217,7 @@ describe("hostile OpenClaw folders, fuzzed", { timeout: 300_000 }, () => {
         }
         outcomes.taken++;
         // Nothing beside the agent's folder and the OpenClaw one, which was only read.
-        expect(readdirSync(place).sort()).toEqual(["agent", "openclaw", "secret.md"]);
+        expect(readdirSync(place).sort()).toEqual(["agent", "openclaw", "secret.jsonl", "secret.md", "secret.sqlite"]);
         expect(files(openclaw)).toEqual(source);
         const got = files(dir);
         for (const f of Object.keys(got)) expect(f).toMatch(OWN);

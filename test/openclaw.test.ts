@@ -6,7 +6,7 @@
 // folder made hostile: not a folder, no database, a database that is not SQLite, bad events, links,
 // a FIFO; each a clear line or a named leave-behind, nothing written outside the agent's folder.
 import { execFileSync } from "node:child_process";
-import { chmodSync, cpSync, existsSync, mkdirSync, mkdtempSync, readFileSync, renameSync, rmSync, symlinkSync, writeFileSync } from "node:fs";
+import { chmodSync, cpSync, existsSync, linkSync, mkdirSync, mkdtempSync, readFileSync, renameSync, rmSync, symlinkSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { dirname, join } from "node:path";
 import * as acp from "@agentclientprotocol/sdk";
@@ -492,6 +492,48 @@ describe("state import --from openclaw, bad folders", { timeout: 120_000 }, () =
       expect(r.stderr).toMatch(why);
       expect(files(dir)).toEqual(before);
     }
+  });
+
+  it("a database or a transcript of more than one name (a hard link), a link or a FIFO among the transcripts: each named as left behind, never read, as a workspace file of two names is", async () => {
+    const place = temp("lnk-openclaw-hard-");
+    const openclaw = copyFixture(place);
+    // Files of another folder, named from inside this one by a second name.
+    const otherDb = join(place, "other.sqlite");
+    const other = join(place, "other.jsonl");
+    renameSync(join(openclaw, DB), otherDb);
+    linkSync(otherDb, join(openclaw, DB));
+    writeFileSync(other, `${JSON.stringify({ type: "message", message: { role: "user", content: "the secret of another folder", timestamp: 1764528000000 } })}\n`);
+    const sessions = join(openclaw, "state", "agents", "main", "sessions");
+    mkdirSync(sessions);
+    linkSync(other, join(sessions, "hard.jsonl"));
+    symlinkSync(other, join(sessions, "soft.jsonl"));
+    execFileSync("mkfifo", [join(sessions, "pipe.jsonl")]);
+    writeFileSync(join(place, "memory.md"), "the secret of another folder\n");
+    rmSync(join(openclaw, "workspace", "MEMORY.md"));
+    linkSync(join(place, "memory.md"), join(openclaw, "workspace", "MEMORY.md"));
+    const dir = agent();
+    const r = await cli(["state", "import", "--from", "openclaw", "--agent", dir, openclaw]);
+    expect(r.code, r.stderr).toBe(0);
+    expect(r.stderr).toBe("");
+    const lines = r.stdout.trimEnd().split("\n");
+    const hard = (path: string) => `left behind: ${path}: has 2 names (a hard link): copy it to give it one (cp ${join(openclaw, path)} ${join(openclaw, path)}.new && mv ${join(openclaw, path)}.new ${join(openclaw, path)}): not read`;
+    expect(lines).toContain(hard("workspace/MEMORY.md"));
+    expect(lines).toContain(hard(DB));
+    expect(lines).toContain(hard("state/agents/main/sessions/hard.jsonl"));
+    expect(lines).toContain("left behind: state/agents/main/sessions/soft.jsonl: a symbolic link, not followed: not read");
+    expect(lines).toContain("left behind: state/agents/main/sessions/pipe.jsonl: not a regular file: not read");
+    // The rest of the folder still came; nothing of the other folder's files did.
+    expect(lines).toContain("came: note memory/2026-11-28.md (openclaw): into a block of memory/notes.md");
+    expect(lines.filter((l) => l.startsWith("came: session "))).toEqual([]);
+    expect(JSON.stringify(files(dir))).not.toContain("the secret of another folder");
+    expect(existsSync(join(dir, "chats"))).toBe(false);
+
+    // The database a FIFO: named, never opened.
+    rmSync(join(openclaw, DB));
+    execFileSync("mkfifo", [join(openclaw, DB)]);
+    const again = await cli(["state", "import", "--from", "openclaw", "--agent", agent(), openclaw]);
+    expect(again.code, again.stderr).toBe(0);
+    expect(again.stdout).toContain(`left behind: ${DB}: not a regular file: not read\n`);
   });
 
   it("no database, links, a FIFO, a database that is a link: each named as left behind, never followed", async () => {
