@@ -106,7 +106,12 @@ export function answerAfter(conv: ConversationPaths, after: number): Numbered | 
       if (event.kind === EVENT_KINDS.command) continue;
       if (event.kind !== EVENT_KINDS.message || event.role !== "user") return undefined;
       asked = true;
+      continue;
     }
+    // A turn marks its prompts again at each message it writes, so a message after the marked one
+    // is another turn's: the one this prompt's was killed in never answered it, and the next
+    // process's turn answers its own prompt, delivered to that prompt's client.
+    if (event.kind === EVENT_KINDS.message && event.role === "user") return undefined;
     // A choice written without the lock (another session's /model:set) is no end of the turn.
     if (event.kind === EVENT_KINDS.command && (event.name === "/model:set" || event.name === "/verbosity:set")) continue;
     if (event.kind === EVENT_KINDS.command || event.kind === EVENT_KINDS.failure) return undefined;

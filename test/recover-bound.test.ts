@@ -4,6 +4,7 @@
 import { mkdtempSync, readdirSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
+import fc from "fast-check";
 import { afterEach, describe, expect, it } from "vitest";
 import { recover } from "../acp/delivery.js";
 import type { Event } from "../protocol/index.js";
@@ -18,7 +19,7 @@ afterEach(() => {
 
 const time = "2026-12-02T03:00:00.000Z";
 const question = (text: string): Event => ({ v: 1, kind: "message", role: "user", time, header: "[h]", text });
-const answer = (text: string): Event => ({ v: 1, kind: "message", role: "assistant", time, text, model: "m", provider: "p", latency_ms: 1, stop: "end_turn" });
+const answer = (text: string, stop: "end_turn" | "tool_calls" | "cancelled" = "end_turn"): Event => ({ v: 1, kind: "message", role: "assistant", time, text, model: "m", provider: "p", latency_ms: 1, stop });
 
 /** A conversation whose answer to its one question no client got: owed by `owing` prompts. */
 async function owedAnswer(dir: string, thread: string, text: string, owing = 1): Promise<void> {
@@ -50,5 +51,40 @@ describe("_link/recover's answer", () => {
     expect(await call(dir, 70)).toEqual({ threads: ["c"], more: false });
     expect(await call(dir, 70)).toEqual({ threads: [], more: false });
     expect(owedFiles(dir)).toBe(0);
+  });
+});
+
+/** What a turn may write after its message: answers that call tools, their results, another writer's model chosen. */
+const midTurn = fc.array(
+  fc.oneof(
+    fc.constant<Event>(answer("calling", "tool_calls")),
+    fc.constant<Event>({ v: 1, kind: "tool_result", time, call_id: "c", tool: "t__c", text: "r", error: false }),
+    fc.constant<Event>({ v: 1, kind: "command", time, name: "/model:set", model: "another" }),
+  ),
+  { maxLength: 4 },
+);
+
+describe("_link/recover after a process killed mid-turn", () => {
+  it("never hands over the answer of the turn after the killed one, which its own prompt was answered with", async () => {
+    await fc.assert(
+      fc.asyncProperty(midTurn, fc.boolean(), midTurn, fc.constantFrom<"end_turn" | "cancelled">("end_turn", "cancelled"), async (first, finished, second, end) => {
+        const dir = mkdtempSync(join(tmpdir(), "lnk-recover-killed-"));
+        folders.push(dir);
+        const conv = paths({ dir }).conversation("t");
+        // The killed turn's prompt, owed after event 0, and what its turn wrote; it ends only when `finished`.
+        await appendEvent(conv, question("the killed turn's"));
+        for (const e of first) await appendEvent(conv, e);
+        const own = finished ? await appendEvent(conv, answer("its own answer")) : undefined;
+        writeOwed(conv, owedName("00000000000000a1"), 0);
+        // The next turn, in another process: its prompt's answer reached its client.
+        const next = await appendEvent(conv, question("the next turn's"));
+        for (const e of second) await appendEvent(conv, e);
+        await appendEvent(conv, answer("the next turn's answer", end));
+        const got = recover({ dir }, Promise.resolve(true), quiet);
+        expect(got.answers.map((a) => a.event)).toEqual(own !== undefined ? [own] : []);
+        expect(got.answers.every((a) => a.event < next)).toBe(true);
+      }),
+      { numRuns: Number(process.env.FUZZ_RUNS ?? 60) },
+    );
   });
 });

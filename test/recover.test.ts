@@ -9,7 +9,7 @@ import * as acp from "@agentclientprotocol/sdk";
 import { describe, expect, it } from "vitest";
 import { z } from "zod";
 import { paths, readEventsFrom } from "../store/index.js";
-import { configure, daemonTestHooks, openClient, scriptedSettings, socketStream, startDaemon, stdioClient, tempDir, watched, type Client } from "./acp-client.js";
+import { configure, daemonTestHooks, openClient, scriptedSettings, socketStream, startDaemon, stdioClient, stdioSession, tempDir, until, watched, type Client } from "./acp-client.js";
 import { deferred } from "./fixtures/deferred.js";
 import { BIN } from "./fixtures/built.js";
 import type { ModelServer } from "./model-server.js";
@@ -246,6 +246,36 @@ describe("_link/recover hands over the answer of the turn that took the prompt",
     await d.stop("SIGKILL");
     const again = watched(startDaemon(["--agent", dir]), cleanup);
     expect(await recover(await stdioClient(again, cleanup))).toEqual({ answers: [] });
+  });
+
+  it("a prompt whose process was killed before its turn answered owes nothing of the next process's turn, whose answer reached its own client", async () => {
+    const { d, c, sessionId, dir } = await (async () => {
+      const { dir } = place();
+      return { dir, ...(await stdioSession(dir, cleanup)) };
+    })();
+    const never = deferred();
+    cleanup.push(() => never.resolve());
+    server.script(
+      async () => {
+        await never.promise;
+        return { text: "never written" };
+      },
+      { text: "the next turn's answer" },
+    );
+    void c.agent.request(acp.methods.agent.session.prompt, { sessionId, prompt: [{ type: "text", text: "killed while answered" }] }).catch(() => undefined);
+    await server.waitForRequest(1);
+    const conv = paths({ dir }).conversation(sessionId);
+    // Killed once its message is on disk and its prompt owed, while the model answers.
+    await until(() => readdirSync(conv.dir).some((n) => n.startsWith("owed-")) && readEventsFrom(conv, 1).length === 1, "the prompt written and owed");
+    await d.stop("SIGKILL");
+    // Another process takes the next turn; its answer is delivered to its prompt.
+    const next = await stdioSession(dir, cleanup);
+    await next.c.agent.request(acp.methods.agent.session.resume, { sessionId, cwd: dir, mcpServers: [] });
+    expect(await next.c.agent.request(acp.methods.agent.session.prompt, { sessionId, prompt: [{ type: "text", text: "the next" }] })).toMatchObject({ stopReason: "end_turn" });
+    expect(answerOf(dir, sessionId, "the next turn's answer")).toBeDefined();
+    expect(await recover(next.c)).toEqual({ answers: [] });
+    // Its file is removed once that answer was written.
+    await until(() => !readdirSync(conv.dir).some((n) => n.startsWith("owed-")), "the owed file removed");
   });
 
   it("of two processes that recover one gone process's answer at once, one hands it over", async () => {
