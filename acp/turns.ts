@@ -409,10 +409,15 @@ export class Turns {
     return false;
   }
 
-  /** /stop: aborts the conversation's running turn; false when none runs. */
+  /**
+   * /stop: aborts the conversation's running turn; false when none runs. A turn cancelled already
+   * and still ending: the messages that came after that cancel, each to run as a turn of its own
+   * once it ends, are cancelled now, as they would be had that turn begun.
+   */
   cancel(key: string): boolean {
     const run = this.running.get(key);
     if (!run) return false;
+    if (run.controller.signal.aborted) for (const w of run.after.splice(0)) w.resolve(cancelled());
     run.controller.abort();
     return true;
   }

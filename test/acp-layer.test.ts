@@ -273,6 +273,53 @@ describe("prompts", () => {
   });
 });
 
+describe("prompts and cancels in any order", () => {
+  it("a prompt a cancel came after, before its turn began, never begins one; every prompt is answered", async () => {
+    const flush = () => new Promise((resolve) => setImmediate(resolve));
+    await fc.assert(
+      fc.asyncProperty(fc.array(fc.constantFrom("prompt", "cancel", "end"), { maxLength: 24 }), async (ops) => {
+        const turns = new Turns();
+        const sub = { send: () => undefined };
+        let op = 0;
+        /** The turn under way: ended by an "end", cancelled when its signal was aborted. */
+        let current: { signal: AbortSignal; resolve: (o: TurnOutcome) => void } | undefined;
+        const sent: number[] = [];
+        const began = new Map<number, number>();
+        const cancels: number[] = [];
+        const answered = new Map<number, TurnOutcome>();
+        const end = () => {
+          const turn = current;
+          current = undefined;
+          turn?.resolve(done(turn.signal.aborted ? { stop: "cancelled" } : {}));
+        };
+        for (; op < ops.length; op++) {
+          if (ops[op] === "prompt") {
+            const i = sent.length;
+            sent.push(op);
+            const start: StartTurn = (_message, _steering, signal) =>
+              new Promise((resolve) => {
+                began.set(i, op);
+                current = { signal, resolve };
+              });
+            void turns.prompt("k", { text: `m${i}` }, "new", start, sub).then((o) => answered.set(i, o));
+          } else if (ops[op] === "cancel") {
+            cancels.push(op);
+            turns.cancel("k");
+          } else end();
+          await flush();
+        }
+        for (let left = 0; left < 2 * sent.length + 2 && turns.count > 0; left++) {
+          end();
+          await flush();
+        }
+        expect(answered.size).toBe(sent.length);
+        for (const [i, at] of began) expect(cancels.filter((c) => c > (sent[i] ?? 0) && c < at)).toEqual([]);
+      }),
+      { numRuns: Number(process.env.FUZZ_RUNS ?? 200) },
+    );
+  });
+});
+
 describe("session/load replays the conversation", () => {
   const t = "2026-01-01T00:00:00.000Z";
   const user = (text: string): Event => ({ v: 1, kind: "message", role: "user", time: t, text, header: "" });

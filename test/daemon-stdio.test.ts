@@ -307,6 +307,27 @@ describe("turns that fail or stop", { timeout: 120_000 }, () => {
     expect(kept.filter((e) => e.kind === "message" && e.role === "user").map((e) => (e as { text: string }).text)).toEqual(["take your time", "and then this"]);
   });
 
+  it("a session/cancel after that prompt, the first turn still ending, cancels the prompt too: it never runs", async () => {
+    const dir = agent();
+    const c = await client(daemon(dir));
+    const { sessionId } = await c.agent.request(acp.methods.agent.session.new, { cwd: ROOT, mcpServers: [] });
+    server.script({ text: "Too late.", delayMs: 10_000 }, { text: "Asked for, then cancelled." });
+    const asked = server.requests.length;
+    const first = c.agent.request(acp.methods.agent.session.prompt, { sessionId, prompt: text("take your time") });
+    await server.waitForRequest(asked + 1);
+    // All in one go: the second prompt and its cancel come while the first turn is still ending.
+    void c.agent.notify(acp.methods.agent.session.cancel, { sessionId });
+    const second = c.agent.request(acp.methods.agent.session.prompt, { sessionId, prompt: text("and then this") });
+    void c.agent.notify(acp.methods.agent.session.cancel, { sessionId });
+    expect(await first).toMatchObject({ stopReason: "cancelled" });
+    expect(await second).toMatchObject({ stopReason: "cancelled" });
+    // The model was never asked again, and the session still serves.
+    expect(server.requests).toHaveLength(asked + 1);
+    expect(answerText(c.updates)).not.toContain("Asked for, then cancelled.");
+    expect(await c.agent.request(acp.methods.agent.session.prompt, { sessionId, prompt: text("now") })).toMatchObject({ stopReason: "end_turn" });
+    expect(answerText(c.updates)).toContain("Asked for, then cancelled.");
+  });
+
   it("a second prompt steers the running turn: one turn, one request at a time, both answered", async () => {
     const d = daemon(agent());
     const c = await client(d);
