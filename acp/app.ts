@@ -4,7 +4,7 @@ import type { AgentContext, McpServer, PromptResponse, StopReason as AcpStopReas
 import type { Usage as AcpUsage } from "@agentclientprotocol/sdk/unstable";
 import { z } from "zod";
 import type { From, Settings, StopReason, Usage, Verbosity } from "../protocol/index.js";
-import { lastEventNumber, readSettings } from "../store/index.js";
+import { lastEventNumber, lockedElsewhere, readSettings } from "../store/index.js";
 import type { IncomingMessage, TurnOutcome } from "../turn/types.js";
 import { CallNames } from "./call-names.js";
 import { promptContent } from "./content.js";
@@ -288,6 +288,14 @@ export function createAgentApp(state: AcpState, outbox: Outbox, connection = new
             (update) => outbox.send(client, session.id, update),
             () => outbox.flushed(),
             following,
+            // A turn of another process holds the chat's lock while it runs.
+            () => {
+              try {
+                return lockedElsewhere(conv);
+              } catch {
+                return false;
+              }
+            },
           );
           announceCommands(client, session.id, session.cwd, false);
           following.loaded();

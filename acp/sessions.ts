@@ -361,7 +361,9 @@ export class Sessions {
    * `following`: where the load follows the session's turns from (Turns.follow): a turn shows its
    * own events after `upTo`, so the load shows of those only the commands (written by others,
    * without the lock: a model chosen meanwhile); and a call after the running turn's message
-   * (`from`) without its result yet is one the turn still runs, shown in progress.
+   * (`from`) without its result yet is one the turn still runs, shown in progress. With no turn of
+   * it here, `elsewhere` tells whether another process's runs now (holding the chat's lock): a call
+   * after the conversation's last owner's message without its result yet is that turn's, in progress.
    */
   async showAgain(
     session: SessionState,
@@ -369,12 +371,15 @@ export class Sessions {
     send: (update: SessionUpdate) => void,
     written: () => Promise<void>,
     following?: { upTo: number; from: number | undefined },
+    elsewhere: () => boolean = () => false,
   ): Promise<void> {
     const conv = this.conversation(session.thread);
     let pairs = new CallPairs();
     // What its commands chose, counted as it is read (conversationChoices would read it again).
     let chosen: Chosen = {};
     let kept: Numbered[] | undefined = [];
+    /** Its last owner's message: what a turn running elsewhere answers. */
+    let asked: number | undefined;
     const shown = (e: Numbered) => following === undefined || e.n <= following.upTo || e.event.kind === EVENT_KINDS.command;
     const view = await readView(
       conv,
@@ -383,6 +388,7 @@ export class Sessions {
         if (!shown(e)) return;
         pairs.see(e);
         chosen = applyChoice(e.event, chosen);
+        if (e.event.kind === EVENT_KINDS.message && e.event.role === "user") asked = e.n;
         if (kept && kept.length < LOAD_KEEP) kept.push(e);
         else kept = undefined;
       },
@@ -390,10 +396,14 @@ export class Sessions {
         pairs = new CallPairs();
         chosen = {};
         kept = [];
+        asked = undefined;
       },
     );
     if (!view.several && session.conversation === undefined) rememberChoices(conv, view.last, chosen);
-    const replayer = new Replayer(pairs, verbosityOf(view.found ? chosen : {}), (n) => readEvent(conv, n, false), following?.from);
+    // Another process's turn writes the chat's current conversation: the session's, when it is that one.
+    const runsElsewhere = following?.from === undefined && asked !== undefined && view.found && (session.conversation ?? view.current) === view.current && elsewhere();
+    const inFlightAfter = following?.from ?? (runsElsewhere && asked !== undefined ? asked - 1 : undefined);
+    const replayer = new Replayer(pairs, verbosityOf(view.found ? chosen : {}), (n) => readEvent(conv, n, false), inFlightAfter);
     let ahead = 0;
     for await (const e of slowly(kept ?? eventsNumbered(conv, view.shown, view.last))) {
       if (!shown(e)) continue;

@@ -588,6 +588,23 @@ export function processAlive(pid: number): boolean {
   }
 }
 
+/**
+ * Whether another process holds the conversation's lock now, as its file says: a live process of
+ * this machine (not this one), or another machine's while the lock is fresh. A turn holds it from
+ * before its message is written to after its answer is, so a call of the conversation without its
+ * result yet is one that turn runs. Never waits, never follows a link.
+ */
+export function lockedElsewhere(conv: ConversationPaths, stale = defaultStale()): boolean {
+  const text = readOwner(conv.lock);
+  if (text === undefined) return false;
+  const owner = Owner.safeParse(JSON.parse(text));
+  if (!owner.success) return false;
+  // A pid of 0 or below names a group of processes, never a holder.
+  if (owner.data.host === hostname()) return owner.data.pid > 0 && owner.data.pid !== process.pid && processAlive(owner.data.pid);
+  const st = lstatOrUndefined(conv.lock);
+  return st !== undefined && Date.now() - st.mtimeMs <= stale;
+}
+
 /** Who holds a lock, as its file says (or, for a folder an earlier version made, its owner file). */
 function readOwner(lock: string): string | undefined {
   for (const path of [lock, join(lock, "owner")]) {

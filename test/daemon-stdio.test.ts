@@ -9,7 +9,7 @@ import { describe, expect, it } from "vitest";
 import { z } from "zod";
 import { paths, readEventsFrom } from "../store/index.js";
 import { MAX_RETRIES } from "../turn/model.js";
-import { answerText, configure, daemonTestHooks, scriptedSettings, startDaemon, tempDir, type Client, type Daemon, failure, stdioClient, watched } from "./acp-client.js";
+import { answerText, configure, daemonTestHooks, scriptedSettings, startDaemon, tempDir, type Client, type Daemon, failure, stdioClient, until, watched } from "./acp-client.js";
 import type { ModelServer, RecordedRequest } from "./model-server.js";
 import { BIN, ROOT } from "./fixtures/built.js";
 import { deferred } from "./fixtures/deferred.js";
@@ -326,6 +326,26 @@ describe("turns that fail or stop", { timeout: 120_000 }, () => {
     expect(answerText(c.updates)).not.toContain("Asked for, then cancelled.");
     expect(await c.agent.request(acp.methods.agent.session.prompt, { sessionId, prompt: text("now") })).toMatchObject({ stopReason: "end_turn" });
     expect(answerText(c.updates)).toContain("Asked for, then cancelled.");
+  });
+
+  it("a session loaded by another process while its turn runs a call here shows the call in progress, not failed", async () => {
+    const dir = agent();
+    const c = await client(daemon(dir, {}, true));
+    const { sessionId } = await c.agent.request(acp.methods.agent.session.new, { cwd: ROOT, mcpServers: [] });
+    server.script({ tool_calls: [{ name: "everything__trigger-long-running-operation", arguments: { duration: 60, steps: 60 } }] });
+    const answer = c.agent.request(acp.methods.agent.session.prompt, { sessionId, prompt: text("take your time") });
+    await c.waitForUpdate((n) => n.update.sessionUpdate === "tool_call");
+    await until(() => readEventsFrom(paths({ dir }).conversation(sessionId), 1).length === 2, "the call written");
+    const other = await client(daemon(dir));
+    await other.agent.request(acp.methods.agent.session.load, { sessionId, cwd: ROOT, mcpServers: [] });
+    expect(of(other.updates, "tool_call")).toMatchObject([{ status: "in_progress" }]);
+    expect(of(other.updates, "tool_call_update")).toEqual([]);
+    await c.agent.notify(acp.methods.agent.session.cancel, { sessionId });
+    expect(await answer).toMatchObject({ stopReason: "cancelled" });
+    // Once that turn is over, the call it left without a result is shown failed.
+    const before = other.updates.length;
+    await other.agent.request(acp.methods.agent.session.load, { sessionId, cwd: ROOT, mcpServers: [] });
+    expect(of(other.updates.slice(before), "tool_call_update")).toMatchObject([{ status: "failed" }]);
   });
 
   it("a second prompt steers the running turn: one turn, one request at a time, both answered", async () => {

@@ -12,6 +12,7 @@ import {
   conversationIn,
   listSkills,
   listOwed,
+  lockedElsewhere,
   appendEvent,
   appendEventAfter,
   appendTranscript,
@@ -1921,5 +1922,33 @@ describe("a conversation's paths", () => {
       { numRuns: 500 },
     );
     for (const name of [".import-host-1-ab", "a b", "é"]) check(conversationIn(p.chats, name), name);
+  });
+});
+
+describe("whether another process holds a conversation's lock", () => {
+  it("says so only for a live process of this machine other than this one, or another machine's fresh lock, whatever the lock holds", () => {
+    const conv = paths({ dir: tempDir() }).conversation("t");
+    ensureConversation(conv);
+    const gone = gonePid();
+    const owner = fc.record({ pid: fc.constantFrom(process.pid, process.ppid, gone, 0, -1, 2 ** 31), host: fc.constantFrom(hostname(), "elsewhere", ""), folder: fc.option(fc.string(), { nil: undefined }) });
+    const lock = fc.oneof(
+      owner.map((o) => ({ text: JSON.stringify(o), owner: o })),
+      fc.oneof(fc.string(), fc.json(), fc.constant("{"), fc.constant('{"pid":"1","host":"h"}')).map((text) => ({ text, owner: undefined })),
+      fc.constantFrom("link", "folder", "none").map((kind) => ({ text: kind, owner: undefined, kind })),
+    );
+    fc.assert(
+      fc.property(lock, fc.boolean(), (l, old) => {
+        rmSync(conv.lock, { recursive: true, force: true });
+        const kind = "kind" in l ? l.kind : "file";
+        if (kind === "link") symlinkSync(join(conv.dir, "elsewhere"), conv.lock);
+        else if (kind === "folder") mkdirSync(conv.lock);
+        else if (kind === "file") writeFileSync(conv.lock, l.text);
+        if (kind === "file" && old) utimesSync(conv.lock, new Date(Date.now() - 3_600_000), new Date(Date.now() - 3_600_000));
+        const o = l.owner;
+        const expected = o === undefined ? false : o.host === hostname() ? o.pid === process.ppid : !old;
+        expect(lockedElsewhere(conv)).toBe(expected);
+      }),
+      { numRuns: Number(process.env.FUZZ_RUNS ?? 200) },
+    );
   });
 });
