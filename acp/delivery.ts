@@ -4,7 +4,7 @@
 // live process holds, once, and removes the file once that answer in turn was written.
 import { randomBytes } from "node:crypto";
 import { EVENT_KINDS, type Event, type Numbered, type RecoveredAnswer } from "../protocol/index.js";
-import { claimOwed, listOwed, owedBase, owedName, processAlive, readEventsFrom, removeOwed, writeOwed, type AgentRef, type ConversationPaths, type Owed } from "../store/index.js";
+import { claimOwed, listOwed, messageTag, owedBase, owedName, processAlive, readEventsFrom, removeOwed, writeOwed, type AgentRef, type ConversationPaths, type Owed } from "../store/index.js";
 import type { Logger } from "./deps.js";
 import type { Owing } from "./turns.js";
 
@@ -51,8 +51,9 @@ export function owe(conv: ConversationPaths, log: Logger): Debt {
   let where = conv;
   let settled = false;
   return {
-    mark(after, through) {
+    mark(after, through, time) {
       if (settled) return;
+      const tag = time === undefined ? undefined : messageTag(time);
       const before = made;
       const failed = (e: unknown, previous: string | undefined): string | undefined => {
         log.warn("the prompt's answer can't be recovered should it not reach the client", { thread: conv.thread, error: (e as Error).message });
@@ -62,7 +63,7 @@ export function owe(conv: ConversationPaths, log: Logger): Debt {
         // Through the folder the turn's lock holds, while it holds it: not one opened for it alone.
         where = through.dir === conv.dir ? through : conv;
         try {
-          const named = writeOwed(where, name, after, previous, true);
+          const named = writeOwed(where, name, after, previous, true, tag);
           if (named !== undefined) return named;
         } catch (e) {
           return failed(e, previous);
@@ -70,7 +71,7 @@ export function owe(conv: ConversationPaths, log: Logger): Debt {
         return new Promise<string | undefined>((resolve) =>
           setImmediate(() => {
             try {
-              resolve(writeOwed(where, name, after, previous));
+              resolve(writeOwed(where, name, after, previous, false, tag));
             } catch (e) {
               resolve(failed(e, previous));
             }
@@ -93,9 +94,11 @@ export function owe(conv: ConversationPaths, log: Logger): Debt {
 /**
  * The answer of the turn that wrote a prompt's message after event `after`: its last answer with
  * text, once the turn finished (a final answer, one that calls no tool). A turn that failed, was
- * cancelled or never finished has none.
+ * cancelled or never finished has none; nor has a prompt whose message (`tag`, its messageTag, where
+ * its mark has one) is not the one there: its process was killed before the message was on disk,
+ * and another process's turn wrote its own at that number.
  */
-export function answerAfter(conv: ConversationPaths, after: number): Numbered | undefined {
+export function answerAfter(conv: ConversationPaths, after: number, tag?: string): Numbered | undefined {
   let last: Numbered | undefined;
   // A command written before the message by a writer that takes no lock (a model set meanwhile) is
   // not the turn's; anything else there means the message was never written.
@@ -105,6 +108,7 @@ export function answerAfter(conv: ConversationPaths, after: number): Numbered | 
     if (!asked) {
       if (event.kind === EVENT_KINDS.command) continue;
       if (event.kind !== EVENT_KINDS.message || event.role !== "user") return undefined;
+      if (tag !== undefined && messageTag(event.time) !== tag) return undefined;
       asked = true;
       continue;
     }
@@ -159,7 +163,7 @@ export function recover(agent: AgentRef, written: Promise<boolean>, log: Logger,
     const path = `${o.conv.dir}/${owedBase(o.name)}`;
     let found: Numbered | undefined;
     try {
-      found = answerAfter(o.conv, o.after);
+      found = answerAfter(o.conv, o.after, o.tag);
     } catch (e) {
       log.warn("an owed answer's conversation could not be read", { thread: o.thread, error: (e as Error).message });
       continue;

@@ -62,10 +62,10 @@ export class TurnFailed extends Error {
 /** What a message's answer is owed by: told where the turn that answers it wrote the message (`_link/recover`). */
 export interface Owing {
   /**
-   * The turn that answers the message writes it, or another it answers too, after event `after`;
-   * `through`, the paths its lock holds the conversation's folder by.
+   * The turn that answers the message writes it, or another it answers too, after event `after`, at
+   * `time` (the message's); `through`, the paths its lock holds the conversation's folder by.
    */
-  mark(after: number, through: ConversationPaths): void;
+  mark(after: number, through: ConversationPaths, time?: string): void;
 }
 
 /** The names the conversation's calls were shown by up to event `after`, which a turn's go on from. */
@@ -539,7 +539,7 @@ export class Turns {
             if (!run.writing) for (const w of this.watchersOf(key, report.conversation ?? "")) this.joinWatch(w, run);
             run.writing = true;
             run.writes = report.conversation;
-            for (const w of answered) w.owing?.mark(report.after, report.through);
+            for (const w of answered) w.owing?.mark(report.after, report.through, report.time);
             // Counted once the request is on its way (the event loop's next pass): nothing it names is shown before.
             const names = current.names;
             naming ??=

@@ -1,7 +1,8 @@
-// What a process owes its client: one name a prompt, `owed-<pid>-<id>-<after>` in the conversation's
-// folder, made before its turn runs and removed once the prompt's answer was written to the client.
-// It holds no answer: only the last event before the prompt came (`after`, in its name), so the
-// answer is read from the events, which are the truth. The name is one more of the process's lock
+// What a process owes its client: one name a prompt, `owed-<pid>-<id>-<after>-<tag>` in the
+// conversation's folder, made before its turn runs and removed once the prompt's answer was written
+// to the client. It holds no answer: only the last event before the prompt came (`after`, in its
+// name) and its message's time (`tag`: messageTag), so the answer is read from the events, which are
+// the truth. The name is one more of the process's lock
 // holder (store/lock.ts linkHolder): no file is made for it; where there is none, a file of its own
 // holding the mark. An earlier version's `owed-<pid>-<id>` holds the mark as JSON, read as before. A
 // kill at any point leaves either no name (the answer reached the client) or one whose answer, if
@@ -16,7 +17,8 @@ import { folderId, removeQuiet, withFolder } from "./folder.js";
 import { linkHolder, ownerMadeElsewhere, processAlive } from "./lock.js";
 import { isThread, paths, type AgentRef, type ConversationPaths } from "./paths.js";
 
-const OWED_NAME = /^owed-(\d{1,10})-([0-9a-f]{16})(?:-(\d{1,15}))?$/;
+/** `owed-<pid>-<id>`, then its mark: `-<after>`, then the message's tag (messageTag), where a version since 2026-12-04 made it. */
+const OWED_NAME = /^owed-(\d{1,10})-([0-9a-f]{16})(?:-(\d{1,15})(?:-([0-9a-z]{1,12}))?)?$/;
 /** An owed file is a few dozen bytes. */
 const OWED_MAX = 4096;
 
@@ -29,6 +31,19 @@ export interface Owed {
   readonly pid: number;
   /** The conversation's last event before the prompt came. */
   readonly after: number;
+  /** The tag of the message the prompt's turn wrote after it (messageTag), where its name has one. */
+  readonly tag?: string;
+}
+
+/**
+ * What tells the message a prompt's turn writes from another written at the same number: its time,
+ * to the millisecond, in base 36. A process killed before its message was on disk leaves a mark of
+ * a number the next process's turn then writes its own message at: the mark's tag is not that
+ * message's, so that turn's answer, delivered to its own prompt, is never handed over as this one's.
+ */
+export function messageTag(time: string): string | undefined {
+  const ms = Date.parse(time);
+  return Number.isFinite(ms) && ms >= 0 ? ms.toString(36) : undefined;
 }
 
 /** The name of a new owed file of this process. */
@@ -50,10 +65,10 @@ export function owedBase(name: string): string {
  * name (the costly call on a disk is making a file); undefined, and nothing written, where a file
  * would be needed.
  */
-export function writeOwed(conv: ConversationPaths, name: string, after: number, previous?: string): string;
-export function writeOwed(conv: ConversationPaths, name: string, after: number, previous: string | undefined, namesOnly: true): string | undefined;
-export function writeOwed(conv: ConversationPaths, name: string, after: number, previous?: string, namesOnly = false): string | undefined {
-  const marked = `${name}-${after}`;
+export function writeOwed(conv: ConversationPaths, name: string, after: number, previous?: string, namesOnly?: false, tag?: string): string;
+export function writeOwed(conv: ConversationPaths, name: string, after: number, previous: string | undefined, namesOnly: true, tag?: string): string | undefined;
+export function writeOwed(conv: ConversationPaths, name: string, after: number, previous?: string, namesOnly = false, tag?: string): string | undefined {
+  const marked = tag === undefined ? `${name}-${after}` : `${name}-${after}-${tag}`;
   return withFolder(conv, (folder) => {
     // Through a folder a lock holds, only while it still does: a turn that lost it writes nothing more.
     folder.guard?.();
@@ -97,7 +112,8 @@ export function claimOwed(o: Owed): Owed | undefined {
   const m = OWED_NAME.exec(o.name);
   const id = m?.[2];
   if (id === undefined) return undefined;
-  const name = m?.[3] === undefined ? owedName(id) : `${owedName(id)}-${m[3]}`;
+  // Its mark and tag kept: only the process in its name changes.
+  const name = `${owedName(id)}${o.name.slice(`owed-${m?.[1]}-${id}`.length)}`;
   try {
     withFolder(o.conv, (folder) => renameSync(folder.at(o.name), folder.at(name)), { make: false });
   } catch (e) {
@@ -143,7 +159,7 @@ export function listOwed(agent: AgentRef): { owed: Owed[]; faults: string[] } {
             here ??= folderId(lstatSync(conv.dir));
             if (ownerMadeElsewhere(path, here)) continue;
           }
-          owed.push({ thread, conv, name, pid: Number(m[1]), after: Number(m[3]) });
+          owed.push({ thread, conv, name, pid: Number(m[1]), after: Number(m[3]), ...(m[4] === undefined ? {} : { tag: m[4] }) });
           continue;
         }
         const text = readNoFollow(path, { max: OWED_MAX });

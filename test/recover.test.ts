@@ -1,14 +1,14 @@
 // Recovery: an answer is delivered once its session/prompt answer was written to the client. One a
 // turn finished but that never reached its client (the daemon was killed first, or the client left)
 // is handed over by _link/recover, once, from what is on disk; a delivered one never is.
-import { existsSync, readdirSync } from "node:fs";
+import { existsSync, readdirSync, unlinkSync } from "node:fs";
 import { connect } from "node:net";
 import { join } from "node:path";
 import { createInterface } from "node:readline";
 import * as acp from "@agentclientprotocol/sdk";
 import { describe, expect, it } from "vitest";
 import { z } from "zod";
-import { paths, readEventsFrom } from "../store/index.js";
+import { forgetEvents, paths, readEventsFrom } from "../store/index.js";
 import { configure, daemonTestHooks, openClient, scriptedSettings, socketStream, startDaemon, stdioClient, stdioSession, tempDir, until, watched, type Client } from "./acp-client.js";
 import { deferred } from "./fixtures/deferred.js";
 import { BIN } from "./fixtures/built.js";
@@ -275,6 +275,36 @@ describe("_link/recover hands over the answer of the turn that took the prompt",
     expect(answerOf(dir, sessionId, "the next turn's answer")).toBeDefined();
     expect(await recover(next.c)).toEqual({ answers: [] });
     // Its file is removed once that answer was written.
+    await until(() => !readdirSync(conv.dir).some((n) => n.startsWith("owed-")), "the owed file removed");
+  });
+
+  it("a prompt whose process was killed before its message was on disk owes nothing of the message and answer the next process's turn writes at that number", async () => {
+    const { dir } = place();
+    const { d, c, sessionId } = await stdioSession(dir, cleanup);
+    const never = deferred();
+    cleanup.push(() => never.resolve());
+    server.script(
+      async () => {
+        await never.promise;
+        return { text: "never written" };
+      },
+      { text: "the next turn's answer" },
+    );
+    void c.agent.request(acp.methods.agent.session.prompt, { sessionId, prompt: [{ type: "text", text: "killed before its message was written" }] }).catch(() => undefined);
+    await server.waitForRequest(1);
+    const conv = paths({ dir }).conversation(sessionId);
+    await until(() => readdirSync(conv.dir).some((n) => n.startsWith("owed-")) && readEventsFrom(conv, 1).length === 1, "the prompt written and owed");
+    await d.stop("SIGKILL");
+    // As a kill a moment sooner leaves it: owed after event 0, and its message not yet under its number.
+    unlinkSync(conv.event(1));
+    // What this process read of it is forgotten: a number is never written twice but by such a hand.
+    forgetEvents();
+    const next = await stdioSession(dir, cleanup);
+    await next.c.agent.request(acp.methods.agent.session.resume, { sessionId, cwd: dir, mcpServers: [] });
+    expect(await next.c.agent.request(acp.methods.agent.session.prompt, { sessionId, prompt: [{ type: "text", text: "the next" }] })).toMatchObject({ stopReason: "end_turn" });
+    // The next turn's message is event 1, its answer event 2: delivered to its own prompt, never handed over as the killed one's.
+    expect(readEventsFrom(conv, 1).map((e) => (e.event.kind === "message" ? e.event.text : e.event.kind))).toEqual(["the next", "the next turn's answer"]);
+    expect(await recover(next.c)).toEqual({ answers: [] });
     await until(() => !readdirSync(conv.dir).some((n) => n.startsWith("owed-")), "the owed file removed");
   });
 

@@ -42,6 +42,9 @@ import {
   LockLostError,
   writeMark,
   writeOwed,
+  claimOwed,
+  messageTag,
+  type Owed,
   type ConversationPaths,
   writeSettings,
   beginEvent,
@@ -689,6 +692,36 @@ syncBuiltinESMExports();\n`,
     await withConversationLock(conv, async () => undefined, { wait: 1_000 });
     removeOwed(conv, owed);
     expect(readdirSync(conv.dir).filter((n) => n.startsWith("owed-"))).toEqual([earlier]);
+  });
+
+  it("a mark's message tag, any time a message may have, is kept in its name: listed, claimed and marked again with it", () => {
+    const dir = tempDir();
+    const conv = paths({ dir }).conversation("tagged");
+    ensureConversation(conv);
+    let k = 0;
+    fc.assert(
+      fc.property(fc.date({ min: new Date(0), max: new Date("9999-12-31T23:59:59.999Z"), noInvalidDate: true }), fc.nat(999_999_999_999_999), (time, after) => {
+        const tag = messageTag(time.toISOString());
+        expect(tag).toBeDefined();
+        const id = (k++).toString(16).padStart(16, "0");
+        // A gone process's (no process has a pid that high).
+        const name = `owed-4194305-${id}`;
+        const owed = writeOwed(conv, name, after, undefined, false, tag);
+        expect(owed).toBe(`${name}-${after}-${tag}`);
+        const listed = listOwed({ dir }).owed.find((o) => o.name === owed);
+        expect(listed).toMatchObject({ pid: 4194305, after, tag });
+        // Taken by this process's recovery: the same mark and tag, under its own pid.
+        const claimed = claimOwed(listed as Owed);
+        expect(claimed?.name).toBe(`owed-${process.pid}-${id}-${after}-${tag}`);
+        expect(listOwed({ dir }).owed.find((o) => o.name === claimed?.name)).toMatchObject({ pid: process.pid, after, tag });
+        removeOwed(conv, String(claimed?.name));
+        // The tag tells this time's message from one a millisecond apart.
+        expect(messageTag(new Date(time.getTime() + 1).toISOString())).not.toBe(tag);
+      }),
+      { numRuns: 200 },
+    );
+    // Not a time: no tag, and the mark is as an earlier version made it.
+    expect(messageTag("yesterday")).toBeUndefined();
   });
 
   it("a mark asked to be a name only is one (a link to the holder, or the mark before renamed), or nothing at all where it would be a file", async () => {

@@ -329,9 +329,10 @@ class Turn {
     const inputs = window?.inputs ?? modelInputs(model, facts.env);
     // The message is flushed while the model is asked; should writing it fail, the ask is cut short.
     const asks = following(this.signal);
-    const opening = this.writeAhead(userEvent(this.input.message, inputs), history);
+    const question = userEvent(this.input.message, inputs);
+    const opening = this.writeAhead(question, history);
     const writes = history.conversation ?? FIRST;
-    this.listener({ type: "asked", after: (history.events.at(-1)?.n ?? 1) - 1, through: this.conv, conversation: writes });
+    this.listener({ type: "asked", after: (history.events.at(-1)?.n ?? 1) - 1, through: this.conv, conversation: writes, time: question.time });
     this.question = opening;
     opening.catch((e: unknown) => asks.abort(e));
     const signal = asks.signal;
@@ -345,8 +346,9 @@ class Turn {
       // A message more may drop what came before: counted with the budget.
       if (steering.length > 0) await windowKnown();
       for (const m of steering) {
-        const n = await this.write(userEvent(m, inputs), history);
-        this.listener({ type: "asked", after: n - 1, through: this.conv, conversation: writes });
+        const steered = userEvent(m, inputs);
+        const n = await this.write(steered, history);
+        this.listener({ type: "asked", after: n - 1, through: this.conv, conversation: writes, time: steered.time });
       }
       // A turn's own rounds never drop from its window: past the conversation's share, the request
       // is one the endpoint would refuse, or take whole at the window's cost. Said here, not sent.

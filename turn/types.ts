@@ -72,9 +72,10 @@ export type TurnEvent =
    * turn's last answer from there on answers it, and every message the turn took before it.
    * `through`: the paths the turn's lock holds the conversation's folder by, for a file written
    * beside its events while it holds it (store/folder.ts withFolder). `conversation`: the name of
-   * the chat's conversation it writes (`main` in a chat of one).
+   * the chat's conversation it writes (`main` in a chat of one). `time`: the message's, which tells it
+   * from another written at the same number (store/owed.ts messageTag).
    */
-  | { type: "asked"; after: number; through: ConversationPaths; conversation?: string }
+  | { type: "asked"; after: number; through: ConversationPaths; conversation?: string; time?: string }
   /** Something went wrong that doesn't fail the turn (a derived file not written): for the log. */
   | { type: "warning"; message: string };
 
