@@ -45,7 +45,11 @@ async function recoverAll(socket: string): Promise<z.infer<typeof Recovered>["re
   }
 }
 
-export async function checkRecovery(agent: string, socket: string, threads: readonly string[], violations: string[]): Promise<number> {
+/**
+ * `delivered`: the answers the prompts' own responses brought (each prompt asked once, each answer
+ * its prompt's own text, so one handed over again is one a client already had).
+ */
+export async function checkRecovery(agent: string, socket: string, threads: readonly string[], violations: string[], delivered: ReadonlySet<string>): Promise<number> {
   let calls: Awaited<ReturnType<typeof recoverAll>>;
   try {
     calls = await recoverAll(socket);
@@ -61,6 +65,7 @@ export async function checkRecovery(agent: string, socket: string, threads: read
     seen.add(key);
     const event = readEventsFrom(paths({ dir: agent }).conversation(a.sessionId), a.event).find((e) => e.n === a.event)?.event;
     if (event?.kind !== "message" || event.role !== "assistant" || event.text !== a.text) violations.push(`_link/recover handed over ${key}, which is not that conversation's answer`);
+    if (delivered.has(a.text)) violations.push(`_link/recover handed over ${key} (${a.text}), an answer its own prompt's response delivered already`);
   }
   // The answer to the last call was read, so every owed file it took is gone; the daemon owes nothing more.
   await new Promise((resolve) => setTimeout(resolve, 500));

@@ -16,7 +16,7 @@ import { checkAcks, checkCalls, checkTranscript, readConversation } from "./chec
 import { checkRecovery } from "./recovery.js";
 import { linkFreeEnv } from "../fixtures/env.js";
 import { Generation, Supervisor } from "./daemon.js";
-import { SoakModel } from "./model.js";
+import { answerText, SoakModel } from "./model.js";
 import { Rng } from "./rng.js";
 import { startTool, TOOL_KINDS, type Tool } from "./tool.js";
 import { awaitTrigger, Bus, TRIGGER_NAMES, type Trigger } from "./triggers.js";
@@ -200,7 +200,7 @@ async function soak(o: Options & { dir: string }): Promise<Summary> {
     }
     sup.finish();
     // Every prompt was answered at last: what the kills left owed is handed over, once, and nothing is left.
-    recovered = await checkRecovery(agent, socket, threads, violations);
+    recovered = await checkRecovery(agent, socket, threads, violations, new Set(record.acks.map((a) => answerText(a.thread, a.k))));
     const stopped = await within(last.kill("SIGTERM"), 20_000);
     if (stopped === late || stopped.code !== 0) violations.push(`the last daemon did not stop cleanly on SIGTERM: ${stopped === late ? "still running" : JSON.stringify(stopped)}`);
     await last.kill("SIGKILL");
