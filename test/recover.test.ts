@@ -248,37 +248,13 @@ describe("_link/recover hands over the answer of the turn that took the prompt",
     expect(await recover(await stdioClient(again, cleanup))).toEqual({ answers: [] });
   });
 
-  it("a prompt whose process was killed before its turn answered owes nothing of the next process's turn, whose answer reached its own client", async () => {
-    const { d, c, sessionId, dir } = await (async () => {
-      const { dir } = place();
-      return { dir, ...(await stdioSession(dir, cleanup)) };
-    })();
-    const never = deferred();
-    cleanup.push(() => never.resolve());
-    server.script(
-      async () => {
-        await never.promise;
-        return { text: "never written" };
-      },
-      { text: "the next turn's answer" },
-    );
-    void c.agent.request(acp.methods.agent.session.prompt, { sessionId, prompt: [{ type: "text", text: "killed while answered" }] }).catch(() => undefined);
-    await server.waitForRequest(1);
-    const conv = paths({ dir }).conversation(sessionId);
-    // Killed once its message is on disk and its prompt owed, while the model answers.
-    await until(() => readdirSync(conv.dir).some((n) => n.startsWith("owed-")) && readEventsFrom(conv, 1).length === 1, "the prompt written and owed");
-    await d.stop("SIGKILL");
-    // Another process takes the next turn; its answer is delivered to its prompt.
-    const next = await stdioSession(dir, cleanup);
-    await next.c.agent.request(acp.methods.agent.session.resume, { sessionId, cwd: dir, mcpServers: [] });
-    expect(await next.c.agent.request(acp.methods.agent.session.prompt, { sessionId, prompt: [{ type: "text", text: "the next" }] })).toMatchObject({ stopReason: "end_turn" });
-    expect(answerOf(dir, sessionId, "the next turn's answer")).toBeDefined();
-    expect(await recover(next.c)).toEqual({ answers: [] });
-    // Its file is removed once that answer was written.
-    await until(() => !readdirSync(conv.dir).some((n) => n.startsWith("owed-")), "the owed file removed");
-  });
-
-  it("a prompt whose process was killed before its message was on disk owes nothing of the message and answer the next process's turn writes at that number", async () => {
+  // Killed while the model answers, its message on disk and its prompt owed; or, as a kill a moment
+  // sooner leaves it, owed after event 0 with its message not yet under its number, which the next
+  // process's turn then writes its own message at.
+  it.each([
+    { when: "before its turn answered", onDisk: true, events: ["killed", "the next", "the next turn's answer"] },
+    { when: "before its message was on disk", onDisk: false, events: ["the next", "the next turn's answer"] },
+  ])("a prompt whose process was killed $when owes nothing of the next process's turn, whose answer reached its own client", async ({ onDisk, events }) => {
     const { dir } = place();
     const { d, c, sessionId } = await stdioSession(dir, cleanup);
     const never = deferred();
@@ -290,21 +266,24 @@ describe("_link/recover hands over the answer of the turn that took the prompt",
       },
       { text: "the next turn's answer" },
     );
-    void c.agent.request(acp.methods.agent.session.prompt, { sessionId, prompt: [{ type: "text", text: "killed before its message was written" }] }).catch(() => undefined);
+    void c.agent.request(acp.methods.agent.session.prompt, { sessionId, prompt: [{ type: "text", text: "killed" }] }).catch(() => undefined);
     await server.waitForRequest(1);
     const conv = paths({ dir }).conversation(sessionId);
     await until(() => readdirSync(conv.dir).some((n) => n.startsWith("owed-")) && readEventsFrom(conv, 1).length === 1, "the prompt written and owed");
     await d.stop("SIGKILL");
-    // As a kill a moment sooner leaves it: owed after event 0, and its message not yet under its number.
-    unlinkSync(conv.event(1));
-    // What this process read of it is forgotten: a number is never written twice but by such a hand.
-    forgetEvents();
+    if (!onDisk) {
+      unlinkSync(conv.event(1));
+      // What this process read of it is forgotten: a number is never written twice but by such a hand.
+      forgetEvents();
+    }
+    // Another process takes the next turn; its answer is delivered to its prompt.
     const next = await stdioSession(dir, cleanup);
     await next.c.agent.request(acp.methods.agent.session.resume, { sessionId, cwd: dir, mcpServers: [] });
     expect(await next.c.agent.request(acp.methods.agent.session.prompt, { sessionId, prompt: [{ type: "text", text: "the next" }] })).toMatchObject({ stopReason: "end_turn" });
-    // The next turn's message is event 1, its answer event 2: delivered to its own prompt, never handed over as the killed one's.
-    expect(readEventsFrom(conv, 1).map((e) => (e.event.kind === "message" ? e.event.text : e.event.kind))).toEqual(["the next", "the next turn's answer"]);
+    expect(answerOf(dir, sessionId, "the next turn's answer")).toBeDefined();
+    expect(readEventsFrom(conv, 1).map((e) => (e.event.kind === "message" ? e.event.text : e.event.kind))).toEqual(events);
     expect(await recover(next.c)).toEqual({ answers: [] });
+    // Its file is removed once that answer was written.
     await until(() => !readdirSync(conv.dir).some((n) => n.startsWith("owed-")), "the owed file removed");
   });
 
