@@ -5,6 +5,7 @@
 import { randomBytes } from "node:crypto";
 import { EVENT_KINDS, type Event, type Numbered, type RecoveredAnswer } from "../protocol/index.js";
 import { claimOwed, listOwed, messageTag, owedBase, owedName, processAlive, readEventsFrom, removeOwed, writeOwed, type AgentRef, type ConversationPaths, type Owed } from "../store/index.js";
+import { chatMap, isPlain, sessionIdOf } from "../turn/chat.js";
 import type { Logger } from "./deps.js";
 import type { Owing } from "./turns.js";
 
@@ -128,6 +129,18 @@ export function answerAfter(conv: ConversationPaths, after: number, tag?: string
 }
 
 /**
+ * The session an answer of the chat `thread` is of: the thread, or in a chat of several
+ * conversations `<thread>~<conversation>`, the one whose own events hold it (the thread alone names
+ * whichever the chat's current one is now, not the one the prompt was answered in).
+ */
+function sessionOf(conv: ConversationPaths, thread: string, n: number): string {
+  const events = readEventsFrom(conv, 1);
+  if (isPlain(events)) return thread;
+  for (const [name, own] of chatMap(events).own) if (own.some((e) => e.n === n)) return sessionIdOf(thread, name);
+  return thread;
+}
+
+/**
  * The most text of answers one answer to `_link/recover` carries, in characters: about one answer as
  * long as a model's may be (turn/model.ts), and far under what a client reads in one message.
  */
@@ -182,7 +195,7 @@ export function recover(agent: AgentRef, written: Promise<boolean>, log: Logger,
     if (!fresh) continue;
     given.add(key);
     size += answer.text.length;
-    answers.push({ sessionId: o.thread, event: answer.n, text: answer.text, time: answer.time });
+    answers.push({ sessionId: sessionOf(o.conv, o.thread, answer.n), event: answer.n, text: answer.text, time: answer.time });
   }
   void written.then((ok) => {
     for (const o of taken) {

@@ -138,6 +138,28 @@ describe("_link/recover", () => {
     expect(readdirSync(conv.dir).filter((n) => n.startsWith("owed-"))).toEqual([]);
   });
 
+  it("names the answer of a chat's named conversation by its session, <thread>~<conversation>, whichever the chat's current one is now", async () => {
+    const { dir, d, c, sessionId } = await onSocket();
+    expect(await c.ask(3, "session/prompt", { sessionId, prompt: [{ type: "text", text: "/chat:create side" }] })).toMatchObject({ result: { stopReason: "end_turn" } });
+    const big = `${"lost in the pipe ".repeat(200_000)}end`;
+    server.script({ text: big });
+    c.conn.pause();
+    c.send({ id: 4, method: "session/prompt", params: { sessionId: `${sessionId}~side`, prompt: [{ type: "text", text: "in the side conversation" }] } });
+    await d.waitForLog(new RegExp(`"turn ended","thread":"${sessionId}","stop":"end_turn"`));
+    const answer = readEventsFrom(paths({ dir }).conversation(sessionId), 1).find((e) => e.event.kind === "message" && e.event.text === big);
+    expect(answer).toBeDefined();
+    await d.stop("SIGKILL");
+    c.conn.resume();
+    await new Promise((resolve) => c.conn.once("close", resolve));
+    // The chat goes back to its first conversation: its thread alone names that one now.
+    const again = watched(startDaemon(["--agent", dir]), cleanup);
+    const client = await stdioClient(again, cleanup);
+    await client.agent.request(acp.methods.agent.session.resume, { sessionId, cwd: dir, mcpServers: [] });
+    server.script({ text: "back" });
+    expect(await client.agent.request(acp.methods.agent.session.prompt, { sessionId, prompt: [{ type: "text", text: "/chat:resume main" }] })).toMatchObject({ stopReason: "end_turn" });
+    expect(await recover(client)).toEqual({ answers: [{ sessionId: `${sessionId}~side`, event: answer?.n, text: big, time: expect.any(String) }] });
+  });
+
   it("a client that uses one request id for two prompts gets both answers, and neither is handed over after a restart", async () => {
     const { dir, d, c, sessionId } = await onSocket();
     const release = deferred();
