@@ -424,7 +424,8 @@ const PARAMS: Record<string, fc.Arbitrary<unknown>> = {
   "session/list": shaped({ cursor: fc.oneof(fc.constant(null), fc.nat({ max: 300 }).map(String), fc.string(), weird), cwd, _meta: meta }, []),
   "session/close": shaped({ sessionId, _meta: meta }, ["sessionId"]),
   "session/set_config_option": shaped(
-    { sessionId, configId: fc.oneof(fc.constant("model"), fc.string(), weird), value: fc.oneof(fc.string({ maxLength: 30 }), fc.constant("  "), weird), _meta: meta },
+    // A model's name often enough that some are taken, whatever else a run makes in its time.
+    { sessionId, configId: fc.oneof(fc.constant("model"), fc.string(), weird), value: fc.oneof(fc.constantFrom("other-model", "gpt-5"), fc.string({ maxLength: 30 }), fc.constant("  "), weird), _meta: meta },
     ["sessionId", "configId", "value"],
   ),
   "session/prompt": shaped({ sessionId, prompt: mostly(fc.array(block, { maxLength: 3 })), _meta: meta }, ["sessionId", "prompt"]),
