@@ -168,30 +168,20 @@ export function front(input: Readable, output: Writable, web: WebOutput, version
   let initializing: { id: Id; answered: () => void; done: Promise<void> } | undefined;
   // Requests read and not answered yet: when the input ends, the SDK's stream ends only once each has
   // its answer, so a client that closes its side right after asking still gets every answer.
-  // Counted by id: a client that uses one id twice is owed two answers. An id is let go once all of
-  // its requests are answered, so none is pending exactly when the map is empty.
-  const pending = new Map<Id, number>();
+  // Past pendingMax, the next request read waits until one is answered: each holds what its answer
+  // will be (a turn's updates, waiting for a client that may read none), so a burst of prompts read
+  // at once, before any output was there to fill, held them all.
+  const pending = new Unanswered();
   let drained: (() => void) | undefined;
-  // Requests in flight, of every id: past pendingMax, the next request read waits until one is answered.
-  // Each holds what its answer will be (a turn's updates, waiting for a client that may read none),
-  // so a burst of prompts read at once, before any output was there to fill, held them all.
-  let inFlight = 0;
   let roomFor: (() => void) | undefined;
-  const asked = (id: Id) => {
-    inFlight++;
-    pending.set(id, (pending.get(id) ?? 0) + 1);
-  };
   /** An answer to `id` went out: one request of that id is answered. */
   const settled = (id: Id) => {
-    const n = pending.get(id);
-    if (n === undefined) return;
-    inFlight--;
-    if (inFlight < pendingMax && roomFor) {
+    if (!pending.answered(id)) return;
+    if (pending.count < pendingMax && roomFor) {
       roomFor();
       roomFor = undefined;
     }
-    if (n > 1) pending.set(id, n - 1);
-    else if (pending.delete(id) && pending.size === 0) drained?.();
+    if (pending.count === 0) drained?.();
   };
 
   // A client that reads none of its output: what it sends is read no further while the output waits
@@ -307,16 +297,16 @@ export function front(input: Readable, output: Writable, web: WebOutput, version
       held = undefined;
       line ??= lines.next() ?? (await lines.wait());
       if (line === undefined) {
-        if (pending.size > 0 && !unread) await new Promise<void>((resolve) => (drained = resolve));
+        if (pending.count > 0 && !unread) await new Promise<void>((resolve) => (drained = resolve));
         return controller.close();
       }
       if (initializing) await initializing.done;
       const request = requestOf(decoder.decode(line));
       // Past pendingMax a request waits, this one line held, until one is answered; a notification
       // goes on: a client whose prompts fill the bound can still cancel them.
-      while (request && inFlight >= pendingMax && !unread) await new Promise<void>((resolve) => (roomFor = resolve));
+      while (request && pending.count >= pendingMax && !unread) await new Promise<void>((resolve) => (roomFor = resolve));
       if (request) {
-        asked(request.id);
+        pending.asked(request.id);
         if (request.method === "initialize") {
           let answered!: () => void;
           const done = new Promise<void>((resolve) => (answered = resolve));
@@ -335,7 +325,7 @@ export function front(input: Readable, output: Writable, web: WebOutput, version
       await first;
       // A line of the SDK's own (its refusal of a line it can't read) never lands between the pieces of a long message.
       while (long) await long;
-      if (pending.size > 0) {
+      if (pending.count > 0) {
         const id = answerId(chunk, decoder);
         if (id !== undefined && id === initializing?.id) {
           initializing.answered();
@@ -450,10 +440,42 @@ function requestOf(line: string): { id: Id; method: string } | undefined {
     const msg: unknown = parseLine(line);
     if (typeof msg !== "object" || msg === null || Array.isArray(msg)) return undefined;
     const { jsonrpc, id, method } = msg as { jsonrpc?: unknown; id?: unknown; method?: unknown };
-    if (jsonrpc !== "2.0" || typeof method !== "string") return undefined;
-    return typeof id === "string" || (typeof id === "number" && Number.isInteger(id)) ? { id, method } : undefined;
+    if (typeof method !== "string") return undefined;
+    const counted = countedId(jsonrpc, id);
+    return counted === undefined ? undefined : { id: counted, method };
   } catch {
     return undefined;
+  }
+}
+
+/** The id a request (a message with a method) is answered under and counted by: JSON-RPC 2.0's, a string or a whole number; else undefined. */
+export function countedId(jsonrpc: unknown, id: unknown): Id | undefined {
+  if (jsonrpc !== "2.0") return undefined;
+  return typeof id === "string" || (typeof id === "number" && Number.isInteger(id)) ? id : undefined;
+}
+
+/**
+ * Requests sent on and not answered yet, counted by id: a client that uses one id twice is owed two
+ * answers. An id is let go once all its requests are answered, so none is owed exactly when the
+ * count is 0.
+ */
+export class Unanswered {
+  private readonly ids = new Map<Id, number>();
+  count = 0;
+
+  asked(id: Id): void {
+    this.count++;
+    this.ids.set(id, (this.ids.get(id) ?? 0) + 1);
+  }
+
+  /** One request of `id` is answered; false when none was owed. */
+  answered(id: Id): boolean {
+    const n = this.ids.get(id);
+    if (n === undefined) return false;
+    this.count--;
+    if (n > 1) this.ids.set(id, n - 1);
+    else this.ids.delete(id);
+    return true;
   }
 }
 

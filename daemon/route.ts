@@ -5,7 +5,7 @@
 // up another's.
 import { INTERNAL_ERROR } from "../acp/errors.js";
 import { NOT_TEXT_METHOD, OVERSIZED_METHOD, TOO_DEEP_METHOD } from "../acp/initialize.js";
-import { PENDING_MAX, answerId } from "./front.js";
+import { PENDING_MAX, Unanswered, answerId, countedId } from "./front.js";
 import { parseLine } from "./lines.js";
 
 type Id = string | number;
@@ -42,31 +42,6 @@ function read(line: Uint8Array, decoder: TextDecoder): Message | undefined {
 }
 
 const isId = (id: unknown): id is Id => typeof id === "string" || (typeof id === "number" && Number.isFinite(id));
-
-/** The id an agent answers a request under, as the front counts it (JSON-RPC 2.0, a string or a whole number), or undefined. */
-function answeredUnder(msg: Message): Id | undefined {
-  if (msg.jsonrpc !== "2.0") return undefined;
-  return typeof msg.id === "string" || (typeof msg.id === "number" && Number.isInteger(msg.id)) ? msg.id : undefined;
-}
-
-/** One agent's requests sent on and not answered yet, counted by id: a client that uses one id twice is owed two answers. */
-class Unanswered {
-  private readonly ids = new Map<Id, number>();
-  count = 0;
-
-  asked(id: Id): void {
-    this.count++;
-    this.ids.set(id, (this.ids.get(id) ?? 0) + 1);
-  }
-
-  answered(id: Id): void {
-    const n = this.ids.get(id);
-    if (n === undefined) return;
-    this.count--;
-    if (n > 1) this.ids.set(id, n - 1);
-    else this.ids.delete(id);
-  }
-}
 
 /** Serves one connection (stdio) for every agent, each request routed by the agent it names. */
 export async function route(agents: readonly Routed[], input: ReadableStream<Uint8Array>, output: WritableStream<Uint8Array>): Promise<void> {
@@ -129,7 +104,7 @@ export async function route(agents: readonly Routed[], input: ReadableStream<Uin
       }
       initializes.forEach((skip, i) => i > 0 && skip.set(id, (skip.get(id) ?? 0) + 1));
       // Counted for each agent, as each answers it; never refused: it carries no turn, and is answered at once.
-      const under = answeredUnder(msg);
+      const under = countedId(msg.jsonrpc, msg.id);
       if (under !== undefined) for (const u of unanswered) u.asked(under);
       await Promise.all(writers.map((w) => w.write(line)));
       continue;
@@ -147,7 +122,7 @@ export async function route(agents: readonly Routed[], input: ReadableStream<Uin
       await refuse(msg.id, `_meta.link.agent: this process serves no agent ${JSON.stringify(msg.agent.slice(0, 80))}: it serves ${served}`);
       continue;
     }
-    const under = answeredUnder(msg);
+    const under = countedId(msg.jsonrpc, msg.id);
     const held = unanswered[at] as Unanswered;
     if (under !== undefined) {
       // Past the bound, a request is answered at once, not held: held, it would be read and kept in
