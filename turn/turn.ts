@@ -529,13 +529,6 @@ function settleLater(work: Promise<unknown>): void {
 }
 
 /**
- * Runs one turn of a conversation, holding its lock (one turn at a time per conversation). Resolves
- * once the lock is let go; with `early`, once the turn's events are on disk, their names flushed,
- * while its derived files are brought up to date and its lock let go after (turnsSettled). With
- * `spare`, the files of the conversation's next turn are made while the model answers, or once its
- * lock is let go where it never asked (a long-lived process's: store/spares.ts).
- */
-/**
  * The calls a request offered, as a refusal of it as too long names them: their descriptions and
  * schemas take the window too, and a tool that lists megabytes of them fills it whatever the
  * conversation holds, which a new conversation would not mend. `joiner` leads them into the
@@ -547,6 +540,13 @@ function offeredText(calls: readonly { name: string; description: string; parame
   return `, ${joiner} ${calls.length} tool calls offered, about ${tokens} tokens`;
 }
 
+/**
+ * Runs one turn of a conversation, holding its lock (one turn at a time per conversation). Resolves
+ * once the lock is let go; with `early`, once the turn's events are on disk, their names flushed,
+ * while its derived files are brought up to date and its lock let go after (turnsSettled). With
+ * `spare`, the files of the conversation's next turn are made while the model answers, or once its
+ * lock is let go where it never asked (a long-lived process's: store/spares.ts).
+ */
 export async function runTurn(input: TurnInput, listener: TurnListener, o: { early?: boolean; spare?: boolean } = {}): Promise<TurnOutcome> {
   const conv = paths(input.agent).conversation(input.thread);
   // The turn's signal: the caller's, or the lock lost (`lost`, why).
