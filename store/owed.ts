@@ -113,7 +113,7 @@ export function claimOwed(o: Owed): Owed | undefined {
   const id = m?.[2];
   if (id === undefined) return undefined;
   // Its mark and tag kept: only the process in its name changes.
-  const name = `${owedName(id)}${o.name.slice(`owed-${m?.[1]}-${id}`.length)}`;
+  const name = `${owedName(id)}${o.name.slice(owedBase(o.name).length)}`;
   try {
     withFolder(o.conv, (folder) => renameSync(folder.at(o.name), folder.at(name)), { make: false });
   } catch (e) {
