@@ -363,7 +363,7 @@ export interface PreparedEvent {
  * held folder until it is settled: the caller waits for it before its lock is let go.
  */
 export async function prepareEvent(conv: ConversationPaths): Promise<PreparedEvent | undefined> {
-  return withFolder(conv, async (folder) => (folder.held ? { made: (await spareFor(conv, folder)) ?? (await makeTemp(folder.base)) } : undefined), { make: false });
+  return withFolder(conv, async (folder) => (folder.held ? { made: (await spareFor(conv, folder)) ?? (await makeTemp(folder.base, undefined, undefined, folder.alone)) } : undefined), { make: false });
 }
 
 /** Lets a file made ahead for an event that never came go. */

@@ -512,10 +512,12 @@ export interface MadeFile {
 /**
  * Makes a temp file in `dir` ahead of its text, for writeTempAsync to write (`into`), off the event
  * loop: making a file costs this disk from a quarter of a millisecond to one, best spent while
- * nothing waits for it.
+ * nothing waits for it. With `onLoop`, on the event loop: for a turn that is the only one its
+ * process runs, while it waits for the model, when the loop has nothing else to do and a call into
+ * the thread pool would only wake a thread to take the core the loop runs on.
  */
-export async function makeTemp(dir: string, mode = FILE_MODE, path = tempName(dir)): Promise<MadeFile> {
-  return { path, fd: await createAsync(path, mode) };
+export async function makeTemp(dir: string, mode = FILE_MODE, path = tempName(dir), onLoop = false): Promise<MadeFile> {
+  return { path, fd: onLoop ? create(path, mode) : await createAsync(path, mode) };
 }
 
 /** Lets a temp file made ahead and never written go. */

@@ -1,10 +1,12 @@
 // Files made ahead for a conversation's next events, while a turn of it waits for the model (through
 // the folder its lock holds), or once a turn that never asked is done and its lock let go: the next
 // turn writes its question and its answer into them, so that no file is made while it runs. Making
-// a file is the costly call of a turn's on a disk (the thread pool's, a quarter of a millisecond to
-// over one on ext4 without a journal, a round trip on a network file system); while the model
-// answers nothing waits for it. Each is an empty private temp file of this process's
-// (`.tmp-<pid>-…`, so a gone process's are removed with its holder: store/lock.ts), kept open.
+// a file is the costly call of a turn's on a disk (a quarter of a millisecond to over one on ext4
+// without a journal, a round trip on a network file system); while the model answers nothing waits
+// for it. Made on the event loop when that turn is the only one the process runs (its folder
+// `alone`), in the thread pool when others run, whose streams must not stop for it. Each is an
+// empty private temp file of this process's (`.tmp-<pid>-…`, so a gone process's are removed with
+// its holder: store/lock.ts), kept open.
 // Bounded: two a conversation, for the conversations used most lately. Nothing of it matters: a
 // turn that finds none, or one that is not as it was made, makes its files as before.
 import { closeSync, fstatSync, lstatSync } from "node:fs";
@@ -96,8 +98,9 @@ function removeAtExit(): void {
 
 /**
  * Makes a conversation's spares, up to SPARES_PER_CONVERSATION, through its folder opened and
- * checked for this (no lock held: temp files of this process's are no other's concern). Made in the
- * thread pool; a folder that can't take them costs only their gain. None where the process leaves
+ * checked for this (no lock held: temp files of this process's are no other's concern). Made on the
+ * event loop through the folder of the one turn the process runs, else in the thread pool (see
+ * makeTemp); a folder that can't take them costs only their gain. None where the process leaves
  * no holder (no hard links): nothing would look for those of a killed process.
  */
 export async function makeSpares(conv: ConversationPaths): Promise<void> {
@@ -120,7 +123,7 @@ export async function makeSpares(conv: ConversationPaths): Promise<void> {
           pending.add(named);
           let made: MadeFile;
           try {
-            const file = makeTemp(folder.base, FILE_MODE, path);
+            const file = makeTemp(folder.base, FILE_MODE, path, folder.alone);
             making.set(conv.dir, file);
             made = await file;
           } finally {
