@@ -246,6 +246,34 @@ describe("--blank", () => {
     expect(await c.agent.request(acp.methods.agent.session.list, {})).toMatchObject({ sessions: [] });
   });
 
+  it("prompts as the Bind's identity says, over the block an earlier configure left in instruction.md and beside the owner's own text there", async () => {
+    const p = place();
+    // An earlier configure's block, and the owner's own text after it: the bound process writes
+    // nothing outside chats/, so the file stays as it was.
+    const file = join(p.store, "instructions", "instruction.md");
+    const before = "<!-- link:begin identity (written by Link at each configure: edit the agent's spec, not this) -->\n## Who you are\nYou are Pat.\n\n## Standing instructions\nBe brief.\n<!-- link:end -->\nAlways answer in French.\n";
+    writeFileSync(file, before);
+    const d = watched(startDaemon(["--blank", p.control], linkFreeEnv()), cleanup);
+    await d.waitForLog(/"blank: waiting for a Bind"/);
+    const identity = { persona: "You are Ida.", owner: "Ada, a pilot.", standing: "Cite your sources." };
+    expect(await control(p.control, JSON.stringify({ ...p.bind, settings: { ...p.bind.settings, identity } }))).toEqual({});
+    const c = await stdioClient(d, cleanup);
+    const { sessionId } = await c.agent.request(acp.methods.agent.session.new, { cwd: p.files, mcpServers: [] });
+    await c.agent.request(acp.methods.agent.session.prompt, { sessionId, prompt: [{ type: "text", text: "who are you?" }] });
+    const system = String(server.requests.at(-1)?.body.messages?.[0]?.content);
+    expect(system).toContain("## Who you are\nYou are Ida.\n\n## Your owner\nAda, a pilot.\n\n## Standing instructions\nCite your sources.\n\nAlways answer in French.");
+    expect(system).not.toContain("You are Pat.");
+    expect(system).not.toContain("Be brief.");
+    // Once, not also in the base.
+    expect(system.split("You are Ida.")).toHaveLength(2);
+    expect(readFileSync(file, "utf8")).toBe(before);
+
+    // A file of the owner's own text alone: the Bind's standing instructions come first, then it.
+    writeFileSync(file, "Always answer in French.\n");
+    await c.agent.request(acp.methods.agent.session.prompt, { sessionId, prompt: [{ type: "text", text: "and now?" }] });
+    expect(String(server.requests.at(-1)?.body.messages?.[0]?.content)).toContain("## Standing instructions\nCite your sources.\n\nAlways answer in French.");
+  });
+
   it("bound with --port, serves that agent on the port, gated by the Bind's key; a port in use refuses the Bind and leaves it blank", async () => {
     const p = place();
     const busy = watched(startDaemon(["--blank", join(p.root, "other.sock"), "--port", "0"], linkFreeEnv()), cleanup);

@@ -1,6 +1,6 @@
 // The instructions: sections in the order of how often each changes, least first, so a provider's
 // cache holds. Spec: "Where does Link Harness take its instructions from?" (decisions.txt).
-import { SECTION_NAMES, notesForTurn, splitBlock, splitNotes, type SectionName, type Settings } from "../protocol/index.js";
+import { SECTION_NAMES, blockText, notesForTurn, splitBlock, splitNotes, type SectionName, type Settings } from "../protocol/index.js";
 import { listRepositorySkills, listSkills, paths, readNotes, readRepositoryInstructions, readStanding, repositoryOf, sectionBytes, type AgentRef } from "../store/index.js";
 import type { OfferedCall } from "./tools.js";
 
@@ -27,10 +27,13 @@ const BASE = `You are a personal AI agent run by Link. You answer your owner and
 Each message you get starts with a line in brackets saying when it was sent, on which channel and who is speaking; answer the message, not that line.
 Be direct and accurate. When you don't know, say so. Use your tools when they help, and say what you did.`;
 
-/** Who the agent is, in the base, from the settings: only for an agent whose instruction.md holds no block of Link's (configured before there was one). */
-function identityText(settings: Settings, blocked: boolean): string {
+/**
+ * Who the agent is, in the base, from the settings: only where the settings replace the standing
+ * section (instructions.standing.text), which would otherwise carry it (standingText).
+ */
+function identityText(settings: Settings, replaced: boolean): string {
   const id = settings.identity;
-  if (!id || blocked) return "";
+  if (!id || !replaced) return "";
   const parts: string[] = [];
   if (id.persona) parts.push(`## Who you are\n${id.persona.trim()}`);
   if (id.owner) parts.push(`## Your owner\n${id.owner.trim()}`);
@@ -101,20 +104,20 @@ function notesText(agent: AgentRef, settings: Settings, max: number): string {
 }
 
 /**
- * Your standing instructions: instruction.md, its block of Link's (who the agent is, each text under
- * its heading) first, then the owner's own text under "## Standing instructions".
+ * Your standing instructions: Link's block (who the agent is, each text under its heading) first,
+ * then the owner's own text of instruction.md, outside the block, under "## Standing instructions".
+ * The block's texts are the settings' identity whenever it holds one: configure wrote the same
+ * into the file's block, and a Bind, whose process writes nothing outside chats/, left the file as
+ * it was, so a block there may be an earlier configure's, or none. Else the block the file holds.
  */
 function standingText(file: string | undefined, settings: Settings): string {
   const split = file === undefined ? undefined : splitBlock(file);
-  if (split?.block === undefined) {
-    const text = file ?? settings.identity?.standing;
-    return text?.trim() ? `## Standing instructions\n${text.trim()}` : "";
-  }
-  const block = split.block.trim();
-  const own = (split.before + split.after).trim();
+  const block = blockText(settings.identity ?? {}).trim() || (split?.block?.trim() ?? "");
+  const own = split === undefined ? "" : (split.before + split.after).trim();
   if (!own) return block;
+  if (!block) return `## Standing instructions\n${own}`;
   // The block's last heading is the standing instructions' when it holds some: the owner's text goes on under it.
-  return /^## Standing instructions$/m.test(block) ? `${block}\n\n${own}` : [block, `## Standing instructions\n${own}`].filter(Boolean).join("\n\n");
+  return /^## Standing instructions$/m.test(block) ? `${block}\n\n${own}` : `${block}\n\n## Standing instructions\n${own}`;
 }
 
 /** Holds a section to its most, saying what was cut. */
@@ -128,10 +131,10 @@ export function cut(text: string, max: number): string {
 export function composeSections(agent: AgentRef, settings: Settings, calls: readonly Pick<OfferedCall, "tool">[], cwd?: string): Section[] {
   // A file is read only as far as its section can hold.
   const standingMax = settings.instructions?.standing?.max ?? SECTION_DEFAULTS.standing.max;
-  const standing = settings.instructions?.standing?.text === undefined ? readStanding(agent, sectionBytes(standingMax)) : undefined;
-  const blocked = standing !== undefined && splitBlock(standing).block !== undefined;
+  const replaced = settings.instructions?.standing?.text !== undefined;
+  const standing = replaced ? undefined : readStanding(agent, sectionBytes(standingMax));
   const made: Record<SectionName, (max: number) => string> = {
-    base: () => [BASE, identityText(settings, blocked)].filter(Boolean).join("\n\n"),
+    base: () => [BASE, identityText(settings, replaced)].filter(Boolean).join("\n\n"),
     model: () => "",
     tools: () => toolsText(calls),
     environment: () => environmentText(agent, settings),
