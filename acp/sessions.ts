@@ -20,7 +20,7 @@ import {
   type ConversationPaths,
 } from "../store/index.js";
 import { splitSessionId, sessionIdOf, isBegin, ChatLog, conversationNumbers, FIRST } from "../turn/chat.js";
-import { applyChoice, conversationChoices, readConversation, rememberChoices, type Chosen } from "../turn/history.js";
+import { applyChoice, chatChoices, conversationChoices, hasConversation, rememberChoices, type Chosen } from "../turn/history.js";
 import type { Logger } from "./deps.js";
 import { groupThread } from "./groups.js";
 import { ParamsError, type NewSessionLink } from "./meta.js";
@@ -216,7 +216,8 @@ export class Sessions {
     // An id this agent made names an empty conversation; one to load must have something on disk.
     if (!o.onDisk && MADE_THREAD.test(sessionId)) return { thread: sessionId };
     const { thread, conversation } = splitSessionId(sessionId);
-    if (conversation !== undefined && this.exists(thread) && readConversation(this.conversation(thread), conversation) !== undefined) return { thread, conversation };
+    // Looked for among the chat's events written since this process last looked, not the whole chat.
+    if (conversation !== undefined && this.exists(thread) && hasConversation(this.conversation(thread), conversation)) return { thread, conversation };
     throw new SessionNotFound(sessionId);
   }
 
@@ -504,7 +505,7 @@ export class Sessions {
   choices(session: SessionState): Chosen {
     const conv = this.conversation(session.thread);
     if (session.conversation === undefined) return conversationChoices(conv);
-    return (readConversation(conv, session.conversation)?.events ?? []).reduce<Chosen>((c, e) => applyChoice(e.event, c), {});
+    return chatChoices(conv, session.conversation);
   }
 
   /** The session's conversation's model: its last /model:set, if any. */

@@ -161,8 +161,16 @@ export function readEvent(conv: ConversationPaths, n: number, keep = true): Even
  * through it): what is kept of another folder by that name, or of one that is gone, is forgotten.
  */
 function lookAtFolder(conv: ConversationPaths): void {
+  cache.confirm(conv.dir, conversationFolderId(conv));
+}
+
+/**
+ * Which folder (folderIdentity) is at the conversation's path now, by one look at it: undefined where
+ * none is. What a process keeps of a conversation is kept with it, and holds only while it is the same.
+ */
+export function conversationFolderId(conv: ConversationPaths): string | undefined {
   const st = lstatSync(conv.dir, { throwIfNoEntry: false });
-  cache.confirm(conv.dir, st?.isDirectory() ? folderIdentity(st) : undefined);
+  return st?.isDirectory() ? folderIdentity(st) : undefined;
 }
 
 /**

@@ -1,10 +1,10 @@
 // A chat's conversations read back from its log (turn/chat.ts): a fork's events are its source's up to
 // the fork point, then its own, however long the chain of forks of forks; the same, fuzzed, as the
-// rule says it, conversation by conversation.
+// rule says it, conversation by conversation, also where only some of the events are kept.
 import fc from "fast-check";
 import { describe, expect, it } from "vitest";
 import type { Event, Numbered } from "../protocol/index.js";
-import { chatMap, conversationEvents, type ChatMap } from "../turn/chat.js";
+import { ChatLog, chatMap, conversationEvents, type ChatMap } from "../turn/chat.js";
 
 const seed = process.env.FC_SEED ? { seed: Number(process.env.FC_SEED) } : {};
 const time = "2026-12-02T00:00:00.000Z";
@@ -57,6 +57,11 @@ describe("a chat's forks", () => {
         }
         const map = chatMap(events);
         for (const name of map.conversations.keys()) expect(conversationEvents(map, name).map((e) => e.n), name).toEqual(byRule(map, name).map((e) => e.n));
+        // A log that keeps only some of the events (a chat's choosing commands, say) gives each conversation those of its own.
+        const kept = (e: Numbered) => e.n % 3 === 0;
+        const some = new ChatLog<Numbered>((e) => (kept(e) ? e : undefined));
+        for (const e of events) some.see(e);
+        for (const name of map.conversations.keys()) expect(conversationEvents(some, name).map((e) => e.n), name).toEqual(conversationEvents(map, name).filter(kept).map((e) => e.n));
       }),
       { numRuns: 1_000, ...seed },
     );

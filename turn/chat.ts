@@ -45,7 +45,8 @@ export function isPlain(events: readonly Numbered[]): boolean {
 
 /**
  * A chat's log read into its conversations an event at a time, each conversation's own events kept
- * as `keep` makes them (the events themselves, or only their numbers). A begin command naming a
+ * as `keep` makes them (the events themselves, or only their numbers; none, where it makes none:
+ * only some of them are kept then, and a view of a conversation holds only those). A begin command naming a
  * conversation that doesn't exist (resume) or exists already (create, fork) was never written by
  * this harness; it is read as a resume of, or a fresh start of, what it names, so no event is lost.
  */
@@ -56,7 +57,7 @@ export class ChatLog<T> implements ChatMapOf<T> {
   /** Whether a begin command was read: a chat of several conversations. */
   several = false;
 
-  constructor(private readonly keep: (e: Numbered) => T) {}
+  constructor(private readonly keep: (e: Numbered) => T | undefined) {}
 
   /** Takes the chat's next event. */
   see(e: Numbered): void {
@@ -70,7 +71,8 @@ export class ChatLog<T> implements ChatMapOf<T> {
         this.own.set(this.current, []);
       }
     }
-    this.own.get(this.current)?.push(this.keep(e));
+    const kept = this.keep(e);
+    if (kept !== undefined) this.own.get(this.current)?.push(kept);
   }
 }
 

@@ -2,8 +2,19 @@
 // on, never every message, unless the mark is missing or stale, or the chat holds several
 // conversations (turn/chat.ts), which is read whole at a process's first turn of it.
 import { StoreError, type Command, type Event, type Numbered, type Verbosity, type WindowMark } from "../protocol/index.js";
-import { eachEventFrom, heldFolderId, lastEventNumber, nextEventNumber, readEvent, readEventsFrom, readMark, writeMark, type ConversationPaths } from "../store/index.js";
-import { chatMap, conversationEvents, isBegin, isPlain, type ChatMap } from "./chat.js";
+import {
+  conversationFolderId,
+  eachEventFrom,
+  heldFolderId,
+  lastEventNumber,
+  nextEventNumber,
+  readEvent,
+  readEventsFrom,
+  readMark,
+  writeMark,
+  type ConversationPaths,
+} from "../store/index.js";
+import { ChatLog, chatMap, conversationEvents, isBegin, isPlain, type ChatMap } from "./chat.js";
 import { SizedRecent } from "./recent.js";
 import { transcriptEnd } from "./transcript.js";
 import { countEvent, countFromMark, eventChars, emptyCount, isTurnStart, markHolds, markOf, windowEvents, type WindowCount } from "./window.js";
@@ -23,6 +34,11 @@ export function applyChoice(event: Event, chosen: Chosen): Chosen {
   }
   if (event.name === "/verbosity:set" && event.verbosity !== undefined) return { ...chosen, verbosity: event.verbosity };
   return chosen;
+}
+
+/** Whether an event is one applyChoice counts: a command that chooses a model or a verbosity. */
+function choosing(event: Event): boolean {
+  return event.kind === "command" && (event.name === "/model:set" || event.name === "/verbosity:set");
 }
 
 function choicesOf(mark: WindowMark | undefined): Chosen {
@@ -49,6 +65,77 @@ export function readConversation(conv: ConversationPaths, name?: string): ReadCo
   const which = name ?? map.current;
   if (!map.conversations.has(which)) return undefined;
   return { conversation: which, events: conversationEvents(map, which) };
+}
+
+/**
+ * What a chat's log says of its conversations, as this process read it through its event `last`:
+ * each conversation's name and where it began, and of each one's own events only those that choose
+ * (a model, a verbosity). Events are written once and never change, so what was read stays true of
+ * the folder it was read from (`folder`, its identity): another process's events are read on from
+ * `last`, and a folder made again at the path, or moved in, is read from its first event. The
+ * window's mark says nothing of which conversations a chat has, so a new one doesn't make it stale.
+ */
+interface ChatRead {
+  readonly folder: string;
+  last: number;
+  readonly log: ChatLog<Numbered>;
+  /** About what it holds, in characters: its conversations (CONVERSATION_CHARS and their names) and its choosing commands. */
+  chars: number;
+}
+
+/**
+ * Held to 4096 chats and 16 Mi characters together (a chat may have thousands of forks): past
+ * either, the chat used least lately is read through again when it is next asked about.
+ */
+const CHATS_READ = 4096;
+const CHATS_READ_CHARS = 16 * 1024 * 1024;
+/** About what one conversation of a chat read holds beside its name, in characters. */
+const CONVERSATION_CHARS = 64;
+const chatsRead = new SizedRecent<string, ChatRead>(CHATS_READ, CHATS_READ_CHARS);
+
+/**
+ * The chat's conversations as its log says now: what this process read of the folder at its path
+ * before, read on from there, else its log read through; its events are read one at a time and not
+ * kept. Undefined when no folder is there.
+ */
+function chatRead(conv: ConversationPaths): ChatRead | undefined {
+  const folder = conversationFolderId(conv);
+  if (folder === undefined) return undefined;
+  const kept = chatsRead.get(conv.dir);
+  const read: ChatRead = kept?.folder === folder ? kept : { folder, last: 0, log: new ChatLog<Numbered>((e) => (choosing(e.event) ? e : undefined)), chars: 0 };
+  try {
+    for (const e of eachEventFrom(conv, read.last + 1)) {
+      const before = read.log.conversations.size;
+      read.log.see(e);
+      if (read.log.conversations.size > before) read.chars += CONVERSATION_CHARS + read.log.current.length;
+      if (choosing(e.event)) read.chars += eventChars(e.event);
+      read.last = e.n;
+    }
+  } finally {
+    // What was read before an event that can't be read stays: that one is read again when asked, and says why again.
+    chatsRead.set(conv.dir, read, read.chars);
+  }
+  return read;
+}
+
+/**
+ * Whether the chat has a conversation of the name, as readConversation finds it: every chat has
+ * `main`, and another begins by a command event, looked for only among the events written since this
+ * process last read the chat (chatRead), never the whole chat each time.
+ */
+export function hasConversation(conv: ConversationPaths, name: string): boolean {
+  return chatRead(conv)?.log.conversations.has(name) ?? false;
+}
+
+/**
+ * What a conversation of the chat chose by its commands (left out, the chat's current one), as
+ * applyChoice counts them over the events readConversation gives it (a fork's shared start
+ * first); nothing, for one the chat has not. From what this process read of the chat, read on (chatRead).
+ */
+export function chatChoices(conv: ConversationPaths, name?: string): Chosen {
+  const read = chatRead(conv);
+  if (read === undefined) return {};
+  return conversationEvents(read.log, name ?? read.log.current).reduce<Chosen>((c, e) => applyChoice(e.event, c), {});
 }
 
 /**
@@ -81,7 +168,7 @@ function countedFrom(mark: WindowMark | undefined, holds: boolean): string {
  * The conversation's choices without loading it for a turn: its last /model:set and /verbosity:set,
  * counted on from this process's last count of it, else from the window's mark (with the choices the
  * mark carries from before it), else from its first event; its events read in order, none kept. In a
- * chat of several conversations, the current one's, read whole.
+ * chat of several conversations, the current one's, from what this process read of the chat (chatChoices).
  */
 export function conversationChoices(conv: ConversationPaths): Chosen {
   const mark = readMark(conv);
@@ -115,8 +202,7 @@ export function conversationChoices(conv: ConversationPaths): Chosen {
     }
     counted.delete(conv.dir);
   }
-  const read = readConversation(conv);
-  return (read?.events ?? []).reduce<Chosen>((c, e) => applyChoice(e.event, c), {});
+  return chatChoices(conv);
 }
 
 /**
@@ -193,6 +279,7 @@ export function keptHistoryChars(): { held: number; max: number } {
 export function forgetHistories(): void {
   kept.clear();
   counted.clear();
+  chatsRead.clear();
 }
 
 export class History {
