@@ -256,7 +256,7 @@ export function createAgentApp(state: AcpState, outbox: Outbox, connection = new
       guard(async ({ params, client, requestId }) => {
         const link = parseLink(NewSessionLink, params._meta, served);
         checkServers(params.mcpServers);
-        const session = sessions.create(link, params.cwd, params.mcpServers);
+        const session = sessions.create(connection, link, params.cwd, params.mcpServers);
         return { sessionId: session.id, configOptions: opened(client, session, requestId) };
       }),
     )
@@ -265,7 +265,7 @@ export function createAgentApp(state: AcpState, outbox: Outbox, connection = new
       guard(async ({ params, client }) => {
         parseLink(SessionLink, params._meta, served);
         checkServers(params.mcpServers);
-        const session = sessions.attach(params.sessionId, params.cwd, params.mcpServers, { onDisk: true });
+        const session = sessions.attach(connection, params.sessionId, params.cwd, params.mcpServers, { onDisk: true });
         const settings = state.settings();
         // session/load answers only once the whole conversation has been shown again; what a turn
         // of the session sends this connection meanwhile follows it. A turn that runs now is
@@ -315,7 +315,7 @@ export function createAgentApp(state: AcpState, outbox: Outbox, connection = new
       guard(async ({ params, client, requestId }) => {
         parseLink(SessionLink, params._meta, served);
         checkServers(params.mcpServers ?? []);
-        const session = sessions.attach(params.sessionId, params.cwd, params.mcpServers ?? []);
+        const session = sessions.attach(connection, params.sessionId, params.cwd, params.mcpServers ?? []);
         return { configOptions: opened(client, session, requestId) };
       }),
     )
@@ -323,7 +323,7 @@ export function createAgentApp(state: AcpState, outbox: Outbox, connection = new
       acp.methods.agent.session.list,
       guard(({ params }) => {
         parseLink(SessionLink, params._meta, served);
-        return sessions.list(params.cursor, params.cwd ?? undefined);
+        return sessions.list(connection, params.cursor, params.cwd ?? undefined);
       }),
     )
     .onRequest(
@@ -331,7 +331,7 @@ export function createAgentApp(state: AcpState, outbox: Outbox, connection = new
       guard(({ params }) => {
         parseLink(SessionLink, params._meta, served);
         const named = sessions.resolve(params.sessionId);
-        sessions.close(params.sessionId);
+        sessions.close(connection, params.sessionId);
         // Closing a session ends its work: its own running turn is stopped (never another session's),
         // and a group's turn its prompts wait on.
         turns.cancel(turnOf(named));
@@ -343,7 +343,7 @@ export function createAgentApp(state: AcpState, outbox: Outbox, connection = new
       acp.methods.agent.session.setConfigOption,
       guard(async ({ params }) => {
         parseLink(SessionLink, params._meta, served);
-        const session = sessions.get(params.sessionId);
+        const session = sessions.get(connection, params.sessionId);
         const settings = state.settings();
         await setModel(commandContext(session, settings), params.configId, params.value);
         return { configOptions: await configOptions(sessions, session, settings, state.agentModel) };
@@ -353,11 +353,13 @@ export function createAgentApp(state: AcpState, outbox: Outbox, connection = new
       acp.methods.agent.session.prompt,
       guard(async ({ params, client, requestId }) => {
         const link = parseLink(PromptLink, params._meta, served);
-        const arrived = sessions.get(params.sessionId);
+        // The session as this connection holds it: its prompts run with the working folder and the
+        // servers it opened the session with, whatever another connection opened it with.
+        const arrived = sessions.get(connection, params.sessionId);
         // A group's message is its group's conversation's; one that was only a mention is ignored,
         // before its group's conversation is so much as opened: it makes no folder either.
         if (link.group !== undefined && onlyMention(params.prompt)) return { stopReason: "end_turn" } satisfies PromptResponse;
-        const session = link.group !== undefined ? groupSession(sessions, arrived, link.channel ?? arrived.channel, link.group) : arrived;
+        const session = link.group !== undefined ? groupSession(sessions, connection, arrived, link.channel ?? arrived.channel, link.group) : arrived;
         const content = promptContent(params.prompt);
         const settings = state.settings();
         const channel = link.channel ?? session.channel;

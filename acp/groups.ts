@@ -4,7 +4,7 @@
 import type { ContentBlock } from "@agentclientprotocol/sdk";
 import { isThread } from "../store/index.js";
 import { ParamsError } from "./meta.js";
-import type { Sessions, SessionState } from "./sessions.js";
+import type { Opener, Sessions, SessionState } from "./sessions.js";
 
 /**
  * The conversation of a group: `<channel>-<group>`, a thread name like any other. Its channel holds
@@ -23,13 +23,14 @@ export function groupThread(channel: string | undefined, group: string): string 
 /**
  * The session a group's message is answered in: the group's conversation, taken up if it exists
  * (by this process or any other), else made, with the working folder and tools of the session the
- * message arrived on.
+ * message arrived on, as the connection it arrived on holds it.
  */
-export function groupSession(sessions: Sessions, arrived: SessionState, channel: string | undefined, group: string): SessionState {
+export function groupSession(sessions: Sessions, opener: Opener, arrived: SessionState, channel: string | undefined, group: string): SessionState {
   const thread = groupThread(channel, group);
   if (thread === arrived.thread) return arrived;
-  if (sessions.exists(thread)) return sessions.get(thread);
-  return sessions.create({ channel, group }, arrived.cwd ?? sessions.agent.dir, arrived.mcpServers);
+  const cwd = arrived.cwd ?? sessions.agent.dir;
+  if (sessions.exists(thread)) return sessions.attach(opener, thread, cwd, arrived.mcpServers);
+  return sessions.create(opener, { channel, group }, cwd, arrived.mcpServers);
 }
 
 /** Whether a group's message holds nothing once the mention was cut: only empty or blank text. */

@@ -114,7 +114,18 @@ export class SessionNotFound extends Error {
   }
 }
 
-/** What a session keeps beside its conversation, in this process only. */
+/**
+ * A connection to this process, standing for it where it opens sessions (its LinkConnection): the
+ * working folder and MCP servers a connection opens a session with are its own, and its prompts run
+ * with them whichever other connection opened the session too.
+ */
+export type Opener = object;
+
+/**
+ * What a connection keeps of a session beside its conversation, in this process only: each
+ * connection that opened the session holds one of its own. What is the session's (its conversation,
+ * its turns) is shared by all.
+ */
 export interface SessionState {
   /** The session's id: its chat's thread, or `<thread>~<conversation>` for one conversation of the chat. */
   readonly id: string;
@@ -122,8 +133,9 @@ export interface SessionState {
   readonly thread: string;
   /** The conversation of the chat the session names; left out, the chat's current one. */
   readonly conversation?: string;
+  /** The working folder the connection opened the session with: its prompts' messages come with it. */
   cwd?: string;
-  /** The client's own MCP servers, added to this conversation's tools. */
+  /** The connection's own MCP servers, added to the conversation's tools for its prompts. */
   mcpServers: McpServer[];
   /**
    * A prompt's channel when it names none: the one named at session/new, or, for a session this
@@ -153,10 +165,11 @@ function newThread(): string {
 }
 
 /**
- * The most sessions a process keeps open for one agent: what it holds of each (the client's working
- * folder, its tools, the channel) is small, but a client that opens sessions without end would have
- * them all kept. Past it, the one used least lately whose conversation runs no turn is forgotten, as
- * session/close forgets it; its conversation stays, and a prompt to it reads it again from disk.
+ * The most sessions a process keeps open for one agent, a session counted once for each connection
+ * that holds it: what it holds of each (the client's working folder, its tools, the channel) is
+ * small, but a client that opens sessions without end would have them all kept. Past it, the one
+ * used least lately whose conversation runs no turn is forgotten, as session/close forgets it; its
+ * conversation stays, and a prompt to it reads it again from disk.
  */
 export const OPEN_SESSIONS_MAX = 10_000;
 
@@ -166,15 +179,16 @@ export const CWD_MAX = 4096;
 export const MCP_SERVERS_MAX = 256 * 1024;
 /**
  * The most the open sessions of one agent hold together, as characters of their working folders and
- * their servers' JSON (some 2.5 bytes of heap each once parsed): OPEN_SESSIONS_MAX sessions each at
- * MCP_SERVERS_MAX would be gigabytes, past the heap. Past it, as past OPEN_SESSIONS_MAX, the sessions
- * used least lately that run no turn are forgotten.
+ * their servers' JSON (some 2.5 bytes of heap each once parsed), each connection's of a session
+ * counted: OPEN_SESSIONS_MAX sessions each at MCP_SERVERS_MAX would be gigabytes, past the heap.
+ * Past it, as past OPEN_SESSIONS_MAX, the sessions used least lately that run no turn are forgotten
+ * (and, should that not do, those that run one: Sessions.remember).
  */
 export const OPEN_HELD_MAX = 32 * 1024 * 1024;
 
 /**
- * What a session keeps of its client's request, bounded: each open session holds its working folder
- * and its servers for as long as it is open, and a client may open thousands.
+ * What a session keeps of its client's request, bounded: each connection's hold of an open session
+ * keeps its working folder and its servers for as long as it is open, and a client may open thousands.
  */
 function heldBounded(cwd: string, mcpServers: McpServer[]): void {
   if (cwd.length > CWD_MAX) throw new ParamsError(`cwd: ${cwd.length} characters, over the ${CWD_MAX} a working folder's path may be`);
@@ -188,10 +202,11 @@ function heldBounded(cwd: string, mcpServers: McpServer[]): void {
 const heldBy = (state: SessionState): number => (state.cwd?.length ?? 0) + (state.mcpServers.length === 0 ? 0 : JSON.stringify(state.mcpServers).length);
 
 export class Sessions {
-  /** In the order they were last used, the least lately first. */
-  private readonly open = new Map<string, SessionState>();
-  /** What each open session holds (heldBy), and all of them together. */
-  private readonly heldOf = new Map<string, number>();
+  /** The open sessions by id, each as every connection that opened it holds it. */
+  private readonly open = new Map<string, Map<Opener, SessionState>>();
+  /** Every connection's hold of a session, in the order they were last used, the least lately first, with what each holds (heldBy). */
+  private readonly used = new Map<SessionState, { opener: Opener; held: number }>();
+  /** What they hold together. */
   private held = 0;
 
   constructor(
@@ -248,7 +263,7 @@ export class Sessions {
    * names, or of one with a narrowed tool list, is made now; of a thread this agent made, at the
    * conversation's first event.
    */
-  create(link: NewSessionLink, cwd: string, mcpServers: McpServer[]): SessionState {
+  create(opener: Opener, link: NewSessionLink, cwd: string, mcpServers: McpServer[]): SessionState {
     heldBounded(cwd, mcpServers);
     let thread = link.thread;
     if (link.group !== undefined) {
@@ -264,26 +279,40 @@ export class Sessions {
     const conv = this.conversation(thread);
     if (named || link.tools !== undefined) ensureConversation(conv);
     if (link.tools !== undefined) narrowToolsList(conv, link.tools);
-    return this.remember({ id: thread, thread, cwd, mcpServers, ...(link.channel !== undefined ? { channel: link.channel } : {}) });
+    return this.remember(opener, { id: thread, thread, cwd, mcpServers, ...(link.channel !== undefined ? { channel: link.channel } : {}) });
   }
 
   /**
    * session/load and session/resume: the conversation must exist (for a load, on disk or open in this
-   * process: there is nothing to show of an empty one opened elsewhere); the session takes the
-   * client's servers.
+   * process: there is nothing to show of an empty one opened elsewhere); the connection's hold of the
+   * session takes its working folder and servers, and another connection's hold keeps its own.
    */
-  attach(sessionId: string, cwd: string, mcpServers: McpServer[], o: { onDisk?: boolean } = {}): SessionState {
+  attach(opener: Opener, sessionId: string, cwd: string, mcpServers: McpServer[], o: { onDisk?: boolean } = {}): SessionState {
     heldBounded(cwd, mcpServers);
     const named = this.resolve(sessionId, o);
-    const known = this.open.get(sessionId) ?? this.fromEvents(sessionId, named);
-    return this.remember({ ...known, cwd, mcpServers });
+    const known = this.open.get(sessionId)?.get(opener) ?? this.taken(sessionId, named);
+    return this.remember(opener, { ...known, cwd, mcpServers });
   }
 
-  /** A session named by a prompt or a setting: opened here before, or a conversation on disk. */
-  get(sessionId: string): SessionState {
-    const known = this.open.get(sessionId);
-    if (known && (this.exists(known.thread) || MADE_THREAD.test(known.thread))) return this.remember(known);
-    return this.remember(this.fromEvents(sessionId, this.resolve(sessionId)));
+  /**
+   * A session named by a prompt or a setting, as the connection holds it: opened by it before, or,
+   * when it did not open it (or it was forgotten since), a conversation on disk or one another
+   * connection opened, without any other connection's working folder or servers.
+   */
+  get(opener: Opener, sessionId: string): SessionState {
+    const known = this.open.get(sessionId)?.get(opener);
+    if (known && (this.exists(known.thread) || MADE_THREAD.test(known.thread))) return this.remember(opener, known);
+    return this.remember(opener, this.taken(sessionId, this.resolve(sessionId)));
+  }
+
+  /**
+   * A session as a connection that holds none of it takes it up: from its conversation's events
+   * (fromEvents), with the channel another connection holds it with (the one session/new named).
+   */
+  private taken(id: string, named: { thread: string; conversation?: string }): SessionState {
+    const found = this.fromEvents(id, named);
+    const other = this.open.get(id)?.values().next().value;
+    return other?.channel !== undefined ? { ...found, channel: other.channel } : found;
   }
 
   /**
@@ -316,38 +345,54 @@ export class Sessions {
     return { ...base, mcpServers: [] };
   }
 
-  close(sessionId: string): void {
+  /** session/close: the connection no longer holds the session; another's hold of it stays. */
+  close(opener: Opener, sessionId: string): void {
     this.resolve(sessionId);
-    this.forget(sessionId);
+    this.forget(opener, sessionId);
   }
 
-  /** No longer keeps the session open. */
-  private forget(id: string): void {
-    this.open.delete(id);
-    this.held -= this.heldOf.get(id) ?? 0;
-    this.heldOf.delete(id);
+  /** The connection closed: it holds none of the sessions it opened any longer, and what it held of them is let go. */
+  release(opener: Opener): void {
+    for (const [state, hold] of this.used) if (hold.opener === opener) this.forget(opener, state.id);
   }
 
-  /** Keeps the session as the one used last; past the bound, forgets the one used least lately that runs no turn. */
-  private remember(state: SessionState): SessionState {
-    this.forget(state.id);
-    this.open.set(state.id, state);
+  /** The connection no longer holds the session open. */
+  private forget(opener: Opener, id: string): void {
+    const holds = this.open.get(id);
+    const state = holds?.get(opener);
+    if (holds === undefined || state === undefined) return;
+    holds.delete(opener);
+    if (holds.size === 0) this.open.delete(id);
+    this.held -= this.used.get(state)?.held ?? 0;
+    this.used.delete(state);
+  }
+
+  /**
+   * Keeps the connection's hold of the session as the one used last. Past the bound, forgets the holds
+   * used least lately whose conversation runs no turn; and, should that not do (connections without
+   * number each holding a session whose turn runs), those whose conversation runs one too: the turn
+   * goes on with what it began with, and the connection's next prompt takes the session up again.
+   */
+  private remember(opener: Opener, state: SessionState): SessionState {
+    this.forget(opener, state.id);
+    const holds = this.open.get(state.id) ?? new Map<Opener, SessionState>();
+    this.open.set(state.id, holds);
+    holds.set(opener, state);
     const held = heldBy(state);
-    this.heldOf.set(state.id, held);
+    this.used.set(state, { opener, held });
     this.held += held;
-    if (this.open.size > this.max || this.held > this.heldMax) {
-      for (const [id, kept] of this.open) {
-        if (this.open.size <= this.max && this.held <= this.heldMax) break;
-        if (id === state.id || this.busy(kept.thread)) continue;
-        this.forget(id);
+    for (const spare of [(kept: SessionState) => !this.busy(kept.thread), () => true]) {
+      for (const [kept, hold] of this.used) {
+        if (this.used.size <= this.max && this.held <= this.heldMax) return state;
+        if (kept !== state && spare(kept)) this.forget(hold.opener, kept.id);
       }
     }
     return state;
   }
 
-  /** How many sessions are kept open. */
+  /** How many sessions are kept open, each counted once for every connection that holds it. */
   get size(): number {
-    return this.open.size;
+    return this.used.size;
   }
 
   /**
@@ -515,20 +560,21 @@ export class Sessions {
 
   /**
    * session/list: the agent's conversations, the most recently updated first, a page at a time;
-   * with `cwd`, only those whose working folder it is. A conversation's folder is the one its last
-   * message came with (its session's, as the client named it), else the agent's files folder.
+   * with `cwd`, only those whose working folder it is. A conversation's folder, as the connection that
+   * asks sees it: the one it holds the session open with, else the one its last message came with
+   * (its session's, as the client named it), else the agent's files folder.
    */
-  async list(cursor: string | null | undefined, cwd?: string): Promise<{ sessions: SessionInfo[]; nextCursor?: string }> {
+  async list(opener: Opener, cursor: string | null | undefined, cwd?: string): Promise<{ sessions: SessionInfo[]; nextCursor?: string }> {
     const start = cursor ? Number(cursor) : 0;
     if (!Number.isSafeInteger(start) || start < 0) throw new ParamsError(`cursor: ${JSON.stringify(cursor)} is not a cursor this agent gave`);
     const files = paths(this.agent).files;
     const onDisk = listThreads(paths(this.agent).chats);
     const known = new Set(onDisk);
     // The sessions this process holds open whose conversation has no event yet, so no folder.
-    const opened = [...this.open.values()].filter((s) => s.id === s.thread && MADE_THREAD.test(s.thread) && !known.has(s.thread)).map((s) => s.thread);
+    const opened = [...this.open.keys()].filter((id) => MADE_THREAD.test(id) && !known.has(id));
     const found: SessionInfo[] = [];
     // A conversation at a time, the event loop let go after every LOAD_SLICE of them.
-    for await (const thread of slowly([...onDisk, ...opened])) if (isThread(thread)) found.push(...(await this.listed(thread, files)));
+    for await (const thread of slowly([...onDisk, ...opened])) if (isThread(thread)) found.push(...(await this.listed(opener, thread, files)));
     const all = found.filter((info) => cwd === undefined || info.cwd === cwd).sort((a, b) => (b.updatedAt ?? "").localeCompare(a.updatedAt ?? ""));
     const sessions = all.slice(start, start + PAGE);
     return start + PAGE < all.length ? { sessions, nextCursor: String(start + PAGE) } : { sessions };
@@ -599,7 +645,7 @@ export class Sessions {
    * several. Kept with the conversation's last event then, and found again only once it has grown
    * (or this process holds it open): a page of a list goes through every conversation of the agent.
    */
-  private async listed(thread: string, files: string): Promise<SessionInfo[]> {
+  private async listed(opener: Opener, thread: string, files: string): Promise<SessionInfo[]> {
     const conv = this.conversation(thread);
     const held = this.open.has(thread);
     const kept = held ? undefined : this.listing.get(conv.dir);
@@ -612,7 +658,7 @@ export class Sessions {
     // Whether a chat has several conversations is its window's word, which can change past its last event.
     const window = windowStamp(conv.window);
     if (kept !== undefined && kept.last === last && kept.window === window) return kept.infos;
-    const chat = this.info(thread, files);
+    const chat = this.info(opener, thread, files);
     const infos = chat ? [chat, ...(await this.conversations(thread, chat))] : [];
     if (!held && last !== undefined && last > 0) {
       if (this.listing.size >= LISTED_MAX) this.listing.clear();
@@ -624,10 +670,10 @@ export class Sessions {
   /** What session/list found of each conversation, by its folder, with the conversation's last event and window then. */
   private readonly listing = new Map<string, { last: number; window: string; infos: SessionInfo[] }>();
 
-  private info(thread: string, files: string): SessionInfo | undefined {
+  private info(opener: Opener, thread: string, files: string): SessionInfo | undefined {
     const conv = this.conversation(thread);
-    // One this process holds open knows its folder; else its last message says it.
-    const cwd = this.open.get(thread)?.cwd ?? this.fromEvents(thread, { thread }).cwd ?? files;
+    // One the connection holds open has the folder it opened it with; else its last message says it.
+    const cwd = this.open.get(thread)?.get(opener)?.cwd ?? this.fromEvents(thread, { thread }).cwd ?? files;
     const info: SessionInfo = { sessionId: thread, cwd };
     try {
       const last = lastEventNumber(conv);

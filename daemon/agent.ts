@@ -181,6 +181,9 @@ export function startAgent(o: AgentOptions): RunningAgent {
       // reading) is let reach it first: one written is owed no more (_link/recover).
       return connection.closed.finally(async () => {
         outbox.close();
+        // What it opened its sessions with (its working folders, its servers) is let go; another
+        // connection's hold of them stays.
+        state.sessions.release(conn);
         await c.send?.flushed();
         conn.close();
       });

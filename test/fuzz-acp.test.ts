@@ -13,7 +13,7 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { z } from "zod";
 import { MAX_DEPTH, nestsDeeper } from "../daemon/lines.js";
 import { configure, scriptedSettings, startDaemon, until, type Daemon } from "./acp-client.js";
-import { assertBuilt, BIN } from "./fixtures/built.js";
+import { assertBuilt, BIN, ROOT } from "./fixtures/built.js";
 import { startModelServer, type ModelServer } from "./model-server.js";
 
 /** Lines over this are oversized (LNK_ACP_MAX_BYTES), small enough to send many. */
@@ -924,5 +924,75 @@ describe("clients that read their output slowly, in stretches, or not at all", (
       runs(3),
     );
     expect(served.stderr()).toMatch(/"the client read none of its output: its connection is closed"/);
+  });
+});
+
+describe("one session loaded by many connections, each with servers and a folder of its own", () => {
+  const daemonOf = onSocket({ LNK_ACP_MAX_BYTES: String(MAX_BYTES) });
+  /** A conversation of its own: the fuzz before may have narrowed MAIN's tools. */
+  const SHARED = "fz-many";
+  let socket: string;
+  beforeAll(async () => {
+    assertBuilt(["dist/test/probe-server.js"], ["test/probe-server.ts"]);
+    socket = daemonOf.socket();
+    const maker = await peer();
+    expect(await maker.ask("session/new", { cwd: agent, mcpServers: [], _meta: { link: { thread: SHARED } } })).toMatchObject({ result: { sessionId: SHARED } });
+    maker.close();
+  });
+
+  /** A connection on the socket, initialized; its requests answered one by one. */
+  async function peer(): Promise<{ ask: (method: string, params: unknown) => Promise<Response>; close: () => void }> {
+    const conn = connect(socket);
+    conn.on("error", () => undefined);
+    await new Promise<void>((resolve, reject) => conn.once("connect", resolve).once("error", reject));
+    const wire = new Wire(conn, (text) => conn.write(text));
+    const ask = (method: string, params: unknown) => {
+      const id = `many-${++serial}`;
+      wire.send(JSON.stringify({ jsonrpc: "2.0", id, method, params }));
+      return wire.answer(id);
+    };
+    expect(await ask("initialize", { protocolVersion: 1, clientCapabilities: {} })).toHaveProperty("result");
+    return { ask, close: () => conn.destroy() };
+  }
+
+  // Servers that are never started (no prompt of their connection runs): names and environments of
+  // any kind, a command that does nothing, some near the line's limit.
+  const pad = fc.constantFrom(0, 100, MAX_BYTES / 4).map((n) => new Big("p".repeat(n), `"p" × ${n}`));
+  const servers = fc.array(
+    fc.record({ name: fc.oneof(fc.string({ maxLength: 12 }), hostile), command: fc.constantFrom("true", "false"), args: fc.array(fc.string({ maxLength: 8 }), { maxLength: 2 }), env: fc.array(fc.record({ name: fc.string({ maxLength: 8 }), value: pad }), { maxLength: 2 }) }),
+    { maxLength: 4 },
+  );
+  const cwd = fc.oneof(fc.constant(agent), fc.string({ maxLength: 20 }).map((s) => `/${s}`), hostile);
+  const probe = join(ROOT, "dist/test/probe-server.js");
+
+  it("a prompt offers the tools of the connection that sent it alone, whatever the others loaded it with, open or closed since", async () => {
+    await fc.assert(
+      fc.asyncProperty(fc.array(fc.record({ servers, cwd, closes: fc.boolean() }), { minLength: 1, maxLength: 12 }), fc.boolean(), async (loads, witnessFirst) => {
+        const witness = await peer();
+        const others: Awaited<ReturnType<typeof peer>>[] = [];
+        try {
+          const own = { name: "witness", command: process.execPath, args: [probe], env: [] };
+          const loadWitness = async () => expect(await witness.ask("session/load", { sessionId: SHARED, cwd: agent, mcpServers: [own] })).toHaveProperty("result");
+          if (witnessFirst) await loadWitness();
+          for (const load of loads) {
+            const other = await peer();
+            others.push(other);
+            const answer = await other.ask("session/load", { sessionId: SHARED, cwd: load.cwd, mcpServers: load.servers });
+            if ("error" in answer) expect(REFUSALS).toContain(answer.error.code);
+            if (load.closes) other.close();
+          }
+          if (!witnessFirst) await loadWitness();
+          const asked = server.requests.length;
+          server.script({ text: "witnessed" });
+          expect(await witness.ask("session/prompt", { sessionId: SHARED, prompt: [{ type: "text", text: "which tools?" }] })).toMatchObject({ result: { stopReason: "end_turn" } });
+          const offered = z.array(z.object({ function: z.object({ name: z.string() }).loose() }).loose()).parse(server.requests[asked]?.body.tools ?? []);
+          expect(new Set(offered.map((t) => t.function.name.split("__")[0]))).toEqual(new Set(["witness"]));
+        } finally {
+          witness.close();
+          for (const other of others) other.close();
+        }
+      }),
+      runs(12),
+    );
   });
 });

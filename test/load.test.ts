@@ -17,6 +17,8 @@ import { startModelServer } from "./model-server.js";
 import { assertBuilt, BIN } from "./fixtures/built.js";
 
 const quiet = { info: () => undefined, warn: () => undefined, error: () => undefined };
+/** The connection the sessions are opened and listed for. */
+const client = {};
 const cleanup: (() => unknown)[] = [];
 afterEach(async () => {
   for (const f of cleanup.splice(0).reverse()) await f();
@@ -70,7 +72,7 @@ function turnEvents(conv: ConversationPaths, conversation: string | undefined): 
 
 /** The updates a load shows, and how many bytes of events the process held more after it than before. */
 async function shownKeeping(sessions: Sessions, sessionId: string, onSend?: (sent: number) => void): Promise<{ updates: SessionUpdate[]; kept: number }> {
-  const session = sessions.attach(sessionId, "/work", [], { onDisk: true });
+  const session = sessions.attach(client, sessionId, "/work", [], { onDisk: true });
   const before = cachedEventBytes().held;
   const updates: SessionUpdate[] = [];
   await sessions.showAgain(
@@ -238,7 +240,7 @@ describe("session/load of a chat of several conversations", () => {
       const { updates, kept } = await shownKeeping(sessions, id);
       expect(kept, id).toBe(0);
       // As the whole conversation, read as a turn reads it, replays.
-      const session = sessions.attach(id, "/work", [], { onDisk: true });
+      const session = sessions.attach(client, id, "/work", [], { onDisk: true });
       const chosen = sessions.choices(session);
       expect(updates, id).toEqual(replay(turnEvents(paths(agent).conversation(THREAD), session.conversation), chosen.verbosity ?? "new"));
       views.set(id, updates);
@@ -275,7 +277,7 @@ describe("the names of a conversation's calls before a turn", () => {
     const call = (id: string): Event => ({ v: 1, kind: "message", role: "assistant", text: "", time, model: "m", provider: "p", latency_ms: 1, stop: "tool_calls", tool_calls: [{ id, name: "x__y", arguments: "{}" }] });
     /** The name the next call_0 gets: from callNames, and from the session's conversation read whole as a turn reads it. */
     const next = async (id: string) => {
-      const session = sessions.attach(id, "/work", [], { onDisk: true });
+      const session = sessions.attach(client, id, "/work", [], { onDisk: true });
       const got = (await sessions.callNames(session, lastEventNumber(conv))).after().name("call_0");
       const replayed = new CallNames();
       for (const e of turnEvents(conv, session.conversation)) replayed.see(e.event);
@@ -343,21 +345,21 @@ describe("session/list over many conversations", () => {
       ]);
     });
     const sessions = new Sessions(agent, quiet);
-    const first = await sessions.list(undefined);
+    const first = await sessions.list(client, undefined);
     expect(first.sessions).toHaveLength(100);
     expect(first.sessions[0]).toMatchObject({ sessionId: threads[299], title: "about 299", cwd: "/work/2" });
     // The events forgotten, the next pages read none again.
     forgetEvents();
-    const second = await sessions.list(first.nextCursor);
-    const third = await sessions.list(second.nextCursor);
+    const second = await sessions.list(client, first.nextCursor);
+    const third = await sessions.list(client, second.nextCursor);
     expect(cachedEventBytes().held).toBe(0);
     expect([...first.sessions, ...second.sessions, ...third.sessions].map((s) => s.sessionId)).toEqual([...threads].reverse());
     expect(third.nextCursor).toBeUndefined();
-    expect((await sessions.list(undefined, "/work/1")).sessions.every((s) => s.cwd === "/work/1")).toBe(true);
+    expect((await sessions.list(client, undefined, "/work/1")).sessions.every((s) => s.cwd === "/work/1")).toBe(true);
     // One grown since (by another process: straight to its folder) is read again, and comes first.
     const grown = paths(agent).conversation(threads[5] as string);
     writeFileSync(grown.event(3), `${JSON.stringify({ v: 1, kind: "message", role: "user", text: "later", header: "", time: "2026-02-01T00:00:00.000Z", cwd: "/elsewhere" })}\n`, { mode: 0o600 });
-    const again = await sessions.list(undefined);
+    const again = await sessions.list(client, undefined);
     expect(again.sessions[0]).toMatchObject({ sessionId: threads[5], title: "about 5", cwd: "/elsewhere", updatedAt: "2026-02-01T00:00:00.000Z" });
   });
 
@@ -372,9 +374,9 @@ describe("session/list over many conversations", () => {
       { v: 1, kind: "message", role: "assistant", text: "hi", time, model: "m", provider: "p", latency_ms: 1, stop: "end_turn" },
     ]);
     const sessions = new Sessions(agent, quiet);
-    expect((await sessions.list(undefined)).sessions.map((s) => s.sessionId)).toEqual([THREAD]);
+    expect((await sessions.list(client, undefined)).sessions.map((s) => s.sessionId)).toEqual([THREAD]);
     writeMark(conv, { v: 1, event: 2, time, tokens_before: 0, budget: 1000, conversation: "side" });
-    const listed = (await sessions.list(undefined)).sessions;
+    const listed = (await sessions.list(client, undefined)).sessions;
     // Each conversation titled by its first owner's message.
     const again = listed.map((s) => s.sessionId);
     expect(again).toHaveLength(3);
