@@ -227,7 +227,10 @@ export class Sessions {
    * chat is named the whole id). Throws SessionNotFound when it names neither.
    */
   resolve(sessionId: string, o: { onDisk?: boolean } = {}): { thread: string; conversation?: string } {
-    if (this.exists(sessionId) || this.open.has(sessionId)) return { thread: sessionId };
+    // One open here is what it was opened as: a chat, or one conversation of it (`<thread>~<name>`).
+    const held = this.open.get(sessionId)?.values().next().value;
+    if (held) return held.conversation === undefined ? { thread: held.thread } : { thread: held.thread, conversation: held.conversation };
+    if (this.exists(sessionId)) return { thread: sessionId };
     // An id this agent made names an empty conversation; one to load must have something on disk.
     if (!o.onDisk && MADE_THREAD.test(sessionId)) return { thread: sessionId };
     const { thread, conversation } = splitSessionId(sessionId);

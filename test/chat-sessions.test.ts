@@ -12,7 +12,7 @@ import { SessionNotFound, Sessions } from "../acp/sessions.js";
 import type { Event } from "../protocol/index.js";
 import { ensureConversation, forgetEvents, paths, readStats, writeMark, type ConversationPaths } from "../store/index.js";
 import { configure, daemonTestHooks, scriptedSettings, startDaemon, stdioClient, tempDir, watched, type Client } from "./acp-client.js";
-import type { ModelServer } from "./model-server.js";
+import { lastUserText, type ModelServer } from "./model-server.js";
 import { BIN } from "./fixtures/built.js";
 
 let server: ModelServer;
@@ -119,6 +119,30 @@ describe("a session of one conversation of a chat", { timeout: 60_000 }, () => {
   });
 });
 
+describe("a running turn of one conversation of a chat", { timeout: 60_000 }, () => {
+  it("is stopped by session/cancel and by session/close of its session, once that session is open", async () => {
+    const dir = agentDir();
+    writeChat(paths({ dir }).conversation(THREAD), twoConversations());
+    const side = `${THREAD}~side`;
+    const c = await daemon(dir);
+    await c.agent.request(acp.methods.agent.session.resume, { sessionId: side, cwd: dir, mcpServers: [] });
+    // Once the model has the turn's request (the process asks the model of other things too).
+    const ask = async (text: string) => {
+      server.script({ text: "Too late.", delayMs: 30_000 });
+      let seen = server.requests.length;
+      const answer = c.agent.request(acp.methods.agent.session.prompt, { sessionId: side, prompt: [{ type: "text", text }] });
+      while (!lastUserText(await server.waitForRequest(++seen)).endsWith(text));
+      return { answer };
+    };
+    const cancelled = await ask("take your time");
+    void c.agent.notify(acp.methods.agent.session.cancel, { sessionId: side });
+    expect(await cancelled.answer).toMatchObject({ stopReason: "cancelled" });
+    const closed = await ask("and again");
+    await c.agent.request(acp.methods.agent.session.close, { sessionId: side });
+    expect(await closed.answer).toMatchObject({ stopReason: "cancelled" });
+  });
+});
+
 describe("what a process reads of a chat to find its conversations", () => {
   it("once it has read the chat, only the events written since: resume and close read none of its events again", () => {
     const dir = tempDir("lnk-chat-sessions-");
@@ -130,28 +154,30 @@ describe("what a process reads of a chat to find its conversations", () => {
     // What a turn of the chat leaves: its mark names the chat's current conversation.
     writeMark(conv, { v: 1, event: events.length - 1, time, tokens_before: 0, budget: 1000, conversation: "main" });
     const sessions = new Sessions(agent, quiet);
+    // The connection that opens the sessions.
+    const me = {};
     const side = `${THREAD}~side`;
     const later = `${THREAD}~later`;
     // The first look reads the chat through.
-    expect(sessions.model(sessions.attach(side, "/work", []))).toBe("side-model");
-    expect(sessions.model(sessions.attach(THREAD, "/work", []))).toBeUndefined();
-    expect(() => sessions.close(later)).toThrow(SessionNotFound);
+    expect(sessions.model(sessions.attach(me, side, "/work", []))).toBe("side-model");
+    expect(sessions.model(sessions.attach(me, THREAD, "/work", []))).toBeUndefined();
+    expect(() => sessions.close(me, later)).toThrow(SessionNotFound);
 
     // The process let go of the chat's events, as it does of a chat longer than it keeps.
     forgetEvents();
     readStats.files = 0;
-    expect(sessions.model(sessions.attach(side, "/work", []))).toBe("side-model");
-    expect(sessions.model(sessions.attach(THREAD, "/work", []))).toBeUndefined();
-    sessions.close(side);
-    expect(() => sessions.close(later)).toThrow(SessionNotFound);
-    expect(() => sessions.close(`${THREAD}~elsewhere`)).toThrow(SessionNotFound);
+    expect(sessions.model(sessions.attach(me, side, "/work", []))).toBe("side-model");
+    expect(sessions.model(sessions.attach(me, THREAD, "/work", []))).toBeUndefined();
+    sessions.close(me, side);
+    expect(() => sessions.close(me, later)).toThrow(SessionNotFound);
+    expect(() => sessions.close(me, `${THREAD}~elsewhere`)).toThrow(SessionNotFound);
     expect(readStats.files).toBe(0);
 
     // Another process begins `later` and chooses its model: those two events are all that is read.
     writeChat(conv, [command("/chat:create", { conversation: "later" }), command("/model:set", { model: "later-model" })], events.length + 1);
     expect(sessions.named(later)).toEqual({ thread: THREAD, conversation: "later" });
     expect(readStats.files).toBe(2);
-    sessions.close(later);
+    sessions.close(me, later);
     expect(sessions.model({ id: later, thread: THREAD, conversation: "later", mcpServers: [] })).toBe("later-model");
     expect(sessions.model({ id: side, thread: THREAD, conversation: "side", mcpServers: [] })).toBe("side-model");
     expect(readStats.files).toBe(2);
