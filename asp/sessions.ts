@@ -2,7 +2,7 @@
 // lnk-link-harness-session(5)): every conversation of the agent given out as it is kept, and a
 // session taken in written as a new conversation whose events, read back, give the same form again.
 import { createHash, randomBytes } from "node:crypto";
-import { lstatSync, readFileSync, readdirSync, readlinkSync, renameSync, rmdirSync, rmSync } from "node:fs";
+import { closeSync, constants, lstatSync, openSync, readFileSync, readdirSync, readlinkSync, renameSync, rmdirSync, rmSync, writeSync } from "node:fs";
 import { hostname } from "node:os";
 import { join } from "node:path";
 import { z } from "zod";
@@ -25,7 +25,7 @@ import {
   type Numbered,
 } from "../protocol/index.js";
 import { EXPORTED } from "./export.js";
-import { LIMITS, appendEvent, conversationIn, eachEventFrom, flushFolderSync, flushMadeAboveSync, forgetEvents, isErrno, listEventNumbers, listThreads, makeNewFolder, paths, processAlive, protoKey, readEventsFrom, withoutProtoKeys, writtenPast, type AgentRef, type ConversationPaths } from "../store/index.js";
+import { FILE_MODE, LIMITS, appendEvent, conversationIn, eachEventFrom, flushFolderSync, flushMadeAboveSync, forgetEvents, isErrno, listEventNumbers, listThreads, makeNewFolder, paths, processAlive, protoKey, readEventsFrom, readText, unlinkQuiet, withoutProtoKeys, writtenPast, type AgentRef, type ConversationPaths } from "../store/index.js";
 
 /** The kinds an endpoint's `_asp/export` gives (`state export`'s and sessions), and `_asp/import` takes. */
 export const ENDPOINT_EXPORTED = [...EXPORTED, "sessions"] as const satisfies readonly AspKind[];
@@ -222,13 +222,75 @@ function ensureChats(chats: string): boolean {
 }
 
 /**
+ * An import's claim of a thread's name for the instant it puts a session there: a file in chats/,
+ * `.claim-<hash>` (32 hex digits of the SHA-256 of the name, which may be as long as a folder's name
+ * can be), made only where nothing of that name is (O_EXCL), holding whose it is, `<host>-<pid>`
+ * (thisHost). A name no thread can have (a leading dot): no reader lists it, and no writer names it.
+ */
+const CLAIM = /^\.claim-[0-9a-f]{32}$/;
+const CLAIM_OWNER = /^([0-9a-f]{8})-(\d+)$/;
+const CREATE_NEW = constants.O_WRONLY | constants.O_CREAT | constants.O_EXCL | constants.O_NOFOLLOW;
+
+/** The path of the claim of a thread's name in chats/ (CLAIM). */
+function claimOf(chats: string, name: string): string {
+  return join(chats, `.claim-${createHash("sha256").update(name).digest("hex").slice(0, 32)}`);
+}
+
+/** Claims a name (claimOf): false when another import holds it now, or a killed one left it. */
+function claim(path: string): boolean {
+  let fd: number;
+  try {
+    fd = openSync(path, CREATE_NEW, FILE_MODE);
+  } catch (e) {
+    if (isErrno(e, "EEXIST")) return false;
+    throw e;
+  }
+  try {
+    writeSync(fd, `${thisHost()}-${process.pid}`);
+  } catch (e) {
+    unlinkQuiet(path);
+    throw e;
+  } finally {
+    closeSync(fd);
+  }
+  return true;
+}
+
+/** Whose a claim left in chats/ is, by what it holds; of one that can't be read, or holds nothing yet, no one is known. */
+function claimOwner(path: string): { host: string | undefined; pid: number } {
+  let text: string | undefined;
+  try {
+    text = readText(path, { max: 64 });
+  } catch {
+    text = undefined;
+  }
+  const m = CLAIM_OWNER.exec(text ?? "");
+  return m ? { host: m[1], pid: Number(m[2]) } : { host: undefined, pid: 0 };
+}
+
+/** Whether anything is at `path`, of any kind. */
+function there(path: string): boolean {
+  try {
+    lstatSync(path);
+    return true;
+  } catch (e) {
+    if (isErrno(e, "ENOENT")) return false;
+    throw e;
+  }
+}
+
+/**
  * Puts a session written whole in its staging folder in place, under a fresh thread: its own name
- * when free, else the first free `<name>-<k>`. The name is claimed first, by making its folder (a
- * name that is there is never taken); a session of no events has no staging folder (`staged`
- * undefined), and that folder is its conversation. Any other is put over the empty folder this call
- * just made by a rename, so the conversation is seen whole or not at all. A look then a rename would
- * take a name another import claimed in between for a session of no events (rename(2) replaces an
- * empty folder), and both would say they wrote it.
+ * when free, else the first free `<name>-<k>`. Each name is claimed first (claimOf), never by making
+ * its folder, which would be listed and loaded as an empty conversation, and could be written in by
+ * a prompt, until the session was put over it. Under its claim, a name that is there, of any kind,
+ * is passed over; one that is not is taken by a rename of the staging folder, so the conversation is
+ * seen whole or not at all, or, for a session of no events (no staging folder, `staged` undefined),
+ * by making its empty folder. Two imports never take one name, as each claims it before it looks.
+ * A rename fails on a folder that holds anything, so no conversation with an event, a lock or any
+ * file in it is ever replaced: only a folder made in the instant between the look and the rename,
+ * and not yet written in, could be (a turn's, before it takes its lock), and that turn then writes
+ * after the session's events, or finds its folder replaced and writes nothing.
  */
 function placeThread(chats: string, staged: string | undefined, thread: string, taken: Map<string, number>): string {
   // The names an earlier session of this call found taken are not looked at again: a State of
@@ -238,22 +300,20 @@ function placeThread(chats: string, staged: string | undefined, thread: string, 
     const name = withSuffix(thread, k);
     const target = join(chats, name);
     taken.set(thread, k + 1);
+    const claimed = claimOf(chats, name);
+    if (!claim(claimed)) continue;
     try {
-      makeNewFolder(target);
-    } catch (e) {
-      if (isErrno(e, "EEXIST")) continue;
-      throw e;
-    }
-    if (staged === undefined) return name;
-    try {
-      renameSync(staged, target);
+      if (there(target)) continue;
+      if (staged === undefined) makeNewFolder(target);
+      else renameSync(staged, target);
       return name;
     } catch (e) {
-      // Written in since it was made (a turn begun under that name): it is its writer's now, and
-      // the next name is tried.
-      if (isErrno(e, "ENOTEMPTY") || isErrno(e, "EEXIST") || isErrno(e, "ENOTDIR")) continue;
-      rmEmpty(target);
+      // Made since it was looked at (a turn begun under that name, say): it is its maker's, and the
+      // next name is tried.
+      if (isErrno(e, "EEXIST") || isErrno(e, "ENOTEMPTY") || isErrno(e, "ENOTDIR")) continue;
       throw e;
+    } finally {
+      unlinkQuiet(claimed);
     }
   }
 }
@@ -288,17 +348,18 @@ export const thisHost = (): string =>
 const staging = new Set<string>();
 
 /**
- * Removes what imports killed midway left in chats/: the staging folders of processes this one can
- * see (the same machine, boot and PID namespace) that are gone, and any untouched for an hour. One
- * that can't be removed is left for the next import; one removed while its import writes fails
- * that import, never half-writes it.
+ * Removes what imports killed midway left in chats/: the staging folders and claims of processes
+ * this one can see (the same machine, boot and PID namespace) that are gone, and any untouched for
+ * an hour. One that can't be removed is left for the next import; a staging folder removed while its
+ * import writes fails that import, never half-writes it.
  */
 function sweepStaged(chats: string): void {
   sweepLeft(
     chats,
-    (name) => {
+    (name, path) => {
       const m = STAGED.exec(name);
-      return m ? { host: m[1], pid: Number(m[2]) } : undefined;
+      if (m) return { host: m[1], pid: Number(m[2]) };
+      return CLAIM.test(name) ? claimOwner(path) : undefined;
     },
     (dir) => staging.has(dir),
   );
@@ -306,11 +367,11 @@ function sweepStaged(chats: string): void {
 
 /**
  * Removes from `dir` what an import killed midway left there: each entry `whose` names as one (the
- * host tag and pid in its name; no tag, a name an earlier version made), of a process this one can
- * see that is gone, or untouched for an hour, unless `busy`. One that can't be removed is left for
- * the next import.
+ * host tag and pid in its name or what it holds; no tag, one an earlier version made, or one whose
+ * owner is not known), of a process this one can see that is gone, or untouched for an hour, unless
+ * `busy`. One that can't be removed is left for the next import.
  */
-export function sweepLeft(dir: string, whose: (name: string) => { host: string | undefined; pid: number } | undefined, busy: (path: string) => boolean = () => false): void {
+export function sweepLeft(dir: string, whose: (name: string, path: string) => { host: string | undefined; pid: number } | undefined, busy: (path: string) => boolean = () => false): void {
   const host = thisHost();
   let names: string[];
   try {
@@ -319,10 +380,9 @@ export function sweepLeft(dir: string, whose: (name: string) => { host: string |
     return;
   }
   for (const name of names) {
-    const left = whose(name);
-    if (!left) continue;
     const path = join(dir, name);
-    if (busy(path)) continue;
+    const left = whose(name, path);
+    if (!left || busy(path)) continue;
     try {
       const gone = (left.host === host && !processAlive(left.pid)) || Date.now() - lstatSync(path).mtimeMs > STAGED_UNTOUCHED_MS;
       if (gone) rmSync(path, { recursive: true, force: true });
@@ -378,8 +438,9 @@ export interface WrittenSessions {
 /**
  * Writes checked sessions, each as a new conversation of the agent, under a fresh thread (never one
  * that exists). Each is written whole in a staging folder of its own first, then all are put in
- * place, each by a rename: a conversation is never seen half-imported, not even when the process
- * is killed midway (what it left is removed by a later import). A write that fails removes every
+ * place, each by a rename under a name claimed first (placeThread): a conversation is never seen
+ * half-imported or before it is, not even when the process is killed midway (what it left is
+ * removed by a later import). A write that fails removes every
  * conversation this call made, and throws.
  */
 export async function writeSessions(agent: AgentRef, sessions: readonly SessionForm[]): Promise<WrittenSessions> {

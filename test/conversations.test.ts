@@ -3,14 +3,17 @@
 // form (the session `_asp/export` gives); conversations moved out and into a fresh agent folder, the
 // same sessions again, replaying over session/load; a chat's conversation named `<thread>~<name>`;
 // and bad input refused in one line with nothing written.
-import { mkdirSync, readdirSync, readFileSync, rmSync, statSync, symlinkSync, writeFileSync } from "node:fs";
+import { spawnSync } from "node:child_process";
+import { createHash } from "node:crypto";
+import { mkdirSync, readdirSync, readFileSync, realpathSync, rmSync, statSync, symlinkSync, utimesSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import * as acp from "@agentclientprotocol/sdk";
 import type { ContentBlock } from "@agentclientprotocol/sdk";
 import { describe, expect, it } from "vitest";
 import { z } from "zod";
 import { AspState, SessionForm } from "../protocol/index.js";
-import { configure, daemonTestHooks, scriptedSettings, startDaemon, stdioClient, tempDir, type Client, type Daemon, watched } from "./acp-client.js";
+import { thisHost } from "../asp/sessions.js";
+import { configure, daemonTestHooks, failure, scriptedSettings, startDaemon, stdioClient, tempDir, until, type Client, type Daemon, watched } from "./acp-client.js";
 import { deferred } from "./fixtures/deferred.js";
 import { promptRichTurn, replayed, scriptRichTurn } from "./fixtures/rich-turn.js";
 import type { ModelServer } from "./model-server.js";
@@ -364,7 +367,8 @@ describe("conversation and conversations move", { timeout: 240_000 }, () => {
           placed.set(s.as, s.events === 0 ? "" : `${["a", "b"][n]} ${i}`);
         });
       });
-      // On disk: a conversation for each name said, holding what that session held, and nothing else.
+      // On disk: a conversation for each name said, holding what that session held, and nothing else
+      // (no claim of a name, nor a staging folder, is left).
       const chats = readdirSync(join(dir, "chats")).sort();
       expect(chats).toEqual([...placed.keys()].sort());
       for (const [as, said] of placed) {
@@ -376,6 +380,102 @@ describe("conversation and conversations move", { timeout: 240_000 }, () => {
         }
       }
     }
+  });
+
+  it("a name an import is putting a session under is no conversation to any reader or writer until the session is whole there", async () => {
+    // The import is stopped (by strace) just after the first system call that names the thread's
+    // folder, between taking the name and putting the session there. A name taken by making its
+    // folder was, until then, an empty conversation that session/list listed, session/load loaded,
+    // move out gave, and a prompt could write in.
+    const dir = realpathSync(folder());
+    const chats = join(dir, "chats");
+    mkdirSync(chats);
+    const traced = tempDir("lnk-conversations-trace-");
+    cleanup.push(() => traced.remove());
+    const trace = join(traced.path, "trace");
+    const readIfThere = (path: string) => {
+      try {
+        return readFileSync(path, "utf8");
+      } catch {
+        return "";
+      }
+    };
+    const read = () => readIfThere(trace);
+    const said = (s: string) => ({ v: 1, time: "2026-01-02T03:04:05.000Z", kind: "message", role: "user", text: s, header: "[h]" });
+    let first: Run | undefined;
+    const importing = run(
+      "strace",
+      ["-f", "-o", trace, "-P", join(chats, "n"), "-e", "inject=all:signal=SIGSTOP:when=1", process.execPath, MAIN, "conversations", "move", "in", "--agent", dir],
+      { input: JSON.stringify({ sessions: [{ thread: "n", events: [said("first"), said("first, again")] }] }), env: { PATH: process.env.PATH ?? "/usr/bin:/bin" }, ms: 120_000 },
+    ).then((r) => (first = r));
+    let pid = 0;
+    await until(() => (pid = Number(/^(\d+) +--- SIGSTOP /m.exec(read())?.[1] ?? 0)) > 0 || first !== undefined, "the import stopped", 60_000);
+    expect(pid, `${first?.stderr ?? ""}\n${read()}`).toBeGreaterThan(0);
+    // A stopped process outlives its tracer: it is killed whatever this test comes to.
+    cleanup.push(() => {
+      try {
+        process.kill(pid, "SIGKILL");
+      } catch {
+        // gone
+      }
+    });
+    const d = daemon(dir);
+    const c = await stdioClient(d, cleanup);
+    expect((await c.agent.request(acp.methods.agent.session.list, {})).sessions).toEqual([]);
+    expect(await failure(c.agent.request(acp.methods.agent.session.load, { sessionId: "n", cwd: ROOT, mcpServers: [] }))).toMatchObject({ code: -32002 });
+    const out = await cli(["conversations", "move", "out", "--agent", dir]);
+    expect(out.code, out.stderr).toBe(0);
+    expect(AspState.parse(JSON.parse(out.stdout)).sessions).toEqual([]);
+    // In chats/, nothing but what the store's own names (a leading dot) hold.
+    expect(readdirSync(chats).filter((name) => !name.startsWith("."))).toEqual([]);
+    // Another import meanwhile passes the name over, as taken.
+    const second = await cli(["conversations", "move", "in", "--agent", dir], JSON.stringify({ sessions: [{ thread: "n", events: [said("second")] }] }));
+    expect(second.code, second.stderr).toBe(0);
+    expect(Imported.parse(JSON.parse(second.stdout)).imported.map((i) => i.as)).toEqual(["n-2"]);
+    // A turn under the name makes its own conversation there.
+    const { sessionId } = await c.agent.request(acp.methods.agent.session.new, { cwd: ROOT, mcpServers: [], _meta: { link: { thread: "n" } } });
+    expect(sessionId).toBe("n");
+    server.script({ text: "Yours." });
+    await c.agent.request(acp.methods.agent.session.prompt, { sessionId, prompt: text("whose is this?") });
+    // Let go: it puts its session under the next free name, and leaves nothing else.
+    await until(
+      () => {
+        if (/^State:\s+[tT]/m.test(readIfThere(`/proc/${pid}/status`))) process.kill(pid, "SIGCONT");
+        return first !== undefined;
+      },
+      "the import done",
+      60_000,
+    );
+    await importing;
+    expect(first?.code, first?.stderr).toBe(0);
+    expect(Imported.parse(JSON.parse(first?.stdout ?? "")).imported.map((i) => i.as)).toEqual(["n-3"]);
+    expect(readdirSync(chats).sort()).toEqual(["n", "n-2", "n-3"]);
+    const texts = async (thread: string) =>
+      (AspState.parse(JSON.parse((await cli(["conversations", "move", "out", "--agent", dir, thread])).stdout)).sessions ?? []).flatMap((s) => s.events.flatMap((e) => ("text" in e ? [e.text] : [])));
+    expect(await texts("n")).toEqual(["whose is this?", "Yours."]);
+    expect(await texts("n-2")).toEqual(["second"]);
+    expect(await texts("n-3")).toEqual(["first", "first, again"]);
+  });
+
+  it("a claim of a name a killed import left is removed by the next import; one of a process still there keeps the name from every import", async () => {
+    const dir = folder(false);
+    const chats = join(dir, "chats");
+    mkdirSync(chats);
+    const claim = (name: string) => `.claim-${createHash("sha256").update(name).digest("hex").slice(0, 32)}`;
+    const gone = spawnSync(process.execPath, ["-e", "0"]).pid as number;
+    writeFileSync(join(chats, claim("gone")), `${thisHost()}-${gone}`);
+    writeFileSync(join(chats, claim("held")), `${thisHost()}-${process.pid}`);
+    // Made, and whose it is never written: known by its age alone.
+    writeFileSync(join(chats, claim("young")), "");
+    writeFileSync(join(chats, claim("old")), "");
+    const hoursAgo = new Date(Date.now() - 2 * 3600_000);
+    utimesSync(join(chats, claim("old")), hoursAgo, hoursAgo);
+    const threads = ["gone", "held", "young", "old"];
+    const said = { v: 1, time: "2026-01-02T03:04:05.000Z", kind: "message", role: "user", text: "hi", header: "[h]" };
+    const r = await cli(["conversations", "move", "in", "--agent", dir], JSON.stringify({ sessions: threads.map((thread) => ({ thread, events: [said] })) }));
+    expect(r.code, r.stderr).toBe(0);
+    expect(Imported.parse(JSON.parse(r.stdout)).imported.map((i) => i.as)).toEqual(["gone", "held-2", "young-2", "old"]);
+    expect(readdirSync(chats).sort()).toEqual([claim("held"), claim("young"), "gone", "held-2", "old", "young-2"].sort());
   });
 
   it("an event holding a key __proto__ is given without it, and said so: what is given, any import takes", async () => {
