@@ -94,6 +94,9 @@ async function madeByTurns(): Promise<{ dir: string; plain: string; chat: string
   return { dir, plain, chat, fork: `${chat}~fork-3`, sessions };
 }
 
+/** Whether strace(1) runs here, to stop an import at the moment it names a thread's folder. */
+const strace = spawnSync("strace", ["-V"]).status === 0;
+
 describe("conversation and conversations move", { timeout: 240_000 }, () => {
   it("shows a conversation made by real turns to a person, and --json is the session _asp/export gives", async () => {
     const { dir, plain, chat, fork, sessions } = await madeByTurns();
@@ -382,7 +385,7 @@ describe("conversation and conversations move", { timeout: 240_000 }, () => {
     }
   });
 
-  it("a name an import is putting a session under is no conversation to any reader or writer until the session is whole there", async () => {
+  it.skipIf(!strace)("a name an import is putting a session under is no conversation to any reader or writer until the session is whole there", async () => {
     // The import is stopped (by strace) just after the first system call that names the thread's
     // folder, between taking the name and putting the session there. A name taken by making its
     // folder was, until then, an empty conversation that session/list listed, session/load loaded,
