@@ -199,6 +199,16 @@ function heldBounded(cwd: string, mcpServers: McpServer[]): void {
 }
 
 /** What an open session holds, in characters (OPEN_HELD_MAX). */
+/**
+ * Whether a working folder read back from a conversation's events is one a session may hold, as a
+ * client's is held to (heldBounded): an event is written by whoever wrote the folder (an import,
+ * another harness, a hand), and a folder that isn't an absolute path would be refused at every
+ * group message the session takes up, and shown by session/list where ACP asks for an absolute one.
+ */
+function heldCwd(cwd: string): boolean {
+  return cwd.length <= CWD_MAX && isAbsolute(cwd) && !cwd.includes("\0");
+}
+
 const heldBy = (state: SessionState): number => (state.cwd?.length ?? 0) + (state.mcpServers.length === 0 ? 0 : JSON.stringify(state.mcpServers).length);
 
 export class Sessions {
@@ -337,7 +347,7 @@ export class Sessions {
             ...base,
             mcpServers: [],
             ...(event.channel !== undefined ? { channel: event.channel } : {}),
-            ...(event.cwd !== undefined ? { cwd: event.cwd } : {}),
+            ...(event.cwd !== undefined && heldCwd(event.cwd) ? { cwd: event.cwd } : {}),
           };
         }
       }

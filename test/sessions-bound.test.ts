@@ -3,12 +3,13 @@
 // conversation is read again from disk at its next prompt; a session whose turn runs is forgotten
 // only once no other is left to forget. Each connection holds a session it opened with its own
 // working folder and servers, counted within the bound, and lets go of them as it closes.
-import { mkdtempSync, rmSync } from "node:fs";
+import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import type { McpServer } from "@agentclientprotocol/sdk";
 import { afterEach, describe, expect, it } from "vitest";
-import { MCP_SERVERS_MAX, OPEN_HELD_MAX, OPEN_SESSIONS_MAX, Sessions } from "../acp/sessions.js";
+import { CWD_MAX, MCP_SERVERS_MAX, OPEN_HELD_MAX, OPEN_SESSIONS_MAX, Sessions } from "../acp/sessions.js";
+import { paths } from "../store/index.js";
 
 const quiet = { info: () => undefined, warn: () => undefined, error: () => undefined };
 /** The connection the sessions are opened for. */
@@ -118,5 +119,23 @@ describe("the sessions a process keeps open", () => {
     const sessions = new Sessions({ dir: agentDir() }, quiet);
     for (let i = 0; i < OPEN_SESSIONS_MAX + 500; i++) sessions.create(client, {}, "/work", []);
     expect(sessions.size).toBe(OPEN_SESSIONS_MAX);
+  });
+});
+
+describe("a session taken up from its conversation's events", () => {
+  it("holds the working folder its last message came with only where a client's would be held: an absolute path, within CWD_MAX, without NUL", async () => {
+    const dir = agentDir();
+    const sessions = new Sessions({ dir }, quiet);
+    const files = paths({ dir }).files;
+    const given = ["relative/folder", `/${"x".repeat(CWD_MAX)}`, "/a\0b", "/work/project"];
+    for (const [i, cwd] of given.entries()) {
+      const thread = `20260101-00000${i}-0000abcd`;
+      const conv = paths({ dir }).conversation(thread);
+      mkdirSync(conv.dir, { recursive: true });
+      writeFileSync(conv.event(1), `${JSON.stringify({ v: 1, kind: "message", role: "user", text: "hi", header: "", time: "2026-01-01T00:00:00.000Z", cwd })}\n`);
+      expect(sessions.get(client, thread).cwd, cwd.slice(0, 20)).toBe(i === given.length - 1 ? cwd : undefined);
+    }
+    const listed = (await sessions.list(client, undefined)).sessions.map((s) => s.cwd).sort();
+    expect(listed).toEqual([...Array<string>(given.length - 1).fill(files), "/work/project"].sort());
   });
 });
