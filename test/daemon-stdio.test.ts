@@ -10,7 +10,7 @@ import { z } from "zod";
 import { paths, readEventsFrom } from "../store/index.js";
 import { MAX_RETRIES } from "../turn/model.js";
 import { answerText, configure, daemonTestHooks, scriptedSettings, startDaemon, tempDir, type Client, type Daemon, failure, stdioClient, until, watched } from "./acp-client.js";
-import type { ModelServer, RecordedRequest } from "./model-server.js";
+import { lastUserText, type ModelServer, type RecordedRequest } from "./model-server.js";
 import { BIN, ROOT } from "./fixtures/built.js";
 import { deferred } from "./fixtures/deferred.js";
 
@@ -373,6 +373,52 @@ describe("turns that fail or stop", { timeout: 120_000 }, () => {
     expect(contents(r2)).toContain("First answer.");
     expect(contents(r2)).toContain("two");
     expect(answerText(c.updates)).toBe("First answer.Second answer.");
+    // One turn answered both: the daemon started no second one.
+    expect(d.stderr().match(/"msg":"turn"/g)).toHaveLength(1);
+  });
+
+  it("a prompt that steers a turn past its last round of calls is answered by that turn, the model told once more to call nothing", async () => {
+    const dir = agent();
+    const d = daemon(dir, {}, true);
+    const c = await client(d);
+    const { sessionId } = await c.agent.request(acp.methods.agent.session.new, { cwd: ROOT, mcpServers: [] });
+    // A model that calls a tool at every round it may; told to call nothing, it answers, the first
+    // time once the second prompt waits in the turn's queue.
+    const gate = deferred();
+    let told = 0;
+    server.fallback = async (r) => {
+      if ((r.body as { tool_choice?: string }).tool_choice !== "none") return { tool_calls: [{ name: "everything__echo", arguments: { message: "again" } }] };
+      if (++told === 1) {
+        await gate.promise;
+        return { text: "Stopping here." };
+      }
+      return { text: "And the second, answered." };
+    };
+    const first = c.agent.request(acp.methods.agent.session.prompt, { sessionId, prompt: text("loop") });
+    // Eight rounds of calls, then the request that may call nothing.
+    await server.waitForRequest(9);
+    const second = c.agent.request(acp.methods.agent.session.prompt, { sessionId, prompt: text("two") });
+    // Requests are handled in order: once this is answered, the second prompt waits in the turn's queue.
+    await c.agent.request(acp.methods.agent.session.list, {});
+    gate.resolve();
+    expect(await first).toMatchObject({ stopReason: "end_turn" });
+    expect(await second).toMatchObject({ stopReason: "end_turn" });
+    // One more request after the last round's, carrying the message that steered the turn, and it
+    // too may call nothing: the turn's rounds are spent.
+    expect(server.requests).toHaveLength(10);
+    const [ninth, tenth] = server.requests.slice(8) as [RecordedRequest, RecordedRequest];
+    expect(contents(ninth)).not.toContain("two");
+    expect(lastUserText(tenth).split("\n").at(-1)).toBe("two");
+    expect((tenth.body as { tool_choice?: string }).tool_choice).toBe("none");
+    const events = readEventsFrom(paths({ dir }).conversation(sessionId), 1).map((e) => e.event);
+    expect(events.filter((e) => e.kind === "tool_result")).toHaveLength(8);
+    expect(events.slice(-3)).toMatchObject([
+      { kind: "message", role: "assistant", text: "Stopping here." },
+      { kind: "message", role: "user", text: "two" },
+      { kind: "message", role: "assistant", text: "And the second, answered." },
+    ]);
+    expect(events.at(-1)).not.toHaveProperty("tool_calls");
+    expect(answerText(c.updates)).toBe("Stopping here.And the second, answered.");
     // One turn answered both: the daemon started no second one.
     expect(d.stderr().match(/"msg":"turn"/g)).toHaveLength(1);
   });
