@@ -5,7 +5,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
 import { Event, type Settings } from "../protocol/index.js";
-import { appendEvent, eventName, paths, readEventsFrom, readMark, readStats, sparesKept, writeSettings, type AgentRef } from "../store/index.js";
+import { appendEvent, eventName, paths, readEventsFrom, readMark, readStats, sparesKept, writeMark, writeSettings, type AgentRef } from "../store/index.js";
 import { History, keptHistoryChars } from "../turn/history.js";
 import { eventTokens, roughTokens } from "../turn/window.js";
 import { forgetProcessState, runTurn, turnsSettled } from "../turn/turn.js";
@@ -415,17 +415,17 @@ describe("a turn's writes", () => {
 });
 
 describe("the window", () => {
-  function fill(agent: AgentRef, thread: string, count: number): void {
+  function fill(agent: AgentRef, thread: string, count: number, o: { from?: string; chars?: number } = {}): void {
     // Written directly, as an earlier process would have: one event a file.
     const conv = paths(agent).conversation(thread);
     mkdirSync(conv.dir, { recursive: true });
-    const t = new Date("2026-01-01T00:00:00Z").getTime();
+    const t = new Date(o.from ?? "2026-01-01T00:00:00Z").getTime();
     for (let n = 1; n <= count; n++) {
       const time = new Date(t + n * 1000).toISOString();
       const event =
         n % 2 === 1
-          ? { v: 1, kind: "message", role: "user", time, text: `message ${n} ${"x".repeat(200)}`, header: `[h ${n}]` }
-          : { v: 1, kind: "message", role: "assistant", time, text: `answer ${n} ${"y".repeat(200)}`, model: "m", provider: "p", latency_ms: 1, stop: "end_turn" };
+          ? { v: 1, kind: "message", role: "user", time, text: `message ${n} ${"x".repeat(o.chars ?? 200)}`, header: `[h ${n}]` }
+          : { v: 1, kind: "message", role: "assistant", time, text: `answer ${n} ${"y".repeat(o.chars ?? 200)}`, model: "m", provider: "p", latency_ms: 1, stop: "end_turn" };
       writeFileSync(join(conv.dir, eventName(n)), JSON.stringify(Event.parse(event)));
     }
   }
@@ -489,6 +489,52 @@ describe("the window", () => {
     // 14 conversations of 6 Mi characters were more than the bound: some were let go.
     expect(keptHistoryChars().held).toBeLessThan(14 * photo.length);
     forgetProcessState();
+  });
+
+  it("counts a conversation again from its first event when its mark was made for another share, and marks it again", async () => {
+    const small = { window: { max: 2_000, answer: 200, margin: 100 } };
+    const agent = agentWith(small);
+    const conv = paths(agent).conversation("reshared");
+    fill(agent, "reshared", 40);
+    server.fallback = () => ({ text: "fine" });
+    await turn(agent, "reshared", "first");
+    // Some 2,200 tokens in a share under 1,700: the oldest turns dropped, and the mark says where.
+    const before = readMark(conv)!;
+    expect(before.event).toBeGreaterThan(1);
+    expect(JSON.stringify(chats(server.requests.at(-1)!))).not.toContain("message 1 x");
+    // The window set larger: the whole conversation fits its share. Counted on from the mark, it
+    // would still start where the smaller share dropped it.
+    writeSettings(agent, { model: { provider: "test", name: "scripted-1", base_url: server.url }, window: { ...small.window, max: 100_000 } });
+    await turn(agent, "reshared", "second");
+    const sent = chats(server.requests.at(-1)!);
+    expect(String(sent[1]?.content)).toContain("message 1 x");
+    expect(sent.filter((m) => m.role === "user")).toHaveLength(22);
+    // Made again for the share it was counted with: the same instructions, 98,000 tokens more window.
+    expect(readMark(conv)).toMatchObject({ event: 1, time: "2026-01-01T00:00:01.000Z", tokens_before: 0, budget: before.budget + 98_000 });
+  });
+
+  it("counts a conversation again from its first event when its mark is of other messages, and marks it again", async () => {
+    const settings = { window: { max: 2_000, answer: 200, margin: 100 } };
+    const agent = agentWith(settings);
+    server.fallback = () => ({ text: "fine" });
+    // A long conversation whose mark says its oldest turns dropped.
+    fill(agent, "long", 40);
+    await turn(agent, "long", "first");
+    const other = readMark(paths(agent).conversation("long"))!;
+    expect(other.event).toBeGreaterThan(1);
+    // Another, short enough to fit the share whole, of other messages at the same numbers (a user
+    // message at the mark's, sent at another time), left with the long one's mark, for the same
+    // share: it is another's. Counted on from it, the window would start where the long one's does.
+    const conv = paths(agent).conversation("short");
+    fill(agent, "short", 40, { from: "2026-02-01T00:00:00Z", chars: 20 });
+    writeMark(conv, other);
+    const marked = readEventsFrom(conv, other.event)[0]!.event;
+    expect(marked).toMatchObject({ kind: "message", role: "user" });
+    expect(marked.time).not.toBe(other.time);
+    await turn(agent, "short", "second");
+    const sent = chats(server.requests.at(-1)!);
+    expect(String(sent[1]?.content)).toContain("message 1 x");
+    expect(readMark(conv)).toMatchObject({ event: 1, time: "2026-02-01T00:00:01.000Z", tokens_before: 0, budget: other.budget });
   });
 
   it("starts anew after /new, keeping what came before on disk", async () => {
