@@ -10,7 +10,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
 import type { Part, Settings } from "../protocol/index.js";
-import { appendEvent, paths, readEventsFrom, writeSettings, type AgentRef } from "../store/index.js";
+import { appendEvent, paths, readEventsFrom, readMark, writeSettings, type AgentRef } from "../store/index.js";
 import { forgetFacts, layeredFacts, modelWindow, UNKNOWN_WINDOW, type RuntimeReport } from "../turn/facts.js";
 import { partsFor, PART_MAX, PARTS_MAX } from "../turn/parts.js";
 import {
@@ -24,6 +24,7 @@ import {
   settleRuntimeAsks,
 } from "../turn/runtime.js";
 import { runTurn } from "../turn/turn.js";
+import { roughTokens } from "../turn/window.js";
 import { freePort } from "./fixtures/port.js";
 import { startModelServer, type ModelServer, type RecordedRequest } from "./model-server.js";
 
@@ -148,6 +149,54 @@ describe("the answer's share", () => {
     // The default, 4,096, at most a quarter of the window.
     expect(await modelWindow(hosted({ window: { max: 8000 } }), "local-32k", { report, env })).toMatchObject({ answer: 2000, answerSource: "default" });
     expect(await modelWindow(hosted(), "local-32k", { report, env })).toMatchObject({ answer: 4096, answerSource: "default" });
+  });
+});
+
+describe("the window a turn counts with", () => {
+  let server: ModelServer;
+  beforeAll(async () => {
+    server = await startModelServer();
+    server.fallback = () => ({ text: "fine" });
+  });
+  afterAll(() => server.close());
+
+  /** An agent of `model` with these settings' window and answer, its conversation "t" holding eight turns of some 500 tokens each. */
+  async function longAgent(model: string, extra: Partial<Settings>): Promise<AgentRef> {
+    const agent: AgentRef = { dir: tmp("lh-facts-turn-") };
+    writeSettings(agent, { model: { provider: "local", name: model, base_url: server.url }, ...extra });
+    const conv = paths(agent).conversation("t");
+    const time = new Date().toISOString();
+    for (let i = 0; i < 8; i++) {
+      await appendEvent(conv, { v: 1, kind: "message", role: "user", time, text: `question ${i} ${"x".repeat(1000)}`, header: "[h]" });
+      await appendEvent(conv, { v: 1, kind: "message", role: "assistant", time, text: `answer ${i} ${"y".repeat(1000)}`, model, provider: "local", latency_ms: 1, stop: "end_turn" });
+    }
+    return agent;
+  }
+
+  /** A turn of the conversation: what the model was sent, the instructions' tokens, the window the usage says, and the mark made. */
+  async function ask(agent: AgentRef, env: NodeJS.ProcessEnv) {
+    let size: number | undefined;
+    expect((await runTurn({ agent, thread: "t", message: { text: "and now?" }, env }, (e) => e.type === "usage" && (size = e.size))).stop).toBe("end_turn");
+    const messages = server.requests.at(-1)?.body.messages ?? [];
+    const sent = JSON.stringify(messages);
+    const fixed = roughTokens(String(messages[0]?.content));
+    return { first: sent.includes("question 0 x"), fixed, size, mark: readMark(paths(agent).conversation("t")) };
+  }
+
+  it("holds Link's max to the model's window: a model's smaller window drops the oldest turns, and a max under it is the window", async () => {
+    const { env } = envWith(`[models."small-model"]\nwindow = 4096\n`);
+    const agent = await longAgent("small-model", { window: { link_max: 1_000_000 } });
+    // Some 4,000 tokens: past the share of the model's 4,096 (less its answer's 1,024 and the margin's 256).
+    const held = await ask(agent, env);
+    expect(held.size).toBe(4096);
+    expect(held.first).toBe(false);
+    expect(held.mark?.budget).toBe(4096 - 1024 - 256 - held.fixed);
+    expect(held.mark?.event).toBeGreaterThan(1);
+    // Link's max under the model's window is the window.
+    writeSettings(agent, { model: { provider: "local", name: "small-model", base_url: server.url }, window: { link_max: 3000 } });
+    const under = await ask(agent, env);
+    expect(under.size).toBe(3000);
+    expect(under.mark?.budget).toBe(3000 - 750 - 256 - under.fixed);
   });
 });
 
