@@ -152,7 +152,7 @@ describe("the answer's share", () => {
   });
 });
 
-describe("the window a turn counts with", () => {
+describe("the window and the answer's share a turn counts with", () => {
   let server: ModelServer;
   beforeAll(async () => {
     server = await startModelServer();
@@ -197,6 +197,21 @@ describe("the window a turn counts with", () => {
     const under = await ask(agent, env);
     expect(under.size).toBe(3000);
     expect(under.mark?.budget).toBe(3000 - 750 - 256 - under.fixed);
+  });
+
+  it("holds the answer's share the settings set to the model's longest: the conversation keeps the rest of the window", async () => {
+    const { env } = envWith(`[models."short-model"]\nwindow = 8192\nanswer = 1000\n`);
+    // An answer's share of 6,000 would leave the conversation under 1,800 tokens of the 8,192; held
+    // to the model's 1,000, some 4,000 tokens of it fit whole.
+    const agent = await longAgent("short-model", { model: { provider: "local", name: "short-model", base_url: server.url, answer: 6000 } });
+    const held = await ask(agent, env);
+    expect(held.size).toBe(8192);
+    expect(held.first).toBe(true);
+    expect(held.mark).toMatchObject({ event: 1, budget: 8192 - 1000 - 410 - held.fixed });
+    // Under the model's longest, the share is taken as set.
+    writeSettings(agent, { model: { provider: "local", name: "short-model", base_url: server.url, answer: 500 } });
+    const set = await ask(agent, env);
+    expect(set.mark).toMatchObject({ event: 1, budget: 8192 - 500 - 410 - set.fixed });
   });
 });
 
