@@ -13,7 +13,7 @@ export interface PortEndpoint {
 }
 
 /** Listens on 127.0.0.1:`port`; a port in use, or one this user may not take, is said as such. */
-export async function listenPort(port: number, onConnection: (socket: Socket) => void): Promise<PortEndpoint> {
+export async function listenPort(port: number, onConnection: (socket: Socket) => void, another = "choose another with --port"): Promise<PortEndpoint> {
   // Half open: a client that ends its side right after asking is still sent every answer (serve.ts ends the connection once they are).
   const server = createServer({ allowHalfOpen: true }, onConnection);
   try {
@@ -25,7 +25,7 @@ export async function listenPort(port: number, onConnection: (socket: Socket) =>
       });
     });
   } catch (e) {
-    if (isErrno(e, "EADDRINUSE")) throw new ServeError(`port ${port} on ${LOOPBACK} is in use by another process: choose another with --port`);
+    if (isErrno(e, "EADDRINUSE")) throw new ServeError(`port ${port} on ${LOOPBACK} is in use by another process: ${another}`);
     if (isErrno(e, "EACCES")) throw new ServeError(`port ${port} on ${LOOPBACK} may not be taken by this user: choose one above 1023`);
     throw new ServeError(`cannot listen on ${LOOPBACK}:${port}: ${(e as Error).message}`);
   }

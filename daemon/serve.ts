@@ -380,9 +380,12 @@ export class Process {
     this.loadAhead();
   }
 
-  /** ACP on 127.0.0.1:`port`: anyone on the machine reaches it, so with a key a connection proves itself first. */
-  async servePort(port: number, target: Target, fields: Record<string, unknown>): Promise<number> {
-    const endpoint = await listenPort(port, this.onSocket(target, true));
+  /**
+   * ACP on 127.0.0.1:`port`: anyone on the machine reaches it, so with a key a connection proves itself
+   * first. `another`: what a port in use asks of whoever named it (by default, --port).
+   */
+  async servePort(port: number, target: Target, fields: Record<string, unknown>, another?: string): Promise<number> {
+    const endpoint = await listenPort(port, this.onSocket(target, true), another);
     this.servers.push(endpoint.server);
     endpoint.server.on("error", (e) => log.error("port error", { error: e.message }));
     log.info("serving ACP", { port: endpoint.port, ...fields });

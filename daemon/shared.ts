@@ -59,7 +59,7 @@ export function readAgentsFile(file: string): SharedAgentsT {
   return checkAgents(file, parsed.data);
 }
 
-/** What must hold across the agents: at least one, each name, id, folder and port its own. */
+/** What must hold across the agents: at least one, all of one owner, each name, id, folder and port its own. */
 export function checkAgents(file: string, agents: SharedAgentsT): SharedAgentsT {
   const say = (why: string) => new UsageError(`--agents ${file}: ${why}`);
   if (agents.length === 0) throw say("names no agent");
@@ -68,6 +68,10 @@ export function checkAgents(file: string, agents: SharedAgentsT): SharedAgentsT 
   const ports = new Map<number, number>();
   const folders: { path: string; at: number; what: string }[] = [];
   agents.forEach((a, at) => {
+    // One process serves several agents of one owner (the contract's shared): another owner's agent
+    // would share its memory, its log and its crashes.
+    const first = agents[0] as (typeof agents)[number];
+    if (a.owner !== first.owner) throw say(`agents 0 and ${at} are of two owners (${JSON.stringify(first.owner.slice(0, 120))} and ${JSON.stringify(a.owner.slice(0, 120))}): one process serves the agents of one owner`);
     for (const n of new Set([a.name, a.id])) {
       const before = names.get(n);
       if (before !== undefined) throw say(`agents ${before} and ${at} are both called ${JSON.stringify(n)}: a request names its agent by name or id`);
@@ -119,7 +123,7 @@ export async function serveShared(p: Process, file: string): Promise<void> {
   try {
     for (const { a, s } of served) {
       try {
-        await p.servePort(a.port, p.oneAgent(s), { agent: a.name });
+        await p.servePort(a.port, p.oneAgent(s), { agent: a.name }, "give it another port in the --agents file");
       } catch (e) {
         throw Object.assign(new Error(`agent ${a.name}: ${(e as Error).message}`), { exitCode: (e as { exitCode?: number }).exitCode ?? 1 });
       }

@@ -170,7 +170,8 @@ describe("--agents", () => {
       ["one port twice", [{ ...agents[0], port: 4567 }, { ...agents[1], port: 4567 }], /both on port 4567/],
       ["a relative path", [{ ...agents[0], files: "files" }], /not an absolute path/],
       ["no settings", [{ ...agents[0], agent: join(root, "nowhere") }], /there is no agent at/],
-      ["a port in use", [{ ...agents[1], port: busy }], new RegExp(`agent beta: port ${busy} on 127.0.0.1 is in use`)],
+      ["a port in use", [{ ...agents[1], port: busy }], new RegExp(`agent beta: port ${busy} on 127.0.0.1 is in use by another process: give it another port in the --agents file$`)],
+      ["two owners", [agents[0], { ...agents[1], owner: "bob" }], /agents 0 and 1 are of two owners \("ada" and "bob"\): one process serves the agents of one owner/],
     ];
     for (const [what, content, said] of cases) {
       const file = join(root, `bad-${what.replace(/\W+/g, "-")}.json`);
