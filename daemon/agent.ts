@@ -5,6 +5,7 @@
 import * as acp from "@agentclientprotocol/sdk";
 import type { AnyMessage } from "@agentclientprotocol/sdk";
 import { AcpState, createAgentApp } from "../acp/app.js";
+import type { Logger } from "../acp/deps.js";
 import { LinkConnection, type Gate } from "../acp/link.js";
 import { Outbox } from "../acp/outbox.js";
 import type { Settings } from "../protocol/index.js";
@@ -37,6 +38,16 @@ export interface AgentOptions {
   settings?: Settings | (() => Settings);
   /** Logs nothing (the scratch agent a blank process warms itself with). */
   quiet?: boolean;
+  /** Its name on each line it logs: a process that serves several (--agents) says whose each line is. */
+  logAs?: string;
+}
+
+type Fields = Record<string, unknown>;
+
+/** The log with the agent's name on each line, first, as `agent`. */
+function loggingAs(agent: string): Logger {
+  const as = (write: (msg: string, fields?: Fields) => void) => (msg: string, fields?: Fields) => write(msg, { agent, ...fields });
+  return { info: as(log.info), warn: as(log.warn), error: as(log.error), later: { info: as(log.later.info), warn: as(log.later.warn) } };
 }
 
 export interface ConnectOptions {
@@ -154,7 +165,7 @@ export function startAgent(o: AgentOptions): RunningAgent {
   const state = new AcpState({
     agent: o.agent,
     version: o.version,
-    log: o.quiet ? { info: () => undefined, warn: () => undefined, error: () => undefined } : log,
+    log: o.quiet ? { info: () => undefined, warn: () => undefined, error: () => undefined } : o.logAs !== undefined ? loggingAs(o.logAs) : log,
     ...(o.names ? { names: o.names } : {}),
     ...(key !== undefined ? { key } : {}),
     ...(held ? { settings: typeof held === "function" ? held : () => held } : {}),

@@ -78,6 +78,8 @@ export interface AgentSpec {
   key?: string;
   /** Settings held in memory (a Bind's). */
   settings?: () => Settings;
+  /** Its name on each line it logs (one of several, --agents). */
+  logAs?: string;
 }
 
 /** The agent's code, one copy for the process: every agent's and a blank process's warm-up. */

@@ -118,7 +118,7 @@ export async function serveShared(p: Process, file: string): Promise<void> {
   const served: { a: SharedAgentsT[number]; s: Served }[] = agents.map((a) => ({
     a,
     // Its own environment alone: the one it would have had served alone, never another's or the process's tools.
-    s: p.add({ agent: agentRefOf(a), env: { ...a.env }, names: [a.name, a.id] }),
+    s: p.add({ agent: agentRefOf(a), env: { ...a.env }, names: [a.name, a.id], logAs: a.name }),
   }));
   try {
     for (const { a, s } of served) {

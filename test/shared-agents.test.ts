@@ -146,6 +146,14 @@ describe("--agents", () => {
     expect(proved.hmac).toBe(createHmac("sha256", GAMMA_KEY).update("stdio-challenge-for-gamma").digest("hex"));
     expect(await failure(stdio.agent.request("_link/prove", { challenge: "stdio-challenge-for-alpha", _meta: { link: { agent: "alpha" } } }))).toMatchObject({ code: -32600 });
     expect(d.stderr()).not.toContain(GAMMA_KEY);
+    // Each agent's turns of its own "same-name" are told apart on the log, which all three write to.
+    const turnsLogged = d
+      .stderr()
+      .split("\n")
+      .filter((line) => line.startsWith("{"))
+      .map((line) => z.looseObject({ msg: z.string(), thread: z.string().optional(), agent: z.string().optional() }).parse(JSON.parse(line)))
+      .filter((l) => l.msg === "turn" && l.thread === "same-name");
+    expect(new Set(turnsLogged.map((l) => l.agent))).toEqual(new Set(["alpha", "beta", "gamma"]));
   });
 
   it("refuses a file that is not SharedAgents, names one folder or name twice, or an agent without settings, and a port in use: one line, exit 2, nothing served", async () => {
