@@ -4,7 +4,7 @@
 // live process holds, once, and removes the file once that answer in turn was written.
 import { randomBytes } from "node:crypto";
 import { EVENT_KINDS, type Event, type Numbered, type RecoveredAnswer } from "../protocol/index.js";
-import { claimOwed, listOwed, messageTag, owedBase, owedName, processAlive, readEventsFrom, removeOwed, writeOwed, type AgentRef, type ConversationPaths, type Owed } from "../store/index.js";
+import { claimOwed, listOwed, messageTag, owedBase, owedName, owedWriterGone, readEventsFrom, removeOwed, writeOwed, type AgentRef, type ConversationPaths, type Owed } from "../store/index.js";
 import { chatMap, isPlain, sessionIdOf } from "../turn/chat.js";
 import type { Logger } from "./deps.js";
 import type { Owing } from "./turns.js";
@@ -162,8 +162,8 @@ export function recover(agent: AgentRef, written: Promise<boolean>, log: Logger,
   for (const listed of owed.sort((a, b) => a.thread.localeCompare(b.thread) || a.after - b.after)) {
     const listedPath = `${listed.conv.dir}/${owedBase(listed.name)}`;
     if (live.has(listedPath) || handed.has(listedPath)) continue;
-    // Another live process owes it: its own client may still get it.
-    if (listed.pid !== process.pid && processAlive(listed.pid)) continue;
+    // Another live process owes it (of another machine, one whose file is fresh): its own client may still get it.
+    if (!owedWriterGone(listed)) continue;
     // A gone process's, taken for this one first: another process's recovery may look at it too.
     let o: Owed | undefined;
     try {

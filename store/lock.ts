@@ -545,6 +545,37 @@ function holderGone(pid: number, tag: string, old: boolean, born: number): boole
   return tag !== PROCESS_TAG && old;
 }
 
+/**
+ * Whether the process that made a file of a conversation's folder (an owed file, store/owed.ts) is
+ * gone, judged as a holder's is (holderGone): its pid; the host and token its text names, where it
+ * names them (a file an earlier version made names neither: one of this machine, as it was then);
+ * and the file as it stands. One of another machine can't be looked at from here: gone once it is
+ * older than the stale period and no fresh lock of the folder's conversation is there (its process
+ * writes a prompt's answer before it lets the lock go, and a lock it holds keeps fresh the holder
+ * an owed file is a name of), as a lock of another machine is taken over once stale. One of this
+ * machine and of this process's pid is taken for gone: this process's own, or one's that had its
+ * pid before, whose file it takes for its own.
+ */
+export function writerGone(conv: ConversationPaths, pid: number, owner: { host?: string | undefined; token?: string | undefined }, st: fs.Stats, stale = defaultStale()): boolean {
+  const old = Date.now() - st.mtimeMs > stale;
+  if (owner.host !== undefined && owner.host !== hostname()) return old && !lockedElsewhere(conv, stale);
+  if (pid === process.pid) return true;
+  return holderGone(pid, owner.token === undefined ? "" : tokenTag(owner.token), old, st.birthtimeMs);
+}
+
+/** The host and token the owner text in the file at `path` names: never through a link, never more than a lock holds; undefined where it is none. */
+export function ownerHost(path: string): { host: string; token?: string } | undefined {
+  try {
+    const json: unknown = JSON.parse(readNoFollow(path, { max: LIMITS.lock }));
+    const owner = Owner.safeParse(json);
+    if (!owner.success) return undefined;
+    const token = TokenOf.safeParse(json);
+    return token.success ? { host: owner.data.host, token: token.data.token } : { host: owner.data.host };
+  } catch {
+    return undefined;
+  }
+}
+
 /** How much later than a file a process must have started to be told apart from its maker. */
 const STARTED_MARGIN_MS = 2_000;
 let bootMs: number | undefined;

@@ -4,17 +4,19 @@
 // name) and its message's time (`tag`: messageTag), so the answer is read from the events, which are
 // the truth. The name is one more of the process's lock
 // holder (store/lock.ts linkHolder): no file is made for it; where there is none, a file of its own
-// holding the mark. An earlier version's `owed-<pid>-<id>` holds the mark as JSON, read as before. A
-// kill at any point leaves either no name (the answer reached the client) or one whose answer, if
-// its turn finished one, `_link/recover` hands over.
-import { lstatSync, readdirSync, renameSync } from "node:fs";
+// holding the mark. Either names the process's host and token, so that whether it is gone is told
+// as its lock's holder's is (writerGone). An earlier version's `owed-<pid>-<id>` holds the mark as
+// JSON, read as before. A kill at any point leaves either no name (the answer reached the client) or
+// one whose answer, if its turn finished one, `_link/recover` hands over.
+import { lstatSync, readdirSync, renameSync, type Stats } from "node:fs";
+import { hostname } from "node:os";
 import { join } from "node:path";
 import { OwedMark, StoreError, describeIssues } from "../protocol/index.js";
 import { isErrno } from "./errno.js";
 import { listThreads } from "./events.js";
-import { jsonFault, readNoFollow, unlinkQuiet, writeTemp } from "./files.js";
+import { jsonFault, PROCESS_TOKEN, readNoFollow, unlinkQuiet, writeTemp } from "./files.js";
 import { folderId, removeQuiet, withFolder } from "./folder.js";
-import { linkHolder, ownerMadeElsewhere, processAlive } from "./lock.js";
+import { linkHolder, ownerHost, ownerMadeElsewhere, processAlive, writerGone } from "./lock.js";
 import { isThread, paths, type AgentRef, type ConversationPaths } from "./paths.js";
 
 /** `owed-<pid>-<id>`, then its mark: `-<after>`, then the message's tag (messageTag), where a version since 2026-12-04 made it. */
@@ -33,6 +35,10 @@ export interface Owed {
   readonly after: number;
   /** The tag of the message the prompt's turn wrote after it (messageTag), where its name has one. */
   readonly tag?: string;
+  /** The host and token of the process that made it, where its file names them (an earlier version's names neither). */
+  readonly writer: { readonly host?: string; readonly token?: string };
+  /** The file as it stood when listed: its times tell a pid another process has since (see writerGone). */
+  readonly st: Stats;
 }
 
 /**
@@ -83,7 +89,7 @@ export function writeOwed(conv: ConversationPaths, name: string, after: number, 
     }
     if (linkHolder(folder.base, conv, marked)) return marked;
     if (namesOnly) return undefined;
-    const text = `${JSON.stringify({ v: 1, after, time: new Date().toISOString() } satisfies OwedMark)}\n`;
+    const text = `${JSON.stringify({ v: 1, after, time: new Date().toISOString(), host: hostname(), token: PROCESS_TOKEN } satisfies OwedMark)}\n`;
     // Not flushed: a kill of the process loses nothing the kernel holds; the answer itself is flushed.
     const tmp = writeTemp(folder.base, text, undefined, false);
     try {
@@ -94,6 +100,30 @@ export function writeOwed(conv: ConversationPaths, name: string, after: number, 
     }
     return marked;
   });
+}
+
+/**
+ * Whether the process that made an owed file is gone (or is this one), as its lock's holder would be
+ * judged (store/lock.ts writerGone): of this machine, where no process has its pid or the one that
+ * has it started after the file was made; of another, once the file and the conversation's lock are
+ * older than the stale period.
+ */
+export function owedWriterGone(o: Owed, stale?: number): boolean {
+  return writerGone(o.conv, o.pid, o.writer, o.st, stale);
+}
+
+/** The host and token an owed file names: its holder's owner text, or its own mark's; none where it names neither. */
+function writerOf(path: string, text?: string): { host?: string; token?: string } {
+  const owner = ownerHost(path);
+  if (owner !== undefined) return owner;
+  try {
+    const mark = OwedMark.safeParse(JSON.parse(text ?? readNoFollow(path, { max: OWED_MAX })));
+    if (!mark.success) return {};
+    return { ...(mark.data.host === undefined ? {} : { host: mark.data.host }), ...(mark.data.token === undefined ? {} : { token: mark.data.token }) };
+  } catch {
+    // Not JSON, or gone meanwhile: a file that names no one, as an earlier version's.
+    return {};
+  }
 }
 
 /** Removes an owed file (its answer reached the client, or was handed over), in the checked folder: never through a link. */
@@ -159,7 +189,7 @@ export function listOwed(agent: AgentRef): { owed: Owed[]; faults: string[] } {
             here ??= folderId(lstatSync(conv.dir));
             if (ownerMadeElsewhere(path, here)) continue;
           }
-          owed.push({ thread, conv, name, pid: Number(m[1]), after: Number(m[3]), ...(m[4] === undefined ? {} : { tag: m[4] }) });
+          owed.push({ thread, conv, name, pid: Number(m[1]), after: Number(m[3]), ...(m[4] === undefined ? {} : { tag: m[4] }), writer: writerOf(path), st });
           continue;
         }
         const text = readNoFollow(path, { max: OWED_MAX });
@@ -171,7 +201,7 @@ export function listOwed(agent: AgentRef): { owed: Owed[]; faults: string[] } {
         }
         const mark = OwedMark.safeParse(json);
         if (!mark.success) throw new StoreError(`${path}: ${describeIssues(mark.error)}`, path);
-        owed.push({ thread, conv, name, pid: Number(m[1]), after: mark.data.after });
+        owed.push({ thread, conv, name, pid: Number(m[1]), after: mark.data.after, writer: writerOf(path, text), st: lstatSync(path) });
       } catch (e) {
         if (isErrno(e, "ENOENT")) continue;
         faults.push((e as Error).message);
