@@ -48,6 +48,12 @@ interface Summary {
   acknowledged: number;
   /** Answers `_link/recover` handed over at the end: what the kills left owed. */
   recovered: number;
+  /**
+   * Of those, answers their prompts' responses had delivered, by a daemon killed within
+   * DELIVERED_WINDOW_MS of it: the one window acp(7) tells of (killed after writing an answer, before
+   * removing its owed file), not a violation.
+   */
+  again: number;
   refused: number;
   events: number;
   calls: number;
@@ -149,6 +155,9 @@ async function soak(o: Options & { dir: string }): Promise<Summary> {
   let kills = 0;
   let fifos = 0;
   let recovered: number;
+  let again: number;
+  /** When each daemon was killed (performance.now()). */
+  const killedAt: number[] = [];
   try {
     mkdirSync(o.dir, { recursive: true });
     const agent = join(o.dir, "agent");
@@ -180,6 +189,7 @@ async function soak(o: Options & { dir: string }): Promise<Summary> {
       sup.publish(gen);
       const trigger = rng.pick(TRIGGER_NAMES);
       const moment = (await awaitTrigger(trigger, bus, rng, PATIENCE_MS)) ? trigger : "patience";
+      killedAt.push(performance.now());
       await gen.kill("SIGKILL");
       kills++;
       // With no daemon up, a derived file of a conversation becomes a FIFO: the next turn makes it again.
@@ -200,7 +210,7 @@ async function soak(o: Options & { dir: string }): Promise<Summary> {
     }
     sup.finish();
     // Every prompt was answered at last: what the kills left owed is handed over, once, and nothing is left.
-    recovered = await checkRecovery(agent, socket, threads, violations, new Set(record.acks.map((a) => answerText(a.thread, a.k))));
+    ({ recovered, again } = await checkRecovery(agent, socket, threads, violations, new Map(record.acks.map((a) => [answerText(a.thread, a.k), a.at])), killedAt));
     const stopped = await within(last.kill("SIGTERM"), 20_000);
     if (stopped === late || stopped.code !== 0) violations.push(`the last daemon did not stop cleanly on SIGTERM: ${stopped === late ? "still running" : JSON.stringify(stopped)}`);
     await last.kill("SIGKILL");
@@ -244,6 +254,7 @@ async function soak(o: Options & { dir: string }): Promise<Summary> {
       prompts: [...record.sent.values()].reduce((s, l) => s + l.length, 0),
       acknowledged: record.acks.length,
       recovered,
+      again,
       refused: record.errors.length,
       ...totals,
       fifos,
@@ -260,7 +271,7 @@ function print(s: Summary): void {
   const moments = Object.entries(s.byMoment).map(([k, v]) => `${k} ${v}`).join(", ");
   say(`seed ${s.seed}, ${s.conversations} conversations, tool over ${s.tool}, ${s.kills} kills${s.kills < s.killsAsked ? ` of ${s.killsAsked} asked (stopped by the time limit)` : ""} in ${s.seconds} s`);
   say(`kills by moment: ${moments || "none"}`);
-  say(`${s.prompts} prompts sent, ${s.acknowledged} turns acknowledged, ${s.refused} answered with an error, ${s.recovered} answers recovered at the end`);
+  say(`${s.prompts} prompts sent, ${s.acknowledged} turns acknowledged, ${s.refused} answered with an error, ${s.recovered} answers recovered at the end (${s.again} of them delivered already by a daemon killed as it delivered them)`);
   say(`${s.events} events; ${s.calls} tool calls: ${s.answered} answered, ${s.unanswered} answered as unanswered at the next turn; ${s.temps} temp files and ${s.holders} lock holders left by kills`);
   say(`notes.md 1.5 GB sparse; ${s.fifos} FIFOs planted where a derived file was; a hard-linked copy of the conversations read back`);
   for (const v of s.violations.slice(0, 40)) say(`violation: ${v}`);

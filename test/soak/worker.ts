@@ -12,6 +12,8 @@ export interface Ack {
   thread: string;
   k: number;
   stopReason: string;
+  /** When the client had the response (performance.now()). */
+  at: number;
 }
 
 /** What the clients did and were told: the checks hold the disk to it. */
@@ -94,7 +96,7 @@ export class Worker {
           sessionId: this.thread,
           prompt: [{ type: "text", text: promptText(this.thread, k) }],
         });
-        this.record.acks.push({ thread: this.thread, k, stopReason: answer.stopReason });
+        this.record.acks.push({ thread: this.thread, k, stopReason: answer.stopReason, at: performance.now() });
         this.bus.emit("ack");
       } while (!final);
     } finally {
