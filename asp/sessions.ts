@@ -2,7 +2,7 @@
 // lnk-link-harness-session(5)): every conversation of the agent given out as it is kept, and a
 // session taken in written as a new conversation whose events, read back, give the same form again.
 import { createHash, randomBytes } from "node:crypto";
-import { closeSync, constants, lstatSync, openSync, readFileSync, readdirSync, readlinkSync, renameSync, rmdirSync, rmSync, writeSync } from "node:fs";
+import { closeSync, constants, lstatSync, openSync, readFileSync, readlinkSync, renameSync, rmdirSync, rmSync } from "node:fs";
 import { hostname } from "node:os";
 import { join } from "node:path";
 import { z } from "zod";
@@ -25,7 +25,7 @@ import {
   type Numbered,
 } from "../protocol/index.js";
 import { EXPORTED } from "./export.js";
-import { FILE_MODE, LIMITS, appendEvent, conversationIn, eachEventFrom, flushFolderSync, flushMadeAboveSync, forgetEvents, isErrno, listEventNumbers, listThreads, makeNewFolder, paths, processAlive, protoKey, readEventsFrom, readText, unlinkQuiet, withoutProtoKeys, writtenPast, type AgentRef, type ConversationPaths } from "../store/index.js";
+import { FILE_MODE, LIMITS, appendEvent, conversationIn, eachEventFrom, flushFolderSync, flushMadeAboveSync, forgetEvents, isErrno, listEventNumbers, listThreads, makeNewFolder, paths, processAlive, protoKey, readEventsFrom, readText, sweepFolder, unlinkQuiet, withoutProtoKeys, writeAll, writtenPast, type AgentRef, type ConversationPaths } from "../store/index.js";
 
 /** The kinds an endpoint's `_asp/export` gives (`state export`'s and sessions), and `_asp/import` takes. */
 export const ENDPOINT_EXPORTED = [...EXPORTED, "sessions"] as const satisfies readonly AspKind[];
@@ -246,7 +246,7 @@ function claim(path: string): boolean {
     throw e;
   }
   try {
-    writeSync(fd, `${thisHost()}-${process.pid}`);
+    writeAll(fd, `${thisHost()}-${process.pid}`);
   } catch (e) {
     unlinkQuiet(path);
     throw e;
@@ -373,23 +373,11 @@ function sweepStaged(chats: string): void {
  */
 export function sweepLeft(dir: string, whose: (name: string, path: string) => { host: string | undefined; pid: number } | undefined, busy: (path: string) => boolean = () => false): void {
   const host = thisHost();
-  let names: string[];
-  try {
-    names = readdirSync(dir);
-  } catch {
-    return;
-  }
-  for (const name of names) {
-    const path = join(dir, name);
+  sweepFolder(dir, (name, path) => {
     const left = whose(name, path);
-    if (!left || busy(path)) continue;
-    try {
-      const gone = (left.host === host && !processAlive(left.pid)) || Date.now() - lstatSync(path).mtimeMs > STAGED_UNTOUCHED_MS;
-      if (gone) rmSync(path, { recursive: true, force: true });
-    } catch {
-      // Left for the next import.
-    }
-  }
+    if (!left || busy(path)) return false;
+    return (left.host === host && !processAlive(left.pid)) || Date.now() - lstatSync(path).mtimeMs > STAGED_UNTOUCHED_MS;
+  });
 }
 
 /** How many of a thread's `-<k>` names are looked at for a conversation an earlier import made. */

@@ -11,7 +11,7 @@
 // agent's first session asks its own endpoint, and the code that asks and reads them, run once,
 // would still be V8's slowest when it does (about 3 ms of a Bind's first answer). Nothing of any
 // agent's is read or kept.
-import { lstatSync, mkdtempSync, readdirSync, rmSync } from "node:fs";
+import { lstatSync, mkdtempSync, rmSync } from "node:fs";
 import { createServer } from "node:http";
 import type { AddressInfo } from "node:net";
 import { tmpdir } from "node:os";
@@ -21,6 +21,7 @@ import { setFlagsFromString } from "node:v8";
 import { runInNewContext } from "node:vm";
 import * as acp from "@agentclientprotocol/sdk";
 import type { Settings } from "../protocol/index.js";
+import { sweepFolder } from "../store/files.js";
 import { processAlive } from "../store/lock.js";
 import type { AgentOptions, RunningAgent } from "./agent.js";
 import type { Target } from "./serve.js";
@@ -34,24 +35,12 @@ const SCRATCH_NAME = /^lnk-link-harness-warm-(\d{1,10})-[A-Za-z0-9]{6}$/;
  * of theirs ran to remove it): only this user's own folders, never through a link.
  */
 function sweepScratch(): void {
-  const dir = tmpdir();
-  let names: string[];
-  try {
-    names = readdirSync(dir);
-  } catch {
-    return;
-  }
-  for (const name of names) {
+  sweepFolder(tmpdir(), (name, path) => {
     const pid = Number(SCRATCH_NAME.exec(name)?.[1] ?? 0);
-    if (pid <= 0 || pid === process.pid || processAlive(pid)) continue;
-    const path = join(dir, name);
-    try {
-      const st = lstatSync(path);
-      if (st.isDirectory() && st.uid === process.getuid?.()) rmSync(path, { recursive: true, force: true });
-    } catch {
-      // Gone meanwhile, or not ours to remove.
-    }
-  }
+    if (pid <= 0 || pid === process.pid || processAlive(pid)) return false;
+    const st = lstatSync(path);
+    return st.isDirectory() && st.uid === process.getuid?.();
+  });
 }
 
 /** The scratch agent's model, and the window each runtime's answer gives it. */

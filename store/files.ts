@@ -1,6 +1,6 @@
 // Reading and writing files of the agent's folder: never through a link, always whole.
 import { randomUUID } from "node:crypto";
-import { chmodSync, close as closeAsync, closeSync, constants, fchmodSync, fdatasync, fdatasyncSync, fstatSync, fsync, fsyncSync, lstatSync, mkdirSync, open, openSync, readdirSync, readSync, renameSync, statSync, unlinkSync, writeSync, type Stats } from "node:fs";
+import { chmodSync, close as closeAsync, closeSync, constants, fchmodSync, fdatasync, fdatasyncSync, fstatSync, fsync, fsyncSync, lstatSync, mkdirSync, open, openSync, readdirSync, readSync, renameSync, rmSync, statSync, unlinkSync, writeSync, type Stats } from "node:fs";
 import { dirname, join, relative, sep } from "node:path";
 import { StoreError } from "../protocol/index.js";
 import { isErrno } from "./errno.js";
@@ -587,6 +587,28 @@ export function replaceFile(path: string, text: string, mode = FILE_MODE, flush 
   if (!flush) return;
   flushFolderSync(dirname(path));
   flushMadeAboveSync(path);
+}
+
+/**
+ * Removes, whole, each entry of `dir` that `left` says a gone process left there (a killed import's,
+ * a killed warm-up's), never through a link (a link is removed itself). One that can't be looked at
+ * or removed is left for the next sweep; a folder that can't be listed has none to sweep.
+ */
+export function sweepFolder(dir: string, left: (name: string, path: string) => boolean): void {
+  let names: string[];
+  try {
+    names = readdirSync(dir);
+  } catch {
+    return;
+  }
+  for (const name of names) {
+    const path = join(dir, name);
+    try {
+      if (left(name, path)) rmSync(path, { recursive: true, force: true });
+    } catch {
+      // Gone meanwhile, or not ours to remove: left for the next sweep.
+    }
+  }
 }
 
 export function unlinkQuiet(path: string): void {
