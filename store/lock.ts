@@ -563,17 +563,12 @@ export function writerGone(conv: ConversationPaths, pid: number, owner: { host?:
   return holderGone(pid, owner.token === undefined ? "" : tokenTag(owner.token), old, st.birthtimeMs);
 }
 
-/** The host and token the owner text in the file at `path` names: never through a link, never more than a lock holds; undefined where it is none. */
-export function ownerHost(path: string): { host: string; token?: string } | undefined {
-  try {
-    const json: unknown = JSON.parse(readNoFollow(path, { max: LIMITS.lock }));
-    const owner = Owner.safeParse(json);
-    if (!owner.success) return undefined;
-    const token = TokenOf.safeParse(json);
-    return token.success ? { host: owner.data.host, token: token.data.token } : { host: owner.data.host };
-  } catch {
-    return undefined;
-  }
+/** The host and token an owner text (a holder's, parsed) names; undefined where it is none. */
+export function ownerNamed(json: unknown): { host: string; token?: string } | undefined {
+  const owner = Owner.safeParse(json);
+  if (!owner.success) return undefined;
+  const token = TokenOf.safeParse(json);
+  return token.success ? { host: owner.data.host, token: token.data.token } : { host: owner.data.host };
 }
 
 /** How much later than a file a process must have started to be told apart from its maker. */

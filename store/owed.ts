@@ -16,7 +16,7 @@ import { isErrno } from "./errno.js";
 import { listThreads } from "./events.js";
 import { jsonFault, PROCESS_TOKEN, readNoFollow, unlinkQuiet, writeTemp } from "./files.js";
 import { folderId, removeQuiet, withFolder } from "./folder.js";
-import { linkHolder, ownerHost, ownerMadeElsewhere, processAlive, writerGone } from "./lock.js";
+import { linkHolder, ownerMadeElsewhere, ownerNamed, processAlive, writerGone } from "./lock.js";
 import { isThread, paths, type AgentRef, type ConversationPaths } from "./paths.js";
 
 /** `owed-<pid>-<id>`, then its mark: `-<after>`, then the message's tag (messageTag), where a version since 2026-12-04 made it. */
@@ -112,18 +112,21 @@ export function owedWriterGone(o: Owed, stale?: number): boolean {
   return writerGone(o.conv, o.pid, o.writer, o.st, stale);
 }
 
-/** The host and token an owed file names: its holder's owner text, or its own mark's; none where it names neither. */
-function writerOf(path: string, text?: string): { host?: string; token?: string } {
-  const owner = ownerHost(path);
-  if (owner !== undefined) return owner;
+/** The host and token an owed file names, read once: its holder's owner text, or its own mark's; none where it names neither. */
+function writerOf(path: string): { host?: string; token?: string } {
+  let json: unknown;
   try {
-    const mark = OwedMark.safeParse(JSON.parse(text ?? readNoFollow(path, { max: OWED_MAX })));
-    if (!mark.success) return {};
-    return { ...(mark.data.host === undefined ? {} : { host: mark.data.host }), ...(mark.data.token === undefined ? {} : { token: mark.data.token }) };
+    json = JSON.parse(readNoFollow(path, { max: OWED_MAX }));
   } catch {
     // Not JSON, or gone meanwhile: a file that names no one, as an earlier version's.
     return {};
   }
+  return ownerNamed(json) ?? markWriter(OwedMark.safeParse(json).data);
+}
+
+/** The host and token an owed file's own mark names, where a version since 2026-12-05 wrote them. */
+function markWriter(mark: OwedMark | undefined): { host?: string; token?: string } {
+  return { ...(mark?.host === undefined ? {} : { host: mark.host }), ...(mark?.token === undefined ? {} : { token: mark.token }) };
 }
 
 /** Removes an owed file (its answer reached the client, or was handed over), in the checked folder: never through a link. */
@@ -201,7 +204,7 @@ export function listOwed(agent: AgentRef): { owed: Owed[]; faults: string[] } {
         }
         const mark = OwedMark.safeParse(json);
         if (!mark.success) throw new StoreError(`${path}: ${describeIssues(mark.error)}`, path);
-        owed.push({ thread, conv, name, pid: Number(m[1]), after: mark.data.after, writer: writerOf(path, text), st: lstatSync(path) });
+        owed.push({ thread, conv, name, pid: Number(m[1]), after: mark.data.after, writer: markWriter(mark.data), st: lstatSync(path) });
       } catch (e) {
         if (isErrno(e, "ENOENT")) continue;
         faults.push((e as Error).message);
