@@ -192,23 +192,23 @@ export const OPEN_HELD_MAX = 32 * 1024 * 1024;
  */
 function heldBounded(cwd: string, mcpServers: McpServer[]): void {
   if (cwd.length > CWD_MAX) throw new ParamsError(`cwd: ${cwd.length} characters, over the ${CWD_MAX} a working folder's path may be`);
-  // ACP asks for an absolute path; one with a NUL is no path at all.
-  if (!isAbsolute(cwd) || cwd.includes("\0")) throw new ParamsError(`cwd: ${JSON.stringify(cwd.slice(0, 80))} is not an absolute path, as ACP asks a session's working folder to be`);
+  if (!heldCwd(cwd)) throw new ParamsError(`cwd: ${JSON.stringify(cwd.slice(0, 80))} is not an absolute path, as ACP asks a session's working folder to be`);
   const servers = JSON.stringify(mcpServers).length;
   if (servers > MCP_SERVERS_MAX) throw new ParamsError(`mcpServers: ${servers} characters of JSON, over the ${MCP_SERVERS_MAX} a session keeps`);
 }
 
-/** What an open session holds, in characters (OPEN_HELD_MAX). */
 /**
- * Whether a working folder read back from a conversation's events is one a session may hold, as a
- * client's is held to (heldBounded): an event is written by whoever wrote the folder (an import,
- * another harness, a hand), and a folder that isn't an absolute path would be refused at every
- * group message the session takes up, and shown by session/list where ACP asks for an absolute one.
+ * Whether a session may hold a working folder: a client's (heldBounded), and one read back from a
+ * conversation's events, written by whoever wrote the folder (an import, another harness, a hand),
+ * which would otherwise be refused at every group message the session takes up, and shown by
+ * session/list where ACP asks for an absolute path. ACP asks for an absolute path; one with a NUL is
+ * no path at all.
  */
 function heldCwd(cwd: string): boolean {
   return cwd.length <= CWD_MAX && isAbsolute(cwd) && !cwd.includes("\0");
 }
 
+/** What an open session holds, in characters (OPEN_HELD_MAX). */
 const heldBy = (state: SessionState): number => (state.cwd?.length ?? 0) + (state.mcpServers.length === 0 ? 0 : JSON.stringify(state.mcpServers).length);
 
 export class Sessions {
