@@ -67,11 +67,11 @@ export function checkAgents(file: string, agents: SharedAgentsT): SharedAgentsT 
   const names = new Map<string, number>();
   const ports = new Map<number, number>();
   const folders: { path: string; at: number; what: string }[] = [];
+  // One process serves several agents of one owner (the contract's shared): another owner's agent
+  // would share its memory, its log and its crashes.
+  const owner = (agents[0] as (typeof agents)[number]).owner;
   agents.forEach((a, at) => {
-    // One process serves several agents of one owner (the contract's shared): another owner's agent
-    // would share its memory, its log and its crashes.
-    const first = agents[0] as (typeof agents)[number];
-    if (a.owner !== first.owner) throw say(`agents 0 and ${at} are of two owners (${JSON.stringify(first.owner.slice(0, 120))} and ${JSON.stringify(a.owner.slice(0, 120))}): one process serves the agents of one owner`);
+    if (a.owner !== owner) throw say(`agents 0 and ${at} are of two owners (${JSON.stringify(owner.slice(0, 120))} and ${JSON.stringify(a.owner.slice(0, 120))}): one process serves the agents of one owner`);
     for (const n of new Set([a.name, a.id])) {
       const before = names.get(n);
       if (before !== undefined) throw say(`agents ${before} and ${at} are both called ${JSON.stringify(n)}: a request names its agent by name or id`);
