@@ -1,16 +1,17 @@
 // A conversation's derived files: the transcript (copy for people and memory), window.json, usage.json, tools.json.
 import type { z } from "zod";
-import { closeSync, constants, fstatSync, openSync, readSync } from "node:fs";
+import { closeSync, constants, fstatSync, lstatSync, openSync, readSync } from "node:fs";
 import { basename } from "node:path";
-import { ToolsList, UsageMark, WindowMark, StoreError, describeIssues } from "../protocol/index.js";
+import { ToolsList, UsageMark, WindowMark, StoreError, describeIssues, type Numbered } from "../protocol/index.js";
 import { FILE_MODE, flushMadeAboveSync, isErrno, jsonFault, LIMITS, LinkRefused, ParsedTexts, readText, replaceFile, writeAll } from "./files.js";
-import { checkConversationLinks, readBase } from "./events.js";
+import { checkConversationLinks, knownWindowFile, noteWindowFile, readBase, WINDOW_FILE_MAX, windowLine } from "./events.js";
 import { withFolder } from "./folder.js";
 import type { ConversationPaths } from "./paths.js";
 
 const TRANSCRIPT = "transcript.md";
 const WINDOW = "window.json";
 const TOOLS = "tools.json";
+const WINDOW_FILE = "window.jsonl";
 
 /** The last `bytes` of the transcript, or undefined when there is none. */
 export function transcriptTail(conv: ConversationPaths, bytes = 256): string | undefined {
@@ -94,6 +95,77 @@ function replaceInFolder(conv: ConversationPaths, name: string, text: string, fl
 /** Makes the copy again, whole. */
 export function replaceTranscript(conv: ConversationPaths, text: string): void {
   replaceInFolder(conv, TRANSCRIPT, text, false);
+}
+
+/** Events a window's events file may lag its conversation by before they are added to it: a fresh read reads those a file each. */
+export const WINDOW_FILE_LAG = 16;
+
+const OPEN_WINDOW_FILE = constants.O_WRONLY | constants.O_APPEND | constants.O_NOFOLLOW | constants.O_NONBLOCK;
+
+/**
+ * Brings a conversation's window's events file (readWindowFile) up to `events`, what its next load
+ * reads (from its mark, or the copy's end before it), numbered one after another; under its lock,
+ * after the turn's answer. Added to while it is the file this process last read or wrote (the same
+ * inode and size: no other writer added to it since), holds no more events before `events` than in
+ * them, and lags them by WINDOW_FILE_LAG or more; made again (a temp file renamed into place) when
+ * it is not that file, so that what other processes added, or a file cut short, is replaced whole.
+ * Never flushed: a file lost or cut short by a crash is read as far as it holds. Not written at all
+ * when the events hold more than WINDOW_FILE_MAX bytes.
+ */
+export function keepWindowFile(conv: ConversationPaths, events: readonly Numbered[]): void {
+  const first = events[0];
+  if (!first) return;
+  let count = 1;
+  while (count < events.length && events[count]?.n === first.n + count) count++;
+  const last = first.n + count - 1;
+  const known = knownWindowFile(conv);
+  if (known && known.start <= first.n && known.end >= first.n - 1 && known.end <= last && first.n - known.start <= count) {
+    if (last - known.end < WINDOW_FILE_LAG) return;
+    if (addToWindowFile(conv, known, events.slice(known.end + 1 - first.n, count), last)) return;
+  }
+  let text = "";
+  for (let i = 0; i < count; i++) {
+    const e = events[i] as Numbered;
+    text += windowLine(e.n, e.event);
+    if (text.length > WINDOW_FILE_MAX) break;
+  }
+  if (text.length > WINDOW_FILE_MAX || Buffer.byteLength(text) > WINDOW_FILE_MAX) {
+    noteWindowFile(conv, undefined);
+    return;
+  }
+  withFolder(conv, (folder) => {
+    folder.check();
+    const path = folder.at(WINDOW_FILE);
+    replaceFile(path, text, FILE_MODE, false);
+    const st = lstatSync(path);
+    noteWindowFile(conv, { ino: st.ino, size: st.size, start: first.n, end: last });
+  });
+}
+
+/** Adds `more` to the window's events file `known`, if it is still that file; whether it was. */
+function addToWindowFile(conv: ConversationPaths, known: { ino: number; size: number; start: number }, more: readonly Numbered[], last: number): boolean {
+  return withFolder(conv, (folder) => {
+    folder.check();
+    let fd: number;
+    try {
+      fd = openSync(folder.at(WINDOW_FILE), OPEN_WINDOW_FILE);
+    } catch {
+      return false;
+    }
+    try {
+      const st = fstatSync(fd);
+      if (!st.isFile() || st.nlink !== 1 || st.ino !== known.ino || st.size !== known.size) return false;
+      let text = "";
+      for (const e of more) text += windowLine(e.n, e.event);
+      const bytes = Buffer.byteLength(text);
+      if (known.size + bytes > WINDOW_FILE_MAX) return false;
+      writeAll(fd, text);
+      noteWindowFile(conv, { ino: st.ino, size: known.size + bytes, start: known.start, end: last });
+      return true;
+    } finally {
+      closeSync(fd);
+    }
+  });
 }
 
 /**

@@ -17,6 +17,8 @@ export interface ConversationPaths {
   readonly dir: string;
   readonly transcript: string;
   readonly window: string;
+  /** Derived: the window's events, a line each (window.jsonl), read at once by a process new to the conversation. */
+  readonly windowEvents: string;
   /** Derived: how far `usage` counted, and its count there. */
   readonly usage: string;
   readonly tools: string;
@@ -142,6 +144,7 @@ export function conversationIn(chats: string, name: string): ConversationPaths {
     dir: cdir,
     transcript: `${cdir}${sep}transcript.md`,
     window: `${cdir}${sep}window.json`,
+    windowEvents: `${cdir}${sep}window.jsonl`,
     usage: `${cdir}${sep}usage.json`,
     tools: `${cdir}${sep}tools.json`,
     lock: `${cdir}${sep}.lock`,

@@ -325,7 +325,7 @@ describe("permissions", { timeout: 60_000 }, () => {
       // The next turn's files, made once the lock is let go (lnk-link-harness-folder(5), SPARE FILES), and private too.
       const spares = () => readdirSync(conv.dir).filter((n) => n.startsWith(`.tmp-${d.child.pid}-`));
       await until(() => spares().length === 2, "the next turn's files made");
-      expect(names.filter((n) => !n.startsWith(".holder-") && !n.startsWith(".tmp-")).sort()).toEqual(["000000000001.json", "000000000002.json", "transcript.md", "window.json"]);
+      expect(names.filter((n) => !n.startsWith(".holder-") && !n.startsWith(".tmp-")).sort()).toEqual(["000000000001.json", "000000000002.json", "transcript.md", "window.json", "window.jsonl"]);
       for (const name of spares()) expect([name, mode(join(conv.dir, name)), statSync(join(conv.dir, name)).size]).toEqual([name, 0o600, 0]);
       const made = spares().map((n) => statSync(join(conv.dir, n)).ino);
       // They are the next turn's question and answer.

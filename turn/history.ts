@@ -10,6 +10,7 @@ import {
   nextEventNumber,
   readEvent,
   readEventsFrom,
+  readWindowFile,
   readMark,
   writeMark,
   type ConversationPaths,
@@ -356,12 +357,15 @@ export class History {
       }
     }
     if (mark?.conversation === undefined) {
+      // Where a load from the mark reads from: the mark, or the copy's end before it.
+      const end = mark ? copyEnd(conv) : undefined;
+      const start = mark ? (end !== undefined && end > 0 ? Math.min(mark.event, end) : mark.event) : 1;
+      readWindowFile(conv, start);
       const belongs = markHolds(mark, mark?.budget ?? 0, mark ? readEvent(conv, mark.event) : undefined);
       let events: Numbered[];
       let chosen: Chosen = {};
       if (belongs) {
-        const end = copyEnd(conv);
-        events = readEventsFrom(conv, end !== undefined && end > 0 ? Math.min(mark.event, end) : mark.event);
+        events = readEventsFrom(conv, start);
         chosen = choicesOf(mark);
         for (const e of events) if (e.n >= mark.event) chosen = applyChoice(e.event, chosen);
       } else {
@@ -467,17 +471,20 @@ export class History {
    * Writes window.json when the count moved its start (or the file was missing or stale), and keeps
    * what a load from it would find, for this process's next turn of the conversation. `copyEnd` is the
    * last answer the copy (transcript.md) holds now: a load reads from it, or the mark, whichever is first.
+   * Returns the events such a load reads, for the window's events file (keepWindowFile); undefined
+   * when they are not known, or for a chat of several conversations, which reads its own way.
    */
-  saveMark(copyEnd?: number): void {
+  saveMark(copyEnd?: number): readonly Numbered[] | undefined {
     // Never made for a budget not known: the next turn counts from the events.
     if (this.known === undefined) {
       kept.delete(this.conv.dir);
-      return;
+      return undefined;
     }
     const mark = markOf(this.count, this.known);
     if (!mark) {
       kept.delete(this.conv.dir);
-      return;
+      // With no mark, a load reads every event (a chat of several conversations reads its own way).
+      return this.conversation === undefined && this.events[0]?.n === 1 ? this.events : undefined;
     }
     if (this.chosen.model !== undefined) mark.model = this.chosen.model;
     if (this.chosen.verbosity !== undefined) mark.verbosity = this.chosen.verbosity;
@@ -503,5 +510,6 @@ export class History {
       },
       chars,
     );
+    return this.conversation === undefined ? events : undefined;
   }
 }

@@ -1,7 +1,7 @@
 // One turn, stateless: reads what it needs through the store, asks the model, runs tools in rounds,
 // and writes every event as it happens. It reports through a callback of plain events, never ACP.
 import { parsedArguments, type AssistantMessage, type Event, type Failure, type ModelInput, type PromptPrints, type Settings, type StopReason, type ToolCall, type Usage, type UserMessage } from "../protocol/index.js";
-import { beginEvent, dropEvent, dropSpares, flushHeld, makeSpares, prepareEvent, type BeginOptions, type BegunEvent, type PreparedEvent, forgetDerived, forgetEvents, forgetSettings, EventGapError, LockLostError, paths, readSettings, readToolsList, withConversationLock, type ConversationPaths } from "../store/index.js";
+import { beginEvent, dropEvent, dropSpares, flushHeld, makeSpares, prepareEvent, type BeginOptions, type BegunEvent, type PreparedEvent, forgetDerived, forgetEvents, forgetSettings, EventGapError, keepWindowFile, LockLostError, paths, readSettings, readToolsList, withConversationLock, type ConversationPaths } from "../store/index.js";
 import { forgetBodies } from "./body.js";
 import { runCalls } from "./calls.js";
 import { conversationShare, modelInputs, modelWindow, type ModelWindow } from "./facts.js";
@@ -488,7 +488,8 @@ class Turn {
     if (!history) return;
     try {
       const copyEnd = updateTranscript(this.conv, history.events);
-      history.saveMark(copyEnd);
+      const loads = history.saveMark(copyEnd);
+      if (loads) keepWindowFile(this.conv, loads);
     } catch (e) {
       this.listener({ type: "warning", message: `the conversation's derived files were not brought up to date: ${(e as Error).message}` });
     }

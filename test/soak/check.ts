@@ -4,6 +4,8 @@
 // people (derived, and made again when a kill left it behind) holding each answer once, in order.
 import { existsSync, lstatSync, readdirSync, readFileSync } from "node:fs";
 import { join } from "node:path";
+import { isDeepStrictEqual } from "node:util";
+import { z } from "zod";
 import { Event, type Event as EventT } from "../../protocol/index.js";
 import { eventName, eventNumber } from "../../store/index.js";
 import { UNANSWERED } from "../../turn/prompt.js";
@@ -173,3 +175,35 @@ export function checkTranscript(dir: string, conv: Conversation, violations: str
     `${conv.thread}/transcript.md: holds ${held.length} answers for ${answers.length}; first out of place: ${first < 0 ? `answer ${answers[held.length]} missing at the end` : `${held[first]} where ${answers[first] ?? "none"} belongs`}`,
   );
 }
+
+/**
+ * The window's events file (window.jsonl: derived, made again or added to after each answer, maybe
+ * left by a kill cut short or behind the events) holds, up to its first line that is not whole, the
+ * events of their files at their numbers, one after another: nothing a fresh process would read
+ * from it differs from the events on disk.
+ */
+export function checkWindowFile(dir: string, conv: Conversation, violations: string[]): void {
+  const path = join(dir, "window.jsonl");
+  const st = lstatSync(path, { throwIfNoEntry: false });
+  if (!st?.isFile()) return;
+  let expected: number | undefined;
+  for (const line of readFileSync(path, "utf8").split("\n")) {
+    let parsed: z.infer<typeof WindowLine>;
+    try {
+      parsed = WindowLine.parse(JSON.parse(line));
+    } catch {
+      // A line cut short ends what is read of it: its events are read from their files.
+      return;
+    }
+    const [n, event] = parsed;
+    if (expected !== undefined && n !== expected) return;
+    expected = n + 1;
+    if (!isDeepStrictEqual(event, conv.events[n - 1])) {
+      violations.push(`${conv.thread}/window.jsonl: its line of event ${n} is not that event's file`);
+      return;
+    }
+  }
+}
+
+const WindowLine = z.tuple([z.number().int().positive(), z.unknown()]);
+

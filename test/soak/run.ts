@@ -12,7 +12,7 @@ import { z } from "zod";
 import { forgetEvents, paths, readEventsFrom } from "../../store/index.js";
 import { configure, scriptedSettings } from "../acp-client.js";
 import { startModelServer } from "../model-server.js";
-import { checkAcks, checkCalls, checkTranscript, readConversation } from "./check.js";
+import { checkAcks, checkCalls, checkTranscript, checkWindowFile, readConversation } from "./check.js";
 import { checkRecovery } from "./recovery.js";
 import { linkFreeEnv } from "../fixtures/env.js";
 import { Generation, Supervisor } from "./daemon.js";
@@ -69,9 +69,9 @@ interface Summary {
 /** What the agent remembers, in a notes.md made 1.5 GB sparse: read only as far as its section holds. */
 const NOTES = "The soak's agent remembers: answer briefly.\n";
 
-/** Plants a FIFO where a conversation's derived file (window.json or transcript.md) is: made again at its next turn. */
+/** Plants a FIFO where a conversation's derived file (window.json, window.jsonl or transcript.md) is: made again at its next turn. */
 function plantFifo(dir: string, rng: Rng): boolean {
-  const path = join(dir, rng.pick(["window.json", "transcript.md"]));
+  const path = join(dir, rng.pick(["window.json", "window.jsonl", "transcript.md"]));
   if (!existsSync(dir)) return false;
   try {
     unlinkSync(path);
@@ -226,6 +226,7 @@ async function soak(o: Options & { dir: string }): Promise<Summary> {
       const calls = checkCalls(conv, server.requests, model.madeIn, violations);
       checkAcks(conv, record.acks, violations);
       checkTranscript(dir, conv, violations);
+      checkWindowFile(dir, conv, violations);
       totals.events += conv.events.length;
       totals.temps += conv.temps;
       totals.holders += conv.holders;
