@@ -30,7 +30,7 @@ export interface OverheadRow {
   /** Events the model was sent (the window), fewest and most over the measured turns. */
   window: { min: number; max: number };
   budget: number;
-  /** Event files a fresh turn read (median). */
+  /** Files a fresh turn read (median): its window's events file, the events it holds first and last, those after it. */
   filesRead: number;
   warm: Summary;
   fresh: Summary;

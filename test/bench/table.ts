@@ -70,7 +70,7 @@ export function renderTable(r: BenchResults): string {
         ]),
       ),
     );
-    out.push(`  ${r.overhead[0]?.warm.n ?? 0} turns of each kind a size; window: events the model was sent; files: event files a fresh turn read.`);
+    out.push(`  ${r.overhead[0]?.warm.n ?? 0} turns of each kind a size; window: events the model was sent; files: files a fresh turn read (its window's events file, the events it holds first and last, those after it).`);
     out.push(`  Floors: read-once (the window's files read and JSON-parsed once); node -e 0 start ${ms(r.nodeStart.median)} ms (p99 ${ms(r.nodeStart.p99)}).`);
     out.push(
       r.machine.youngCollected
