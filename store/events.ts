@@ -29,6 +29,15 @@ class EventCache {
   static readonly BYTES = 64 * 1024 * 1024;
   private static readonly LAST = 4096;
 
+  /** Whether every event of the folder from n to the highest number known is kept (and one is), without counting it as used. */
+  keepsFrom(dir: string, n: number): boolean {
+    const events = this.byDir.get(dir)?.events;
+    const last = this.last.get(dir);
+    if (!events || last === undefined || last < n) return false;
+    for (let k = n; k <= last; k++) if (!events.has(k)) return false;
+    return true;
+  }
+
   /** Whether event n of the folder is kept, without counting it as used. */
   known(dir: string, n: number): boolean {
     return this.byDir.get(dir)?.events.has(n) ?? false;
@@ -318,9 +327,9 @@ export function windowLine(n: number, event: Event): string {
 export function readWindowFile(conv: ConversationPaths, from: number): void {
   const held = heldChecked(conv);
   const base = held ?? pathBase(conv);
-  // Kept from its first to the last known: read already (what is kept of a conversation is forgotten whole).
-  const lastKnown = cache.last.get(conv.dir);
-  if (cache.known(conv.dir, from) && lastKnown !== undefined && cache.known(conv.dir, lastKnown)) return;
+  // Every event from the first to the last known kept: read already. Some only are not enough (the
+  // mark's event, a session's title, the last event looked at for a load).
+  if (cache.keepsFrom(conv.dir, from)) return;
   let fd: number;
   try {
     fd = openSync(`${base}/${WINDOW_FILE}`, READ_DERIVED);

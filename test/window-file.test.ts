@@ -10,7 +10,8 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import fc from "fast-check";
 import { z } from "zod";
-import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import * as acp from "@agentclientprotocol/sdk";
+import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
 import { Event, type Numbered, type Settings } from "../protocol/index.js";
 import { eventName, forgetEvents, paths, readEventsFrom, readMark, readStats, readWindowFile, windowLine, writeSettings, type AgentRef, type ConversationPaths } from "../store/index.js";
 import { WINDOW_FILE_LAG } from "../store/conversation.js";
@@ -18,6 +19,8 @@ import { transcriptEnd } from "../turn/transcript.js";
 import { forgetProcessState, runTurn } from "../turn/turn.js";
 import type { TurnEvent } from "../turn/types.js";
 import { startModelServer, type ModelServer, type RecordedRequest } from "./model-server.js";
+import { configure, openClient, scriptedSettings, startDaemon, stdioStream, watched } from "./acp-client.js";
+import { assertBuilt } from "./fixtures/built.js";
 
 const seed = process.env.FC_SEED ? { seed: Number(process.env.FC_SEED) } : {};
 let server: ModelServer;
@@ -26,6 +29,10 @@ const dirs: string[] = [];
 beforeAll(async () => {
   server = await startModelServer();
   server.fallback = (req) => ({ text: `answer ${messages(req).length} ${"lorem ipsum ".repeat(6)}` });
+});
+const cleanup: (() => unknown)[] = [];
+afterEach(async () => {
+  for (const f of cleanup.splice(0).reverse()) await f();
 });
 afterAll(async () => {
   await server.close();
@@ -284,5 +291,52 @@ describe("what is planted there is read as far as it holds, never past the event
       ),
       { numRuns: 300, ...seed },
     );
+  });
+});
+
+describe("a daemon new to the conversation at every turn", () => {
+  it("sends each request as the one before it and its answer until a drop, reading the window's events file the turn before left", async () => {
+    assertBuilt(["dist/daemon/lnk-link-harness.cjs"], ["store", "turn", "acp", "daemon"]);
+    const agent = agentWith();
+    configure(agent.dir, scriptedSettings(server.url, { window: { max: 3_000, answer: 200, margin: 100 } }));
+    const requests: RecordedRequest[] = [];
+    const inodes: number[] = [];
+    let sessionId: string | undefined;
+    for (let i = 0; i < 40; i++) {
+      const d = watched(startDaemon(["--agent", agent.dir]), cleanup);
+      const c = await openClient(stdioStream(d.child));
+      if (sessionId === undefined) sessionId = (await c.agent.request(acp.methods.agent.session.new, { cwd: agent.dir, mcpServers: [] })).sessionId;
+      else await c.agent.request(acp.methods.agent.session.load, { sessionId, cwd: agent.dir, mcpServers: [] });
+      const asked = server.requests.length;
+      const answer = await c.agent.request(acp.methods.agent.session.prompt, { sessionId, prompt: [{ type: "text", text: `question ${i} ${"dolor sit amet ".repeat(8)}` }] });
+      expect(answer.stopReason).toBe("end_turn");
+      expect(server.requests.length).toBe(asked + 1);
+      requests.push(server.requests.at(-1)!);
+      c.close();
+      // Stopped as Link stops it: the turn's derived files are brought up to date first.
+      expect(await d.stop()).toMatchObject({ code: 0 });
+      inodes.push(statSync(paths(agent).conversation(sessionId).windowEvents).ino);
+    }
+    let drops = 0;
+    for (let i = 1; i < requests.length; i++) {
+      const before = messages(requests[i - 1]!);
+      const now = messages(requests[i]!);
+      expect(now[0]).toEqual(before[0]);
+      if (JSON.stringify(now.slice(0, before.length)) === JSON.stringify(before)) continue;
+      drops++;
+      // A drop: the window starts at a message the request before held, and holds the rest of it.
+      const at = before.findIndex((m) => JSON.stringify(m) === JSON.stringify(now[1]));
+      expect(at).toBeGreaterThan(1);
+      expect(now.slice(1, 1 + before.length - at)).toEqual(before.slice(at));
+    }
+    expect(drops).toBeGreaterThanOrEqual(1);
+    // Each process read the file the one before it left whole, and added to it: made again only
+    // when the window dropped (and once at the first turn, which found none).
+    const made = inodes.filter((ino, k) => k === 0 || ino !== inodes[k - 1]).length;
+    expect(made).toBeLessThanOrEqual(drops + 1);
+    const conv = paths(agent).conversation(sessionId!);
+    const held = lines(conv);
+    const files = fromFiles(conv, held[0]![0]);
+    expect(held.map(([n, e]) => [n, e])).toEqual(files.slice(0, held.length).map((e) => [e.n, e.event]));
   });
 });
