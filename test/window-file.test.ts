@@ -13,8 +13,9 @@ import { z } from "zod";
 import * as acp from "@agentclientprotocol/sdk";
 import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
 import { Event, type Numbered, type Settings } from "../protocol/index.js";
-import { eventName, forgetEvents, paths, readEventsFrom, readMark, readStats, readWindowFile, windowLine, writeSettings, type AgentRef, type ConversationPaths } from "../store/index.js";
+import { appendEvent, eventName, forgetEvents, paths, readEventsFrom, readMark, readStats, readWindowFile, windowLine, writeSettings, type AgentRef, type ConversationPaths } from "../store/index.js";
 import { WINDOW_FILE_LAG } from "../store/conversation.js";
+import { conversationChoices, History } from "../turn/history.js";
 import { transcriptEnd } from "../turn/transcript.js";
 import { forgetProcessState, runTurn } from "../turn/turn.js";
 import type { TurnEvent } from "../turn/types.js";
@@ -184,6 +185,30 @@ describe("a process new to a conversation reads its window from the window's eve
     held = lines(conv);
     const files = fromFiles(conv, held[0]![0]);
     expect(held.map(([, e]) => e)).toEqual(files.slice(0, held.length).map((e) => e.event));
+  });
+});
+
+describe("a session opened on a conversation new to the process", () => {
+  it("finds what its commands chose from the window's events file, and keeps the events for its first turn", async () => {
+    const { agent, conv } = await conversation();
+    // A model chosen within the window, by a writer that takes no lock, then a turn after it.
+    await appendEvent(conv, { v: 1, kind: "command", name: "/model:set", model: "scripted-2", time: new Date().toISOString() });
+    await turn(agent, "long", "after the choice");
+    forgetProcessState();
+    readStats.files = 0;
+    const chosen = conversationChoices(conv);
+    expect(chosen.model).toBe("scripted-2");
+    // The file, and the events it holds first and last: not the window's hundred files.
+    expect(readStats.files).toBeLessThanOrEqual(3 + WINDOW_FILE_LAG);
+    // The turn reads those after the file's last line only (the open read them, not kept).
+    readStats.files = 0;
+    const history = await History.load(conv, () => Promise.resolve(readMark(conv)!.budget));
+    expect(readStats.files).toBeLessThan(WINDOW_FILE_LAG);
+    expect(history.model).toBe("scripted-2");
+    // The same as from the events' own files.
+    rmSync(conv.windowEvents);
+    forgetProcessState();
+    expect(conversationChoices(conv)).toEqual(chosen);
   });
 });
 

@@ -168,8 +168,10 @@ function countedFrom(mark: WindowMark | undefined, holds: boolean): string {
 /**
  * The conversation's choices without loading it for a turn: its last /model:set and /verbosity:set,
  * counted on from this process's last count of it, else from the window's mark (with the choices the
- * mark carries from before it), else from its first event; its events read in order, none kept. In a
- * chat of several conversations, the current one's, from what this process read of the chat (chatChoices).
+ * mark carries from before it), else from its first event; its events read in order, none kept, but
+ * those its window's events file holds (readWindowFile), which are kept: a session opened is most
+ * often prompted next, and its turn reads them. In a chat of several conversations, the current
+ * one's, from what this process read of the chat (chatChoices).
  */
 export function conversationChoices(conv: ConversationPaths): Chosen {
   const mark = readMark(conv);
@@ -187,6 +189,8 @@ export function conversationChoices(conv: ConversationPaths): Chosen {
     } else {
       from = holds ? mark.event : 1;
       chosen = holds ? choicesOf(mark) : {};
+      // The window's events, which the session's first turn reads next: from their file, and kept.
+      readWindowFile(conv, from);
     }
     let plain = true;
     for (const e of from <= last ? eachEventFrom(conv, from) : []) {

@@ -28,6 +28,7 @@ import type { OpenClawResult } from "./openclaw.js";
 import { onMachineClock, type Stamp } from "./stamps.js";
 import { nodeStart } from "./start.js";
 import { summarize, type Summary } from "./stats.js";
+import type { TakeoverResult } from "./takeover.js";
 
 /** One exchange with the model, as the proxy saw it (performance.now() of this process). */
 interface Exchange {
@@ -159,6 +160,8 @@ export interface ClientResult {
   nodeStart: Summary;
   /** This build's daemon in paired rounds with another's (`--against`), when asked for. */
   against?: AgainstResult;
+  /** A new process's first turn of a long conversation, with its window's events file and without (absent from runs before it was measured). */
+  takeover?: TakeoverResult;
   /**
    * The same steady turns in a pass of their own whose processes were stamped at their stdio and
    * sockets (stamps.ts): each turn's time before and after the model told apart into the ways to

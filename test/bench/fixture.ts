@@ -78,6 +78,9 @@ export async function conversationFixture(size: number, build: FixtureBuild): Pr
   if (ready) {
     for (let n = ready.last + 1; existsSync(conv.event(n)); n++) unlinkSync(conv.event(n));
     rmSync(conv.lock, { recursive: true, force: true });
+    // Its window's events file is the last run's, which held the events removed above: the run's
+    // first turn makes it again, as it did when the fixture was made.
+    rmSync(conv.windowEvents, { force: true });
     copyFileSync(join(home, "window.json"), conv.window);
     copyFileSync(join(home, "transcript.md"), conv.transcript);
     return { agent, conv, size, budget: ready.budget, made: false };

@@ -9,7 +9,7 @@ import { forgetProcessState, runTurn } from "../../turn/turn.js";
 import { countEvent, emptyCount } from "../../turn/window.js";
 import type { ModelServer } from "../model-server.js";
 import { answerText, pairTokens, prefillEvent, questionText, settingsForBudget, windowOverhead } from "./agent.js";
-import { conversationFixture, THREAD } from "./fixture.js";
+import { conversationFixture, THREAD, type Fixture } from "./fixture.js";
 import { summarize, type Summary } from "./stats.js";
 
 /** Warm-up turns before each size's measured ones. */
@@ -148,6 +148,25 @@ interface Measuring {
   floor: number[];
   fresh: number[];
   files: number[];
+}
+
+/**
+ * The conversation of `size` events the overhead part measures at the full ~2,000-event window (the
+ * same fixture: made once, then reused by both), its budget, and its agent's settings written for
+ * the model at `url`.
+ */
+export async function fullWindowConversation(size: number, url: string): Promise<Fixture> {
+  const fixture = await conversationFixture(size, {
+    key: `w${WARMUPS}-t${FULL_TURNS}-p${FULL_PAIRS}+${SLACK_PAIRS}`,
+    budget: (events) => chooseBudget(events, FULL_PAIRS),
+    firstTurn: async (agent, thread, budget) => {
+      writeSettings(agent, settingsForBudget(url, budget, await windowOverhead(agent, url)));
+      const outcome = await runTurn({ agent, thread, message: { text: questionText(0) } }, () => undefined);
+      if (outcome.failure) throw new Error(`the fixture's first turn failed: ${outcome.failure.message}`);
+    },
+  });
+  writeSettings(fixture.agent, settingsForBudget(url, fixture.budget, await windowOverhead(fixture.agent, url)));
+  return fixture;
 }
 
 /**

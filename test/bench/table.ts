@@ -152,6 +152,12 @@ export function renderTable(r: BenchResults): string {
     out.push(
       `  spawn to: initialize ${ms(c.spawn.initialize.median)} ms, session/new ${ms(c.spawn.sessionNew.median)} ms, first turn answered ${ms(c.spawn.firstTurn.median)} ms (its overhead ${ms(c.firstTurnOverhead.median)} ms); node -e 0: ${ms(c.nodeStart.median)} ms`,
     );
+    if (c.takeover) {
+      const t = c.takeover;
+      out.push(
+        `  a new process's first turn of a conversation of ${n(t.events)} events (session/resume, then the prompt; the ~2,000-event window): with its window's events file, spawn to answered ${ms(t.spawnWith.median)} ms, the turn's overhead ${ms(t.withFile.median)} ms; without it (read a file an event), ${ms(t.spawnWithout.median)} and ${ms(t.without.median)} ms (medians of ${t.withFile.n} each, alternating)`,
+      );
+    }
     if (c.against) out.push(againstLine(c.against));
     if (c.openclaw) out.push(openclawLine(c.openclaw));
   } else out.push(`  not measured: ${r.client ? ("notMeasured" in r.client ? r.client.notMeasured : "") : "not asked for"}`);
