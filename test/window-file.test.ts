@@ -13,7 +13,7 @@ import { z } from "zod";
 import * as acp from "@agentclientprotocol/sdk";
 import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
 import { Event, type Numbered, type Settings } from "../protocol/index.js";
-import { appendEvent, eventName, forgetEvents, paths, readEventsFrom, readMark, readStats, readWindowFile, windowLine, writeSettings, type AgentRef, type ConversationPaths } from "../store/index.js";
+import { appendEvent, eventName, forgetEvents, lastEventNumber, paths, readEvent, readEventsFrom, readMark, readStats, readWindowFile, windowLine, writeSettings, type AgentRef, type ConversationPaths } from "../store/index.js";
 import { WINDOW_FILE_LAG } from "../store/conversation.js";
 import { conversationChoices, History } from "../turn/history.js";
 import { transcriptEnd } from "../turn/transcript.js";
@@ -141,6 +141,19 @@ describe("a process new to a conversation reads its window from the window's eve
     expect(statSync(otherConv.windowEvents).isFile()).toBe(true);
     const again = await freshTurn(other, "long", "third");
     expect(again.files).toBeLessThanOrEqual(3 + WINDOW_FILE_LAG);
+  });
+
+  it("is read by a process that read only some events of the window, one at a time (the mark's, the newest ones)", async () => {
+    const { agent, conv } = await conversation();
+    forgetProcessState();
+    // What a session taken up reads one at a time before its first prompt: the mark's event (whether
+    // the mark holds) and, from the newest back, its last user message's channel and folder.
+    readEvent(conv, readMark(conv)!.event);
+    const last = lastEventNumber(conv);
+    for (const n of [last, last - 1]) readEvent(conv, n);
+    readStats.files = 0;
+    await turn(agent, "long", "after the resume");
+    expect(readStats.files).toBeLessThanOrEqual(3 + WINDOW_FILE_LAG);
   });
 
   it("holds the events a load reads, line for line the same as their files, as turns go on and the window drops", async () => {
