@@ -110,16 +110,19 @@ const OPEN_WINDOW_FILE = constants.O_WRONLY | constants.O_APPEND | constants.O_N
  * them, and lags them by WINDOW_FILE_LAG or more; made again (a temp file renamed into place) when
  * it is not that file, so that what other processes added, or a file cut short, is replaced whole.
  * Never flushed: a file lost or cut short by a crash is read as far as it holds. Not written at all
- * when the events hold more than WINDOW_FILE_MAX bytes.
+ * when the events hold more than `max` bytes (WINDOW_FILE_MAX), nor again while its start stays.
  */
-export function keepWindowFile(conv: ConversationPaths, events: readonly Numbered[]): void {
+export function keepWindowFile(conv: ConversationPaths, events: readonly Numbered[], max = WINDOW_FILE_MAX): void {
   const first = events[0];
   if (!first) return;
   let count = 1;
   while (count < events.length && events[count]?.n === first.n + count) count++;
   const last = first.n + count - 1;
   const known = knownWindowFile(conv);
-  if (known && known.start <= first.n && known.end >= first.n - 1 && known.end <= last && first.n - known.start <= count) {
+  // Over the limit from this start: the window only grows until it drops (its start moves), so it
+  // is not made again (up to max characters of lines) at every turn meanwhile.
+  if (known?.over && known.start === first.n) return;
+  if (known && !known.over && known.start <= first.n && known.end >= first.n - 1 && known.end <= last && first.n - known.start <= count) {
     if (last - known.end < WINDOW_FILE_LAG) return;
     if (addToWindowFile(conv, known, events.slice(known.end + 1 - first.n, count), last)) return;
   }
@@ -127,10 +130,10 @@ export function keepWindowFile(conv: ConversationPaths, events: readonly Numbere
   for (let i = 0; i < count; i++) {
     const e = events[i] as Numbered;
     text += windowLine(e.n, e.event);
-    if (text.length > WINDOW_FILE_MAX) break;
+    if (text.length > max) break;
   }
-  if (text.length > WINDOW_FILE_MAX || Buffer.byteLength(text) > WINDOW_FILE_MAX) {
-    noteWindowFile(conv, undefined);
+  if (text.length > max || Buffer.byteLength(text) > max) {
+    noteWindowFile(conv, { ino: 0, size: 0, start: first.n, end: last, over: true });
     return;
   }
   withFolder(conv, (folder) => {

@@ -285,6 +285,8 @@ export interface WindowFile {
   readonly size: number;
   readonly start: number;
   readonly end: number;
+  /** None was written: the events from `start` were over its limit. */
+  readonly over?: boolean;
 }
 
 /** The most bytes of a window's events file read, or written: past it the window is read a file an event. */

@@ -4,7 +4,7 @@
 // short or planted; anything planted there (a link, a FIFO, a hard link, a file of 1 GB, lines of
 // another conversation, bytes changed anywhere) is read as far as it holds, and never past the events
 // on disk.
-import { cpSync, linkSync, mkdirSync, mkdtempSync, readFileSync, rmSync, statSync, symlinkSync, truncateSync, writeFileSync } from "node:fs";
+import { cpSync, existsSync, linkSync, mkdirSync, mkdtempSync, readFileSync, rmSync, statSync, symlinkSync, truncateSync, writeFileSync } from "node:fs";
 import { execFileSync } from "node:child_process";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
@@ -14,7 +14,7 @@ import * as acp from "@agentclientprotocol/sdk";
 import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
 import { Event, type Numbered, type Settings } from "../protocol/index.js";
 import { appendEvent, eventName, forgetEvents, lastEventNumber, paths, readEvent, readEventsFrom, readMark, readStats, readWindowFile, windowLine, writeSettings, type AgentRef, type ConversationPaths } from "../store/index.js";
-import { WINDOW_FILE_LAG } from "../store/conversation.js";
+import { keepWindowFile, WINDOW_FILE_LAG } from "../store/conversation.js";
 import { conversationChoices, History } from "../turn/history.js";
 import { transcriptEnd } from "../turn/transcript.js";
 import { forgetProcessState, runTurn } from "../turn/turn.js";
@@ -198,6 +198,26 @@ describe("a process new to a conversation reads its window from the window's eve
     held = lines(conv);
     const files = fromFiles(conv, held[0]![0]);
     expect(held.map(([, e]) => e)).toEqual(files.slice(0, held.length).map((e) => e.event));
+  });
+});
+
+describe("a window over the file's limit", () => {
+  it("writes none, and does not make its lines again at every turn while the window starts where it did", () => {
+    const agent = agentWith();
+    const conv = paths(agent).conversation("over");
+    fill(conv, 12);
+    const events = fromFiles(conv, 1);
+    const lineOf = (e: Numbered) => Buffer.byteLength(windowLine(e.n, e.event));
+    // A limit the window's twelve lines are over, and its first two, or its last two, are within.
+    const max = lineOf(events[10]!) + lineOf(events[11]!);
+    keepWindowFile(conv, events, max);
+    expect(existsSync(conv.windowEvents)).toBe(false);
+    // From the same start: left as it was, though these lines alone would fit.
+    keepWindowFile(conv, events.slice(0, 2), max);
+    expect(existsSync(conv.windowEvents)).toBe(false);
+    // The window dropped (a later start): written.
+    keepWindowFile(conv, events.slice(10), max);
+    expect(lines(conv).map(([n]) => n)).toEqual([11, 12]);
   });
 });
 
