@@ -2,13 +2,14 @@
 // never overlap (the model never has two requests of one conversation at a time, and each
 // conversation's events alternate message and answer), each turn sees every turn before it whichever
 // process took it, and nothing acknowledged is lost.
+import { existsSync } from "node:fs";
 import { join } from "node:path";
 import * as acp from "@agentclientprotocol/sdk";
 import { afterEach, beforeAll, expect, it, onTestFailed } from "vitest";
 import { configure, openClient, scriptedSettings, socketStream, startDaemon, tempDir, type Daemon } from "./acp-client.js";
 import { assertBuilt, BIN } from "./fixtures/built.js";
 import { lastUserText, startModelServer, type RecordedRequest } from "./model-server.js";
-import { readConversation } from "./soak/check.js";
+import { checkWindowFile, readConversation } from "./soak/check.js";
 import { messagesOf } from "./soak/model.js";
 
 const THREADS = ["duo-1", "duo-2", "duo-3"];
@@ -101,6 +102,9 @@ it("two daemons take turns on the same conversations, one at a time, and lose no
   for (const thread of THREADS) {
     const violations: string[] = [];
     const conv = readConversation(join(agent, "chats", thread), thread, violations);
+    // Its window's events file, added to by one process and made again by the other after it: its lines are the events'.
+    expect(existsSync(join(agent, "chats", thread, "window.jsonl")), thread).toBe(true);
+    checkWindowFile(join(agent, "chats", thread), conv, violations);
     expect(violations, thread).toEqual([]);
     // Message, answer, message, answer…: a turn that overlapped another would interleave them.
     const pairs: string[] = [];
