@@ -508,10 +508,18 @@ export function checkNoGap(conv: ConversationPaths): void {
  * first missing number after it) takes next: the one after the last known written. Higher than
  * `readThrough + 1` only when events were written since by a writer that takes no lock (then that
  * one is there), or when a number is missing among them (EventGapError). One look at that file,
- * only then: the steady turn's next number is the one after its reads, at no cost.
+ * only then: the steady turn's next number is the one after its reads, at no cost. `seen`: an event
+ * a derived file saw there, past which a process that read only from a mark may know of none.
  */
-export function nextEventNumber(conv: ConversationPaths, readThrough: number): number {
-  const last = knownLastEventNumber(conv);
+export function nextEventNumber(conv: ConversationPaths, readThrough: number, seen = 0): number {
+  let last = knownLastEventNumber(conv);
+  // Events up to `seen` were there (a derived file saw them: the copy's last answer), and the read
+  // stopped before: unless this process knows of events past it, the folder says (one listing; a
+  // derived file from elsewhere that saw events this folder never had is passed over).
+  if (seen > readThrough && last <= readThrough) {
+    last = Math.max(last, listEventNumbers(conv).at(-1) ?? 0);
+    cache.setLast(conv.dir, last);
+  }
   if (last > readThrough && lstatSync(`${readBase(conv)}/${eventName(readThrough + 1)}`, { throwIfNoEntry: false }) === undefined) {
     throw new EventGapError(conv, readThrough + 1);
   }

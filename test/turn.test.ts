@@ -282,6 +282,29 @@ describe("a new conversation's history, loaded before its window is known", () =
 });
 
 describe("a turn's writes", () => {
+  it("a process new to a conversation with a number missing among its events, its copy past it, writes nothing", async () => {
+    const agent = agentWith();
+    const conv = paths(agent).conversation("holed");
+    server.fallback = () => ({ text: "fine" });
+    for (let i = 0; i < 5; i++) await turn(agent, "holed", `question ${i}`);
+    // Removed by hand; the copy still names the answers after it.
+    rmSync(conv.event(5));
+    const names = () => readdirSync(conv.dir).filter((name) => /^\d{12}\.json$/.test(name));
+    const before = names();
+    forgetProcessState();
+    await expect(runTurn({ agent, thread: "holed", message: { text: "after the hole" } }, () => undefined)).rejects.toThrow(/event 5 .* is missing/);
+    expect(names()).toEqual(before);
+    // A copy that names answers this folder never had (copied in from elsewhere): written as ever.
+    const other = agentWith();
+    const otherConv = paths(other).conversation("copied");
+    await turn(other, "copied", "one");
+    cpSync(conv.transcript, otherConv.transcript);
+    forgetProcessState();
+    const after = await turn(other, "copied", "two");
+    expect(after.outcome.failure).toBeUndefined();
+    expect(readEventsFrom(otherConv, 1).map((e) => e.n)).toEqual([1, 2, 3, 4]);
+  });
+
   it("a question that can't be written fails the turn, and no turn after it sees it", async () => {
     const agent = agentWith();
     const conv = paths(agent).conversation("unwritable");

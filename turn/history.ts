@@ -291,6 +291,11 @@ export class History {
   /** Undefined while the window is still asked (a new conversation's, `later`): see `sure`. */
   private known: number | undefined;
   private asked: Promise<number> | undefined;
+  /**
+   * The last answer the copy held when the history was read from disk (transcriptEnd): events up to
+   * it were there then, so a read that stopped before it stopped at a number missing among them.
+   */
+  private copied = 0;
 
   private constructor(
     readonly conv: ConversationPaths,
@@ -362,7 +367,7 @@ export class History {
     }
     if (mark?.conversation === undefined) {
       // Where a load from the mark reads from: the mark, or the copy's end before it.
-      const end = mark ? copyEnd(conv) : undefined;
+      const end = copyEnd(conv);
       const start = mark ? (end !== undefined && end > 0 ? Math.min(mark.event, end) : mark.event) : 1;
       readWindowFile(conv, start);
       const belongs = markHolds(mark, mark?.budget ?? 0, mark ? readEvent(conv, mark.event) : undefined);
@@ -391,6 +396,7 @@ export class History {
         const begin: Begin = { countFrom: holds ? mark.event : 1, count: copyCount(count), chosen: holds ? choicesOf(mark) : {} };
         const history = new History(conv, budget, [], count, begin.chosen, markText && holds ? markText : "", begin, undefined);
         for (const e of events) history.add(e, begin.countFrom);
+        history.copied = end ?? 0;
         return history;
       }
     }
@@ -439,7 +445,7 @@ export class History {
   ahead(event: Event): number {
     // The history was read under the lock up to the first number missing: that one, unless another
     // writer took it since, which `settle` then counts in; refused where events are after a gap.
-    const n = nextEventNumber(this.conv, this.events.at(-1)?.n ?? 0);
+    const n = nextEventNumber(this.conv, this.events.at(-1)?.n ?? 0, this.copied);
     this.push(n, event);
     return n;
   }
