@@ -4,14 +4,13 @@ import { closeSync, constants, fstatSync, lstatSync, openSync, readSync } from "
 import { basename } from "node:path";
 import { ToolsList, UsageMark, WindowMark, StoreError, describeIssues, type Numbered } from "../protocol/index.js";
 import { FILE_MODE, flushMadeAboveSync, isErrno, jsonFault, LIMITS, LinkRefused, ParsedTexts, readText, replaceFile, writeAll } from "./files.js";
-import { checkConversationLinks, knownWindowFile, noteWindowFile, readBase, WINDOW_FILE_MAX, windowLine } from "./events.js";
+import { checkConversationLinks, knownWindowFile, noteWindowFile, readBase, WINDOW_FILE, WINDOW_FILE_MAX, windowLine } from "./events.js";
 import { withFolder } from "./folder.js";
 import type { ConversationPaths } from "./paths.js";
 
 const TRANSCRIPT = "transcript.md";
 const WINDOW = "window.json";
 const TOOLS = "tools.json";
-const WINDOW_FILE = "window.jsonl";
 
 /** The last `bytes` of the transcript, or undefined when there is none. */
 export function transcriptTail(conv: ConversationPaths, bytes = 256): string | undefined {
@@ -124,7 +123,7 @@ export function keepWindowFile(conv: ConversationPaths, events: readonly Numbere
   if (known?.over && known.start === first.n) return;
   if (known && !known.over && known.start <= first.n && known.end >= first.n - 1 && known.end <= last && first.n - known.start <= count) {
     if (last - known.end < WINDOW_FILE_LAG) return;
-    if (addToWindowFile(conv, known, events.slice(known.end + 1 - first.n, count), last)) return;
+    if (addToWindowFile(conv, known, events.slice(known.end + 1 - first.n, count), last, max)) return;
   }
   let text = "";
   for (let i = 0; i < count; i++) {
@@ -146,7 +145,7 @@ export function keepWindowFile(conv: ConversationPaths, events: readonly Numbere
 }
 
 /** Adds `more` to the window's events file `known`, if it is still that file; whether it was. */
-function addToWindowFile(conv: ConversationPaths, known: { ino: number; size: number; start: number }, more: readonly Numbered[], last: number): boolean {
+function addToWindowFile(conv: ConversationPaths, known: { ino: number; size: number; start: number }, more: readonly Numbered[], last: number, max: number): boolean {
   return withFolder(conv, (folder) => {
     folder.check();
     let fd: number;
@@ -161,7 +160,7 @@ function addToWindowFile(conv: ConversationPaths, known: { ino: number; size: nu
       let text = "";
       for (const e of more) text += windowLine(e.n, e.event);
       const bytes = Buffer.byteLength(text);
-      if (known.size + bytes > WINDOW_FILE_MAX) return false;
+      if (known.size + bytes > max) return false;
       writeAll(fd, text);
       noteWindowFile(conv, { ino: st.ino, size: known.size + bytes, start: known.start, end: last });
       return true;

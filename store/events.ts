@@ -292,7 +292,8 @@ export interface WindowFile {
 /** The most bytes of a window's events file read, or written: past it the window is read a file an event. */
 export const WINDOW_FILE_MAX = 256 * 1024 * 1024;
 
-const WINDOW_FILE = "window.jsonl";
+/** Its name in the conversation's folder. */
+export const WINDOW_FILE = "window.jsonl";
 
 /** The window's events file of a conversation as this process last read or wrote it, if it did. */
 export function knownWindowFile(conv: ConversationPaths): WindowFile | undefined {
