@@ -478,10 +478,10 @@ class Turn {
   }
 
   /**
-   * The copy and the mark: derived, brought up to date at the end of the turn, still under its lock
-   * but after its answer (the next turn of the conversation waits for the lock). The answer is stored
-   * by now, so a failure here is reported as a warning, never as a failed turn (a client would send
-   * the message again): the next turn makes them again.
+   * The copy, the mark and the window's events file: derived, brought up to date at the end of the
+   * turn, still under its lock but after its answer (the next turn of the conversation waits for the
+   * lock). The answer is stored by now, so a failure here is reported as a warning, never as a failed
+   * turn (a client would send the message again): the next turn makes them again.
    */
   settle(): void {
     const history = this.derived;

@@ -7,7 +7,7 @@ import { join } from "node:path";
 import { isDeepStrictEqual } from "node:util";
 import { z } from "zod";
 import { Event, type Event as EventT } from "../../protocol/index.js";
-import { eventName, eventNumber } from "../../store/index.js";
+import { eventName, eventNumber, WINDOW_FILE } from "../../store/index.js";
 import { UNANSWERED } from "../../turn/prompt.js";
 import type { RecordedRequest } from "../model-server.js";
 import { answerText, callIdsOf, markerOf, messagesOf, promptText } from "./model.js";
@@ -183,7 +183,7 @@ export function checkTranscript(dir: string, conv: Conversation, violations: str
  * from it differs from the events on disk.
  */
 export function checkWindowFile(dir: string, conv: Conversation, violations: string[]): void {
-  const path = join(dir, "window.jsonl");
+  const path = join(dir, WINDOW_FILE);
   const st = lstatSync(path, { throwIfNoEntry: false });
   if (!st?.isFile()) return;
   let expected: number | undefined;
