@@ -99,7 +99,8 @@ export function replaceTranscript(conv: ConversationPaths, text: string): void {
 /** Events a window's events file may lag its conversation by before they are added to it: a fresh read reads those a file each. */
 export const WINDOW_FILE_LAG = 16;
 
-const OPEN_WINDOW_FILE = constants.O_WRONLY | constants.O_APPEND | constants.O_NOFOLLOW | constants.O_NONBLOCK;
+/** As the copy is added to (APPEND), but never made: only the file this process knows is added to. */
+const OPEN_WINDOW_FILE = APPEND & ~constants.O_CREAT;
 
 /**
  * Brings a conversation's window's events file (readWindowFile) up to `events`, what its next load
@@ -135,13 +136,9 @@ export function keepWindowFile(conv: ConversationPaths, events: readonly Numbere
     noteWindowFile(conv, { ino: 0, size: 0, start: first.n, end: last, over: true });
     return;
   }
-  withFolder(conv, (folder) => {
-    folder.check();
-    const path = folder.at(WINDOW_FILE);
-    replaceFile(path, text, FILE_MODE, false);
-    const st = lstatSync(path);
-    noteWindowFile(conv, { ino: st.ino, size: st.size, start: first.n, end: last });
-  });
+  replaceInFolder(conv, WINDOW_FILE, text, false);
+  const st = lstatSync(`${readBase(conv)}/${WINDOW_FILE}`);
+  noteWindowFile(conv, { ino: st.ino, size: st.size, start: first.n, end: last });
 }
 
 /** Adds `more` to the window's events file `known`, if it is still that file; whether it was. */

@@ -1,5 +1,5 @@
 // A conversation's events: one file each, numbered, written once (temp file + link), never rewritten.
-import { closeSync, constants, existsSync, fstatSync, linkSync, lstatSync, openSync, readdirSync, readSync, type Stats } from "node:fs";
+import { existsSync, linkSync, lstatSync, readdirSync, type Stats } from "node:fs";
 import { basename, dirname } from "node:path";
 import { isDeepStrictEqual } from "node:util";
 import { Event, StoreError, describeIssues, quickEvent, quickEventText, type Numbered } from "../protocol/index.js";
@@ -25,7 +25,7 @@ class EventCache {
   /** Which folder (folderIdentity) what is kept of each conversation was read from, or written to. */
   private readonly folders = new Map<string, string>();
   /** The window's events file of each conversation as this process last read or wrote it (WindowFile). */
-  readonly copies = new Map<string, WindowFile>();
+  readonly windowFiles = new Map<string, WindowFile>();
   static readonly BYTES = 64 * 1024 * 1024;
   private static readonly LAST = 4096;
 
@@ -111,7 +111,7 @@ class EventCache {
     }
     this.last.delete(dir);
     this.folders.delete(dir);
-    this.copies.delete(dir);
+    this.windowFiles.delete(dir);
   }
 
   get held(): number {
@@ -122,7 +122,7 @@ class EventCache {
     this.byDir.clear();
     this.last.clear();
     this.folders.clear();
-    this.copies.clear();
+    this.windowFiles.clear();
     this.bytes = 0;
   }
 }
@@ -137,9 +137,6 @@ export function cachedEventBytes(): { held: number; max: number } {
 export function forgetEvents(): void {
   cache.clear();
 }
-
-/** A derived file is opened so: never through a link, and never waiting (a FIFO planted there). */
-const READ_DERIVED = constants.O_RDONLY | constants.O_NOFOLLOW | constants.O_NONBLOCK;
 
 /** Counts every file read, so a test can assert a turn's reads don't grow with the conversation. */
 export const readStats = { files: 0 };
@@ -297,18 +294,18 @@ export const WINDOW_FILE = "window.jsonl";
 
 /** The window's events file of a conversation as this process last read or wrote it, if it did. */
 export function knownWindowFile(conv: ConversationPaths): WindowFile | undefined {
-  return cache.copies.get(conv.dir);
+  return cache.windowFiles.get(conv.dir);
 }
 
 /** Notes the window's events file of a conversation as its writer left it (undefined: none it knows). */
 export function noteWindowFile(conv: ConversationPaths, file: WindowFile | undefined): void {
-  cache.copies.delete(conv.dir);
+  cache.windowFiles.delete(conv.dir);
   if (!file) return;
-  if (cache.copies.size >= 4096) {
-    const oldest = cache.copies.keys().next().value;
-    if (oldest !== undefined) cache.copies.delete(oldest);
+  if (cache.windowFiles.size >= 4096) {
+    const oldest = cache.windowFiles.keys().next().value;
+    if (oldest !== undefined) cache.windowFiles.delete(oldest);
   }
-  cache.copies.set(conv.dir, file);
+  cache.windowFiles.set(conv.dir, file);
 }
 
 /** One line of the window's events file. */
@@ -333,30 +330,15 @@ export function readWindowFile(conv: ConversationPaths, from: number): void {
   // Every event from the first to the last known kept: read already. Some only are not enough (the
   // mark's event, a session's title, the last event looked at for a load).
   if (cache.keepsFrom(conv.dir, from)) return;
-  let fd: number;
-  try {
-    fd = openSync(`${base}/${WINDOW_FILE}`, READ_DERIVED);
-  } catch {
-    return;
-  }
+  // Refused (a link, not a regular file, two names, over the limit) or missing: not read.
+  let st: Stats | undefined;
   let text: string;
-  let st: Stats;
   try {
-    st = fstatSync(fd);
-    if (!st.isFile() || st.nlink !== 1 || st.size === 0 || st.size > WINDOW_FILE_MAX) return;
-    const buffer = Buffer.allocUnsafe(st.size);
-    let length = 0;
-    while (length < st.size) {
-      const got = readSync(fd, buffer, length, st.size - length, length);
-      if (got === 0) break;
-      length += got;
-    }
-    text = buffer.toString("utf8", 0, length);
+    text = readNoFollow(`${base}/${WINDOW_FILE}`, { max: WINDOW_FILE_MAX, single: true, named: conv.windowEvents, onStat: (s) => (st = s) });
   } catch {
     return;
-  } finally {
-    closeSync(fd);
   }
+  if (st === undefined) return;
   readStats.files += 1;
   const read = windowLines(text, from, conv.windowEvents);
   if (!read) return;

@@ -89,6 +89,8 @@ export interface ReadOptions {
   follow?: boolean;
   /** The path said of the file, where it is opened by another name (through a held folder's descriptor). */
   named?: string;
+  /** Told what the file is once it is looked at and not refused (with `single`, before it is read). */
+  onStat?: (st: Stats) => void;
 }
 
 /** What is wrong with an open file for reading it, if anything. */
@@ -120,6 +122,7 @@ export function readNoFollow(at: string, o: ReadOptions = { max: LIMITS.event })
     size = st.size;
     const why = refusal(path, st, o);
     if (why) throw new StoreError(why, path);
+    o.onStat?.(st);
   };
   try {
     if (o.single) check();
