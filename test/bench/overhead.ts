@@ -151,14 +151,14 @@ interface Measuring {
 }
 
 /**
- * The conversation of `size` events the overhead part measures at the full ~2,000-event window (the
- * same fixture: made once, then reused by both), its budget, and its agent's settings written for
- * the model at `url`.
+ * The conversation of `size` events the overhead part measures with a budget of `pairs` (made once,
+ * then reused by every part that asks for the same one), and its agent's settings written for the
+ * model at `url`.
  */
-export async function fullWindowConversation(size: number, url: string): Promise<Fixture> {
+export async function overheadConversation(size: number, pairs: number, url: string): Promise<Fixture> {
   const fixture = await conversationFixture(size, {
-    key: `w${WARMUPS}-t${FULL_TURNS}-p${FULL_PAIRS}+${SLACK_PAIRS}`,
-    budget: (events) => chooseBudget(events, FULL_PAIRS),
+    key: `w${WARMUPS}-t${FULL_TURNS}-p${pairs}+${SLACK_PAIRS}`,
+    budget: (events) => chooseBudget(events, pairs),
     firstTurn: async (agent, thread, budget) => {
       writeSettings(agent, settingsForBudget(url, budget, await windowOverhead(agent, url)));
       const outcome = await runTurn({ agent, thread, message: { text: questionText(0) } }, () => undefined);
@@ -183,17 +183,7 @@ export async function measureOverhead(opts: OverheadOptions): Promise<OverheadRo
   for (const size of opts.sizes) {
     const t0 = performance.now();
     log(`overhead: ${size} events: preparing the conversation`);
-    const fixture = await conversationFixture(size, {
-      key: `w${WARMUPS}-t${FULL_TURNS}-p${opts.pairs}+${SLACK_PAIRS}`,
-      budget: (events) => chooseBudget(events, opts.pairs),
-      firstTurn: async (agent, thread, budget) => {
-        writeSettings(agent, settingsForBudget(server.url, budget, await windowOverhead(agent, server.url)));
-        const outcome = await runTurn({ agent, thread, message: { text: questionText(0) } }, () => undefined);
-        if (outcome.failure) throw new Error(`the fixture's first turn failed: ${outcome.failure.message}`);
-      },
-    });
-    const { agent, conv, budget, made } = fixture;
-    writeSettings(agent, settingsForBudget(server.url, budget, await windowOverhead(agent, server.url)));
+    const { agent, conv, budget, made } = await overheadConversation(size, opts.pairs, server.url);
     all.push({ size, agent, conv, budget, made, prepareMs: performance.now() - t0, sent: [], warm: [], model: [], floor: [], fresh: [], files: [] });
   }
   // As a process that didn't make the fixtures would start.

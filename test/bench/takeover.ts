@@ -10,7 +10,7 @@ import type { ModelServer } from "../model-server.js";
 import { drive, TimingProxy } from "./client.js";
 import { daemonNodeArgs } from "./daemon.js";
 import { THREAD } from "./fixture.js";
-import { fullWindowConversation } from "./overhead.js";
+import { FULL_PAIRS, overheadConversation } from "./overhead.js";
 import { summarize, type Summary } from "./stats.js";
 
 export interface TakeoverResult {
@@ -29,7 +29,7 @@ export async function measureTakeover(server: ModelServer, o: { size: number; ru
   server.fallback = () => ({ text: "A short answer, in a few chunks.", chunks: 4 });
   try {
     o.log(`takeover: ${o.size} events: preparing the conversation`);
-    const { agent, conv } = await fullWindowConversation(o.size, proxy.url);
+    const { agent, conv } = await overheadConversation(o.size, FULL_PAIRS, proxy.url);
     const overhead = { with: [] as number[], without: [] as number[] };
     const spawned = { with: [] as number[], without: [] as number[] };
     o.log(`takeover: ${o.runs} new processes each way, alternating`);
