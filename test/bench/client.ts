@@ -170,6 +170,41 @@ export interface ClientResult {
   inside?: { processes: number; daemon: InsideSplit; passThrough: InsideSplit };
   /** OpenClaw's steady turns, run beside in the same run (`--openclaw`), or why they could not be. */
   openclaw?: OpenClawResult | { notMeasured: string };
+  /** The steady turns by their age in a longer-lived process (absent from runs before it was measured). */
+  ageing?: Ageing;
+}
+
+/**
+ * Steady turns by how many a process has answered before them: processes of the daemon and of the
+ * pass-through (alternating) run `turns` turns each, and each span of turn numbers is told apart.
+ */
+export interface Ageing {
+  processes: number;
+  turns: number;
+  spans: AgeSpan[];
+}
+
+/** One span of turn numbers (from 1, both ends in it): overheads of every process's turns in it (ms). */
+export interface AgeSpan {
+  from: number;
+  to: number;
+  daemon: Summary;
+  passThrough: Summary;
+}
+
+/** The spans of turn numbers an ageing run of `turns` turns tells apart: the rounds' own, then two later ones of as many turns. */
+export function ageSpans(turns: number, first: number): { from: number; to: number }[] {
+  const width = first - 1;
+  const spans = [{ from: 2, to: first }];
+  const middle = Math.floor(turns / 3);
+  if (middle + 1 > first) spans.push({ from: middle + 1, to: middle + width });
+  if (turns - width + 1 > (spans.at(-1)?.to ?? first)) spans.push({ from: turns - width + 1, to: turns });
+  return spans;
+}
+
+/** Overheads of the turns numbered `from` to `to` (from 1) of each process's times (whose first entry is turn 2). */
+function spanOf(all: readonly TurnTimes[], span: { from: number; to: number }): Summary {
+  return summarize(all.flatMap((t) => t.overhead.slice(span.from - 2, span.to - 1)));
 }
 
 /** The time a process has been on a CPU so far, all its threads (ms), from /proc; undefined where there is none. */
@@ -318,7 +353,10 @@ export async function behindProxy<T>(server: ModelServer, name: string, run: (di
   }
 }
 
-export async function measureClient(server: ModelServer, o: { turns: number; rounds: number; starts: number; stamped?: number; log: (line: string) => void }): Promise<ClientResult> {
+export async function measureClient(
+  server: ModelServer,
+  o: { turns: number; rounds: number; starts: number; stamped?: number; ageing?: { processes: number; turns: number }; log: (line: string) => void },
+): Promise<ClientResult> {
   return behindProxy(server, "client", async (dir, proxy) => {
     o.log(`client: ${o.rounds} rounds of ${o.turns} turns through the daemon and the pass-through`);
     const daemonArgs = [...daemonNodeArgs(), MAIN, "--agent", dir];
@@ -360,6 +398,22 @@ export async function measureClient(server: ModelServer, o: { turns: number; rou
       }
     }
 
+    // Older turns: V8 compiles a process's code further as it runs it, so its first turns run code
+    // that a process of some hundred turns has compiled; told apart, no target.
+    let ageing: Ageing | undefined;
+    if (o.ageing && o.ageing.processes > 0 && o.ageing.turns > o.turns) {
+      o.log(`client: ${o.ageing.processes} processes of each, ${o.ageing.turns} turns each, by the turns' age`);
+      const daemons: TurnTimes[] = [];
+      const passes: TurnTimes[] = [];
+      for (let p = 0; p < o.ageing.processes; p++) {
+        if (p % 2 === 1) passes.push(await steady(passArgs, proxy, dir, o.ageing.turns, false));
+        daemons.push(await steady(daemonArgs, proxy, dir, o.ageing.turns, true));
+        if (p % 2 === 0) passes.push(await steady(passArgs, proxy, dir, o.ageing.turns, false));
+      }
+      const spans = ageSpans(o.ageing.turns, o.turns).map((s) => ({ ...s, daemon: spanOf(daemons, s), passThrough: spanOf(passes, s) }));
+      ageing = { processes: o.ageing.processes, turns: o.ageing.turns, spans };
+    }
+
     o.log(`client: spawn to first answer, ${o.starts} runs`);
     const init: number[] = [];
     const made: number[] = [];
@@ -395,6 +449,7 @@ export async function measureClient(server: ModelServer, o: { turns: number; rou
       firstTurnOverhead: summarize(firstOverhead),
       nodeStart: summarize(bare.map((b) => b.median)),
       ...(stamped > 0 ? { inside: { processes: stamped, daemon: summarizeInside(daemonInside), passThrough: summarizeInside(passInside) } } : {}),
+      ...(ageing ? { ageing } : {}),
     };
   });
 }

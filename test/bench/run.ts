@@ -44,6 +44,8 @@ interface Plan {
   clientStarts: number;
   /** Processes of each (the daemon, the pass-through) in the stamped pass of the client part. */
   clientStamped: number;
+  /** Processes of each, and turns each, of the client part's turns by their age. */
+  clientAgeing: { processes: number; turns: number };
   /** New processes each way (with the window's events file, without) taking a long conversation's next turn. */
   takeoverRuns: number;
   /** Paired rounds of this build's daemon and another's (--against). */
@@ -52,8 +54,8 @@ interface Plan {
   agents: number[];
 }
 
-const FULL: Plan = { sizes: [1_000, 10_000, 100_000], turns: FULL_TURNS, prefixTurns: 300, prefixWindowPairs: 100, conversations: [1, 50, 200], rounds: 3, starts: 20, usageSize: 100_000, usageRuns: 5, clientTurns: 20, clientRounds: 5, clientStarts: 10, clientStamped: 3, takeoverRuns: 10, againstRounds: 40, binds: 20, agents: [1, 10, 100] };
-const QUICK: Plan = { sizes: [1_000, 10_000], turns: 10, prefixTurns: 200, prefixWindowPairs: 80, conversations: [1, 20], rounds: 1, starts: 5, usageSize: 100_000, usageRuns: 3, clientTurns: 10, clientRounds: 2, clientStarts: 3, clientStamped: 1, takeoverRuns: 3, againstRounds: 12, binds: 5, agents: [1, 10] };
+const FULL: Plan = { sizes: [1_000, 10_000, 100_000], turns: FULL_TURNS, prefixTurns: 300, prefixWindowPairs: 100, conversations: [1, 50, 200], rounds: 3, starts: 20, usageSize: 100_000, usageRuns: 5, clientTurns: 20, clientRounds: 5, clientStarts: 10, clientStamped: 3, clientAgeing: { processes: 3, turns: 300 }, takeoverRuns: 10, againstRounds: 40, binds: 20, agents: [1, 10, 100] };
+const QUICK: Plan = { sizes: [1_000, 10_000], turns: 10, prefixTurns: 200, prefixWindowPairs: 80, conversations: [1, 20], rounds: 1, starts: 5, usageSize: 100_000, usageRuns: 3, clientTurns: 10, clientRounds: 2, clientStarts: 3, clientStamped: 1, clientAgeing: { processes: 1, turns: 100 }, takeoverRuns: 3, againstRounds: 12, binds: 5, agents: [1, 10] };
 const CHUNKS = 50;
 const CHUNK_DELAY_MS = 20;
 
@@ -183,7 +185,7 @@ async function main(): Promise<void> {
   let client: Measured<ClientResult> = { notMeasured: missing ?? "not asked for (--only)" };
   if (!missing && args.only.has("client")) {
     try {
-      const measured = await own((s) => measureClient(s, { turns: plan.clientTurns, rounds: plan.clientRounds, starts: plan.clientStarts, stamped: plan.clientStamped, log }));
+      const measured = await own((s) => measureClient(s, { turns: plan.clientTurns, rounds: plan.clientRounds, starts: plan.clientStarts, stamped: plan.clientStamped, ageing: plan.clientAgeing, log }));
       measured.takeover = await own((s) => measureTakeover(s, { size: 10_000, runs: plan.takeoverRuns, log }));
       const other = args.against;
       if (other !== undefined) measured.against = await own((s) => measureAgainst(s, other, { turns: plan.clientTurns, rounds: plan.againstRounds, log }));

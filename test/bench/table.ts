@@ -152,6 +152,11 @@ export function renderTable(r: BenchResults): string {
     out.push(
       `  spawn to: initialize ${ms(c.spawn.initialize.median)} ms, session/new ${ms(c.spawn.sessionNew.median)} ms, first turn answered ${ms(c.spawn.firstTurn.median)} ms (its overhead ${ms(c.firstTurnOverhead.median)} ms); node -e 0: ${ms(c.nodeStart.median)} ms`,
     );
+    if (c.ageing) {
+      const a = c.ageing;
+      const spans = a.spans.map((s) => `turns ${s.from}-${s.to} ${ms(s.daemon.median)} / ${ms(c.durableWrite.median)} + ${ms(s.passThrough.median)} = ${(s.daemon.median / (c.durableWrite.median + s.passThrough.median)).toFixed(2)}x`);
+      out.push(`  by the turns' age (${a.processes} processes of each, ${n(a.turns)} turns each; daemon / durable write + pass-through, medians): ${spans.join("; ")}`);
+    }
     if (c.takeover) {
       const t = c.takeover;
       out.push(
