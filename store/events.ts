@@ -25,7 +25,7 @@ class EventCache {
   /** Which folder (folderIdentity) what is kept of each conversation was read from, or written to. */
   private readonly folders = new Map<string, string>();
   /** The window's events file of each conversation as this process last read or wrote it (WindowFile). */
-  readonly windowFiles = new Map<string, WindowFile>();
+  private readonly windowFiles = new Map<string, WindowFile>();
   static readonly BYTES = 64 * 1024 * 1024;
   private static readonly LAST = 4096;
 
@@ -79,11 +79,27 @@ class EventCache {
 
   /** Keeps the highest number known of a folder; past the bound, the folder known first is forgotten. */
   setLast(dir: string, n: number): void {
-    if (!this.last.has(dir) && this.last.size >= EventCache.LAST) {
-      const oldest = this.last.keys().next().value;
-      if (oldest !== undefined) this.last.delete(oldest);
+    EventCache.setBounded(this.last, dir, n);
+  }
+
+  /** The window's events file of a folder as this process last read or wrote it, if it did. */
+  windowFile(dir: string): WindowFile | undefined {
+    return this.windowFiles.get(dir);
+  }
+
+  /** Notes a folder's window's events file (undefined: none known), as noted last; past the bound, the one noted first is forgotten. */
+  setWindowFile(dir: string, file: WindowFile | undefined): void {
+    this.windowFiles.delete(dir);
+    if (file) EventCache.setBounded(this.windowFiles, dir, file);
+  }
+
+  /** Sets a folder's value in one of the maps of a value a folder: past LAST folders, the one set first is forgotten. */
+  private static setBounded<V>(map: Map<string, V>, dir: string, value: V): void {
+    if (!map.has(dir) && map.size >= EventCache.LAST) {
+      const oldest = map.keys().next().value;
+      if (oldest !== undefined) map.delete(oldest);
     }
-    this.last.set(dir, n);
+    map.set(dir, value);
   }
 
   /**
@@ -294,18 +310,12 @@ export const WINDOW_FILE = "window.jsonl";
 
 /** The window's events file of a conversation as this process last read or wrote it, if it did. */
 export function knownWindowFile(conv: ConversationPaths): WindowFile | undefined {
-  return cache.windowFiles.get(conv.dir);
+  return cache.windowFile(conv.dir);
 }
 
 /** Notes the window's events file of a conversation as its writer left it (undefined: none it knows). */
 export function noteWindowFile(conv: ConversationPaths, file: WindowFile | undefined): void {
-  cache.windowFiles.delete(conv.dir);
-  if (!file) return;
-  if (cache.windowFiles.size >= 4096) {
-    const oldest = cache.windowFiles.keys().next().value;
-    if (oldest !== undefined) cache.windowFiles.delete(oldest);
-  }
-  cache.windowFiles.set(conv.dir, file);
+  cache.setWindowFile(conv.dir, file);
 }
 
 /** One line of the window's events file. */
