@@ -49,7 +49,10 @@ export const RecoverResult = z.object({ answers: z.array(RecoveredAnswer), more:
 export type RecoveredAnswer = z.infer<typeof RecoveredAnswer>;
 export type RecoverResult = z.infer<typeof RecoverResult>;
 
-/** An owed file (store/owed.ts): the conversation's last event before a prompt whose answer is owed. */
-/** An owed file's mark, where it is a file of its own; `host` and `token`, its process's (its lock's holder's), where a version since 2026-12-05 wrote it. */
+/**
+ * An owed file's mark (store/owed.ts), where it is a file of its own: the conversation's last event
+ * before a prompt whose answer is owed; `host` and `token`, its process's (its lock's holder's),
+ * where a version since 2026-12-05 wrote it.
+ */
 export const OwedMark = z.object({ v: z.literal(1), after: z.number().int().nonnegative(), time: z.string(), host: z.string().optional(), token: z.string().optional() }).strict();
 export type OwedMark = z.infer<typeof OwedMark>;
