@@ -56,6 +56,8 @@ describe("the turns' age", () => {
         expect(s.n).toBe(4);
         expect(s.median).toBeGreaterThan(0);
       }
+      // Against the floor the rounds measured: their durable write and the span's own pass-through.
+      expect(span.ratio).toBeCloseTo(span.daemon.median / (result.durableWrite.median + span.passThrough.median), 10);
     }
     expect(said).toContain("client: 2 processes of each, 10 turns each, by the turns' age");
     // The first processes that count for nothing and the round (3 turns each, both), the ageing's

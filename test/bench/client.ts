@@ -190,6 +190,13 @@ export interface AgeSpan {
   to: number;
   daemon: Summary;
   passThrough: Summary;
+  /** daemon / (the rounds' durable write + passThrough), medians. */
+  ratio: number;
+}
+
+/** A daemon's overhead to its floor: the durable write plus the pass-through's overhead. */
+function floorRatio(daemon: number, durableWrite: number, passThrough: number): number {
+  return daemon / (durableWrite + passThrough);
 }
 
 /** The spans of turn numbers an ageing run of `turns` turns tells apart: the rounds' own, then two later ones of as many turns. */
@@ -372,17 +379,20 @@ export async function measureClient(
     // first more than the other.
     await steady(daemonArgs, proxy, dir, o.turns, true);
     await steady(passArgs, proxy, dir, o.turns, false);
+    /** A process of each, of `turns` turns: which goes first alternates with `i`, so that neither always meets the machine as the other left it. */
+    const both = async (i: number, turns: number): Promise<{ daemon: TurnTimes; passed: TurnTimes }> => {
+      const pass = i % 2 === 1 ? await steady(passArgs, proxy, dir, turns, false) : undefined;
+      const daemon = await steady(daemonArgs, proxy, dir, turns, true);
+      return { daemon, passed: pass ?? (await steady(passArgs, proxy, dir, turns, false)) };
+    };
     for (let r = 0; r < o.rounds; r++) {
-      // Which goes first alternates, so that neither always meets the machine as the other left it.
-      const pass = r % 2 === 1 ? await steady(passArgs, proxy, dir, o.turns, false) : undefined;
-      const daemon = await steady(daemonArgs, proxy, dir, o.turns, true);
-      const passed = pass ?? (await steady(passArgs, proxy, dir, o.turns, false));
+      const { daemon, passed } = await both(r, o.turns);
       const written = durableWrites(writes, DURABLE_WRITES, r * DURABLE_WRITES);
       daemonTurns.push(daemon);
       passTurns.push(passed);
       durable.push(...written);
       const round = { daemon: summarize(daemon.overhead).median, passThrough: summarize(passed.overhead).median, durableWrite: summarize(written).median };
-      rounds.push({ ...round, ratio: round.daemon / (round.durableWrite + round.passThrough) });
+      rounds.push({ ...round, ratio: floorRatio(round.daemon, round.durableWrite, round.passThrough) });
     }
 
     // The stamped pass: a process of each a time, as in the rounds, each told apart turn by turn.
@@ -406,11 +416,15 @@ export async function measureClient(
       const daemons: TurnTimes[] = [];
       const passes: TurnTimes[] = [];
       for (let p = 0; p < o.ageing.processes; p++) {
-        if (p % 2 === 1) passes.push(await steady(passArgs, proxy, dir, o.ageing.turns, false));
-        daemons.push(await steady(daemonArgs, proxy, dir, o.ageing.turns, true));
-        if (p % 2 === 0) passes.push(await steady(passArgs, proxy, dir, o.ageing.turns, false));
+        const { daemon, passed } = await both(p, o.ageing.turns);
+        daemons.push(daemon);
+        passes.push(passed);
       }
-      const spans = ageSpans(o.ageing.turns, o.turns).map((s) => ({ ...s, daemon: spanOf(daemons, s), passThrough: spanOf(passes, s) }));
+      const write = summarize(durable).median;
+      const spans = ageSpans(o.ageing.turns, o.turns).map((s) => {
+        const span = { ...s, daemon: spanOf(daemons, s), passThrough: spanOf(passes, s) };
+        return { ...span, ratio: floorRatio(span.daemon.median, write, span.passThrough.median) };
+      });
       ageing = { processes: o.ageing.processes, turns: o.ageing.turns, spans };
     }
 

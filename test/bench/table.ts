@@ -154,7 +154,7 @@ export function renderTable(r: BenchResults): string {
     );
     if (c.ageing) {
       const a = c.ageing;
-      const spans = a.spans.map((s) => `turns ${s.from}-${s.to} ${ms(s.daemon.median)} / ${ms(c.durableWrite.median)} + ${ms(s.passThrough.median)} = ${(s.daemon.median / (c.durableWrite.median + s.passThrough.median)).toFixed(2)}x`);
+      const spans = a.spans.map((s) => `turns ${s.from}-${s.to} ${ms(s.daemon.median)} / ${ms(c.durableWrite.median)} + ${ms(s.passThrough.median)} = ${s.ratio.toFixed(2)}x`);
       out.push(`  by the turns' age (${a.processes} processes of each, ${n(a.turns)} turns each; daemon / durable write + pass-through, medians): ${spans.join("; ")}`);
     }
     if (c.takeover) {
