@@ -39,6 +39,21 @@ async function client(d: Daemon): Promise<Client> {
 const text = (s: string): ContentBlock[] => [{ type: "text", text: s }];
 const contents = (r: RecordedRequest) => JSON.stringify(r.body.messages ?? []);
 
+/**
+ * Prompts `first`, then, once the model has been asked `asked` times, `second`, which waits in the
+ * running turn's queue (requests are handled in order: once a session/list sent after it is
+ * answered, it is queued); then lets the model's held answer go, and expects both prompts ended well.
+ */
+async function queuedBehind(c: Client, sessionId: string, first: string, asked: number, gate: { resolve: () => void }, second = "two"): Promise<void> {
+  const one = c.agent.request(acp.methods.agent.session.prompt, { sessionId, prompt: text(first) });
+  await server.waitForRequest(asked);
+  const two = c.agent.request(acp.methods.agent.session.prompt, { sessionId, prompt: text(second) });
+  await c.agent.request(acp.methods.agent.session.list, {});
+  gate.resolve();
+  expect(await one).toMatchObject({ stopReason: "end_turn" });
+  expect(await two).toMatchObject({ stopReason: "end_turn" });
+}
+
 
 /** Every tool_call has a final tool_call_update (completed or failed). */
 function openCalls(updates: readonly SessionNotification[]): string[] {
@@ -358,14 +373,7 @@ describe("turns that fail or stop", { timeout: 120_000 }, () => {
       return { text: "First answer." };
     });
     server.script({ text: "Second answer." });
-    const first = c.agent.request(acp.methods.agent.session.prompt, { sessionId, prompt: text("one") });
-    await server.waitForRequest(1);
-    const second = c.agent.request(acp.methods.agent.session.prompt, { sessionId, prompt: text("two") });
-    // Requests are handled in order: once this is answered, the second prompt waits in the turn's queue.
-    await c.agent.request(acp.methods.agent.session.list, {});
-    gate.resolve();
-    expect(await first).toMatchObject({ stopReason: "end_turn" });
-    expect(await second).toMatchObject({ stopReason: "end_turn" });
+    await queuedBehind(c, sessionId, "one", 1, gate);
     expect(server.requests).toHaveLength(2);
     const [r1, r2] = server.requests as [RecordedRequest, RecordedRequest];
     expect(contents(r1)).not.toContain("two");
@@ -394,15 +402,8 @@ describe("turns that fail or stop", { timeout: 120_000 }, () => {
       }
       return { text: "And the second, answered." };
     };
-    const first = c.agent.request(acp.methods.agent.session.prompt, { sessionId, prompt: text("loop") });
-    // Eight rounds of calls, then the request that may call nothing.
-    await server.waitForRequest(9);
-    const second = c.agent.request(acp.methods.agent.session.prompt, { sessionId, prompt: text("two") });
-    // Requests are handled in order: once this is answered, the second prompt waits in the turn's queue.
-    await c.agent.request(acp.methods.agent.session.list, {});
-    gate.resolve();
-    expect(await first).toMatchObject({ stopReason: "end_turn" });
-    expect(await second).toMatchObject({ stopReason: "end_turn" });
+    // Eight rounds of calls, then the request that may call nothing, which the second prompt steers.
+    await queuedBehind(c, sessionId, "loop", 9, gate);
     // One more request after the last round's, carrying the message that steered the turn, and it
     // too may call nothing: the turn's rounds are spent.
     expect(server.requests).toHaveLength(10);
